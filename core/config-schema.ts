@@ -1,0 +1,89 @@
+/** The JSON Schema of `actionledger.config.json`; every object closed, defaults filled in by ajv. */
+export const configSchema = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['tools'],
+  properties: {
+    $comment: { type: 'string' },
+    schema: { type: 'string', default: 'actionledger' },
+    http: {
+      type: 'object',
+      additionalProperties: false,
+      default: {},
+      properties: {
+        host: { type: 'string', default: '127.0.0.1' },
+        port: { type: 'integer', minimum: 0, maximum: 65535, default: 7420 },
+      },
+    },
+    database: {
+      type: 'object',
+      additionalProperties: false,
+      default: {},
+      properties: {
+        url_env: { type: 'string', pattern: '^[A-Z_][A-Z0-9_]*$', default: 'DATABASE_URL' },
+        pool_max: { type: 'integer', minimum: 1, maximum: 200, default: 10 },
+        statement_timeout_ms: { type: 'integer', minimum: 100, default: 30000 },
+        embedded_port: { type: 'integer', minimum: 1024, maximum: 65535, default: 54329 },
+      },
+    },
+    effect_keys: {
+      type: 'object',
+      additionalProperties: false,
+      default: {},
+      properties: {
+        active: { type: 'string', pattern: '^[a-z0-9][a-z0-9-]{0,15}$', default: 'k1' },
+        keys: {
+          type: 'object',
+          default: { k1: { secret_env: 'ACTIONLEDGER_EFFECT_KEY_SECRET' } },
+          propertyNames: { pattern: '^[a-z0-9][a-z0-9-]{0,15}$' },
+          minProperties: 1,
+          additionalProperties: {
+            type: 'object',
+            additionalProperties: false,
+            required: ['secret_env'],
+            properties: { secret_env: { type: 'string', pattern: '^[A-Z_][A-Z0-9_]*$' } },
+          },
+        },
+      },
+    },
+    arguments: {
+      type: 'object',
+      additionalProperties: false,
+      default: {},
+      properties: {
+        max_bytes: { type: 'integer', minimum: 2, maximum: 16777216, default: 65536 },
+        max_depth: { type: 'integer', minimum: 1, maximum: 256, default: 16 },
+      },
+    },
+    tools: {
+      type: 'object',
+      propertyNames: { pattern: '^[a-z][a-z0-9_]{0,63}$' },
+      additionalProperties: {
+        type: 'object',
+        additionalProperties: false,
+        required: ['provider_id', 'endpoint', 'allowed_tenants', 'idempotency'],
+        properties: {
+          provider_id: { type: 'string', pattern: '^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$' },
+          endpoint: { type: 'string', maxLength: 2048 },
+          allowed_tenants: { type: 'array', items: { type: 'string', minLength: 1 }, uniqueItems: true },
+          credential_env: { type: 'string', pattern: '^[A-Z_][A-Z0-9_]*$' },
+          idempotency: {
+            type: 'object',
+            additionalProperties: false,
+            required: ['mechanism', 'name'],
+            properties: {
+              mechanism: { const: 'header' },
+              name: { type: 'string', pattern: "^[A-Za-z0-9!#$%&'*+.^_`|~-]+$" },
+            },
+          },
+          definitive_failure_statuses: {
+            type: 'array',
+            items: { type: 'integer', minimum: 400, maximum: 499 },
+            uniqueItems: true,
+            default: [],
+          },
+        },
+      },
+    },
+  },
+} as const;

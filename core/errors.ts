@@ -1,0 +1,89 @@
+/**
+ * One error class for the whole project, with stable string codes.
+ *
+ * The same code is what an agent reads in a structured refusal, what pino logs as `err.code`, and what a
+ * Prometheus label carries. Codes never change meaning; `docs/errors.md` documents each one and a test keeps
+ * the two in step.
+ */
+
+/** Every code, with the group that says what must happen next. */
+export const ERROR_CODES = {
+  // configuration and start-up: fix the deployment
+  config_invalid: 'startup',
+  secret_missing: 'startup',
+  schema_name_invalid: 'startup',
+  profile_invalid: 'startup',
+  tls_verification_disabled: 'startup',
+  migration_history_mismatch: 'startup',
+  database_unavailable: 'retryable',
+  // refusals of a caller's request: nothing was written
+  invalid_context: 'refused',
+  invalid_arguments: 'refused',
+  invalid_json: 'refused',
+  route_not_approved: 'refused',
+  operation_conflict: 'refused',
+  not_found: 'refused',
+  invalid_state_transition: 'refused',
+  // dispatch: what the worker learned, grouped by what happens next
+  route_changed: 'not_sent',
+  args_hash_mismatch: 'not_sent',
+  authorization_denied: 'not_sent',
+  authorization_invalid: 'not_sent',
+  authorization_unavailable: 'not_sent',
+  authorization_stale: 'not_sent',
+  claim_lost: 'not_sent',
+  credential_missing: 'not_sent',
+  ungated_external_write: 'not_sent',
+  provider_unreachable: 'not_sent',
+  provider_outcome_unknown: 'unknown',
+  provider_rejected: 'rejected',
+  provider_no_receipt: 'rejected',
+  internal: 'internal',
+} as const;
+
+export type ErrorCode = keyof typeof ERROR_CODES;
+export type ErrorGroup = (typeof ERROR_CODES)[ErrorCode];
+
+/** The structured refusal every public surface returns instead of throwing at an agent. */
+export interface Refusal {
+  ok: false;
+  error: ErrorCode;
+  message: string;
+  details?: Record<string, unknown>;
+}
+
+export class ActionLedgerError extends Error {
+  override readonly name = 'ActionLedgerError';
+  readonly code: ErrorCode;
+  readonly details: Record<string, unknown> | undefined;
+
+  constructor(
+    code: ErrorCode,
+    message: string,
+    options: { cause?: unknown; details?: Record<string, unknown> } = {},
+  ) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.code = code;
+    this.details = options.details;
+  }
+
+  get group(): ErrorGroup {
+    return ERROR_CODES[this.code];
+  }
+
+  toRefusal(): Refusal {
+    const refusal: Refusal = { ok: false, error: this.code, message: this.message };
+    if (this.details !== undefined) refusal.details = this.details;
+    return refusal;
+  }
+}
+
+export function isActionLedgerError(err: unknown, code?: ErrorCode): err is ActionLedgerError {
+  return err instanceof ActionLedgerError && (code === undefined || err.code === code);
+}
+
+/** Turns anything thrown into a refusal; unexpected errors become `internal` without leaking their text. */
+export function toRefusal(err: unknown): Refusal {
+  if (err instanceof ActionLedgerError) return err.toRefusal();
+  return { ok: false, error: 'internal', message: 'internal error' };
+}

@@ -1,0 +1,188 @@
+/**
+ * Strict JSON: parsing that refuses what `JSON.parse` quietly accepts, and the RFC 8785 canonical form.
+ *
+ * `JSON.parse` keeps the last of duplicate keys, rounds 9007199254740993 down, keeps `__proto__` as an own key
+ * and accepts lone surrogates. Every JSON that crosses a trust boundary (authorization decisions, provider
+ * bodies, configuration, CLI arguments) goes through {@link parseStrictJson} instead. The parse is momoa's
+ * AST (a maintained parser that keeps duplicates and raw number text), walked once.
+ */
+import { createHash } from 'node:crypto';
+import { parse as parseAst } from '@humanwhocodes/momoa';
+import canonicalize from 'canonicalize';
+import { ActionLedgerError } from './errors.js';
+
+export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };
+export type JsonObject = { [key: string]: JsonValue };
+
+export interface JsonBounds {
+  /** Deepest nesting allowed; the root object is depth 1. */
+  maxDepth: number;
+  /** Largest size in bytes of the canonical (or raw, when parsing) UTF-8 text. */
+  maxBytes: number;
+}
+
+export const DEFAULT_JSON_BOUNDS: JsonBounds = Object.freeze({ maxDepth: 32, maxBytes: 1024 * 1024 });
+
+type AstNode = {
+  type: string;
+  value?: unknown;
+  members?: { name: { value: string }; value: AstNode }[];
+  elements?: { value: AstNode }[];
+  range?: [number, number];
+};
+
+function jsonError(message: string, path: string): ActionLedgerError {
+  return new ActionLedgerError('invalid_json', `${message} at ${path}`, { details: { path } });
+}
+
+/**
+ * Parses JSON text strictly: one value, no duplicate keys, no `__proto__` keys, no integers beyond 2^53 - 1,
+ * no lone surrogates, within the size and depth bounds. With `requireObject`, the root must be an object.
+ * Throws `invalid_json` naming the JSON path of the first problem.
+ */
+export function parseStrictJson(
+  text: string | Uint8Array,
+  options: { bounds?: JsonBounds; requireObject?: boolean } = {},
+): JsonValue {
+  const bounds = options.bounds ?? DEFAULT_JSON_BOUNDS;
+  let source: string;
+  if (typeof text === 'string') {
+    source = text;
+    if (Buffer.byteLength(source, 'utf8') > bounds.maxBytes) throw jsonError('text exceeds the byte bound', '$');
+  } else {
+    if (text.byteLength > bounds.maxBytes) throw jsonError('text exceeds the byte bound', '$');
+    try {
+      source = new TextDecoder('utf-8', { fatal: true }).decode(text);
+    } catch (cause) {
+      throw new ActionLedgerError('invalid_json', 'text is not valid UTF-8', { cause });
+    }
+  }
+  let doc: { body: AstNode };
+  try {
+    doc = parseAst(source, { ranges: true, mode: 'json' }) as unknown as { body: AstNode };
+  } catch (cause) {
+    throw new ActionLedgerError('invalid_json', `malformed JSON: ${(cause as Error).message}`, { cause });
+  }
+  if (options.requireObject === true && doc.body.type !== 'Object') throw jsonError('root must be an object', '$');
+  return fromAst(doc.body, source, '$', 1, bounds.maxDepth);
+}
+
+function fromAst(node: AstNode, source: string, path: string, depth: number, maxDepth: number): JsonValue {
+  switch (node.type) {
+    case 'Null':
+      return null;
+    case 'Boolean':
+      return node.value as boolean;
+    case 'String': {
+      const value = node.value as string;
+      if (!value.isWellFormed()) throw jsonError('lone surrogate in string', path);
+      return value;
+    }
+    case 'Number': {
+      const value = node.value as number;
+      if (!Number.isFinite(value)) throw jsonError('number out of range', path);
+      const raw = node.range === undefined ? '' : source.slice(node.range[0], node.range[1]);
+      if (!/[.eE]/.test(raw) && !Number.isSafeInteger(value)) throw jsonError('integer beyond 2^53-1', path);
+      return value;
+    }
+    case 'Array': {
+      if (depth > maxDepth) throw jsonError('nesting exceeds the depth bound', path);
+      return (node.elements ?? []).map((el, i) => fromAst(el.value, source, `${path}[${i}]`, depth + 1, maxDepth));
+    }
+    case 'Object': {
+      if (depth > maxDepth) throw jsonError('nesting exceeds the depth bound', path);
+      const out: JsonObject = Object.create(null) as JsonObject;
+      for (const member of node.members ?? []) {
+        const key = member.name.value;
+        const childPath = `${path}.${key}`;
+        if (!key.isWellFormed()) throw jsonError('lone surrogate in key', path);
+        if (key === '__proto__') throw jsonError('forbidden key __proto__', childPath);
+        if (Object.prototype.hasOwnProperty.call(out, key)) throw jsonError('duplicate key', childPath);
+        out[key] = fromAst(member.value, source, childPath, depth + 1, maxDepth);
+      }
+      return Object.setPrototypeOf(out, Object.prototype) as JsonObject;
+    }
+    default:
+      throw jsonError(`unexpected ${node.type}`, path);
+  }
+}
+
+function argsError(problem: string, path: string): ActionLedgerError {
+  return new ActionLedgerError('invalid_arguments', `arguments ${problem} at ${path}`, { details: { problem, path } });
+}
+
+/**
+ * Checks that a JavaScript value is plain JSON data (the shape `reserve` accepts) and returns its RFC 8785
+ * canonical text. Refuses, with `invalid_arguments` naming the problem and path: a non-object root, NaN or
+ * Infinity, undefined, functions, symbols, BigInt, class instances (Date, Map, Buffer, ...), sparse arrays,
+ * `__proto__` keys, lone surrogates, nesting deeper than `maxDepth` and canonical text over `maxBytes`.
+ */
+export function canonicalArguments(value: unknown, bounds: JsonBounds): string {
+  if (!isPlainObject(value)) throw argsError('must be one JSON object', '$');
+  checkJsonData(value, '$', 1, bounds.maxDepth, new Set());
+  const text = canonicalize(value);
+  if (text === undefined) throw argsError('are not serialisable', '$');
+  if (Buffer.byteLength(text, 'utf8') > bounds.maxBytes) throw argsError('exceed the size bound', '$');
+  return text;
+}
+
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) return false;
+  const proto = Object.getPrototypeOf(value) as unknown;
+  return proto === Object.prototype || proto === null;
+}
+
+function checkJsonData(value: unknown, path: string, depth: number, maxDepth: number, seen: Set<object>): void {
+  switch (typeof value) {
+    case 'string':
+      if (!value.isWellFormed()) throw argsError('contain a lone surrogate', path);
+      return;
+    case 'number':
+      if (!Number.isFinite(value)) throw argsError('contain a non-finite number', path);
+      return;
+    case 'boolean':
+      return;
+    case 'undefined':
+      throw argsError('contain undefined', path);
+    case 'function':
+      throw argsError('contain a function', path);
+    case 'bigint':
+      throw argsError('contain a BigInt', path);
+    case 'symbol':
+      throw argsError('contain a symbol', path);
+    default:
+      break;
+  }
+  if (value === null) return;
+  const obj = value as object;
+  if (depth > maxDepth) throw argsError('nest deeper than the bound', path);
+  if (seen.has(obj)) throw argsError('contain a cycle', path);
+  seen.add(obj);
+  if (Array.isArray(obj)) {
+    for (let i = 0; i < obj.length; i++) {
+      if (!(i in obj)) throw argsError('contain a sparse array', `${path}[${i}]`);
+      checkJsonData(obj[i], `${path}[${i}]`, depth + 1, maxDepth, seen);
+    }
+  } else {
+    if (!isPlainObject(obj)) throw argsError('contain a class instance', path);
+    if (Object.getOwnPropertySymbols(obj).length > 0) throw argsError('contain a symbol key', path);
+    for (const key of Object.keys(obj)) {
+      const childPath = `${path}.${key}`;
+      if (!key.isWellFormed()) throw argsError('contain a lone surrogate in a key', path);
+      if (key === '__proto__') throw argsError('contain the key __proto__', childPath);
+      checkJsonData((obj as Record<string, unknown>)[key], childPath, depth + 1, maxDepth, seen);
+    }
+  }
+  seen.delete(obj);
+}
+
+/** RFC 8785 canonical text of any JSON value (no checks: callers validate first). */
+export function canonicalJson(value: JsonValue): string {
+  const text = canonicalize(value);
+  if (text === undefined) throw new ActionLedgerError('invalid_json', 'value is not serialisable');
+  return text;
+}
+
+export function sha256Hex(data: string | Uint8Array): string {
+  return createHash('sha256').update(data).digest('hex');
+}

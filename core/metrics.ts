@@ -1,0 +1,41 @@
+/**
+ * Prometheus metrics, named by the conventions (`actionledger_` prefix, base units, `_total` counters).
+ * One registry per process; the fleet's parent aggregates its workers' registries.
+ */
+import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+
+export type CollectFn = () => Promise<void>;
+
+export class Metrics {
+  readonly registry = new Registry();
+  readonly reservations: Counter<'tool' | 'outcome'>;
+  readonly operations: Gauge<'status'>;
+  readonly outboxDepth: Gauge;
+  readonly oldestPendingAge: Gauge;
+
+  constructor(options: { defaultMetrics?: boolean } = {}) {
+    if (options.defaultMetrics !== false) collectDefaultMetrics({ register: this.registry, prefix: 'actionledger_process_' });
+    this.reservations = new Counter({
+      name: 'actionledger_reservations_total',
+      help: 'Reservations by tool and outcome (created, replayed, or the refusal code).',
+      labelNames: ['tool', 'outcome'],
+      registers: [this.registry],
+    });
+    this.operations = new Gauge({
+      name: 'actionledger_operations',
+      help: 'Operations in the ledger by state, read at scrape time.',
+      labelNames: ['status'],
+      registers: [this.registry],
+    });
+    this.outboxDepth = new Gauge({
+      name: 'actionledger_outbox_depth',
+      help: 'Dispatch attempts waiting in the outbox, read at scrape time.',
+      registers: [this.registry],
+    });
+    this.oldestPendingAge = new Gauge({
+      name: 'actionledger_outbox_oldest_age_seconds',
+      help: 'Age of the oldest waiting dispatch attempt, read at scrape time (0 when none waits).',
+      registers: [this.registry],
+    });
+  }
+}

@@ -1,0 +1,87 @@
+/**
+ * Opens what every process needs: the compiled configuration, the database (the configured URL, or the
+ * embedded cluster), the effect-key secrets, a pool, the schema migrated, a logger and metrics.
+ */
+import { loadConfig, type Config } from './config.js';
+import { createPool, databaseUnavailable, type Pool } from './db.js';
+import type { EmbeddedDatabase } from './embedded.js';
+import { resolveEffectKeySecrets, type EffectKeySecrets } from './keys.js';
+import { createLogger, type Logger } from './log.js';
+import { Metrics } from './metrics.js';
+import { migrate, type MigrateResult } from './migrate.js';
+
+export interface Runtime {
+  readonly config: Config;
+  readonly log: Logger;
+  readonly metrics: Metrics;
+  readonly pool: Pool;
+  readonly databaseUrl: string;
+  readonly embedded: EmbeddedDatabase | null;
+  readonly effectKeys: EffectKeySecrets;
+  close(): Promise<void>;
+}
+
+export interface OpenOptions {
+  env?: NodeJS.ProcessEnv;
+  config?: Config;
+  name: string;
+  /** Apply pending migrations before returning (the service and `migrate` do; read-only commands need not). */
+  migrate?: boolean;
+  logDestination?: Parameters<typeof createLogger>[0]['destination'];
+  defaultMetrics?: boolean;
+}
+
+export async function openRuntime(options: OpenOptions): Promise<Runtime> {
+  const env = options.env ?? process.env;
+  const config = options.config ?? loadConfig(env);
+  const log = createLogger({ level: config.logLevel, name: options.name, destination: options.logDestination });
+  const isEmbedded = config.databaseUrl === null;
+  // Secrets before the database: a misconfigured production start must fail before it touches anything.
+  const effectKeys = isEmbedded
+    ? null
+    : resolveEffectKeySecrets(config, env, { embedded: false });
+  let embedded: EmbeddedDatabase | null = null;
+  let url = config.databaseUrl;
+  if (url === null) {
+    const { openEmbeddedDatabase } = await import('./embedded.js');
+    embedded = await openEmbeddedDatabase({
+      dataDir: config.dataDir,
+      port: config.database.embeddedPort,
+      onLog: (line) => log.debug({ postgres: line }, 'embedded postgres'),
+    });
+    url = embedded.url;
+    log.info(
+      { data_dir: embedded.dataDir, started_here: embedded.startedHere, port: config.database.embeddedPort },
+      embedded.startedHere ? 'started embedded PostgreSQL' : 'connected to running embedded PostgreSQL',
+    );
+  }
+  const keys =
+    effectKeys ??
+    resolveEffectKeySecrets(config, env, {
+      embedded: true,
+      onGenerated: (path, keyId) => log.warn({ path, key_id: keyId }, 'generated a development effect-key secret (embedded default only)'),
+    });
+  const pool = createPool(url, { max: config.database.poolMax, statementTimeoutMs: config.database.statementTimeoutMs, applicationName: `actionledger:${options.name}` });
+  const close = async (): Promise<void> => {
+    await pool.end().catch(() => undefined);
+    await embedded?.stop();
+  };
+  try {
+    if (options.migrate === true) {
+      const client = await pool.connect().catch((err: unknown) => {
+        throw databaseUnavailable(err, 'migrate');
+      });
+      let result: MigrateResult;
+      try {
+        result = await migrate(client, config.schema, config.schemaQuoted);
+      } finally {
+        client.release();
+      }
+      if (result.applied.length > 0) log.info({ applied: result.applied, schema: config.schema }, 'applied migrations');
+    }
+  } catch (err) {
+    await close();
+    throw err;
+  }
+  return { config, log, metrics: new Metrics({ defaultMetrics: options.defaultMetrics }), pool, databaseUrl: url, embedded, effectKeys: keys, close };
+}

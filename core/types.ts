@@ -1,0 +1,57 @@
+/** Shared low-level types (like River's rivertype): components import these, never each other's internals. */
+
+export const OPERATION_STATUSES = [
+  'pending',
+  'executing',
+  'succeeded',
+  'unknown',
+  'needs_review',
+  'compensating',
+  'compensated',
+  'failed',
+] as const;
+export type OperationStatus = (typeof OPERATION_STATUSES)[number];
+
+/** End states: nothing moves an operation out of these except the compensation path from `succeeded`. */
+export const END_STATUSES: ReadonlySet<OperationStatus> = new Set(['succeeded', 'failed', 'compensated']);
+
+/**
+ * The legal transitions (DESIGN.md, "Operation states"). `null` is the reservation itself.
+ * A `pending -> pending` row records a refreshed approval or policy version, not a state change.
+ */
+export const LEGAL_TRANSITIONS: ReadonlyMap<OperationStatus | null, ReadonlySet<OperationStatus>> = new Map<
+  OperationStatus | null,
+  ReadonlySet<OperationStatus>
+>([
+  [null, new Set<OperationStatus>(['pending'])],
+  ['pending', new Set<OperationStatus>(['pending', 'executing'])],
+  ['executing', new Set<OperationStatus>(['succeeded', 'unknown', 'needs_review', 'failed'])],
+  ['unknown', new Set<OperationStatus>(['succeeded', 'needs_review'])],
+  ['needs_review', new Set<OperationStatus>(['pending', 'succeeded', 'failed', 'compensating'])],
+  ['succeeded', new Set<OperationStatus>(['compensating'])],
+  ['compensating', new Set<OperationStatus>(['compensated', 'needs_review'])],
+  ['failed', new Set<OperationStatus>()],
+  ['compensated', new Set<OperationStatus>()],
+]);
+
+/**
+ * Who is asking, established by authentication and workflow state, never by tool arguments or model text.
+ * Operation identity is (principal_id, task_id, workflow_step_id).
+ */
+export interface TrustedContext {
+  tenant_id: string;
+  principal_id: string;
+  task_id: string;
+  workflow_step_id: string;
+  approval_id: string;
+  policy_version: string;
+}
+
+export const TRUSTED_CONTEXT_FIELDS = [
+  'tenant_id',
+  'principal_id',
+  'task_id',
+  'workflow_step_id',
+  'approval_id',
+  'policy_version',
+] as const satisfies readonly (keyof TrustedContext)[];

@@ -1,0 +1,46 @@
+/** Read-only views of the ledger: counts by state, the oldest waiting operation, one operation's history. */
+import type { Queryable } from '../core/db.js';
+import { ActionLedgerError } from '../core/errors.js';
+import { OPERATION_STATUSES, type OperationStatus } from '../core/types.js';
+import type { ledgerQueries } from './queries.js';
+
+export interface LedgerStatus {
+  by_status: Record<OperationStatus, number>;
+  outbox_depth: number;
+  oldest_pending_age_s: number | null;
+}
+
+type Q = Readonly<typeof ledgerQueries>;
+
+export async function ledgerStatus(db: Queryable, q: Q): Promise<LedgerStatus> {
+  const [counts, outbox] = await Promise.all([
+    db.query<{ status: OperationStatus; n: string }>(q.ledgerCountByStatus),
+    db.query<{ oldest_s: number | null; depth: string }>(q.outboxOldestPending),
+  ]);
+  const by = Object.fromEntries(OPERATION_STATUSES.map((s) => [s, 0])) as Record<OperationStatus, number>;
+  for (const r of counts.rows) by[r.status] = Number(r.n);
+  const o = outbox.rows[0];
+  return { by_status: by, outbox_depth: Number(o?.depth ?? 0), oldest_pending_age_s: o?.oldest_s ?? null };
+}
+
+export interface HistoryRow {
+  id: string;
+  from_status: OperationStatus | null;
+  to_status: OperationStatus;
+  at: Date;
+  actor: string;
+  reason: string;
+  detail: unknown;
+}
+
+/** One operation and its history; throws `not_found`. */
+export async function showOperation(db: Queryable, q: Q, operationId: string): Promise<{ operation: Record<string, unknown>; history: HistoryRow[] }> {
+  if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(operationId)) {
+    throw new ActionLedgerError('not_found', 'no such operation');
+  }
+  const op = await db.query<Record<string, unknown>>(q.ledgerSelectOperation, [operationId]);
+  const operation = op.rows[0];
+  if (operation === undefined) throw new ActionLedgerError('not_found', 'no such operation');
+  const history = await db.query<HistoryRow>(q.historySelectByOperation, [operationId]);
+  return { operation, history: history.rows };
+}

@@ -1,0 +1,69 @@
+/**
+ * The ledger's SQL, as fixed text with `$n` parameters. `@schema.` is bound once at start (core/db.ts).
+ * Each reservation is one statement: ledger row, outbox row and history row commit together or not at all.
+ */
+const reserveCte = `
+  WITH ins AS (
+    INSERT INTO @schema.operations (
+      operation_id, effect_key, effect_key_id, principal_id, task_id, workflow_step_id, tool_name, tenant_id,
+      provider_id, provider_endpoint, idempotency_header, canonical_args_sha256, arguments_json,
+      current_approval_id, current_policy_version, status)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb, $14, $15, 'pending')
+    ON CONFLICT (principal_id, task_id, workflow_step_id) DO NOTHING
+    RETURNING operation_id, effect_key, status, provider_receipt
+  ), outbox AS (
+    INSERT INTO @schema.outbox (operation_id, attempt) SELECT operation_id, 1 FROM ins
+  ), history AS (
+    INSERT INTO @schema.operation_history (operation_id, from_status, to_status, actor, reason)
+    SELECT operation_id, NULL, 'pending', $16, 'reserved' FROM ins
+  )`;
+
+export const ledgerQueries = {
+  ledgerInsertReservation: `${reserveCte}
+    SELECT operation_id, effect_key, status, provider_receipt FROM ins`,
+
+  /** The same, plus a NOTIFY that PostgreSQL delivers when the caller's own transaction commits. */
+  ledgerInsertReservationNotify: `${reserveCte}, wake AS (SELECT pg_notify($17, '') FROM ins)
+    SELECT operation_id, effect_key, status, provider_receipt, (SELECT count(*) FROM wake) AS woke FROM ins`,
+
+  ledgerSelectByIdentity: `
+    SELECT operation_id, effect_key, status, tool_name, tenant_id, canonical_args_sha256, provider_id,
+           provider_endpoint, idempotency_header, current_approval_id, current_policy_version, provider_receipt
+    FROM @schema.operations
+    WHERE principal_id = $1 AND task_id = $2 AND workflow_step_id = $3`,
+
+  /** Records a refreshed approval / policy version on a still-pending operation; identity and key unchanged. */
+  ledgerUpdateAuthorizationContext: `
+    WITH upd AS (
+      UPDATE @schema.operations
+      SET current_approval_id = $2, current_policy_version = $3, updated_at = now()
+      WHERE operation_id = $1 AND status = 'pending'
+        AND (current_approval_id, current_policy_version) IS DISTINCT FROM ($2, $3)
+      RETURNING operation_id, status
+    ), history AS (
+      INSERT INTO @schema.operation_history (operation_id, from_status, to_status, actor, reason, detail)
+      SELECT operation_id, 'pending', 'pending', $4, 'authorization_context_updated',
+             jsonb_build_object('approval_id', $2::text, 'policy_version', $3::text)
+      FROM upd
+    )
+    SELECT status FROM upd`,
+
+  ledgerSelectStatus: `SELECT status FROM @schema.operations WHERE operation_id = $1`,
+
+  ledgerSelectOperation: `
+    SELECT operation_id, effect_key, effect_key_id, principal_id, task_id, workflow_step_id, tool_name, tenant_id,
+           provider_id, provider_endpoint, idempotency_header, canonical_args_sha256, arguments_json,
+           current_approval_id, current_policy_version, status, attempt, claimed_by, claimed_at,
+           provider_receipt, result_json, review_reason, created_at, updated_at
+    FROM @schema.operations WHERE operation_id = $1`,
+
+  historySelectByOperation: `
+    SELECT id, from_status, to_status, at, actor, reason, detail
+    FROM @schema.operation_history WHERE operation_id = $1 ORDER BY id`,
+
+  ledgerCountByStatus: `SELECT status, count(*)::bigint AS n FROM @schema.operations GROUP BY status`,
+
+  outboxOldestPending: `
+    SELECT extract(epoch FROM now() - min(o.created_at))::float8 AS oldest_s, count(*)::bigint AS depth
+    FROM @schema.outbox o`,
+} as const;

@@ -1,0 +1,186 @@
+/**
+ * `reserve`: turns "do this side effect" into one immutable, durable operation (seed 003, G001).
+ */
+import { randomUUID } from 'node:crypto';
+import type { Config, ToolRoute } from '../core/config.js';
+import { bindQueries, databaseUnavailable, isConnectionError, type Pool, type Queryable } from '../core/db.js';
+import { ActionLedgerError } from '../core/errors.js';
+import { canonicalArguments, sha256Hex } from '../core/json.js';
+import { TRUSTED_CONTEXT_FIELDS, type OperationStatus, type TrustedContext } from '../core/types.js';
+import type { EffectKeyer } from './effect-key.js';
+import { OutboxNotifier, outboxChannel } from './notifier.js';
+import { ledgerQueries } from './queries.js';
+
+export interface Reservation {
+  ok: true;
+  operation_id: string;
+  effect_key: string;
+  created: boolean;
+  status: OperationStatus;
+  provider_receipt: string | null;
+}
+
+export interface ReserveOptions {
+  /**
+   * The caller's own client, inside its own transaction: the ledger and outbox rows then commit or roll back
+   * with the caller's business write, and the dispatcher wake-up is delivered by PostgreSQL on that commit.
+   */
+  client?: Queryable;
+  /** Who is reserving, for the history row. Defaults to the principal. */
+  actor?: string;
+}
+
+const MAX_CONTEXT_FIELD = 256;
+
+type IdentityRow = {
+  operation_id: string;
+  effect_key: string;
+  status: OperationStatus;
+  tool_name: string;
+  tenant_id: string;
+  canonical_args_sha256: string;
+  provider_id: string;
+  provider_endpoint: string;
+  idempotency_header: string;
+  current_approval_id: string;
+  current_policy_version: string;
+  provider_receipt: string | null;
+};
+
+/** Checks the trusted context's shape; throws `invalid_context` naming every bad field. */
+export function checkTrustedContext(ctx: unknown): TrustedContext {
+  if (ctx === null || typeof ctx !== 'object') throw new ActionLedgerError('invalid_context', 'trusted context must be an object');
+  const bad: string[] = [];
+  for (const field of TRUSTED_CONTEXT_FIELDS) {
+    const v = (ctx as Record<string, unknown>)[field];
+    if (typeof v !== 'string' || v.length === 0 || v.length > MAX_CONTEXT_FIELD || !v.isWellFormed() || /[\u0000-\u001f\u007f]/.test(v)) {
+      bad.push(field);
+    }
+  }
+  if (bad.length > 0) {
+    throw new ActionLedgerError('invalid_context', `trusted context fields missing or malformed: ${bad.join(', ')}`, { details: { fields: bad } });
+  }
+  return ctx as TrustedContext;
+}
+
+export class Ledger {
+  readonly #config: Config;
+  readonly #pool: Pool;
+  readonly #keyer: EffectKeyer;
+  readonly #notifier: OutboxNotifier;
+  readonly #channel: string;
+  readonly q: Readonly<typeof ledgerQueries>;
+
+  constructor(config: Config, pool: Pool, keyer: EffectKeyer) {
+    this.#config = config;
+    this.#pool = pool;
+    this.#keyer = keyer;
+    this.#channel = outboxChannel(config.schema);
+    this.#notifier = new OutboxNotifier(pool, this.#channel);
+    this.q = bindQueries(ledgerQueries, config.schemaQuoted);
+  }
+
+  get keyer(): EffectKeyer {
+    return this.#keyer;
+  }
+
+  /** Resolves the server-owned route of `tool` for `tenant`; throws `route_not_approved`. */
+  resolveRoute(tool: string, tenant: string): ToolRoute {
+    const route = this.#config.tools.get(tool);
+    if (route === undefined || !route.allowedTenants.has(tenant)) {
+      // One message for both: a caller must not learn which tools exist for other tenants.
+      throw new ActionLedgerError('route_not_approved', `tool ${JSON.stringify(tool)} has no approved route for this tenant`);
+    }
+    return route;
+  }
+
+  /**
+   * Reserves the operation for the trusted context's workflow step.
+   *
+   * Guarantees: one operation and one outbox row per (principal, task, step), however many callers race;
+   * the same step again returns the same operation id, effect key and current status with `created: false`;
+   * a pending operation reserved again with a new approval id or policy version records them. Nothing is
+   * written when it throws.
+   *
+   * Throws `invalid_context`, `route_not_approved`, `invalid_arguments`, `operation_conflict` (same step,
+   * different tool / tenant / arguments / provider / endpoint), `database_unavailable`.
+   */
+  async reserve(context: TrustedContext, tool: string, args: unknown, options: ReserveOptions = {}): Promise<Reservation> {
+    const ctx = checkTrustedContext(context);
+    const route = this.resolveRoute(tool, ctx.tenant_id);
+    const canonical = canonicalArguments(args, this.#config.argumentBounds);
+    const argsSha256 = sha256Hex(canonical);
+    const operationId = randomUUID();
+    const effectKey = this.#keyer.derive(operationId);
+    const actor = options.actor ?? `principal:${ctx.principal_id}`;
+    const db: Queryable = options.client ?? this.#pool;
+    const params: unknown[] = [
+      operationId,
+      effectKey,
+      this.#keyer.activeKeyId,
+      ctx.principal_id,
+      ctx.task_id,
+      ctx.workflow_step_id,
+      tool,
+      ctx.tenant_id,
+      route.providerId,
+      route.endpoint,
+      route.idempotencyHeader,
+      argsSha256,
+      canonical,
+      ctx.approval_id,
+      ctx.policy_version,
+      actor,
+    ];
+    try {
+      const inserted =
+        options.client === undefined
+          ? await db.query<IdentityRow>(this.q.ledgerInsertReservation, params)
+          : await db.query<IdentityRow>(this.q.ledgerInsertReservationNotify, [...params, this.#channel]);
+      const row = inserted.rows[0];
+      if (row !== undefined) {
+        if (options.client === undefined) this.#notifier.poke();
+        return { ok: true, operation_id: row.operation_id, effect_key: row.effect_key, created: true, status: row.status, provider_receipt: null };
+      }
+      return await this.#replay(db, ctx, tool, route, argsSha256, actor);
+    } catch (err) {
+      if (err instanceof ActionLedgerError) throw err;
+      if (isConnectionError(err)) throw databaseUnavailable(err, 'reserve');
+      throw err;
+    }
+  }
+
+  async #replay(db: Queryable, ctx: TrustedContext, tool: string, route: ToolRoute, argsSha256: string, actor: string): Promise<Reservation> {
+    const { rows } = await db.query<IdentityRow>(this.q.ledgerSelectByIdentity, [ctx.principal_id, ctx.task_id, ctx.workflow_step_id]);
+    const row = rows[0];
+    if (row === undefined) throw new Error('reservation conflicted but its row is not visible');
+    const changed: string[] = [];
+    if (row.tool_name !== tool) changed.push('tool');
+    if (row.tenant_id !== ctx.tenant_id) changed.push('tenant');
+    if (row.canonical_args_sha256 !== argsSha256) changed.push('arguments');
+    if (row.provider_id !== route.providerId) changed.push('provider');
+    if (row.provider_endpoint !== route.endpoint) changed.push('endpoint');
+    if (row.idempotency_header !== route.idempotencyHeader) changed.push('idempotency_contract');
+    if (changed.length > 0) {
+      throw new ActionLedgerError('operation_conflict', `this workflow step was reserved with a different ${changed.join(', ')}`, {
+        details: { operation_id: row.operation_id, changed },
+      });
+    }
+    let status = row.status;
+    if (status === 'pending' && (row.current_approval_id !== ctx.approval_id || row.current_policy_version !== ctx.policy_version)) {
+      const upd = await db.query<{ status: OperationStatus }>(this.q.ledgerUpdateAuthorizationContext, [
+        row.operation_id,
+        ctx.approval_id,
+        ctx.policy_version,
+        actor,
+      ]);
+      // Not updated: the operation left `pending` in between; report where it is now.
+      status = upd.rows[0]?.status ?? (await db.query<{ status: OperationStatus }>(this.q.ledgerSelectStatus, [row.operation_id])).rows[0]?.status ?? status;
+    }
+    return { ok: true, operation_id: row.operation_id, effect_key: row.effect_key, created: false, status, provider_receipt: row.provider_receipt };
+  }
+
+  stop(): void {
+    this.#notifier.stop();
+  }
+}

@@ -1,0 +1,1 @@
+export { HttpServer, type HttpServerOptions } from './http.js';
