@@ -8,7 +8,7 @@
  * started itself.
  */
 import { randomBytes } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import pg from 'pg';
 import { SQLSTATE, sqlState } from './db.js';
@@ -95,6 +95,7 @@ export async function openEmbeddedDatabase(options: {
   const clusterDir = join(dataDir, 'pg');
   // 0711: the postgres user (as root, a separate one) must traverse it; the secret files inside are 0600.
   mkdirSync(dataDir, { recursive: true, mode: 0o711 });
+  chmodSync(dataDir, 0o711);
   const password = readOrCreateSecretFile(join(dataDir, 'pg-password'), () => randomBytes(18).toString('base64url'));
   const base = `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${options.port}`;
   const url = `${base}/${DATABASE}`;

@@ -1,0 +1,7 @@
+/** The library: `import { ... } from 'actionledger'`. */
+export { ActionLedgerError, ERROR_CODES, isActionLedgerError, toRefusal, type ErrorCode, type Refusal } from './core/errors.js';
+export { loadConfig, compileConfig, type Config, type ToolRoute } from './core/config.js';
+export { openRuntime, type Runtime } from './core/runtime.js';
+export { migrate, readMigrations } from './core/migrate.js';
+export { OPERATION_STATUSES, type OperationStatus, type TrustedContext } from './core/types.js';
+export { EffectKeyer, Ledger, ledgerStatus, showOperation, type Reservation, type ReserveOptions } from './ledger/index.js';

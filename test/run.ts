@@ -1,0 +1,80 @@
+/**
+ * `npm test`: one PostgreSQL for the whole run, a template database migrated once, then node-tap over the
+ * compiled test files. Each test file clones the template (`CREATE DATABASE ... TEMPLATE`), so files run in
+ * parallel without sharing rows (graphile-worker's arrangement).
+ *
+ * With DATABASE_URL set, that server is used (its role needs CREATEDB); otherwise an embedded PostgreSQL
+ * starts in a temporary folder and is removed afterwards.
+ */
+import { spawn } from 'node:child_process';
+import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pg from 'pg';
+import { migrate } from '../core/migrate.js';
+import { quoteSchemaName } from '../core/config.js';
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const port = (srv.address() as { port: number }).port;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+async function main(): Promise<number> {
+  let adminUrl = process.env.DATABASE_URL;
+  let stop = async (): Promise<void> => undefined;
+  if (adminUrl === undefined || adminUrl === '') {
+    const { openEmbeddedDatabase } = await import('../core/embedded.js');
+    const dir = mkdtempSync(join(tmpdir(), 'actionledger-test-'));
+    chmodSync(dir, 0o711); // the postgres user (as root, a separate one) must reach the cluster folder
+    const db = await openEmbeddedDatabase({ dataDir: dir, port: await freePort() });
+    adminUrl = db.url;
+    stop = async () => {
+      await db.stop();
+      rmSync(dir, { recursive: true, force: true });
+    };
+    process.stdout.write(`# embedded PostgreSQL in ${dir}\n`);
+  }
+  const template = `al_template_${process.pid}`;
+  const admin = new pg.Client({ connectionString: adminUrl });
+  await admin.connect();
+  const { rows } = await admin.query<{ v: string }>('SHOW server_version');
+  process.stdout.write(`# PostgreSQL ${rows[0]?.v ?? '?'}\n`);
+  await admin.query(`DROP DATABASE IF EXISTS ${template}`);
+  await admin.query(`CREATE DATABASE ${template}`);
+  const tplUrl = new URL(adminUrl);
+  tplUrl.pathname = `/${template}`;
+  const tpl = new pg.Client({ connectionString: tplUrl.toString() });
+  await tpl.connect();
+  await migrate(tpl, 'actionledger', quoteSchemaName('actionledger'));
+  await tpl.end();
+
+  const args = process.argv.slice(2);
+  const files = args.length > 0 ? args : ['dist/test/**/*.test.js'];
+  const code = await new Promise<number>((resolve) => {
+    const child = spawn(
+      process.execPath,
+      ['node_modules/tap/dist/esm/run.mjs', '--disable-coverage', '--jobs=2', '--timeout=300', '--reporter=base', ...files],
+      { stdio: 'inherit', env: { ...process.env, AL_TEST_ADMIN_URL: adminUrl, AL_TEST_TEMPLATE: template } },
+    );
+    child.on('exit', (c, signal) => resolve(c ?? (signal === null ? 1 : 128)));
+  });
+  await admin.query(`DROP DATABASE IF EXISTS ${template} WITH (FORCE)`).catch(() => undefined);
+  await admin.end();
+  await stop();
+  return code;
+}
+
+main().then(
+  (code) => process.exit(code),
+  (err: unknown) => {
+    process.stderr.write(`${(err as Error)?.stack ?? String(err)}\n`);
+    process.exit(1);
+  },
+);
