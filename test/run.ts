@@ -44,8 +44,8 @@ async function main(): Promise<number> {
   const template = `al_template_${process.pid}`;
   const admin = new pg.Client({ connectionString: adminUrl });
   await admin.connect();
-  const { rows } = await admin.query<{ v: string }>('SHOW server_version');
-  process.stdout.write(`# PostgreSQL ${rows[0]?.v ?? '?'}\n`);
+  const { rows } = await admin.query<{ server_version: string }>('SHOW server_version');
+  process.stdout.write(`# PostgreSQL ${rows[0]?.server_version ?? '?'}\n`);
   await admin.query(`DROP DATABASE IF EXISTS ${template}`);
   await admin.query(`CREATE DATABASE ${template}`);
   const tplUrl = new URL(adminUrl);
@@ -60,7 +60,7 @@ async function main(): Promise<number> {
   const code = await new Promise<number>((resolve) => {
     const child = spawn(
       process.execPath,
-      ['node_modules/tap/dist/esm/run.mjs', '--disable-coverage', '--jobs=2', '--timeout=300', '--reporter=base', ...files],
+      ['node_modules/tap/dist/esm/run.mjs', '--disable-coverage', '--jobs=2', '--timeout=300', `--reporter=${process.stdout.isTTY ? 'base' : 'terse'}`, ...files],
       { stdio: 'inherit', env: { ...process.env, AL_TEST_ADMIN_URL: adminUrl, AL_TEST_TEMPLATE: template } },
     );
     child.on('exit', (c, signal) => resolve(c ?? (signal === null ? 1 : 128)));

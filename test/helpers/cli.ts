@@ -1,0 +1,34 @@
+/** Runs the real `actionledger` command as a child process. */
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { dirname, join } from 'node:path';
+
+export const BIN = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'bin', 'actionledger.js');
+
+export interface CliResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+export function runCli(args: string[], env: NodeJS.ProcessEnv, options: { timeoutMs?: number } = {}): Promise<CliResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [BIN, ...args], { env: { PATH: process.env.PATH, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
+    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
+    const timer = setTimeout(() => child.kill('SIGKILL'), options.timeoutMs ?? 60_000);
+    child.on('error', reject);
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+/** The last JSON line a command printed on stdout. */
+export function lastJson(out: string): Record<string, unknown> {
+  const lines = out.trim().split('\n').filter((l) => l.startsWith('{'));
+  return JSON.parse(lines[lines.length - 1] ?? 'null') as Record<string, unknown>;
+}
