@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 /** The `actionledger` command. Each subcommand has `--help`. */
 import { migrateCommand, reserveCommand, showCommand, statusCommand } from './commands/ledger.js';
-import { startCommand } from './commands/start.js';
+import { dispatcherCommand, startCommand } from './commands/start.js';
+import { profileCommand } from './commands/profile.js';
 import type { Command } from './cli-util.js';
 
 const commands: Record<string, Command> = {
@@ -10,6 +11,8 @@ const commands: Record<string, Command> = {
   status: statusCommand,
   reserve: reserveCommand,
   show: showCommand,
+  dispatcher: dispatcherCommand,
+  profile: profileCommand,
 };
 
 function help(): string {

@@ -55,6 +55,41 @@ export const configSchema = {
         max_depth: { type: 'integer', minimum: 1, maximum: 256, default: 16 },
       },
     },
+    dispatcher: {
+      type: 'object',
+      additionalProperties: false,
+      default: {},
+      properties: {
+        workers: { type: 'integer', minimum: 1, maximum: 64, default: 2 },
+        concurrency: { type: 'integer', minimum: 1, maximum: 1024, default: 16 },
+        batch_size: { type: 'integer', minimum: 1, maximum: 1000, default: 32 },
+        poll_interval_ms: { type: 'integer', minimum: 10, maximum: 60000, default: 500 },
+        heartbeat_interval_ms: { type: 'integer', minimum: 100, maximum: 60000, default: 2000 },
+        shutdown_deadline_ms: { type: 'integer', minimum: 0, maximum: 600000, default: 15000 },
+        profile: {
+          type: 'object',
+          additionalProperties: false,
+          required: ['path', 'signature_path', 'public_key_path'],
+          properties: { path: { type: 'string' }, signature_path: { type: 'string' }, public_key_path: { type: 'string' } },
+        },
+        tls: {
+          type: 'object',
+          additionalProperties: false,
+          required: ['ca_file', 'cert_file', 'key_file'],
+          properties: { ca_file: { type: 'string' }, cert_file: { type: 'string' }, key_file: { type: 'string' } },
+        },
+      },
+    },
+    sandbox: {
+      type: 'object',
+      additionalProperties: false,
+      default: {},
+      properties: {
+        enabled: { type: 'boolean', default: false },
+        provider_port: { type: 'integer', minimum: 1, maximum: 65535, default: 7443 },
+        authorizer_port: { type: 'integer', minimum: 1, maximum: 65535, default: 7444 },
+      },
+    },
     tools: {
       type: 'object',
       propertyNames: { pattern: '^[a-z][a-z0-9_]{0,63}$' },

@@ -35,7 +35,21 @@ export interface Config {
   readonly effectKeys: { readonly active: string; readonly keys: Readonly<Record<string, { readonly secretEnv: string }>> };
   readonly argumentBounds: JsonBounds;
   readonly tools: ReadonlyMap<string, ToolRoute>;
+  readonly dispatcher: DispatcherConfig;
+  readonly sandbox: { readonly enabled: boolean; readonly providerPort: number; readonly authorizerPort: number };
   readonly logLevel: string;
+}
+
+export interface DispatcherConfig {
+  readonly workers: number;
+  readonly concurrency: number;
+  readonly batchSize: number;
+  readonly pollIntervalMs: number;
+  readonly heartbeatIntervalMs: number;
+  readonly shutdownDeadlineMs: number;
+  /** Absolute paths; with the sandbox enabled they default to files it generates in the data folder. */
+  readonly profile: { readonly path: string; readonly signaturePath: string; readonly publicKeyPath: string } | null;
+  readonly tls: { readonly caFile: string; readonly certFile: string; readonly keyFile: string } | null;
 }
 
 const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
@@ -87,6 +101,17 @@ type RawConfig = {
   effect_keys: { active: string; keys: Record<string, { secret_env: string }> };
   arguments: { max_bytes: number; max_depth: number };
   tools: Record<string, RawTool>;
+  dispatcher: {
+    workers: number;
+    concurrency: number;
+    batch_size: number;
+    poll_interval_ms: number;
+    heartbeat_interval_ms: number;
+    shutdown_deadline_ms: number;
+    profile?: { path: string; signature_path: string; public_key_path: string };
+    tls?: { ca_file: string; cert_file: string; key_file: string };
+  };
+  sandbox: { enabled: boolean; provider_port: number; authorizer_port: number };
 };
 
 /** Compiles an already-parsed configuration object; see {@link loadConfig}. */
@@ -140,6 +165,21 @@ export function compileConfig(
   const url = env[cfg.database.url_env];
   if (problems.length > 0) throw configInvalid(problems);
 
+  const cwd = options.cwd ?? process.cwd();
+  const dataDir = resolve(cwd, env.ACTIONLEDGER_DATA_DIR ?? '.actionledger');
+  const sandboxDir = resolve(dataDir, 'sandbox');
+  const d = cfg.dispatcher;
+  const profile = d.profile !== undefined
+    ? { path: resolve(cwd, d.profile.path), signaturePath: resolve(cwd, d.profile.signature_path), publicKeyPath: resolve(cwd, d.profile.public_key_path) }
+    : cfg.sandbox.enabled
+      ? { path: resolve(sandboxDir, 'dispatch-profile.json'), signaturePath: resolve(sandboxDir, 'dispatch-profile.sig'), publicKeyPath: resolve(sandboxDir, 'profile-signing.pub') }
+      : null;
+  const tls = d.tls !== undefined
+    ? { caFile: resolve(cwd, d.tls.ca_file), certFile: resolve(cwd, d.tls.cert_file), keyFile: resolve(cwd, d.tls.key_file) }
+    : cfg.sandbox.enabled
+      ? { caFile: resolve(sandboxDir, 'pki', 'ca.crt'), certFile: resolve(sandboxDir, 'pki', 'client.crt'), keyFile: resolve(sandboxDir, 'pki', 'client.key') }
+      : null;
+
   const keys: Record<string, { secretEnv: string }> = {};
   for (const [id, k] of Object.entries(cfg.effect_keys.keys)) keys[id] = Object.freeze({ secretEnv: k.secret_env });
 
@@ -154,10 +194,21 @@ export function compileConfig(
       statementTimeoutMs: cfg.database.statement_timeout_ms,
       embeddedPort: cfg.database.embedded_port,
     }),
-    dataDir: resolve(options.cwd ?? process.cwd(), env.ACTIONLEDGER_DATA_DIR ?? '.actionledger'),
+    dataDir,
     effectKeys: Object.freeze({ active: cfg.effect_keys.active, keys: Object.freeze(keys) }),
     argumentBounds: Object.freeze({ maxBytes: cfg.arguments.max_bytes, maxDepth: cfg.arguments.max_depth }),
     tools,
+    dispatcher: Object.freeze({
+      workers: d.workers,
+      concurrency: d.concurrency,
+      batchSize: d.batch_size,
+      pollIntervalMs: d.poll_interval_ms,
+      heartbeatIntervalMs: d.heartbeat_interval_ms,
+      shutdownDeadlineMs: d.shutdown_deadline_ms,
+      profile: profile === null ? null : Object.freeze(profile),
+      tls: tls === null ? null : Object.freeze(tls),
+    }),
+    sandbox: Object.freeze({ enabled: cfg.sandbox.enabled, providerPort: cfg.sandbox.provider_port, authorizerPort: cfg.sandbox.authorizer_port }),
     logLevel: env.LOG_LEVEL ?? 'info',
   });
 }

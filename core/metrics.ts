@@ -13,29 +13,34 @@ export class Metrics {
   readonly outboxDepth: Gauge;
   readonly oldestPendingAge: Gauge;
 
-  constructor(options: { defaultMetrics?: boolean } = {}) {
+  /**
+   * `ledger: false` (dispatcher workers) registers no ledger-wide metrics: in the fleet only the parent
+   * exposes those, so the aggregated exposition never holds one name twice.
+   */
+  constructor(options: { defaultMetrics?: boolean; ledger?: boolean } = {}) {
     if (options.defaultMetrics !== false) collectDefaultMetrics({ register: this.registry, prefix: 'actionledger_process_' });
+    const registers = options.ledger === false ? [] : [this.registry];
     this.reservations = new Counter({
       name: 'actionledger_reservations_total',
       help: 'Reservations by tool and outcome (created, replayed, or the refusal code).',
       labelNames: ['tool', 'outcome'],
-      registers: [this.registry],
+      registers,
     });
     this.operations = new Gauge({
       name: 'actionledger_operations',
       help: 'Operations in the ledger by state, read at scrape time.',
       labelNames: ['status'],
-      registers: [this.registry],
+      registers,
     });
     this.outboxDepth = new Gauge({
       name: 'actionledger_outbox_depth',
       help: 'Dispatch attempts waiting in the outbox, read at scrape time.',
-      registers: [this.registry],
+      registers,
     });
     this.oldestPendingAge = new Gauge({
       name: 'actionledger_outbox_oldest_age_seconds',
       help: 'Age of the oldest waiting dispatch attempt, read at scrape time (0 when none waits).',
-      registers: [this.registry],
+      registers,
     });
   }
 }

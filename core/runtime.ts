@@ -10,6 +10,8 @@ import { createLogger, type Logger } from './log.js';
 import { Metrics } from './metrics.js';
 import { migrate, type MigrateResult } from './migrate.js';
 
+const NO_KEYS: EffectKeySecrets = Object.freeze({ active: '', secrets: new Map() });
+
 export interface Runtime {
   readonly config: Config;
   readonly log: Logger;
@@ -29,19 +31,24 @@ export interface OpenOptions {
   migrate?: boolean;
   logDestination?: Parameters<typeof createLogger>[0]['destination'];
   defaultMetrics?: boolean;
+  /** False for dispatcher workers: no ledger-wide metrics (see Metrics). */
+  ledgerMetrics?: boolean;
+  /** False for processes that never mint effect keys (dispatcher workers): no secrets are read. */
+  effectKeys?: boolean;
+  /** A database URL handed down by the fleet's parent, overriding the configuration's. */
+  databaseUrl?: string;
 }
 
 export async function openRuntime(options: OpenOptions): Promise<Runtime> {
   const env = options.env ?? process.env;
   const config = options.config ?? loadConfig(env);
   const log = createLogger({ level: config.logLevel, name: options.name, destination: options.logDestination });
-  const isEmbedded = config.databaseUrl === null;
+  let url = options.databaseUrl ?? config.databaseUrl;
+  const isEmbedded = url === null;
+  const wantKeys = options.effectKeys !== false;
   // Secrets before the database: a misconfigured production start must fail before it touches anything.
-  const effectKeys = isEmbedded
-    ? null
-    : resolveEffectKeySecrets(config, env, { embedded: false });
+  const effectKeys = !wantKeys ? NO_KEYS : isEmbedded ? null : resolveEffectKeySecrets(config, env, { embedded: false });
   let embedded: EmbeddedDatabase | null = null;
-  let url = config.databaseUrl;
   if (url === null) {
     const { openEmbeddedDatabase } = await import('./embedded.js');
     embedded = await openEmbeddedDatabase({
@@ -83,5 +90,5 @@ export async function openRuntime(options: OpenOptions): Promise<Runtime> {
     await close();
     throw err;
   }
-  return { config, log, metrics: new Metrics({ defaultMetrics: options.defaultMetrics }), pool, databaseUrl: url, embedded, effectKeys: keys, close };
+  return { config, log, metrics: new Metrics({ defaultMetrics: options.defaultMetrics, ledger: options.ledgerMetrics }), pool, databaseUrl: url, embedded, effectKeys: keys, close };
 }

@@ -1,24 +1,97 @@
-/** `start`: the service (database, migrations, HTTP health and metrics). */
-import { openRuntime } from '../../core/runtime.js';
+/**
+ * `start`: the fleet. The parent opens the database (embedded or configured), migrates, runs the sandbox when
+ * enabled, serves /healthz and /metrics (aggregated across workers with prom-client's AggregatorRegistry),
+ * and forks N dispatcher workers with node:cluster. SIGTERM: the workers stop claiming, finish in-flight
+ * dispatches up to the deadline and exit 0; then the parent stops.
+ *
+ * `dispatcher`: one worker process on its own (for running workers under another supervisor).
+ */
+import cluster, { type Worker } from 'node:cluster';
+import { parseArgs } from 'node:util';
+import { AggregatorRegistry } from 'prom-client';
+import { openRuntime, type Runtime } from '../../core/runtime.js';
+import { OPERATION_STATUSES } from '../../core/types.js';
+import { openDispatcher } from '../../dispatcher/index.js';
 import { EffectKeyer, Ledger, ledgerStatus } from '../../ledger/index.js';
 import { HttpServer } from '../../server/index.js';
-import { OPERATION_STATUSES } from '../../core/types.js';
-import { printRefusal, type Command } from '../cli-util.js';
+import { printRefusal, usageError, type Command } from '../cli-util.js';
+
+function waitForSignal(): Promise<string> {
+  return new Promise((resolve) => {
+    process.once('SIGTERM', () => resolve('SIGTERM'));
+    process.once('SIGINT', () => resolve('SIGINT'));
+  });
+}
+
+/** Runs one dispatcher in this process until SIGTERM / SIGINT (or an IPC "stop" from the fleet parent). */
+async function runWorker(env: NodeJS.ProcessEnv, concurrency: number | undefined): Promise<number> {
+  let rt: Runtime;
+  try {
+    rt = await openRuntime({ name: 'dispatcher', effectKeys: false, ledgerMetrics: false, ...(env.ACTIONLEDGER_WORKER_DATABASE_URL === undefined ? {} : { databaseUrl: env.ACTIONLEDGER_WORKER_DATABASE_URL }) });
+  } catch (err) {
+    return printRefusal(err);
+  }
+  try {
+    const dispatcher = await openDispatcher(rt, env, concurrency === undefined ? {} : { concurrency });
+    if (cluster.isWorker) {
+      // The constructor installs the IPC listener that answers the parent's metrics requests.
+      new AggregatorRegistry();
+      AggregatorRegistry.setRegistries([rt.metrics.registry]);
+    }
+    await dispatcher.start();
+    rt.log.info({ concurrency: concurrency ?? rt.config.dispatcher.concurrency }, 'dispatcher running');
+    const signal = await waitForSignal();
+    rt.log.info({ signal, in_flight: dispatcher.inFlight }, 'dispatcher stopping');
+    await dispatcher.stop(rt.config.dispatcher.shutdownDeadlineMs);
+    return 0;
+  } catch (err) {
+    return printRefusal(err);
+  } finally {
+    await rt.close();
+  }
+}
+
+export const dispatcherCommand: Command = {
+  summary: 'run one dispatcher worker process',
+  usage: 'actionledger dispatcher [--concurrency N]',
+  async run(argv) {
+    const { values } = parseArgs({ args: argv, options: { concurrency: { type: 'string' } } });
+    const n = values.concurrency === undefined ? undefined : Number(values.concurrency);
+    if (n !== undefined && (!Number.isInteger(n) || n < 1)) return usageError('dispatcher', '--concurrency must be a positive integer', this.usage);
+    return runWorker(process.env, n);
+  },
+};
 
 export const startCommand: Command = {
-  summary: 'run the service: embedded or configured PostgreSQL, migrations, /healthz and /metrics',
-  usage: 'actionledger start',
-  async run() {
-    let rt;
+  summary: 'run the service: database, migrations, sandbox (dev), N dispatcher workers, /healthz and /metrics',
+  usage: 'actionledger start [--workers N] [--concurrency N]',
+  async run(argv) {
+    const { values } = parseArgs({ args: argv, options: { workers: { type: 'string' }, concurrency: { type: 'string' } } });
+    const concurrency = values.concurrency === undefined ? undefined : Number(values.concurrency);
+    if (cluster.isWorker) return runWorker(process.env, concurrency);
+    let rt: Runtime;
     try {
-      rt = await openRuntime({ name: 'service', migrate: true });
+      rt = await openRuntime({ name: 'service', migrate: true, defaultMetrics: false });
     } catch (err) {
       return printRefusal(err);
     }
     const runtime = rt;
+    const workers = values.workers === undefined ? runtime.config.dispatcher.workers : Number(values.workers);
+    if (!Number.isInteger(workers) || workers < 0) return usageError('start', '--workers must be a non-negative integer', this.usage);
     const ledger = new Ledger(runtime.config, runtime.pool, new EffectKeyer(runtime.effectKeys));
+    let sandbox: { env: Record<string, string>; stop(): Promise<void> } | undefined;
+    if (runtime.config.sandbox.enabled) {
+      const { startDevSandbox } = await import('../../sandbox/dev.js');
+      sandbox = await startDevSandbox(runtime.config, process.env, runtime.log);
+    }
+    const aggregator = new AggregatorRegistry();
     const http = new HttpServer({
       runtime,
+      metrics: async () => {
+        const own = await runtime.metrics.registry.metrics();
+        const fleet = workers > 0 ? await aggregator.clusterMetrics() : '';
+        return { contentType: runtime.metrics.registry.contentType, body: `${own}\n${fleet}` };
+      },
       beforeScrape: async () => {
         const s = await ledgerStatus(runtime.pool, ledger.q);
         for (const st of OPERATION_STATUSES) runtime.metrics.operations.set({ status: st }, s.by_status[st]);
@@ -27,17 +100,36 @@ export const startCommand: Command = {
       },
     });
     const addr = await http.start();
-    runtime.log.info({ host: addr.address, port: addr.port }, 'actionledger listening');
-    await new Promise<void>((resolve) => {
-      const stop = (signal: string): void => {
-        runtime.log.info({ signal }, 'stopping');
-        resolve();
-      };
-      process.once('SIGTERM', () => stop('SIGTERM'));
-      process.once('SIGINT', () => stop('SIGINT'));
-    });
+    const children = new Set<Worker>();
+    let stopping = false;
+    const fork = (): void => {
+      const w = cluster.fork({ ...sandbox?.env, ACTIONLEDGER_WORKER_DATABASE_URL: runtime.databaseUrl });
+      children.add(w);
+      w.on('exit', (code, signal) => {
+        children.delete(w);
+        if (stopping) return;
+        runtime.log.error({ worker_pid: w.process.pid, code, signal }, 'dispatcher worker exited; starting another');
+        setTimeout(fork, 1000).unref();
+      });
+    };
+    for (let i = 0; i < workers; i++) fork();
+    runtime.log.info({ host: addr.address, port: addr.port, workers }, 'actionledger listening');
+
+    const signal = await waitForSignal();
+    stopping = true;
+    runtime.log.info({ signal }, 'stopping: workers finish in-flight dispatches');
+    await Promise.all(
+      [...children].map(
+        (w) =>
+          new Promise<void>((resolve) => {
+            w.once('exit', () => resolve());
+            w.process.kill('SIGTERM');
+          }),
+      ),
+    );
     await http.stop();
     ledger.stop();
+    await sandbox?.stop();
     await runtime.close();
     return 0;
   },

@@ -1,0 +1,289 @@
+/**
+ * One dispatcher worker: claims only as many operations as it has free slots and carries each through
+ * route check -> fresh authorization -> evidence -> final check under the row lock -> one provider call ->
+ * fenced outcome.
+ *
+ * Loop states (graphile-worker style):
+ *   idle      - no free slot, or the last claim found nothing; woken by NOTIFY, a finished slot, or the poll timer
+ *   claiming  - one claim statement in flight for `free slots` (capped at batchSize) operations
+ *   stopping  - no more claims; in-flight operations finish (up to the deadline) and record their outcomes
+ *   stopped   - LISTEN connection closed, heartbeat marked stopped
+ * An `executing` row is never re-claimed because of its age: a worker that dies leaves it for the reconciler.
+ */
+import { hostname } from 'node:os';
+import type { Agent } from 'undici';
+import type { Config, ToolRoute } from '../core/config.js';
+import { bindQueries, isConnectionError, withTransaction, type Pool, type PoolClient } from '../core/db.js';
+import { ActionLedgerError, isActionLedgerError, type ErrorCode } from '../core/errors.js';
+import { canonicalJson, sha256Hex, type JsonValue } from '../core/json.js';
+import type { Logger } from '../core/log.js';
+import type { Secret } from '../core/secret.js';
+import { authorizationRequest, checkWindows, fetchAuthorization, type AuthorizationDecision } from './authorize.js';
+import type { CrashPoints } from './crash-points.js';
+import { callProvider, classify, type Outcome } from './executor.js';
+import { gate, runGated } from './gate-scope.js';
+import type { DispatchMetrics } from './metrics.js';
+import type { DispatchProfile } from './profile.js';
+import { dispatcherQueries } from './queries.js';
+import type { ClaimedOperation, DispatchStage } from './types.js';
+
+export interface DispatcherOptions {
+  config: Config;
+  pool: Pool;
+  log: Logger;
+  metrics: DispatchMetrics;
+  profile: DispatchProfile;
+  authorizerAgent: Agent;
+  providerAgent: Agent;
+  /** Provider credentials by tool name, resolved from the environment at start. */
+  credentials: ReadonlyMap<string, Secret>;
+  crash: CrashPoints;
+  workerId: string;
+  concurrency: number;
+  batchSize: number;
+  pollIntervalMs: number;
+  heartbeatIntervalMs: number;
+}
+
+export class Dispatcher {
+  readonly #o: DispatcherOptions;
+  readonly #q: Readonly<typeof dispatcherQueries>;
+  readonly #inFlight = new Set<Promise<void>>();
+  readonly #channel: string;
+  readonly #gatedCall: typeof callProvider;
+  #state: 'new' | 'running' | 'stopping' | 'stopped' = 'new';
+  #claiming = false;
+  #wakeAgain = false;
+  #listener: PoolClient | undefined;
+  #poll: NodeJS.Timeout | undefined;
+  #heartbeat: NodeJS.Timeout | undefined;
+
+  constructor(options: DispatcherOptions) {
+    this.#o = options;
+    this.#q = bindQueries(dispatcherQueries, options.config.schemaQuoted);
+    this.#channel = `${options.config.schema}_outbox`;
+    this.#gatedCall = gate(callProvider, () => options.metrics.ungated.inc());
+  }
+
+  get inFlight(): number {
+    return this.#inFlight.size;
+  }
+
+  async start(): Promise<void> {
+    if (this.#state !== 'new') return;
+    this.#state = 'running';
+    await this.#o.pool.query(this.#q.workerUpsert, [this.#o.workerId, process.pid, hostname()]);
+    this.#heartbeat = setInterval(() => {
+      this.#o.pool.query(this.#q.workerHeartbeat, [this.#o.workerId]).catch((err: unknown) => this.#o.log.warn({ err }, 'heartbeat failed'));
+    }, this.#o.heartbeatIntervalMs);
+    await this.#listen();
+    this.#poll = setInterval(() => this.wake(), this.#o.pollIntervalMs);
+    this.wake();
+  }
+
+  /** Stops claiming, lets in-flight operations finish until `deadlineMs`, then marks the worker stopped. */
+  async stop(deadlineMs = 15_000): Promise<void> {
+    if (this.#state === 'new' || this.#state === 'stopped') {
+      this.#state = 'stopped';
+      return;
+    }
+    if (this.#state === 'stopping') return;
+    this.#state = 'stopping';
+    clearInterval(this.#poll);
+    clearInterval(this.#heartbeat);
+    const drained = Promise.all([...this.#inFlight]).then(() => true);
+    const timeout = new Promise<boolean>((r) => setTimeout(() => r(false), deadlineMs).unref());
+    const clean = await Promise.race([drained, timeout]);
+    if (!clean) this.#o.log.warn({ in_flight: this.#inFlight.size }, 'stop deadline passed with operations in flight; they stay executing for the reconciler');
+    this.#listener?.release();
+    this.#listener = undefined;
+    await this.#o.pool.query(this.#q.workerStopped, [this.#o.workerId]).catch(() => undefined);
+    this.#state = 'stopped';
+  }
+
+  async #listen(): Promise<void> {
+    try {
+      const client = await this.#o.pool.connect();
+      client.on('notification', () => this.wake());
+      client.on('error', (err) => {
+        this.#o.log.warn({ err }, 'LISTEN connection lost; polling until it is back');
+        if (this.#listener === client) this.#listener = undefined;
+        client.release(err);
+        if (this.#state === 'running') setTimeout(() => void this.#listen(), 1000).unref();
+      });
+      await client.query(`LISTEN "${this.#channel}"`);
+      this.#listener = client;
+    } catch (err) {
+      this.#o.log.warn({ err }, 'LISTEN failed; polling');
+      if (this.#state === 'running') setTimeout(() => void this.#listen(), 1000).unref();
+    }
+  }
+
+  /** Asks the producer to claim if it has free slots; safe to call any time, from anywhere. */
+  wake(): void {
+    if (this.#state !== 'running') return;
+    if (this.#claiming) {
+      this.#wakeAgain = true;
+      return;
+    }
+    void this.#claim();
+  }
+
+  async #claim(): Promise<void> {
+    this.#claiming = true;
+    try {
+      for (;;) {
+        this.#wakeAgain = false;
+        const free = this.#o.concurrency - this.#inFlight.size;
+        if (free <= 0 || this.#state !== 'running') break;
+        const limit = Math.min(free, this.#o.batchSize);
+        const { rows } = await this.#o.pool.query<ClaimedOperation>(this.#q.outboxClaimBatch, [limit, this.#o.workerId]);
+        if (rows.length > 0) {
+          this.#o.metrics.claims.inc(rows.length);
+          this.#o.metrics.claimBatches.inc();
+        }
+        for (const op of rows) this.#track(op);
+        if (rows.length < limit && !this.#wakeAgain) break;
+      }
+    } catch (err) {
+      this.#o.log.warn({ err }, 'claim failed; retrying on the next wake-up');
+    } finally {
+      this.#claiming = false;
+    }
+  }
+
+  #track(op: ClaimedOperation): void {
+    this.#o.metrics.inFlight.inc();
+    const p = this.#process(op)
+      .catch((err: unknown) => this.#o.log.error({ err, operation_id: op.operation_id }, 'dispatch failed unexpectedly; the operation stays executing for the reconciler'))
+      .finally(() => {
+        this.#inFlight.delete(p);
+        this.#o.metrics.inFlight.dec();
+        this.wake();
+      });
+    this.#inFlight.add(p);
+  }
+
+  async #process(op: ClaimedOperation): Promise<void> {
+    const { crash } = this.#o;
+    crash.reach('after_claim');
+    const route = this.#o.config.tools.get(op.tool_name);
+    if (route === undefined || route.providerId !== op.provider_id || route.endpoint !== op.provider_endpoint || route.idempotencyHeader !== op.idempotency_header || !route.allowedTenants.has(op.tenant_id)) {
+      return this.#refuse(op, 'route', 'route_changed');
+    }
+    if (sha256Hex(canonicalJson(op.arguments_json as JsonValue)) !== op.canonical_args_sha256) return this.#refuse(op, 'arguments', 'args_hash_mismatch');
+    const credential = route.credentialEnv === null ? null : (this.#o.credentials.get(op.tool_name) ?? null);
+    if (route.credentialEnv !== null && credential === null) return this.#refuse(op, 'credential', 'credential_missing');
+
+    let decision: AuthorizationDecision;
+    const endAuth = this.#o.metrics.authorizationSeconds.startTimer();
+    try {
+      decision = await fetchAuthorization(this.#o.authorizerAgent, this.#o.profile, authorizationRequest(op));
+      this.#o.metrics.authorizations.inc({ result: 'allow' });
+    } catch (err) {
+      const code = isActionLedgerError(err) ? err.code : 'authorization_unavailable';
+      this.#o.metrics.authorizations.inc({ result: code });
+      return this.#refuse(op, 'authorization', code, err);
+    } finally {
+      endAuth();
+    }
+    crash.reach('after_authorization_request');
+
+    try {
+      await this.#recordEvidence(op, decision);
+    } catch (err) {
+      if (isActionLedgerError(err, 'claim_lost')) return this.#lost(op, 'evidence');
+      if (isActionLedgerError(err)) return this.#refuse(op, 'evidence', err.code, err);
+      throw err;
+    }
+    crash.reach('after_evidence_commit');
+    await this.#dispatchLocked(op, route, credential);
+  }
+
+  /** Records the decision, judging its windows by the database clock, only while this claim is current. */
+  async #recordEvidence(op: ClaimedOperation, d: AuthorizationDecision): Promise<void> {
+    await withTransaction(this.#o.pool, async (c) => {
+      const { rows } = await c.query<{ db_now: Date; current_approval_id: string; current_policy_version: string }>(this.#q.operationLockClaimed, [op.operation_id, op.claim_token]);
+      const row = rows[0];
+      if (row === undefined) throw new ActionLedgerError('claim_lost', 'claim is no longer current');
+      if (row.current_approval_id !== op.current_approval_id || row.current_policy_version !== op.current_policy_version) {
+        throw new ActionLedgerError('authorization_stale', 'approval or policy version changed after the decision was requested');
+      }
+      checkWindows(d.authorizedAt, d.expiresAt, row.db_now, this.#o.profile);
+      await c.query(this.#q.evidenceInsert, [op.operation_id, op.attempt, op.claim_token, op.current_approval_id, op.current_policy_version, op.canonical_args_sha256, d.decisionSha256, d.authorizedAt, d.expiresAt]);
+    });
+  }
+
+  /**
+   * The final check and the provider call inside one transaction that holds the operation's row lock until
+   * the outcome commits: a revocation either committed before the check (nothing is sent) or waits.
+   */
+  async #dispatchLocked(op: ClaimedOperation, route: ToolRoute, credential: Secret | null): Promise<void> {
+    const client = await this.#o.pool.connect();
+    let broken: Error | undefined;
+    let outcome: Outcome | undefined;
+    try {
+      await client.query('BEGIN');
+      const { rows } = await client.query<{ fresh: boolean; young: boolean }>(this.#q.operationLockForDispatch, [op.operation_id, op.claim_token, this.#o.profile.maximumAuthorizationAgeMs + this.#o.profile.maximumClockSkewMs]);
+      const check = rows[0];
+      if (check === undefined || !check.fresh || !check.young) {
+        await client.query('ROLLBACK');
+        const { rows: now } = await this.#o.pool.query<{ status: string; claim_token: string }>(this.#q.operationSelectClaim, [op.operation_id]);
+        if (now[0]?.status !== 'executing' || now[0]?.claim_token !== op.claim_token) return this.#lost(op, 'final_check');
+        return this.#refuse(op, 'final_check', 'authorization_stale');
+      }
+      const endProvider = this.#o.metrics.providerSeconds.startTimer({ provider: op.provider_id });
+      const http = await runGated(() => {
+        const call = this.#gatedCall(this.#o.providerAgent, this.#o.profile, op, credential);
+        setTimeout(() => this.#o.crash.reach('after_provider_request_sent'), 2).unref();
+        return call;
+      }, op.operation_id);
+      endProvider();
+      this.#o.crash.reach('after_response_before_outcome');
+      outcome = classify(http, route);
+      await client.query(this.#q.operationComplete, [op.operation_id, op.claim_token, outcome.status, outcome.receipt, JSON.stringify(outcome.result), reviewReason(outcome), this.#o.workerId, outcome.reason]);
+      await client.query('COMMIT');
+    } catch (err) {
+      if (isConnectionError(err)) broken = err as Error;
+      await client.query('ROLLBACK').catch(() => undefined);
+      if (outcome === undefined) throw err;
+    } finally {
+      client.release(broken);
+    }
+    if (broken !== undefined && outcome !== undefined) {
+      // The COMMIT's fate is unknown: re-read and write again, fenced on the claim (a no-op if it landed).
+      await this.#complete(op, outcome.status, outcome.receipt, outcome.result, reviewReason(outcome), outcome.reason);
+    }
+    this.#o.metrics.outcomes.inc({ tool: op.tool_name, provider: op.provider_id, outcome: outcome?.status ?? 'unknown' });
+    this.#o.log.info({ operation_id: op.operation_id, tool: op.tool_name, tenant: op.tenant_id, outcome: outcome?.status, code: outcome?.code ?? undefined }, 'dispatched');
+    this.#o.crash.reach('after_outcome_commit');
+  }
+
+  async #refuse(op: ClaimedOperation, stage: DispatchStage, code: ErrorCode, err?: unknown): Promise<void> {
+    this.#o.metrics.refusals.inc({ stage, code });
+    const details = isActionLedgerError(err) && err.details !== undefined ? err.details : {};
+    const wrote = await this.#complete(op, 'needs_review', null, { stage, code, ...(details as Record<string, JsonValue>) }, `${stage}:${code}`, `predispatch_refused:${stage}:${code}`);
+    this.#o.log.warn({ operation_id: op.operation_id, tool: op.tool_name, tenant: op.tenant_id, stage, code, wrote }, 'pre-dispatch refusal; provider not called');
+  }
+
+  #lost(op: ClaimedOperation, stage: DispatchStage): void {
+    this.#o.log.warn({ operation_id: op.operation_id, stage }, 'claim lost; nothing sent by this worker');
+  }
+
+  /** A fenced outcome write with its own retry on a broken connection; returns whether it changed the row. */
+  async #complete(op: ClaimedOperation, status: Outcome['status'], receipt: string | null, result: Record<string, JsonValue>, review: string | null, reason: string): Promise<boolean> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const { rows } = await this.#o.pool.query<{ n: number }>(this.#q.operationComplete, [op.operation_id, op.claim_token, status, receipt, JSON.stringify(result), review, this.#o.workerId, reason]);
+        return (rows[0]?.n ?? 0) === 1;
+      } catch (err) {
+        if (!isConnectionError(err) || attempt >= 20) throw err;
+        await new Promise((r) => setTimeout(r, Math.min(5000, 100 * 2 ** attempt)));
+      }
+    }
+  }
+}
+
+function reviewReason(o: Outcome): string | null {
+  return o.status === 'needs_review' ? o.reason : null;
+}

@@ -1,0 +1,57 @@
+/** The dispatcher's Prometheus metrics, registered on the process registry. */
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+
+export class DispatchMetrics {
+  readonly claims: Counter;
+  readonly claimBatches: Counter;
+  readonly outcomes: Counter<'tool' | 'provider' | 'outcome'>;
+  readonly refusals: Counter<'stage' | 'code'>;
+  readonly authorizations: Counter<'result'>;
+  readonly authorizationSeconds: Histogram;
+  readonly providerSeconds: Histogram<'provider'>;
+  readonly inFlight: Gauge;
+  readonly ungated: Counter;
+
+  constructor(registry: Registry) {
+    const registers = [registry];
+    this.claims = new Counter({ name: 'actionledger_claims_total', help: 'Operations claimed by this worker.', registers });
+    this.claimBatches = new Counter({ name: 'actionledger_claim_batches_total', help: 'Claim statements that returned at least one operation.', registers });
+    this.outcomes = new Counter({
+      name: 'actionledger_dispatch_outcomes_total',
+      help: 'Dispatch outcomes by tool, provider and outcome (succeeded, unknown, needs_review, failed).',
+      labelNames: ['tool', 'provider', 'outcome'],
+      registers,
+    });
+    this.refusals = new Counter({
+      name: 'actionledger_predispatch_refusals_total',
+      help: 'Operations sent to review before the provider was called, by stage and error code.',
+      labelNames: ['stage', 'code'],
+      registers,
+    });
+    this.authorizations = new Counter({
+      name: 'actionledger_authorization_decisions_total',
+      help: 'Fresh authorization decisions by result (allow, or the refusal code).',
+      labelNames: ['result'],
+      registers,
+    });
+    this.authorizationSeconds = new Histogram({
+      name: 'actionledger_authorization_duration_seconds',
+      help: 'Time to obtain and check a fresh authorization decision.',
+      buckets: [0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+      registers,
+    });
+    this.providerSeconds = new Histogram({
+      name: 'actionledger_provider_request_duration_seconds',
+      help: 'Provider request time, from send to classified outcome.',
+      labelNames: ['provider'],
+      buckets: [0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+      registers,
+    });
+    this.inFlight = new Gauge({ name: 'actionledger_dispatch_in_flight', help: 'Operations this worker is dispatching now.', registers });
+    this.ungated = new Counter({
+      name: 'actionledger_ungated_external_write_total',
+      help: 'Provider calls refused because they came from outside the dispatcher gated scope.',
+      registers,
+    });
+  }
+}

@@ -1,0 +1,83 @@
+/**
+ * The development sandbox that `npm start` runs when `sandbox.enabled` is set (the shipped example config):
+ * a generated dev CA with server and client certificates, a profile-signing key and a signed dispatch
+ * profile, the sandbox authorizer and the sandbox provider, all on loopback. Generated once into
+ * `<data dir>/sandbox` and reused. A production configuration leaves the sandbox off and never runs this.
+ */
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Config } from '../core/config.js';
+import type { Logger } from '../core/log.js';
+import { generateProfileKeyPair, signProfile } from '../dispatcher/profile.js';
+import { SandboxAuthorizer } from './authorizer.js';
+import { loadOrCreateDevPki } from './pki.js';
+import { SandboxProvider } from './provider.js';
+
+export interface DevSandbox {
+  /** Environment for the workers: provider credentials the sandbox generated for tools that had none set. */
+  env: Record<string, string>;
+  provider: SandboxProvider;
+  authorizer: SandboxAuthorizer;
+  stop(): Promise<void>;
+}
+
+function writeOnce(path: string, make: () => string, mode = 0o644): string {
+  if (!existsSync(path)) writeFileSync(path, make(), { mode });
+  return readFileSync(path, 'utf8');
+}
+
+export async function startDevSandbox(config: Config, env: NodeJS.ProcessEnv, log: Logger): Promise<DevSandbox> {
+  const dir = join(config.dataDir, 'sandbox');
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  const pki = await loadOrCreateDevPki(join(dir, 'pki'));
+  const profilePaths = config.dispatcher.profile;
+  if (profilePaths === null) throw new Error('sandbox enabled but no dispatch profile path');
+  const keyPath = join(dir, 'profile-signing.key');
+  const privateKeyPem = writeOnce(keyPath, () => {
+    const pair = generateProfileKeyPair('ed25519');
+    writeFileSync(profilePaths.publicKeyPath, pair.publicKeyPem);
+    return pair.privateKeyPem;
+  }, 0o600);
+  const profile = Buffer.from(
+    JSON.stringify({
+      profile_id: 'sandbox-dev',
+      authorization_url: `https://localhost:${config.sandbox.authorizerPort}/v1/authorize`,
+      maximum_authorization_age_seconds: 60,
+      maximum_authorization_ttl_seconds: 120,
+      maximum_clock_skew_seconds: 5,
+      authorization_http_timeout_seconds: 5,
+      provider_http_timeout_seconds: 10,
+      authorization_response_max_bytes: 16384,
+      provider_response_max_bytes: 65536,
+    }, null, 2) + '\n',
+  );
+  writeFileSync(profilePaths.path, profile);
+  writeFileSync(profilePaths.signaturePath, signProfile({ profileBytes: profile, privateKeyPem }) + '\n');
+
+  const tokenPath = join(dir, 'provider-token');
+  const generated = writeOnce(tokenPath, () => randomBytes(24).toString('base64url'), 0o600).trim();
+  const workerEnv: Record<string, string> = {};
+  let token: string | undefined;
+  for (const route of config.tools.values()) {
+    if (route.credentialEnv === null) continue;
+    const value = env[route.credentialEnv];
+    token ??= value !== undefined && value !== '' ? value : generated;
+    if (value === undefined || value === '') workerEnv[route.credentialEnv] = generated;
+  }
+  const tls = { cert: pki.server.cert, key: pki.server.key, ca: pki.ca.cert };
+  const provider = new SandboxProvider({ tls, port: config.sandbox.providerPort, ...(token === undefined ? {} : { token }) });
+  const authorizer = new SandboxAuthorizer({ tls, port: config.sandbox.authorizerPort });
+  await provider.start();
+  await authorizer.start();
+  log.info({ provider: provider.url, authorizer: authorizer.url, pki: pki.dir }, 'sandbox provider and authorizer running (development only)');
+  return {
+    env: workerEnv,
+    provider,
+    authorizer,
+    stop: async () => {
+      await provider.stop();
+      await authorizer.stop();
+    },
+  };
+}

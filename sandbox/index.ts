@@ -1,0 +1,39 @@
+/**
+ * The sandbox component: a development/test PKI and real mutual-TLS stand-ins for a payment provider and for
+ * the authorization service. Used by the tests and by `npm start`; never by the dispatcher itself.
+ */
+export {
+  createCa,
+  issueClientCert,
+  issueServerCert,
+  loadOrCreateDevPki,
+  loadPki,
+  writePki,
+  type CertificateAuthority,
+  type DevPki,
+  type PemPair,
+  type ServerCertOptions,
+  type ValidityOptions,
+} from './pki.js';
+export type { ListenOptions, ServerTls } from './mtls-server.js';
+export {
+  SandboxProvider,
+  type FaultSelector,
+  type ProviderEffect,
+  type ProviderFault,
+  type ProviderRequest,
+  type SandboxProviderOptions,
+} from './provider.js';
+export {
+  AUTHORIZATION_REQUEST_FIELDS,
+  AUTHORIZE_PATH,
+  SandboxAuthorizer,
+  toAuthorizationRequest,
+  type AuthorizationField,
+  type AuthorizationRequest,
+  type AuthorizerFault,
+  type AuthorizerFaultSelector,
+  type AuthorizerRequestRecord,
+  type Decision,
+  type SandboxAuthorizerOptions,
+} from './authorizer.js';
