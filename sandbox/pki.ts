@@ -10,7 +10,7 @@
  */
 import 'reflect-metadata'; // tsyringe, used inside @peculiar/x509, needs the Reflect metadata API first
 import { X509Certificate as NodeX509, createPrivateKey, randomBytes, webcrypto } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { dirname, join } from 'node:path';
 import * as x509 from '@peculiar/x509';
@@ -212,8 +212,11 @@ export async function writePki(dir: string): Promise<DevPki> {
     clientKey: client.key,
   };
   for (const [field, file] of Object.entries(FILES) as [keyof typeof FILES, string][]) {
-    writeFileSync(join(tmp, file), contents[field], { mode: file.endsWith('.key') ? 0o600 : 0o644, flag: 'wx' });
+    const mode = file.endsWith('.key') ? 0o600 : 0o644;
+    writeFileSync(join(tmp, file), contents[field], { mode, flag: 'wx' });
+    chmodSync(join(tmp, file), mode); // whatever the umask
   }
+  chmodSync(tmp, 0o700);
   if (existsSync(dir)) {
     const old = `${dir}.old-${randomBytes(6).toString('hex')}`;
     renameSync(dir, old);
@@ -231,10 +234,10 @@ export async function writePki(dir: string): Promise<DevPki> {
 export function loadPki(dir: string, minValidDays = 7): DevPki | null {
   try {
     const read = (f: string): string => readFileSync(join(dir, f), 'utf8');
-    const ca: CertificateAuthority = { name: 'actionledger-dev-ca', cert: read(FILES.caCert), key: read(FILES.caKey) };
+    const caCert = new NodeX509(read(FILES.caCert));
+    const ca: CertificateAuthority = { name: caCert.subject.replace(/^CN=/, ''), cert: read(FILES.caCert), key: read(FILES.caKey) };
     const server = { cert: read(FILES.serverCert), key: read(FILES.serverKey) };
     const client = { cert: read(FILES.clientCert), key: read(FILES.clientKey) };
-    const caCert = new NodeX509(ca.cert);
     const horizon = Date.now() + minValidDays * DAY_MS;
     for (const [pair, issued] of [[ca, false], [server, true], [client, true]] as const) {
       const cert = new NodeX509(pair.cert);

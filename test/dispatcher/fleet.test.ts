@@ -1,0 +1,83 @@
+import t from 'tap';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { BIN } from '../helpers/cli.js';
+import { ctx, dispatchEnv, settled } from '../helpers/fleet.js';
+
+function worker(env: NodeJS.ProcessEnv, concurrency: number): ChildProcess {
+  return spawn(process.execPath, [BIN, 'dispatcher', '--concurrency', String(concurrency)], { env: { PATH: process.env.PATH, ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
+}
+
+async function stopAll(children: ChildProcess[]): Promise<(number | null)[]> {
+  return Promise.all(
+    children.map(
+      (c) =>
+        new Promise<number | null>((resolve) => {
+          if (c.exitCode !== null || c.signalCode !== null) return resolve(c.exitCode);
+          c.once('exit', (code) => resolve(code));
+          c.kill('SIGTERM');
+        }),
+    ),
+  );
+}
+
+t.test('8 worker processes, 2,000 operations: every effect key reaches the provider exactly once', async (t) => {
+  // Generous timeouts: 8 workers, the provider and the authorizer share two cores with this test.
+  const e = await dispatchEnv(t, { provider_http_timeout_seconds: 30, authorization_http_timeout_seconds: 30 });
+  const reservations = [];
+  for (let i = 0; i < 2000; i += 100) {
+    reservations.push(...(await Promise.all(Array.from({ length: 100 }, (_, j) => e.ledger.reserve(ctx(`step-${i + j}`), 'issue_refund', { order_id: `o-${i + j}`, amount: 1 + j, currency: 'EUR' })))));
+  }
+  const children = Array.from({ length: 8 }, () => worker(e.env, 4));
+  const deadline = Date.now() + 120_000;
+  for (;;) {
+    const { rows } = await e.pool.query(`SELECT count(*)::int AS n FROM actionledger.operations WHERE status IN ('pending', 'executing')`);
+    if ((rows[0] as { n: number }).n === 0 || Date.now() > deadline) break;
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  const codes = await stopAll(children);
+  t.same(codes, Array(8).fill(0), 'every worker exits 0 on SIGTERM');
+  const { rows } = await e.pool.query(`SELECT status, count(*)::int AS n FROM actionledger.operations GROUP BY status`);
+  t.same(rows, [{ status: 'succeeded', n: 2000 }]);
+  const perKey = new Map<string, number>();
+  for (const q of e.provider.requests()) if (q.key !== undefined) perKey.set(q.key, (perKey.get(q.key) ?? 0) + 1);
+  t.equal(perKey.size, 2000, 'every key reached the provider');
+  t.equal([...perKey.values()].filter((n) => n !== 1).length, 0, 'none more than once');
+  t.ok(reservations.every((r) => perKey.get(r.effect_key) === 1));
+  const claimers = await e.pool.query('SELECT count(DISTINCT claimed_by)::int AS n FROM actionledger.operations');
+  t.ok((claimers.rows[0] as { n: number }).n > 1, 'the work was spread over several workers');
+});
+
+t.test('a worker SIGKILLed mid-dispatch: its row stays executing and no other worker dispatches it', async (t) => {
+  const e = await dispatchEnv(t, { provider_http_timeout_seconds: 30 });
+  const r = await e.ledger.reserve(ctx('killed'), 'issue_refund', { order_id: 'o-k', amount: 5, currency: 'EUR' });
+  e.provider.inject({ kind: 'timeout' }, { when: (k) => k === r.effect_key, times: Infinity });
+  const first = worker(e.env, 2);
+  const deadline = Date.now() + 30_000;
+  while (e.provider.requestsFor(r.effect_key) === 0 && Date.now() < deadline) await new Promise((res) => setTimeout(res, 50));
+  t.equal(e.provider.requestsFor(r.effect_key), 1, 'the request reached the provider');
+  first.kill('SIGKILL');
+  await new Promise((res) => first.once('exit', res));
+  const second = worker(e.env, 2);
+  const other = await e.ledger.reserve(ctx('after'), 'issue_refund', { order_id: 'o-a', amount: 6, currency: 'EUR' });
+  t.equal((await settled(e.pool, other.operation_id)).status, 'succeeded', 'the second worker is running and dispatching');
+  const { rows } = await e.pool.query('SELECT status FROM actionledger.operations WHERE operation_id = $1', [r.operation_id]);
+  t.equal((rows[0] as { status: string }).status, 'executing', 'left executing for the reconciler');
+  t.equal(e.provider.requestsFor(r.effect_key), 1, 'never dispatched again');
+  await stopAll([second]);
+});
+
+t.test('an unsigned or altered profile refuses to start', async (t) => {
+  const { writeFileSync, readFileSync } = await import('node:fs');
+  const e = await dispatchEnv(t);
+  const path = `${e.dir}/profile.json`;
+  writeFileSync(path, readFileSync(path, 'utf8').replace('"maximum_clock_skew_seconds":2', '"maximum_clock_skew_seconds":3'));
+  const child = worker(e.env, 1);
+  let err = '';
+  child.stderr?.on('data', (c: Buffer) => (err += c.toString()));
+  let out = '';
+  child.stdout?.on('data', (c: Buffer) => (out += c.toString()));
+  const code = await new Promise<number | null>((res) => child.once('exit', res));
+  t.equal(code, 1, 'refused to start');
+  const tls = worker({ ...e.env, NODE_TLS_REJECT_UNAUTHORIZED: '0' }, 1);
+  t.equal(await new Promise<number | null>((res) => tls.once('exit', res)), 1, 'NODE_TLS_REJECT_UNAUTHORIZED=0 refuses to start');
+});

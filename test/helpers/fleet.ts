@@ -1,0 +1,153 @@
+/**
+ * A real dispatch environment for tests: a PKI generated for the run, the sandbox provider and authorizer
+ * over mTLS on loopback, a signed dispatch profile, a migrated database and a config routing tools to them.
+ */
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Test } from 'tap';
+import { compileConfig, type Config } from '../../core/config.js';
+import { createPool, type Pool } from '../../core/db.js';
+import { createLogger } from '../../core/log.js';
+import { Metrics } from '../../core/metrics.js';
+import type { Runtime } from '../../core/runtime.js';
+import { openDispatcher, type Dispatcher } from '../../dispatcher/index.js';
+import { generateProfileKeyPair, signProfile } from '../../dispatcher/profile.js';
+import { Ledger } from '../../ledger/index.js';
+import { createCa, issueClientCert, issueServerCert, SandboxAuthorizer, SandboxProvider } from '../../sandbox/index.js';
+import { createTestDatabase, TEST_SECRET, testKeyer } from './db.js';
+
+export const PROVIDER_TOKEN = 'provider-token-for-tests';
+
+export interface DispatchEnv {
+  dir: string;
+  url: string;
+  config: Config;
+  configPath: string;
+  env: NodeJS.ProcessEnv;
+  pool: Pool;
+  ledger: Ledger;
+  provider: SandboxProvider;
+  authorizer: SandboxAuthorizer;
+  runtime: Runtime;
+  dispatcher(concurrency?: number): Promise<Dispatcher>;
+}
+
+export async function dispatchEnv(t: Test, profileOverrides: Record<string, unknown> = {}): Promise<DispatchEnv> {
+  const dir = mkdtempSync(join(tmpdir(), 'al-dispatch-'));
+  const ca = await createCa('test-ca');
+  const server = await issueServerCert(ca, { hosts: ['localhost', '127.0.0.1'] });
+  const client = await issueClientCert(ca, 'dispatcher');
+  const tls = { cert: server.cert, key: server.key, ca: ca.cert };
+  const provider = new SandboxProvider({ tls, token: PROVIDER_TOKEN });
+  const authorizer = new SandboxAuthorizer({ tls });
+  await provider.start();
+  await authorizer.start();
+  t.teardown(async () => {
+    await provider.stop();
+    await authorizer.stop();
+  });
+  writeFileSync(join(dir, 'ca.crt'), ca.cert);
+  writeFileSync(join(dir, 'client.crt'), client.cert);
+  writeFileSync(join(dir, 'client.key'), client.key, { mode: 0o600 });
+  const keys = generateProfileKeyPair('ecdsa-p256');
+  const profile = Buffer.from(
+    JSON.stringify({
+      profile_id: 'test',
+      authorization_url: authorizer.authorizeUrl,
+      maximum_authorization_age_seconds: 30,
+      maximum_authorization_ttl_seconds: 120,
+      maximum_clock_skew_seconds: 2,
+      authorization_http_timeout_seconds: 2,
+      provider_http_timeout_seconds: 1,
+      authorization_response_max_bytes: 4096,
+      provider_response_max_bytes: 4096,
+      ...profileOverrides,
+    }),
+  );
+  writeFileSync(join(dir, 'profile.json'), profile);
+  writeFileSync(join(dir, 'profile.sig'), signProfile({ profileBytes: profile, privateKeyPem: keys.privateKeyPem }));
+  writeFileSync(join(dir, 'profile.pub'), keys.publicKeyPem);
+
+  const url = await createTestDatabase(t);
+  const raw = {
+    dispatcher: {
+      poll_interval_ms: 100,
+      heartbeat_interval_ms: 500,
+      profile: { path: join(dir, 'profile.json'), signature_path: join(dir, 'profile.sig'), public_key_path: join(dir, 'profile.pub') },
+      tls: { ca_file: join(dir, 'ca.crt'), cert_file: join(dir, 'client.crt'), key_file: join(dir, 'client.key') },
+    },
+    tools: {
+      issue_refund: {
+        provider_id: 'billing-test',
+        endpoint: provider.endpoint,
+        allowed_tenants: ['tenant-a'],
+        credential_env: 'TEST_BILLING_TOKEN',
+        idempotency: { mechanism: 'header', name: 'Idempotency-Key' },
+        definitive_failure_statuses: [400, 422],
+      },
+    },
+  };
+  const configPath = join(dir, 'config.json');
+  writeFileSync(configPath, JSON.stringify(raw));
+  const env = { DATABASE_URL: url, ACTIONLEDGER_CONFIG: configPath, ACTIONLEDGER_EFFECT_KEY_SECRET: TEST_SECRET, TEST_BILLING_TOKEN: PROVIDER_TOKEN, LOG_LEVEL: 'warn' };
+  const config = compileConfig(raw, env);
+  const pool = createPool(url, { max: 40, statementTimeoutMs: 30_000, applicationName: 'test' });
+  const ledger = new Ledger(config, pool, testKeyer());
+  const runtime: Runtime = {
+    config,
+    log: createLogger({ level: 'silent', name: 'test' }),
+    metrics: new Metrics({ defaultMetrics: false, ledger: false }),
+    pool,
+    databaseUrl: url,
+    embedded: null,
+    effectKeys: { active: 'k1', secrets: new Map() },
+    close: async () => undefined,
+  };
+  const started: Dispatcher[] = [];
+  t.teardown(async () => {
+    for (const d of started) await d.stop(5000);
+    ledger.stop();
+    await pool.end();
+  });
+  return {
+    dir,
+    url,
+    config,
+    configPath,
+    env,
+    pool,
+    ledger,
+    provider,
+    authorizer,
+    runtime,
+    async dispatcher(concurrency = 8) {
+      const d = await openDispatcher({ ...runtime, metrics: new Metrics({ defaultMetrics: false, ledger: false }) }, env, { concurrency });
+      started.push(d);
+      await d.start();
+      return d;
+    },
+  };
+}
+
+/** Polls until `op` reaches a state outside `executing`/`pending`, or times out. */
+export async function settled(pool: Pool, operationId: string, timeoutMs = 15_000): Promise<{ status: string; review_reason: string | null; provider_receipt: string | null; result_json: Record<string, unknown> | null }> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const { rows } = await pool.query('SELECT status, review_reason, provider_receipt, result_json FROM actionledger.operations WHERE operation_id = $1', [operationId]);
+    const row = rows[0] as { status: string; review_reason: string | null; provider_receipt: string | null; result_json: Record<string, unknown> | null } | undefined;
+    if (row !== undefined && row.status !== 'pending' && row.status !== 'executing') return row;
+    if (Date.now() > deadline) throw new Error(`operation ${operationId} still ${row?.status}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+export const ctx = (step: string, over: Record<string, string> = {}) => ({
+  tenant_id: 'tenant-a',
+  principal_id: 'agent-1',
+  task_id: 'task-1',
+  workflow_step_id: step,
+  approval_id: 'approval-1',
+  policy_version: 'policy-1',
+  ...over,
+});
