@@ -95,8 +95,9 @@ export class Dispatcher {
     const timeout = new Promise<boolean>((r) => setTimeout(() => r(false), deadlineMs).unref());
     const clean = await Promise.race([drained, timeout]);
     if (!clean) this.#o.log.warn({ in_flight: this.#inFlight.size }, 'stop deadline passed with operations in flight; they stay executing for the reconciler');
-    this.#listener?.release();
+    const listener = this.#listener;
     this.#listener = undefined;
+    listener?.release();
     await this.#o.pool.query(this.#q.workerStopped, [this.#o.workerId]).catch(() => undefined);
     this.#state = 'stopped';
   }
@@ -106,8 +107,10 @@ export class Dispatcher {
       const client = await this.#o.pool.connect();
       client.on('notification', () => this.wake());
       client.on('error', (err) => {
+        // Released already by stop() (or by an earlier error): nothing to give back.
+        if (this.#listener !== client) return;
         this.#o.log.warn({ err }, 'LISTEN connection lost; polling until it is back');
-        if (this.#listener === client) this.#listener = undefined;
+        this.#listener = undefined;
         client.release(err);
         if (this.#state === 'running') setTimeout(() => void this.#listen(), 1000).unref();
       });
