@@ -3,6 +3,7 @@
 import { migrateCommand, reserveCommand, showCommand, statusCommand } from './commands/ledger.js';
 import { dispatcherCommand, startCommand } from './commands/start.js';
 import { profileCommand } from './commands/profile.js';
+import { reconcileCommand, reviewCommand, verifyCommand } from './commands/reconcile.js';
 import type { Command } from './cli-util.js';
 
 const commands: Record<string, Command> = {
@@ -13,6 +14,9 @@ const commands: Record<string, Command> = {
   show: showCommand,
   dispatcher: dispatcherCommand,
   profile: profileCommand,
+  reconcile: reconcileCommand,
+  review: reviewCommand,
+  verify: verifyCommand,
 };
 
 function help(): string {

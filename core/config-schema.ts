@@ -80,6 +80,24 @@ export const configSchema = {
         },
       },
     },
+    reconciler: {
+      type: 'object',
+      additionalProperties: false,
+      default: {},
+      properties: {
+        /** pg-boss cron expression (UTC) for the fleet's reconciliation pass; minute granularity. */
+        schedule: { type: 'string', minLength: 9, maxLength: 100, default: '* * * * *' },
+        enabled: { type: 'boolean', default: true },
+        /** Inconclusive readbacks before an `unknown` operation goes to review. */
+        max_attempts: { type: 'integer', minimum: 1, maximum: 1000, default: 8 },
+        backoff_initial_ms: { type: 'integer', minimum: 1, maximum: 86400000, default: 5000 },
+        backoff_max_ms: { type: 'integer', minimum: 1, maximum: 604800000, default: 900000 },
+        /** A claim is orphaned when its worker has not heartbeated for this long (or stopped, or is unknown). */
+        orphan_after_ms: { type: 'integer', minimum: 100, maximum: 86400000, default: 30000 },
+        concurrency: { type: 'integer', minimum: 1, maximum: 64, default: 4 },
+        batch_size: { type: 'integer', minimum: 1, maximum: 10000, default: 500 },
+      },
+    },
     sandbox: {
       type: 'object',
       additionalProperties: false,
@@ -109,6 +127,44 @@ export const configSchema = {
             properties: {
               mechanism: { const: 'header' },
               name: { type: 'string', pattern: "^[A-Za-z0-9!#$%&'*+.^_`|~-]+$" },
+            },
+          },
+          readback: {
+            type: 'object',
+            additionalProperties: false,
+            required: ['url'],
+            properties: {
+              /** GET, with `{effect_key}` replaced by the URL-encoded effect key. */
+              url: { type: 'string', maxLength: 2048 },
+            },
+          },
+          /** GET: `{"effects": {"<effect key>": [{...}, ...]}}`, for `actionledger verify`. */
+          effects_listing_url: { type: 'string', maxLength: 2048 },
+          compensation: {
+            type: 'object',
+            additionalProperties: false,
+            required: ['tool', 'arguments'],
+            properties: {
+              tool: { type: 'string', pattern: '^[a-z][a-z0-9_]{0,63}$' },
+              arguments: {
+                type: 'object',
+                propertyNames: { minLength: 1, maxLength: 128 },
+                additionalProperties: {
+                  oneOf: [
+                    {
+                      type: 'object',
+                      additionalProperties: false,
+                      required: ['from'],
+                      properties: {
+                        from: { enum: ['arguments', 'receipt', 'operation_id', 'effect_key'] },
+                        /** RFC 6901 JSON pointer into the original arguments (from: arguments). */
+                        pointer: { type: 'string', pattern: '^(/[^/]*)*$' },
+                      },
+                    },
+                    { type: 'object', additionalProperties: false, required: ['value'], properties: { value: {} } },
+                  ],
+                },
+              },
             },
           },
           definitive_failure_statuses: {

@@ -20,7 +20,38 @@ export interface ToolRoute {
   readonly credentialEnv: string | null;
   readonly idempotencyHeader: string;
   readonly definitiveFailureStatuses: ReadonlySet<number>;
+  /** How the reconciler asks the provider whether an effect key was applied; null: no readback contract. */
+  readonly readback: { readonly urlTemplate: string } | null;
+  /** The provider's listing of effects by key, for `actionledger verify`. */
+  readonly effectsListingUrl: string | null;
+  /** The declared inverse of this tool; null: compensation goes to review, never an invented inverse. */
+  readonly compensation: CompensationMapping | null;
 }
+
+/** Where one argument of a compensation comes from: the original's arguments, receipt, ids, or a literal. */
+export type CompensationSource =
+  | { readonly from: 'arguments'; readonly pointer: string }
+  | { readonly from: 'receipt' | 'operation_id' | 'effect_key' }
+  | { readonly value: unknown };
+
+export interface CompensationMapping {
+  readonly tool: string;
+  readonly arguments: Readonly<Record<string, CompensationSource>>;
+}
+
+export interface ReconcilerConfig {
+  readonly enabled: boolean;
+  readonly schedule: string;
+  readonly maxAttempts: number;
+  readonly backoffInitialMs: number;
+  readonly backoffMaxMs: number;
+  readonly orphanAfterMs: number;
+  readonly concurrency: number;
+  readonly batchSize: number;
+}
+
+/** The placeholder a readback URL template must contain exactly once. */
+export const EFFECT_KEY_PLACEHOLDER = '{effect_key}';
 
 export interface Config {
   readonly configPath: string | null;
@@ -36,6 +67,7 @@ export interface Config {
   readonly argumentBounds: JsonBounds;
   readonly tools: ReadonlyMap<string, ToolRoute>;
   readonly dispatcher: DispatcherConfig;
+  readonly reconciler: ReconcilerConfig;
   readonly sandbox: { readonly enabled: boolean; readonly providerPort: number; readonly authorizerPort: number };
   readonly logLevel: string;
 }
@@ -93,6 +125,9 @@ type RawTool = {
   credential_env?: string;
   idempotency: { mechanism: 'header'; name: string };
   definitive_failure_statuses: number[];
+  readback?: { url: string };
+  effects_listing_url?: string;
+  compensation?: { tool: string; arguments: Record<string, { from: string; pointer?: string } | { value: unknown }> };
 };
 type RawConfig = {
   schema: string;
@@ -110,6 +145,16 @@ type RawConfig = {
     shutdown_deadline_ms: number;
     profile?: { path: string; signature_path: string; public_key_path: string };
     tls?: { ca_file: string; cert_file: string; key_file: string };
+  };
+  reconciler: {
+    enabled: boolean;
+    schedule: string;
+    max_attempts: number;
+    backoff_initial_ms: number;
+    backoff_max_ms: number;
+    orphan_after_ms: number;
+    concurrency: number;
+    batch_size: number;
   };
   sandbox: { enabled: boolean; provider_port: number; authorizer_port: number };
 };
@@ -146,6 +191,33 @@ export function compileConfig(
   for (const [name, t] of Object.entries(cfg.tools)) {
     const problem = canonicalHttpsProblem(t.endpoint);
     if (problem !== null) problems.push(`/tools/${name}/endpoint ${problem}`);
+    if (t.readback !== undefined) {
+      const parts = t.readback.url.split(EFFECT_KEY_PLACEHOLDER);
+      const p = parts.length !== 2 ? `must contain ${EFFECT_KEY_PLACEHOLDER} exactly once` : canonicalHttpsProblem(parts.join('k'));
+      if (p !== null) problems.push(`/tools/${name}/readback/url ${p}`);
+    }
+    if (t.effects_listing_url !== undefined) {
+      const p = canonicalHttpsProblem(t.effects_listing_url);
+      if (p !== null) problems.push(`/tools/${name}/effects_listing_url ${p}`);
+    }
+    let compensation: CompensationMapping | null = null;
+    if (t.compensation !== undefined) {
+      const target = cfg.tools[t.compensation.tool];
+      if (target === undefined) problems.push(`/tools/${name}/compensation/tool names ${JSON.stringify(t.compensation.tool)}, which /tools does not declare`);
+      else if (t.compensation.tool === name) problems.push(`/tools/${name}/compensation/tool must be another tool`);
+      const args: Record<string, CompensationSource> = {};
+      for (const [arg, src] of Object.entries(t.compensation.arguments)) {
+        if ('value' in src) args[arg] = Object.freeze({ value: src.value });
+        else if (src.from === 'arguments') {
+          if (src.pointer === undefined) problems.push(`/tools/${name}/compensation/arguments/${arg} needs a pointer into the original arguments`);
+          args[arg] = Object.freeze({ from: 'arguments', pointer: src.pointer ?? '' });
+        } else {
+          if (src.pointer !== undefined) problems.push(`/tools/${name}/compensation/arguments/${arg} takes a pointer only with from: arguments`);
+          args[arg] = Object.freeze({ from: src.from as 'receipt' | 'operation_id' | 'effect_key' });
+        }
+      }
+      compensation = Object.freeze({ tool: t.compensation.tool, arguments: Object.freeze(args) });
+    }
     tools.set(
       name,
       Object.freeze({
@@ -156,9 +228,19 @@ export function compileConfig(
         credentialEnv: t.credential_env ?? null,
         idempotencyHeader: t.idempotency.name,
         definitiveFailureStatuses: Object.freeze(new Set(t.definitive_failure_statuses)),
+        readback: t.readback === undefined ? null : Object.freeze({ urlTemplate: t.readback.url }),
+        effectsListingUrl: t.effects_listing_url ?? null,
+        compensation,
       }),
     );
   }
+
+  const r = cfg.reconciler;
+  if (r.backoff_max_ms < r.backoff_initial_ms) problems.push('/reconciler/backoff_max_ms must be at least backoff_initial_ms');
+  if (r.orphan_after_ms < 2 * cfg.dispatcher.heartbeat_interval_ms) {
+    problems.push('/reconciler/orphan_after_ms must be at least twice /dispatcher/heartbeat_interval_ms (a live worker must never look dead)');
+  }
+  if (!/^\S+( \S+){4,5}$/.test(r.schedule)) problems.push('/reconciler/schedule must be a cron expression of 5 or 6 fields');
 
   const port = env.PORT === undefined || env.PORT === '' ? cfg.http.port : Number(env.PORT);
   if (!Number.isInteger(port) || port < 0 || port > 65535) problems.push(`PORT ${JSON.stringify(env.PORT)} is not a port number`);
@@ -207,6 +289,16 @@ export function compileConfig(
       shutdownDeadlineMs: d.shutdown_deadline_ms,
       profile: profile === null ? null : Object.freeze(profile),
       tls: tls === null ? null : Object.freeze(tls),
+    }),
+    reconciler: Object.freeze({
+      enabled: r.enabled,
+      schedule: r.schedule,
+      maxAttempts: r.max_attempts,
+      backoffInitialMs: r.backoff_initial_ms,
+      backoffMaxMs: r.backoff_max_ms,
+      orphanAfterMs: r.orphan_after_ms,
+      concurrency: r.concurrency,
+      batchSize: r.batch_size,
     }),
     sandbox: Object.freeze({ enabled: cfg.sandbox.enabled, providerPort: cfg.sandbox.provider_port, authorizerPort: cfg.sandbox.authorizer_port }),
     logLevel: env.LOG_LEVEL ?? 'info',

@@ -24,6 +24,9 @@ export const ERROR_CODES = {
   operation_conflict: 'refused',
   not_found: 'refused',
   invalid_state_transition: 'refused',
+  invalid_review: 'refused',
+  retry_not_safe: 'refused',
+  compensation_unmapped: 'refused',
   // dispatch: what the worker learned, grouped by what happens next
   route_changed: 'not_sent',
   args_hash_mismatch: 'not_sent',

@@ -66,7 +66,10 @@ export async function startDevSandbox(config: Config, env: NodeJS.ProcessEnv, lo
     if (value === undefined || value === '') workerEnv[route.credentialEnv] = generated;
   }
   const tls = { cert: pki.server.cert, key: pki.server.key, ca: pki.ca.cert };
-  const provider = new SandboxProvider({ tls, port: config.sandbox.providerPort, ...(token === undefined ? {} : { token }) });
+  // Every configured tool path on this provider's port is served (issue_refund and its compensation, void_refund).
+  const paths = [...new Set([...config.tools.values()].map((r) => new URL(r.endpoint)).filter((u) => u.port === String(config.sandbox.providerPort)).map((u) => u.pathname))];
+  const [first, ...extraPaths] = paths;
+  const provider = new SandboxProvider({ tls, port: config.sandbox.providerPort, ...(first === undefined ? {} : { path: first, extraPaths }), ...(token === undefined ? {} : { token }) });
   const authorizer = new SandboxAuthorizer({ tls, port: config.sandbox.authorizerPort });
   await provider.start();
   await authorizer.start();

@@ -82,6 +82,8 @@ export interface SandboxProviderOptions extends ListenOptions {
   token?: string;
   /** Effect path. Default `/v1/refunds`. */
   path?: string;
+  /** More effect paths served the same way (a compensation tool's endpoint, for example). */
+  extraPaths?: string[];
   /** Default true (Stripe-like). False: every committed request is a new effect. */
   honorIdempotencyKey?: boolean;
 }
@@ -104,6 +106,8 @@ const newId = (prefix: string): string => `${prefix}_${randomBytes(9).toString('
 
 export class SandboxProvider extends MtlsJsonServer {
   readonly path: string;
+  /** Every effect path: `path` first, then `extraPaths`. */
+  readonly paths: readonly string[];
   readonly #token: Buffer | undefined;
   readonly #honorKey: boolean;
   readonly #effects: ProviderEffect[] = [];
@@ -113,6 +117,7 @@ export class SandboxProvider extends MtlsJsonServer {
   constructor(options: SandboxProviderOptions) {
     super(options.tls, options);
     this.path = options.path ?? '/v1/refunds';
+    this.paths = [this.path, ...(options.extraPaths ?? [])];
     this.#token = options.token === undefined ? undefined : Buffer.from(`Bearer ${options.token}`);
     this.#honorKey = options.honorIdempotencyKey ?? true;
   }
@@ -122,9 +127,14 @@ export class SandboxProvider extends MtlsJsonServer {
     return `${this.url}${this.path}`;
   }
 
-  /** The readback URL for one key. */
+  /** The readback URL for one key (any effect path's readback finds any key). */
   readbackUrl(key: string): string {
     return `${this.endpoint}/by-key/${encodeURIComponent(key)}`;
+  }
+
+  /** The endpoint of one of the effect paths. */
+  endpointFor(path: string): string {
+    return `${this.url}${path}`;
   }
 
   /** Applies `fault` to the next `times` matching requests (POSTs, or readbacks for the readback kinds). */
@@ -186,12 +196,12 @@ export class SandboxProvider extends MtlsJsonServer {
     });
     if (!this.#authorized(req)) return sendJson(res, 401, { error: 'unauthorized' });
     if (raw === null) return sendJson(res, 413, { error: 'request_too_large' });
-    const readbackPrefix = `${this.path}/by-key/`;
-    if (req.method === 'GET' && path.startsWith(readbackPrefix)) {
+    const readbackPrefix = this.paths.map((p) => `${p}/by-key/`).find((p) => path.startsWith(p));
+    if (req.method === 'GET' && readbackPrefix !== undefined) {
       return this.#readback(decodeURIComponent(path.slice(readbackPrefix.length)), res);
     }
     if (req.method === 'GET' && path === '/v1/effects') return this.#listEffects(res);
-    if (req.method === 'POST' && path === this.path) return this.#effect(key, raw, req, res);
+    if (req.method === 'POST' && this.paths.includes(path)) return this.#effect(key, raw, req, res);
     sendJson(res, 404, { error: 'not_found' });
   }
 

@@ -99,6 +99,23 @@ export const startCommand: Command = {
         runtime.metrics.oldestPendingAge.set(s.oldest_pending_age_s ?? 0);
       },
     });
+    let schedule: { stop(): Promise<void> } | undefined;
+    let reconcileKit: { close(): void } | undefined;
+    if (runtime.config.reconciler.enabled) {
+      try {
+        const { openReconciler, ReconcileSchedule } = await import('../../reconciler/index.js');
+        const kit = await openReconciler(runtime, { ...process.env, ...sandbox?.env });
+        reconcileKit = kit;
+        const s = new ReconcileSchedule({ databaseUrl: runtime.databaseUrl, schema: runtime.config.schema, cron: runtime.config.reconciler.schedule, log: runtime.log, run: () => kit.pass() });
+        await s.start();
+        schedule = s;
+      } catch (err) {
+        await sandbox?.stop();
+        ledger.stop();
+        await runtime.close();
+        return printRefusal(err);
+      }
+    }
     const addr = await http.start();
     const children = new Set<Worker>();
     let stopping = false;
@@ -127,6 +144,8 @@ export const startCommand: Command = {
           }),
       ),
     );
+    await schedule?.stop();
+    reconcileKit?.close();
     await http.stop();
     ledger.stop();
     await sandbox?.stop();

@@ -1,0 +1,77 @@
+/**
+ * Builds the reconciler, compensator and review actions from a runtime. Review actions need only the
+ * database and the effect-key secrets (a compensation is minted through the ledger); the reconciler also
+ * loads the dispatch identity (verified profile, mTLS, provider credentials) for its readbacks.
+ */
+import { randomUUID } from 'node:crypto';
+import { hostname } from 'node:os';
+import type { Runtime } from '../core/runtime.js';
+import { Compensator, type CompensationSummary } from '../compensator/compensator.js';
+import { loadDispatchIdentity } from '../dispatcher/identity.js';
+import { EffectKeyer } from '../ledger/effect-key.js';
+import { Ledger } from '../ledger/reserve.js';
+import { ReconcileMetrics } from './metrics.js';
+import { Reconciler, type ReconcileSummary } from './reconciler.js';
+import { Review } from './review.js';
+
+export interface PassSummary {
+  reconcile: ReconcileSummary;
+  compensate: CompensationSummary;
+}
+
+export interface ReviewKit {
+  ledger: Ledger;
+  compensator: Compensator;
+  review: Review;
+  close(): void;
+}
+
+export function openReview(rt: Runtime, actor = `compensator:${hostname()}:${process.pid}`, onEvent?: (e: 'minted' | 'completed' | 'escalated') => void): ReviewKit {
+  const ledger = new Ledger(rt.config, rt.pool, new EffectKeyer(rt.effectKeys));
+  const compensator = new Compensator({ config: rt.config, pool: rt.pool, ledger, log: rt.log, actor, ...(onEvent === undefined ? {} : { onEvent }) });
+  return { ledger, compensator, review: new Review(rt.config, rt.pool, compensator), close: () => ledger.stop() };
+}
+
+export interface ReconcileKit extends ReviewKit {
+  reconciler: Reconciler;
+  metrics: ReconcileMetrics;
+  /** One reconciliation pass then one compensation pass; records the pass metrics. */
+  pass(): Promise<PassSummary>;
+}
+
+/** Throws `tls_verification_disabled`, `profile_invalid`, `config_invalid`. */
+export async function openReconciler(rt: Runtime, env: NodeJS.ProcessEnv): Promise<ReconcileKit> {
+  const identity = await loadDispatchIdentity(rt, env);
+  const metrics = new ReconcileMetrics(rt.metrics.registry);
+  const id = `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
+  const kit = openReview(rt, `compensator:${id}`, (e) => metrics.compensations.inc({ event: e }));
+  const agent = identity.agent();
+  const reconciler = new Reconciler({
+    config: rt.config,
+    pool: rt.pool,
+    log: rt.log,
+    metrics,
+    profile: identity.profile,
+    agent,
+    credentials: identity.credentials,
+    actor: `reconciler:${id}`,
+  });
+  return {
+    ...kit,
+    reconciler,
+    metrics,
+    async pass() {
+      const end = metrics.passSeconds.startTimer();
+      const reconcile = await reconciler.pass();
+      const compensate = reconcile.ran ? await kit.compensator.pass() : { minted: 0, completed: 0, escalated: 0 };
+      end();
+      if (reconcile.ran && reconcile.provider_errors === 0) metrics.lastSuccess.setToCurrentTime();
+      rt.log.info({ ...reconcile, compensations: compensate }, 'reconciliation pass');
+      return { reconcile, compensate };
+    },
+    close() {
+      kit.close();
+      void agent.close();
+    },
+  };
+}

@@ -1,0 +1,115 @@
+/**
+ * The reconciler's, reviewers' and verifier's SQL. Every transition is fenced on the state (and claim) it read
+ * and appends its history row in the same statement; `@schema.` is bound once at start (core/db.ts).
+ */
+
+/** A claim is orphaned when its worker is unknown, stopped, or has not heartbeated for $1 ms. */
+const ORPHANED = `(w.worker_id IS NULL OR w.stopped_at IS NOT NULL OR w.heartbeat_at < now() - make_interval(secs => $1::float8 / 1000))`;
+
+export const reconcilerQueries = {
+  /** One pass at a time per schema, across fleets and CronJobs. */
+  passLock: `SELECT pg_try_advisory_lock(hashtext($1)) AS locked`,
+  passUnlock: `SELECT pg_advisory_unlock(hashtext($1))`,
+
+  /** Due `unknown` operations and orphaned `executing` ones; $1 orphan threshold (ms), $2 limit. */
+  candidates: `
+    (SELECT l.operation_id, l.status, l.claim_token
+     FROM @schema.operations l
+     WHERE l.status = 'unknown' AND (l.next_reconcile_at IS NULL OR l.next_reconcile_at <= now())
+     ORDER BY l.next_reconcile_at NULLS FIRST
+     LIMIT $2)
+    UNION ALL
+    (SELECT l.operation_id, l.status, l.claim_token
+     FROM @schema.operations l
+     LEFT JOIN @schema.workers w ON w.worker_id = l.claimed_by
+     WHERE l.status = 'executing' AND ${ORPHANED}
+     ORDER BY l.updated_at
+     LIMIT $2)`,
+
+  /**
+   * Locks one candidate if it is still what the pass saw and still eligible, skipping a row someone holds
+   * (a dispatcher inside its provider call, another pass). $1 orphan threshold, $2 id, $3 status, $4 claim.
+   */
+  lockCandidate: `
+    SELECT l.operation_id, l.status, l.claim_token, l.claimed_by, l.attempt, l.effect_key, l.tool_name,
+           l.provider_id, l.tenant_id, l.canonical_args_sha256, l.reconcile_attempts, l.result_json
+    FROM @schema.operations l
+    LEFT JOIN @schema.workers w ON w.worker_id = l.claimed_by
+    WHERE l.operation_id = $2 AND l.status = $3 AND l.claim_token IS NOT DISTINCT FROM $4::uuid
+      AND ((l.status = 'unknown' AND (l.next_reconcile_at IS NULL OR l.next_reconcile_at <= now()))
+        OR (l.status = 'executing' AND ${ORPHANED}))
+    FOR UPDATE OF l SKIP LOCKED`,
+
+  checkInsert: `
+    INSERT INTO @schema.reconciliation_checks (operation_id, attempt, from_status, outcome, actor, detail)
+    VALUES ($1, $2, $3, $4, $5, $6::jsonb)`,
+
+  checksFor: `
+    SELECT attempt, from_status, outcome, at, actor, detail
+    FROM @schema.reconciliation_checks WHERE operation_id = $1 ORDER BY id`,
+
+  /**
+   * A reconciled end: succeeded with the provider's receipt, or needs_review with a reason. Fenced on the
+   * status and claim read under the lock. $1 id, $2 from, $3 claim, $4 to, $5 receipt, $6 review reason,
+   * $7 actor, $8 history reason, $9 detail.
+   */
+  resolve: `
+    WITH done AS (
+      UPDATE @schema.operations
+      SET status = $4, provider_receipt = coalesce($5, provider_receipt), review_reason = $6,
+          next_reconcile_at = NULL, updated_at = now()
+      WHERE operation_id = $1 AND status = $2 AND claim_token IS NOT DISTINCT FROM $3::uuid
+      RETURNING operation_id
+    ), history AS (
+      INSERT INTO @schema.operation_history (operation_id, from_status, to_status, actor, reason, detail)
+      SELECT operation_id, $2, $4, $7, $8, $9::jsonb FROM done
+    )
+    SELECT count(*)::int AS n FROM done`,
+
+  /**
+   * An inconclusive check: stays (or becomes) `unknown`, the next check after $4 ms. The history gains a row
+   * only when the state changes (orphaned executing -> unknown); every check is in reconciliation_checks.
+   */
+  backoff: `
+    WITH done AS (
+      UPDATE @schema.operations
+      SET status = 'unknown', reconcile_attempts = reconcile_attempts + 1,
+          next_reconcile_at = now() + make_interval(secs => $4::float8 / 1000), updated_at = now()
+      WHERE operation_id = $1 AND status = $2 AND claim_token IS NOT DISTINCT FROM $3::uuid
+      RETURNING operation_id
+    ), history AS (
+      INSERT INTO @schema.operation_history (operation_id, from_status, to_status, actor, reason, detail)
+      SELECT operation_id, $2, 'unknown', $5, $6, $7::jsonb FROM done WHERE $2 <> 'unknown'
+    )
+    SELECT count(*)::int AS n FROM done`,
+} as const;
+
+export const reviewQueries = {
+  lock: `
+    SELECT operation_id, status, review_reason, attempt, tool_name, tenant_id, principal_id, task_id, workflow_step_id,
+           provider_receipt
+    FROM @schema.operations WHERE operation_id = $1 FOR UPDATE`,
+
+  /** needs_review -> pending: a new dispatch attempt for the same operation and effect key. */
+  retry: `
+    UPDATE @schema.operations
+    SET status = 'pending', attempt = attempt + 1, claim_token = NULL, claimed_by = NULL, claimed_at = NULL,
+        review_reason = NULL, reconcile_attempts = 0, next_reconcile_at = NULL,
+        current_approval_id = coalesce($3, current_approval_id),
+        current_policy_version = coalesce($4, current_policy_version), updated_at = now()
+    WHERE operation_id = $1 AND status = 'needs_review' AND review_reason = $2
+    RETURNING attempt`,
+  outboxInsert: `INSERT INTO @schema.outbox (operation_id, attempt) VALUES ($1, $2)`,
+
+  /** Any reviewed move; $1 id, $2 from, $3 to, $4 receipt, $5 review reason. */
+  move: `
+    UPDATE @schema.operations
+    SET status = $3, provider_receipt = coalesce($4, provider_receipt), review_reason = $5,
+        next_reconcile_at = NULL, updated_at = now()
+    WHERE operation_id = $1 AND status = $2
+    RETURNING operation_id`,
+
+  history: `
+    INSERT INTO @schema.operation_history (operation_id, from_status, to_status, actor, reason, detail)
+    VALUES ($1, $2, $3, $4, $5, $6::jsonb)`,
+} as const;

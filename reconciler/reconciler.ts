@@ -1,0 +1,194 @@
+/**
+ * The reconciler: resolves what the dispatcher could not know. It works on `unknown` operations whose next
+ * check is due and on orphaned `executing` ones (their worker stopped heartbeating, stopped, or is unknown:
+ * the claim's age alone never decides, and a live worker's claims are never touched).
+ *
+ * Each candidate is handled in its own transaction that locks the row (SKIP LOCKED: a dispatcher inside its
+ * provider call holds that lock, so does another pass), reads the provider back by effect key, and writes
+ * the result fenced on the state and claim it locked. A late-finishing worker's outcome write is fenced on
+ * the same claim, so exactly one of the two changes the row.
+ *
+ *   applied (receipt)         -> succeeded
+ *   no effect (authoritative) -> needs_review  no_effect_confirmed   (a reviewed retry may re-dispatch)
+ *   applied with other bytes  -> needs_review  readback_mismatch
+ *   no readback contract      -> needs_review  no_readback_contract
+ *   anything else             -> unknown, next check after a backoff; after max_attempts -> needs_review
+ *                                reconcile_attempts_exhausted, with every check in the detail
+ */
+import type { Agent } from 'undici';
+import type { Config } from '../core/config.js';
+import { bindQueries, type Pool, type PoolClient } from '../core/db.js';
+import type { JsonValue } from '../core/json.js';
+import type { Logger } from '../core/log.js';
+import type { Secret } from '../core/secret.js';
+import { runGated } from '../dispatcher/gate-scope.js';
+import type { DispatchProfile } from '../dispatcher/profile.js';
+import type { ReconcileMetrics } from './metrics.js';
+import { reconcilerQueries } from './queries.js';
+import { readback, readbackUrl, type Readback } from './readback.js';
+
+export interface ReconcilerOptions {
+  config: Config;
+  pool: Pool;
+  log: Logger;
+  metrics: ReconcileMetrics;
+  profile: DispatchProfile;
+  agent: Agent;
+  credentials: ReadonlyMap<string, Secret>;
+  /** Who the history rows name, e.g. `reconciler:host:pid`. */
+  actor: string;
+}
+
+export interface ReconcileSummary {
+  /** False when another pass held the lock: nothing was examined. */
+  ran: boolean;
+  examined: number;
+  succeeded: number;
+  still_unknown: number;
+  escalated: number;
+  /** Candidates that changed or were locked by someone else before this pass got to them. */
+  skipped: number;
+  /** Readbacks that got no answer or a failing one. */
+  provider_errors: number;
+}
+
+type Candidate = { operation_id: string; status: 'unknown' | 'executing'; claim_token: string | null };
+type Locked = Candidate & {
+  claimed_by: string | null;
+  attempt: number;
+  effect_key: string;
+  tool_name: string;
+  provider_id: string;
+  tenant_id: string;
+  canonical_args_sha256: string;
+  reconcile_attempts: number;
+};
+
+export class Reconciler {
+  readonly #o: ReconcilerOptions;
+  readonly #q: Readonly<typeof reconcilerQueries>;
+
+  constructor(options: ReconcilerOptions) {
+    this.#o = options;
+    this.#q = bindQueries(reconcilerQueries, options.config.schemaQuoted);
+  }
+
+  /** The advisory-lock name: one pass per schema at a time, however many fleets and CronJobs run. */
+  get lockName(): string {
+    return `actionledger:${this.#o.config.schema}:reconcile`;
+  }
+
+  /**
+   * One pass over every due candidate (up to batch_size of each kind). Holds the pass lock on a dedicated
+   * connection; returns `ran: false` at once when another pass holds it. Throws `database_unavailable`-class
+   * errors from pg when the database cannot be reached.
+   */
+  async pass(): Promise<ReconcileSummary> {
+    const summary: ReconcileSummary = { ran: false, examined: 0, succeeded: 0, still_unknown: 0, escalated: 0, skipped: 0, provider_errors: 0 };
+    const lockClient = await this.#o.pool.connect();
+    let broken: Error | undefined;
+    try {
+      const { rows } = await lockClient.query<{ locked: boolean }>(this.#q.passLock, [this.lockName]);
+      if (rows[0]?.locked !== true) return summary;
+      summary.ran = true;
+      try {
+        const r = this.#o.config.reconciler;
+        const { rows: candidates } = await this.#o.pool.query<Candidate>(this.#q.candidates, [r.orphanAfterMs, r.batchSize]);
+        let next = 0;
+        const lane = async (): Promise<void> => {
+          while (next < candidates.length) {
+            const c = candidates[next++] as Candidate;
+            await this.#one(c, summary);
+          }
+        };
+        await Promise.all(Array.from({ length: Math.min(r.concurrency, candidates.length) }, lane));
+      } finally {
+        await lockClient.query(this.#q.passUnlock, [this.lockName]);
+      }
+      return summary;
+    } catch (err) {
+      broken = err as Error;
+      throw err;
+    } finally {
+      lockClient.release(broken);
+    }
+  }
+
+  async #one(c: Candidate, summary: ReconcileSummary): Promise<void> {
+    const client = await this.#o.pool.connect();
+    let broken: Error | undefined;
+    try {
+      await client.query('BEGIN');
+      const { rows } = await client.query<Locked>(this.#q.lockCandidate, [this.#o.config.reconciler.orphanAfterMs, c.operation_id, c.status, c.claim_token]);
+      const op = rows[0];
+      if (op === undefined) {
+        await client.query('ROLLBACK');
+        summary.skipped++;
+        return;
+      }
+      summary.examined++;
+      const result = await this.#readback(op);
+      this.#o.metrics.checks.inc({ provider: op.provider_id, outcome: result.contract === undefined ? result.outcome : 'no_contract' });
+      const to = await this.#apply(client, op, result);
+      await client.query('COMMIT');
+      if (to !== op.status) this.#o.metrics.transitions.inc({ from: op.status, to });
+      if (to === 'succeeded') summary.succeeded++;
+      else if (to === 'needs_review') summary.escalated++;
+      else summary.still_unknown++;
+      if (result.outcome === 'failing' || result.outcome === 'unreachable') summary.provider_errors++;
+      this.#o.log.info({ operation_id: op.operation_id, tool: op.tool_name, tenant: op.tenant_id, from: op.status, to, readback: result.outcome }, 'reconciled');
+    } catch (err) {
+      broken = err as Error;
+      await client.query('ROLLBACK').catch(() => undefined);
+      throw err;
+    } finally {
+      client.release(broken);
+    }
+  }
+
+  async #readback(op: Locked): Promise<Readback & { contract?: 'none' | 'route_changed' }> {
+    const route = this.#o.config.tools.get(op.tool_name);
+    if (route === undefined || route.providerId !== op.provider_id) {
+      return { outcome: 'no_effect', receipt: null, detail: { contract: 'route_changed' }, contract: 'route_changed' };
+    }
+    const url = readbackUrl(route, op.effect_key);
+    if (url === null) return { outcome: 'no_effect', receipt: null, detail: { contract: 'none' }, contract: 'none' };
+    const credential = route.credentialEnv === null ? null : (this.#o.credentials.get(route.tool) ?? null);
+    if (route.credentialEnv !== null && credential === null) return { outcome: 'failing', receipt: null, detail: { problem: 'credential_missing' } };
+    return runGated(() => readback(this.#o.agent, this.#o.profile, url, op, credential), op.operation_id);
+  }
+
+  /** Writes the check and the transition; returns the state the operation is in afterwards. */
+  async #apply(client: PoolClient, op: Locked, r: Readback & { contract?: 'none' | 'route_changed' }): Promise<Locked['status'] | 'succeeded' | 'needs_review'> {
+    const q = this.#q;
+    const actor = this.#o.actor;
+    const checkOutcome = r.contract !== undefined ? 'no_contract' : r.outcome;
+    const detail: Record<string, JsonValue> = { ...r.detail, ...(op.status === 'executing' ? { orphaned_from: op.claimed_by ?? null } : {}) };
+    await client.query(q.checkInsert, [op.operation_id, op.attempt, op.status, checkOutcome, actor, JSON.stringify(detail)]);
+    const resolve = async (to: 'succeeded' | 'needs_review', review: string | null, reason: string, extra: Record<string, JsonValue> = {}): Promise<Locked['status'] | typeof to> => {
+      const { rows } = await client.query<{ n: number }>(q.resolve, [op.operation_id, op.status, op.claim_token, to, r.receipt, review, actor, reason, JSON.stringify({ ...detail, ...extra })]);
+      // Under the row lock the fence cannot miss; if it ever does, nothing changed and the pass reports that.
+      return rows[0]?.n === 1 ? to : op.status;
+    };
+    if (r.contract !== undefined) return resolve('needs_review', r.contract === 'none' ? 'no_readback_contract' : 'route_changed', `reconcile:${r.contract === 'none' ? 'no_readback_contract' : 'route_changed'}`);
+    switch (r.outcome) {
+      case 'applied':
+        return resolve('succeeded', null, 'readback_applied', { receipt: r.receipt });
+      case 'no_effect':
+        return resolve('needs_review', 'no_effect_confirmed', 'reconcile:no_effect_confirmed');
+      case 'mismatch':
+        return resolve('needs_review', 'readback_mismatch', 'reconcile:readback_mismatch');
+      default: {
+        const cfg = this.#o.config.reconciler;
+        const attempts = op.reconcile_attempts + 1;
+        if (attempts >= cfg.maxAttempts) {
+          const { rows: checks } = await client.query<Record<string, JsonValue>>(q.checksFor, [op.operation_id]);
+          return resolve('needs_review', 'reconcile_attempts_exhausted', 'reconcile:reconcile_attempts_exhausted', { attempts, checks: checks.slice(-50) as JsonValue[] });
+        }
+        const delay = Math.min(cfg.backoffMaxMs, cfg.backoffInitialMs * 2 ** (attempts - 1));
+        await client.query(q.backoff, [op.operation_id, op.status, op.claim_token, delay, actor, `reconcile:${r.outcome}`, JSON.stringify({ ...detail, attempts, next_check_in_ms: delay })]);
+        return 'unknown';
+      }
+    }
+  }
+}

@@ -1,0 +1,143 @@
+/**
+ * Review actions: what a person does with an operation the system could not finish on its own. Each is one
+ * transaction that locks the operation, checks its state, moves it fenced on that state, and appends a
+ * history row naming who did it and why (the audit trail).
+ *
+ * | action              | from                      | to                                         |
+ * |---------------------|---------------------------|--------------------------------------------|
+ * | `retry`             | needs_review, when the reason proves no effect (readback said no effect, or the provider was never called) | pending: a new outbox attempt, same operation and effect key, fresh authorization again |
+ * | `resolve-succeeded` | needs_review, unknown     | succeeded, with the receipt the reviewer found |
+ * | `resolve-failed`    | needs_review              | failed (a later pass compensates the task's earlier steps) |
+ * | `compensate`        | succeeded, needs_review   | compensating, with a minted compensation operation |
+ */
+import type { Config } from '../core/config.js';
+import { bindQueries, withTransaction, type Pool } from '../core/db.js';
+import { ActionLedgerError } from '../core/errors.js';
+import type { Compensator } from '../compensator/compensator.js';
+import { outboxChannel } from '../ledger/notifier.js';
+import { reviewQueries } from './queries.js';
+
+export interface ReviewInput {
+  /** Who: a person or system identity, recorded in the history. */
+  actor: string;
+  /** Why, in words a later reader understands. */
+  reason: string;
+}
+
+export interface ReviewResult {
+  ok: true;
+  operation_id: string;
+  from: string;
+  to: string;
+  attempt?: number;
+  compensation?: 'minted' | 'escalated';
+}
+
+/** Review reasons that prove the provider has no effect for this operation's effect key. */
+export function retryIsSafe(reviewReason: string | null): boolean {
+  if (reviewReason === null) return false;
+  if (reviewReason === 'no_effect_confirmed') return true;
+  // Pre-dispatch refusals: the provider was never called (dispatcher/dispatcher.ts #refuse).
+  if (/^(route|arguments|credential|authorization|evidence|final_check):/.test(reviewReason)) return true;
+  // The connection failed before any byte of the request was written (dispatcher/executor.ts classify).
+  return reviewReason.startsWith('provider:provider_unreachable:');
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const RECEIPT = /^[\x21-\x7e]{1,256}$/;
+
+function checkText(field: string, v: unknown, max: number): string {
+  if (typeof v !== 'string' || v.trim().length === 0 || v.length > max || !v.isWellFormed() || /[\u0000-\u001f\u007f]/.test(v)) {
+    throw new ActionLedgerError('invalid_review', `${field} is required: non-empty text of at most ${max} characters without control characters`, { details: { field } });
+  }
+  return v;
+}
+
+export class Review {
+  readonly #config: Config;
+  readonly #pool: Pool;
+  readonly #compensator: Compensator;
+  readonly #q: Readonly<typeof reviewQueries>;
+
+  constructor(config: Config, pool: Pool, compensator: Compensator) {
+    this.#config = config;
+    this.#pool = pool;
+    this.#compensator = compensator;
+    this.#q = bindQueries(reviewQueries, config.schemaQuoted);
+  }
+
+  /** Throws `invalid_review`, `not_found`, `invalid_state_transition`, `retry_not_safe`. */
+  async retry(operationId: string, input: ReviewInput & { approvalId?: string; policyVersion?: string }): Promise<ReviewResult> {
+    const { actor, reason } = this.#input(input);
+    const approval = input.approvalId === undefined ? null : checkText('approval id', input.approvalId, 256);
+    const policy = input.policyVersion === undefined ? null : checkText('policy version', input.policyVersion, 256);
+    return withTransaction(this.#pool, async (c) => {
+      const op = await this.#lock(c, operationId);
+      if (op.status !== 'needs_review') throw this.#wrongState('retry', op.status);
+      if (!retryIsSafe(op.review_reason)) {
+        throw new ActionLedgerError('retry_not_safe', `retry needs proof that the provider has no effect; this operation is in review for ${op.review_reason}`, {
+          details: { review_reason: op.review_reason },
+        });
+      }
+      const { rows } = await c.query<{ attempt: number }>(this.#q.retry, [operationId, op.review_reason, approval, policy]);
+      const attempt = rows[0]?.attempt;
+      if (attempt === undefined) throw new Error('retry fence missed under the row lock');
+      await c.query(this.#q.outboxInsert, [operationId, attempt]);
+      await c.query(this.#q.history, [operationId, 'needs_review', 'pending', actor, 'review:retry', JSON.stringify({ why: reason, attempt, previous_review_reason: op.review_reason, approval_id: approval, policy_version: policy })]);
+      await c.query('SELECT pg_notify($1, $2)', [outboxChannel(this.#config.schema), '']);
+      return { ok: true as const, operation_id: operationId, from: 'needs_review', to: 'pending', attempt };
+    });
+  }
+
+  /** Throws `invalid_review`, `not_found`, `invalid_state_transition`. */
+  async resolveSucceeded(operationId: string, input: ReviewInput & { receipt: string }): Promise<ReviewResult> {
+    const { actor, reason } = this.#input(input);
+    if (typeof input.receipt !== 'string' || !RECEIPT.test(input.receipt)) {
+      throw new ActionLedgerError('invalid_review', 'a receipt is required: 1 to 256 printable ASCII characters, no spaces', { details: { field: 'receipt' } });
+    }
+    return this.#move(operationId, ['needs_review', 'unknown'], 'succeeded', input.receipt, actor, 'review:resolve_succeeded', { why: reason, receipt: input.receipt });
+  }
+
+  /** Throws `invalid_review`, `not_found`, `invalid_state_transition`. */
+  async resolveFailed(operationId: string, input: ReviewInput): Promise<ReviewResult> {
+    const { actor, reason } = this.#input(input);
+    return this.#move(operationId, ['needs_review'], 'failed', null, actor, 'review:resolve_failed', { why: reason });
+  }
+
+  /** Throws `invalid_review`, `not_found`, `invalid_state_transition`. */
+  async compensate(operationId: string, input: ReviewInput): Promise<ReviewResult> {
+    const { actor, reason } = this.#input(input);
+    if (!UUID.test(operationId)) throw new ActionLedgerError('not_found', 'no such operation');
+    const before = await this.#pool.query<{ status: string }>(`SELECT status FROM ${this.#config.schemaQuoted}.operations WHERE operation_id = $1`, [operationId]);
+    const r = await this.#compensator.compensate(operationId, actor, `review:compensate: ${reason}`, ['succeeded', 'needs_review'], true);
+    if (r === 'unchanged') throw this.#wrongState('compensate', before.rows[0]?.status ?? 'unknown');
+    return { ok: true, operation_id: operationId, from: before.rows[0]?.status ?? '', to: r === 'minted' ? 'compensating' : 'needs_review', compensation: r };
+  }
+
+  #input(input: ReviewInput): ReviewInput {
+    return { actor: checkText('actor', input?.actor, 256), reason: checkText('reason', input?.reason, 2000) };
+  }
+
+  async #lock(c: Pick<Pool, 'query'>, operationId: string): Promise<{ status: string; review_reason: string | null }> {
+    if (!UUID.test(operationId)) throw new ActionLedgerError('not_found', 'no such operation');
+    const { rows } = await c.query<{ status: string; review_reason: string | null }>(this.#q.lock, [operationId]);
+    const op = rows[0];
+    if (op === undefined) throw new ActionLedgerError('not_found', 'no such operation');
+    return op;
+  }
+
+  #wrongState(action: string, status: string): ActionLedgerError {
+    return new ActionLedgerError('invalid_state_transition', `cannot ${action} an operation in ${status}`, { details: { status, action } });
+  }
+
+  async #move(operationId: string, from: string[], to: string, receipt: string | null, actor: string, reason: string, detail: Record<string, unknown>): Promise<ReviewResult> {
+    return withTransaction(this.#pool, async (c) => {
+      const op = await this.#lock(c, operationId);
+      if (!from.includes(op.status)) throw this.#wrongState(reason.replace('review:', '').replace('_', '-'), op.status);
+      const { rows } = await c.query(this.#q.move, [operationId, op.status, to, receipt, null]);
+      if (rows.length !== 1) throw new Error('review fence missed under the row lock');
+      await c.query(this.#q.history, [operationId, op.status, to, actor, reason, JSON.stringify({ ...detail, previous_review_reason: op.review_reason })]);
+      return { ok: true as const, operation_id: operationId, from: op.status, to };
+    });
+  }
+}
