@@ -16,6 +16,8 @@ import { generateProfileKeyPair, signProfile } from '../../dispatcher/profile.js
 import { Ledger } from '../../ledger/index.js';
 import { createCa, issueClientCert, issueServerCert, SandboxAuthorizer, SandboxProvider } from '../../sandbox/index.js';
 import { createTestDatabase, TEST_SECRET, testKeyer } from './db.js';
+import { Secret } from '../../core/secret.js';
+import { openReconciler, type ReconcileKit } from '../../reconciler/index.js';
 
 export const PROVIDER_TOKEN = 'provider-token-for-tests';
 
@@ -31,15 +33,30 @@ export interface DispatchEnv {
   authorizer: SandboxAuthorizer;
   runtime: Runtime;
   dispatcher(concurrency?: number): Promise<Dispatcher>;
+  /** A reconciler (with compensator and review actions) on its own metrics registry. */
+  reconciler(): Promise<ReconcileKit>;
 }
 
-export async function dispatchEnv(t: Test, profileOverrides: Record<string, unknown> = {}): Promise<DispatchEnv> {
+export const VOID_PATH = '/v1/refund_voids';
+
+export interface DispatchEnvOptions {
+  /** False: the provider applies every request, so a duplicate dispatch shows as two effects. */
+  honorIdempotencyKey?: boolean;
+  /** Replaces keys of `reconciler` in the config. */
+  reconciler?: Record<string, unknown>;
+  /** Replaces keys of the `issue_refund` tool (null deletes the key). */
+  issueRefund?: Record<string, unknown>;
+  /** Replaces keys of the `void_refund` tool, issue_refund's declared compensation. */
+  voidRefund?: Record<string, unknown>;
+}
+
+export async function dispatchEnv(t: Test, profileOverrides: Record<string, unknown> = {}, options: DispatchEnvOptions = {}): Promise<DispatchEnv> {
   const dir = mkdtempSync(join(tmpdir(), 'al-dispatch-'));
   const ca = await createCa('test-ca');
   const server = await issueServerCert(ca, { hosts: ['localhost', '127.0.0.1'] });
   const client = await issueClientCert(ca, 'dispatcher');
   const tls = { cert: server.cert, key: server.key, ca: ca.cert };
-  const provider = new SandboxProvider({ tls, token: PROVIDER_TOKEN });
+  const provider = new SandboxProvider({ tls, token: PROVIDER_TOKEN, extraPaths: [VOID_PATH], honorIdempotencyKey: options.honorIdempotencyKey ?? true });
   const authorizer = new SandboxAuthorizer({ tls });
   await provider.start();
   await authorizer.start();
@@ -85,9 +102,34 @@ export async function dispatchEnv(t: Test, profileOverrides: Record<string, unkn
         credential_env: 'TEST_BILLING_TOKEN',
         idempotency: { mechanism: 'header', name: 'Idempotency-Key' },
         definitive_failure_statuses: [400, 422],
+        readback: { url: `${provider.endpoint}/by-key/{effect_key}` },
+        effects_listing_url: `${provider.url}/v1/effects`,
+        compensation: {
+          tool: 'void_refund',
+          arguments: {
+            refund_id: { from: 'receipt' },
+            order_id: { from: 'arguments', pointer: '/order_id' },
+            amount: { from: 'arguments', pointer: '/amount' },
+            reason: { value: 'compensation' },
+          },
+        },
+        ...options.issueRefund,
+      },
+      void_refund: {
+        provider_id: 'billing-test',
+        endpoint: provider.endpointFor(VOID_PATH),
+        allowed_tenants: ['tenant-a'],
+        credential_env: 'TEST_BILLING_TOKEN',
+        idempotency: { mechanism: 'header', name: 'Idempotency-Key' },
+        definitive_failure_statuses: [400, 422],
+        readback: { url: `${provider.endpointFor(VOID_PATH)}/by-key/{effect_key}` },
+        effects_listing_url: `${provider.url}/v1/effects`,
+        ...options.voidRefund,
       },
     },
+    reconciler: { orphan_after_ms: 1500, backoff_initial_ms: 50, backoff_max_ms: 200, max_attempts: 3, ...options.reconciler },
   };
+  for (const tool of Object.values(raw.tools) as Record<string, unknown>[]) for (const [k, v] of Object.entries(tool)) if (v === null) delete tool[k];
   const configPath = join(dir, 'config.json');
   writeFileSync(configPath, JSON.stringify(raw));
   const env = { DATABASE_URL: url, ACTIONLEDGER_CONFIG: configPath, ACTIONLEDGER_EFFECT_KEY_SECRET: TEST_SECRET, TEST_BILLING_TOKEN: PROVIDER_TOKEN, LOG_LEVEL: 'warn' };
@@ -101,12 +143,14 @@ export async function dispatchEnv(t: Test, profileOverrides: Record<string, unkn
     pool,
     databaseUrl: url,
     embedded: null,
-    effectKeys: { active: 'k1', secrets: new Map() },
+    effectKeys: { active: 'k1', secrets: new Map([['k1', new Secret(Buffer.from(TEST_SECRET))]]) },
     close: async () => undefined,
   };
   const started: Dispatcher[] = [];
+  const kits: ReconcileKit[] = [];
   t.teardown(async () => {
     for (const d of started) await d.stop(5000);
+    for (const k of kits) k.close();
     ledger.stop();
     await pool.end();
   });
@@ -126,6 +170,11 @@ export async function dispatchEnv(t: Test, profileOverrides: Record<string, unkn
       started.push(d);
       await d.start();
       return d;
+    },
+    async reconciler() {
+      const kit = await openReconciler({ ...runtime, metrics: new Metrics({ defaultMetrics: false, ledger: false }) }, env);
+      kits.push(kit);
+      return kit;
     },
   };
 }
