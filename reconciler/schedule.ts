@@ -44,7 +44,7 @@ export class ReconcileSchedule {
     boss.on('error', (err: Error) => this.#o.log.warn({ err }, 'pg-boss error'));
     this.#boss = boss;
     await boss.start();
-    await boss.createQueue(RECONCILE_QUEUE, { name: RECONCILE_QUEUE, policy: 'singleton', retryLimit: 0 });
+    await createQueueOnce(boss);
     await boss.schedule(RECONCILE_QUEUE, this.#o.cron, {}, { tz: 'UTC' });
     await boss.work(RECONCILE_QUEUE, { pollingIntervalSeconds: 2, batchSize: 1 }, async () => {
       const summary = await this.#o.run();
@@ -69,5 +69,24 @@ export class ReconcileSchedule {
     const boss = this.#boss;
     this.#boss = undefined;
     await boss?.stop({ graceful: true, wait: true, timeout: 30_000 });
+  }
+}
+
+/**
+ * pg-boss 10's create_queue inserts the queue row and creates its partition in one statement; two fleets
+ * starting at the same moment can deadlock there (40P01, seen in the tests). The loser retries and then finds
+ * the queue made.
+ */
+async function createQueueOnce(boss: PgBoss): Promise<void> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      if ((await boss.getQueue(RECONCILE_QUEUE)) !== null) return;
+      await boss.createQueue(RECONCILE_QUEUE, { name: RECONCILE_QUEUE, policy: 'singleton', retryLimit: 0 });
+      return;
+    } catch (err) {
+      const code = (err as { code?: string }).code;
+      if ((code !== '40P01' && code !== '23505') || attempt >= 5) throw err;
+      await new Promise((r) => setTimeout(r, 50 + Math.random() * 200));
+    }
   }
 }
