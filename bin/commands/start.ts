@@ -9,6 +9,7 @@
 import cluster, { type Worker } from 'node:cluster';
 import { parseArgs } from 'node:util';
 import { AggregatorRegistry } from 'prom-client';
+import { isActionLedgerError } from '../../core/errors.js';
 import { openRuntime, type Runtime } from '../../core/runtime.js';
 import { OPERATION_STATUSES } from '../../core/types.js';
 import { openDispatcher } from '../../dispatcher/index.js';
@@ -110,10 +111,15 @@ export const startCommand: Command = {
         await s.start();
         schedule = s;
       } catch (err) {
-        await sandbox?.stop();
-        ledger.stop();
-        await runtime.close();
-        return printRefusal(err);
+        if (isActionLedgerError(err, 'config_invalid') && workers === 0) {
+          // An API-only node without a dispatch identity: nothing here could read a provider back.
+          runtime.log.warn({ err }, 'reconciliation not scheduled on this node: no dispatch identity configured');
+        } else {
+          await sandbox?.stop();
+          ledger.stop();
+          await runtime.close();
+          return printRefusal(err);
+        }
       }
     }
     const addr = await http.start();

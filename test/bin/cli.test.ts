@@ -95,7 +95,7 @@ t.test('embedded default: CLI commands share the running service database, never
   t.equal(statSync(secret).mode & 0o777, 0o600, 'generated secret is mode 0600');
   t.match(alone.stderr, /generated a development effect-key secret/);
 
-  const service = spawn(process.execPath, [BIN, 'start'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const service = spawn(process.execPath, [BIN, 'start', '--workers', '0'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   service.stdout.on('data', (c: Buffer) => (out += c.toString()));
   await new Promise<void>((resolve, reject) => {
