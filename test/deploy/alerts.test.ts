@@ -1,0 +1,22 @@
+import t from 'tap';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { Metrics } from '../../core/metrics.js';
+import { DispatchMetrics } from '../../dispatcher/metrics.js';
+import { ReconcileMetrics } from '../../reconciler/metrics.js';
+
+const root = join(import.meta.dirname, '..', '..', '..');
+
+t.test('every metric the alert rules use is one the service exposes', async (t) => {
+  const rules = readFileSync(join(root, 'deploy', 'prometheus', 'alerts.yml'), 'utf8');
+  const exprs = [...rules.matchAll(/expr: (\|\n((?: {10}.*\n)+)|.*)/g)].map((m) => m[2] ?? m[1] ?? '');
+  t.ok(exprs.length >= 8, 'rules found');
+  const used = new Set(exprs.flatMap((e) => [...e.matchAll(/\bactionledger_[a-z_]+/g)].map((m) => m[0])));
+  const m = new Metrics({ defaultMetrics: false });
+  new DispatchMetrics(m.registry);
+  new ReconcileMetrics(m.registry);
+  const exposed = new Set((await m.registry.getMetricsAsJSON()).map((x) => x.name));
+  for (const name of used) t.ok(exposed.has(name), `${name} is exposed`);
+  const alerts = [...rules.matchAll(/- alert: (\w+)/g)].map((x) => x[1]);
+  t.equal(new Set(alerts).size, alerts.length, 'alert names are unique');
+});
