@@ -1,3 +1,5 @@
+import { onRequestSent, type SentRequestMatch } from './http-client.js';
+
 /**
  * Named crash points for the fault-injection runs: the process SIGKILLs itself at the named point.
  * Armed only when `ACTIONLEDGER_CRASH_POINTS_ENABLED=1` and `ACTIONLEDGER_CRASH_AT` names the point
@@ -28,5 +30,21 @@ export class CrashPoints {
   reach(point: CrashPoint): void {
     if (point !== this.#target) return;
     if (++this.#seen === this.#at) process.kill(process.pid, 'SIGKILL');
+  }
+
+  /**
+   * Runs `call` and reaches `point` at the moment undici has written the request that `sent` describes (headers
+   * and body handed to the socket; see {@link onRequestSent}), not on a timer: a crash there is always after
+   * the request left and before its response was read. When `point` is not the armed one, just runs `call`
+   * (no diagnostics subscription in production). A request that was never written never reaches the point.
+   */
+  async reachWhenSent<T>(point: CrashPoint, sent: SentRequestMatch, call: () => Promise<T>): Promise<T> {
+    if (point !== this.#target) return call();
+    const stop = onRequestSent(sent, () => this.reach(point));
+    try {
+      return await call();
+    } finally {
+      stop();
+    }
   }
 }

@@ -236,11 +236,8 @@ export class Dispatcher {
         return this.#refuse(op, 'final_check', 'authorization_stale');
       }
       const endProvider = this.#o.metrics.providerSeconds.startTimer({ provider: op.provider_id });
-      const http = await runGated(() => {
-        const call = this.#gatedCall(this.#o.providerAgent, this.#o.profile, op, credential);
-        setTimeout(() => this.#o.crash.reach('after_provider_request_sent'), 2).unref();
-        return call;
-      }, op.operation_id);
+      const sent = { url: op.provider_endpoint, headerName: op.idempotency_header, headerValue: op.effect_key };
+      const http = await runGated(() => this.#o.crash.reachWhenSent('after_provider_request_sent', sent, () => this.#gatedCall(this.#o.providerAgent, this.#o.profile, op, credential)), op.operation_id);
       endProvider();
       this.#o.crash.reach('after_response_before_outcome');
       outcome = classify(http, route);
