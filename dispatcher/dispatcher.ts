@@ -13,7 +13,7 @@
 import { hostname } from 'node:os';
 import type { Agent } from 'undici';
 import type { Config, ToolRoute } from '../core/config.js';
-import { bindQueries, isConnectionError, withTransaction, type Pool, type PoolClient } from '../core/db.js';
+import { bindQueries, isConnectionError, isRetryable, sqlState, SQLSTATE, withTransaction, type Pool, type PoolClient } from '../core/db.js';
 import { ActionLedgerError, isActionLedgerError, type ErrorCode } from '../core/errors.js';
 import { canonicalJson, sha256Hex, type JsonValue } from '../core/json.js';
 import type { Logger } from '../core/log.js';
@@ -99,6 +99,8 @@ export class Dispatcher {
     this.#listener = undefined;
     listener?.release();
     await this.#o.pool.query(this.#q.workerStopped, [this.#o.workerId]).catch(() => undefined);
+    // Idle keep-alive connections only: in-flight work has drained or the deadline passed.
+    if (clean) await Promise.all([this.#o.authorizerAgent.close(), this.#o.providerAgent.close()]).catch(() => undefined);
     this.#state = 'stopped';
   }
 
@@ -224,6 +226,7 @@ export class Dispatcher {
   async #dispatchLocked(op: ClaimedOperation, route: ToolRoute, credential: Secret | null): Promise<void> {
     const client = await this.#o.pool.connect();
     let broken: Error | undefined;
+    let failed = false;
     let outcome: Outcome | undefined;
     try {
       await client.query('BEGIN');
@@ -237,25 +240,33 @@ export class Dispatcher {
       }
       const endProvider = this.#o.metrics.providerSeconds.startTimer({ provider: op.provider_id });
       const sent = { url: op.provider_endpoint, headerName: op.idempotency_header, headerValue: op.effect_key };
-      const http = await runGated(() => this.#o.crash.reachWhenSent('after_provider_request_sent', sent, () => this.#gatedCall(this.#o.providerAgent, this.#o.profile, op, credential)), op.operation_id);
-      endProvider();
+      let http;
+      try {
+        http = await runGated(() => this.#o.crash.reachWhenSent('after_provider_request_sent', sent, () => this.#gatedCall(this.#o.providerAgent, this.#o.profile, op, credential)), op.operation_id);
+      } finally {
+        endProvider();
+      }
       this.#o.crash.reach('after_response_before_outcome');
       outcome = classify(http, route);
       await client.query(this.#q.operationComplete, [op.operation_id, op.claim_token, outcome.status, outcome.receipt, JSON.stringify(outcome.result), reviewReason(outcome), this.#o.workerId, outcome.reason]);
       await client.query('COMMIT');
     } catch (err) {
+      failed = true;
       if (isConnectionError(err)) broken = err as Error;
       await client.query('ROLLBACK').catch(() => undefined);
       if (outcome === undefined) throw err;
+      this.#o.log.warn({ err, operation_id: op.operation_id }, 'outcome write failed; writing it again');
     } finally {
       client.release(broken);
     }
-    if (broken !== undefined && outcome !== undefined) {
-      // The COMMIT's fate is unknown: re-read and write again, fenced on the claim (a no-op if it landed).
+    if (failed && outcome !== undefined) {
+      // The outcome write failed, or the COMMIT's fate is unknown: write again on another connection, fenced
+      // on the claim (a no-op if it landed). If this throws, the row stays executing for the reconciler.
       await this.#complete(op, outcome.status, outcome.receipt, outcome.result, reviewReason(outcome), outcome.reason);
     }
-    this.#o.metrics.outcomes.inc({ tool: op.tool_name, provider: op.provider_id, outcome: outcome?.status ?? 'unknown' });
-    this.#o.log.info({ operation_id: op.operation_id, tool: op.tool_name, tenant: op.tenant_id, outcome: outcome?.status, code: outcome?.code ?? undefined }, 'dispatched');
+    if (outcome === undefined) return;
+    this.#o.metrics.outcomes.inc({ tool: op.tool_name, provider: op.provider_id, outcome: outcome.status });
+    this.#o.log.info({ operation_id: op.operation_id, tool: op.tool_name, tenant: op.tenant_id, outcome: outcome.status, code: outcome.code ?? undefined }, 'dispatched');
     this.#o.crash.reach('after_outcome_commit');
   }
 
@@ -277,7 +288,8 @@ export class Dispatcher {
         const { rows } = await this.#o.pool.query<{ n: number }>(this.#q.operationComplete, [op.operation_id, op.claim_token, status, receipt, JSON.stringify(result), review, this.#o.workerId, reason]);
         return (rows[0]?.n ?? 0) === 1;
       } catch (err) {
-        if (!isConnectionError(err) || attempt >= 20) throw err;
+        // Connection loss, deadlock, serialization failure or a statement timeout can pass; anything else is a bug.
+        if (!(isConnectionError(err) || isRetryable(err) || sqlState(err) === SQLSTATE.queryCanceled) || attempt >= 20) throw err;
         await new Promise((r) => setTimeout(r, Math.min(5000, 100 * 2 ** attempt)));
       }
     }
