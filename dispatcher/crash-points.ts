@@ -12,6 +12,9 @@ export const CRASH_POINTS = [
   'after_provider_request_sent',
   'after_response_before_outcome',
   'after_outcome_commit',
+  // the reconciler's
+  'reconcile_after_readback',
+  'reconcile_after_commit',
 ] as const;
 export type CrashPoint = (typeof CRASH_POINTS)[number];
 

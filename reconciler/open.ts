@@ -7,6 +7,7 @@ import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import type { Runtime } from '../core/runtime.js';
 import { Compensator, type CompensationSummary } from '../compensator/compensator.js';
+import { CrashPoints } from '../dispatcher/crash-points.js';
 import { loadDispatchIdentity } from '../dispatcher/identity.js';
 import { EffectKeyer } from '../ledger/effect-key.js';
 import { Ledger } from '../ledger/reserve.js';
@@ -55,6 +56,7 @@ export async function openReconciler(rt: Runtime, env: NodeJS.ProcessEnv): Promi
     agent,
     credentials: identity.credentials,
     actor: `reconciler:${id}`,
+    crash: new CrashPoints(env),
   });
   return {
     ...kit,

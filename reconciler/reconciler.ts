@@ -21,6 +21,7 @@ import { bindQueries, type Pool, type PoolClient } from '../core/db.js';
 import type { JsonValue } from '../core/json.js';
 import type { Logger } from '../core/log.js';
 import type { Secret } from '../core/secret.js';
+import type { CrashPoints } from '../dispatcher/crash-points.js';
 import { runGated } from '../dispatcher/gate-scope.js';
 import type { DispatchProfile } from '../dispatcher/profile.js';
 import type { ReconcileMetrics } from './metrics.js';
@@ -37,6 +38,8 @@ export interface ReconcilerOptions {
   credentials: ReadonlyMap<string, Secret>;
   /** Who the history rows name, e.g. `reconciler:host:pid`. */
   actor: string;
+  /** Fault-injection crash points (armed only by environment; see dispatcher/crash-points.ts). */
+  crash?: CrashPoints;
 }
 
 export interface ReconcileSummary {
@@ -129,8 +132,10 @@ export class Reconciler {
       summary.examined++;
       const result = await this.#readback(op);
       this.#o.metrics.checks.inc({ provider: op.provider_id, outcome: result.contract === undefined ? result.outcome : 'no_contract' });
+      this.#o.crash?.reach('reconcile_after_readback');
       const to = await this.#apply(client, op, result);
       await client.query('COMMIT');
+      this.#o.crash?.reach('reconcile_after_commit');
       if (to !== op.status) this.#o.metrics.transitions.inc({ from: op.status, to });
       if (to === 'succeeded') summary.succeeded++;
       else if (to === 'needs_review') summary.escalated++;

@@ -1,0 +1,99 @@
+/**
+ * The invariants of a chaos run, read from the ledger, its history and the provider's own record of what it
+ * received and applied. Each row must be 0.
+ */
+import { createHash } from 'node:crypto';
+import type { Pool } from '../core/db.js';
+import type { OperationStatus } from '../core/types.js';
+import { historyProblems } from '../reconciler/verify.js';
+import type { ProviderEffect, ProviderRequest } from '../sandbox/provider.js';
+
+export interface Invariant {
+  name: string;
+  violations: number;
+  examples: string[];
+}
+
+export interface CheckResult {
+  invariants: Invariant[];
+  violated: number;
+  byStatus: Record<string, number>;
+  providerRequests: number;
+  providerEffects: number;
+}
+
+/** Clock allowance between the provider's timestamps (this process) and PostgreSQL's (same machine). */
+const SKEW_MS = 250;
+
+export async function checkInvariants(input: {
+  pool: Pool;
+  schema: string;
+  reservedIds: readonly string[];
+  effects: readonly ProviderEffect[];
+  requests: readonly ProviderRequest[];
+}): Promise<CheckResult> {
+  const s = input.schema;
+  const { rows: ops } = await input.pool.query<{ operation_id: string; effect_key: string; status: OperationStatus; review_reason: string | null }>(
+    `SELECT operation_id, effect_key, status, review_reason FROM ${s}.operations`,
+  );
+  const { rows: hist } = await input.pool.query<{ operation_id: string; from_status: OperationStatus | null; to_status: OperationStatus }>(
+    `SELECT operation_id, from_status, to_status FROM ${s}.operation_history ORDER BY operation_id, id`,
+  );
+  const { rows: evidence } = await input.pool.query<{ operation_id: string; args_sha256: string; authorized_at: Date; expires_at: Date; recorded_at: Date }>(
+    `SELECT operation_id, args_sha256, authorized_at, expires_at, recorded_at FROM ${s}.authorization_evidence`,
+  );
+  const byId = new Map(ops.map((o) => [o.operation_id, o]));
+  const byKey = new Map(ops.map((o) => [o.effect_key, o]));
+  const invariants: Invariant[] = [];
+  const add = (name: string, examples: string[]): void => void invariants.push({ name, violations: examples.length, examples: examples.slice(0, 5) });
+
+  const effectsPerKey = new Map<string, number>();
+  for (const e of input.effects) effectsPerKey.set(e.key, (effectsPerKey.get(e.key) ?? 0) + 1);
+  add('effect keys with more than one provider effect', [...effectsPerKey].filter(([, n]) => n > 1).map(([k, n]) => `${k}: ${n}`));
+  add('operations lost', input.reservedIds.filter((id) => !byId.has(id)));
+  add(
+    'operations not at an end or in review with a reason',
+    ops.filter((o) => !(o.status === 'succeeded' || o.status === 'failed' || o.status === 'compensated' || (o.status === 'needs_review' && o.review_reason !== null))).map((o) => `${o.operation_id}: ${o.status}`),
+  );
+
+  const evByOp = new Map<string, typeof evidence>();
+  for (const e of evidence) (evByOp.get(e.operation_id) ?? evByOp.set(e.operation_id, []).get(e.operation_id))?.push(e);
+  const unauthorized: string[] = [];
+  for (const r of input.requests) {
+    if (r.method !== 'POST' || r.key === undefined) continue;
+    const op = byKey.get(r.key);
+    const bodySha = createHash('sha256').update(r.body).digest('hex');
+    const at = r.at.getTime();
+    const ok = op !== undefined && (evByOp.get(op.operation_id) ?? []).some(
+      (e) => e.args_sha256 === bodySha && e.recorded_at.getTime() <= at + SKEW_MS && e.authorized_at.getTime() <= at + SKEW_MS && e.expires_at.getTime() >= at - SKEW_MS,
+    );
+    if (!ok) unauthorized.push(`${r.key} at ${r.at.toISOString()}`);
+  }
+  add('dispatches without a fresh authorization bound to the sent bytes', unauthorized);
+
+  const histByOp = new Map<string, typeof hist>();
+  for (const h of hist) (histByOp.get(h.operation_id) ?? histByOp.set(h.operation_id, []).get(h.operation_id))?.push(h);
+  add('illegal transitions or broken histories', ops.flatMap((o) => historyProblems(histByOp.get(o.operation_id) ?? [], o.status).map((p) => `${o.operation_id}: ${p.detail}`)));
+
+  add(
+    'provider effects the ledger denies (failed, or no effect confirmed)',
+    [...effectsPerKey.keys()].filter((k) => {
+      const o = byKey.get(k);
+      return o === undefined || o.status === 'failed' || (o.status === 'needs_review' && o.review_reason === 'no_effect_confirmed');
+    }),
+  );
+  add('succeeded operations without a provider effect', ops.filter((o) => o.status === 'succeeded' && !effectsPerKey.has(o.effect_key)).map((o) => o.operation_id));
+
+  const byStatus: Record<string, number> = {};
+  for (const o of ops) {
+    const k = o.status === 'needs_review' ? `needs_review (${(o.review_reason ?? '').split(':').slice(0, 2).join(':')})` : o.status;
+    byStatus[k] = (byStatus[k] ?? 0) + 1;
+  }
+  return {
+    invariants,
+    violated: invariants.reduce((n, i) => n + (i.violations > 0 ? 1 : 0), 0),
+    byStatus,
+    providerRequests: input.requests.filter((r) => r.method === 'POST').length,
+    providerEffects: input.effects.length,
+  };
+}

@@ -1,0 +1,397 @@
+/**
+ * `npm run chaos -- --seed S --ops N --workers W`: the fault-injection run.
+ *
+ * A real fleet of W `actionledger dispatcher` processes against an embedded PostgreSQL (behind a TCP proxy
+ * that delays, pauses and resets connections, mid-COMMIT included, and restarted once mid-run), the sandbox
+ * authorizer and a provider that does NOT honour idempotency keys (so a duplicate dispatch would show as two
+ * effects), all on loopback over mTLS. Workers and `reconcile --once` runs are SIGKILLed at named crash points
+ * and restarted. Then faults stop, a reviewer retries what was provably not applied, the fleet drains, the
+ * reconciler runs until nothing changes, and the checker prints the invariants table; the last line is
+ * `invariants: N violated`, and the exit code is 1 when N > 0.
+ *
+ * Every random choice (faults per operation, crash points, fault schedule) comes from the seed printed first.
+ * The same seed makes the same choices; the interleaving of processes is the machine's.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import { compileConfig, quoteSchemaName } from '../core/config.js';
+import { createPool } from '../core/db.js';
+import { openEmbeddedDatabase, type EmbeddedDatabase } from '../core/embedded.js';
+import { createLogger } from '../core/log.js';
+import { Metrics } from '../core/metrics.js';
+import { migrate } from '../core/migrate.js';
+import type { Runtime } from '../core/runtime.js';
+import { Secret } from '../core/secret.js';
+import { CRASH_POINTS } from '../dispatcher/crash-points.js';
+import { generateProfileKeyPair, signProfile } from '../dispatcher/profile.js';
+import { EffectKeyer } from '../ledger/effect-key.js';
+import { Ledger } from '../ledger/reserve.js';
+import { openReconciler, retryIsSafe } from '../reconciler/index.js';
+import { createCa, issueClientCert, issueServerCert, SandboxAuthorizer, SandboxProvider, type ProviderFault } from '../sandbox/index.js';
+import { checkInvariants } from './checker.js';
+import { Rng } from './rng.js';
+import { TcpProxy } from './tcp-proxy.js';
+
+const BIN = join(fileURLToPath(new URL('.', import.meta.url)), '..', 'bin', 'actionledger.js');
+const SECRET = 'chaos-effect-key-secret-0123456789abcdef';
+const TOKEN = 'chaos-provider-token';
+const DISPATCH_POINTS = CRASH_POINTS.filter((p) => !p.startsWith('reconcile_'));
+const PROVIDER_FAULTS = ['timeout', 'status500', 'status429', 'slowDrip', 'oversized', 'duplicateKeyJson', 'commitThenReset', 'resetBeforeCommit', 'hangHeaders'] as const;
+type ProviderFaultName = (typeof PROVIDER_FAULTS)[number];
+const AUTH_FAULTS = ['deny', 'slow', 'stale'] as const;
+type AuthFaultName = (typeof AUTH_FAULTS)[number];
+
+function providerFault(name: ProviderFaultName): ProviderFault {
+  switch (name) {
+    case 'status500':
+      return { kind: 'status', status: 500 };
+    case 'status429':
+      return { kind: 'status', status: 429 };
+    case 'slowDrip':
+      return { kind: 'slowDrip', intervalMs: 5 };
+    case 'oversized':
+      return { kind: 'oversized', bytes: 64 * 1024 };
+    default:
+      return { kind: name };
+  }
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve) => {
+    const s = createServer().listen(0, '127.0.0.1', () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+const say = (line: string): void => void process.stdout.write(`${line}\n`);
+
+async function main(): Promise<number> {
+  const { values } = parseArgs({
+    options: {
+      seed: { type: 'string' },
+      ops: { type: 'string', default: '1000' },
+      workers: { type: 'string', default: '4' },
+      concurrency: { type: 'string', default: '4' },
+      'no-pg-restart': { type: 'boolean' },
+      'deadline-s': { type: 'string', default: '600' },
+    },
+  });
+  const seed = values.seed === undefined ? Math.floor(Math.random() * 2 ** 31) : Number(values.seed);
+  const N = Number(values.ops);
+  const W = Number(values.workers);
+  const C = Number(values.concurrency);
+  const deadline = Date.now() + Number(values['deadline-s']) * 1000;
+  if (![seed, N, W, C].every((n) => Number.isInteger(n) && n >= 0) || N < 1 || W < 1 || C < 1) {
+    process.stderr.write('usage: chaos --seed S --ops N --workers W [--concurrency C] [--no-pg-restart] [--deadline-s S]\n');
+    return 2;
+  }
+  say(`seed: ${seed}`);
+  say(`operations: ${N}, workers: ${W} x ${C}`);
+  const rng = new Rng(seed);
+
+  // PostgreSQL, its proxy, the PKI, the provider and the authorizer.
+  const dir = mkdtempSync(join(tmpdir(), 'al-chaos-'));
+  chmodSync(dir, 0o711);
+  const pgPort = await freePort();
+  let db: EmbeddedDatabase = await openEmbeddedDatabase({ dataDir: join(dir, 'pg'), port: pgPort });
+  const url = db.url;
+  const admin = new pg.Client({ connectionString: url });
+  await admin.connect();
+  await migrate(admin, 'actionledger', quoteSchemaName('actionledger'));
+  await admin.end();
+  const proxy = new TcpProxy({ host: '127.0.0.1', port: pgPort });
+  const proxyPort = await proxy.listen();
+  const proxiedUrl = url.replace(`:${pgPort}/`, `:${proxyPort}/`);
+
+  const ca = await createCa('chaos-ca');
+  const server = await issueServerCert(ca, { hosts: ['localhost', '127.0.0.1'] });
+  const client = await issueClientCert(ca, 'dispatcher');
+  const tls = { cert: server.cert, key: server.key, ca: ca.cert };
+  const provider = new SandboxProvider({ tls, token: TOKEN, honorIdempotencyKey: false });
+  const authorizer = new SandboxAuthorizer({ tls });
+  await provider.start();
+  await authorizer.start();
+  writeFileSync(join(dir, 'ca.crt'), ca.cert);
+  writeFileSync(join(dir, 'client.crt'), client.cert);
+  writeFileSync(join(dir, 'client.key'), client.key, { mode: 0o600 });
+  const keys = generateProfileKeyPair('ed25519');
+  const profile = Buffer.from(
+    JSON.stringify({
+      profile_id: 'chaos',
+      authorization_url: authorizer.authorizeUrl,
+      maximum_authorization_age_seconds: 30,
+      maximum_authorization_ttl_seconds: 120,
+      maximum_clock_skew_seconds: 2,
+      authorization_http_timeout_seconds: 3,
+      provider_http_timeout_seconds: 1,
+      authorization_response_max_bytes: 4096,
+      provider_response_max_bytes: 4096,
+    }),
+  );
+  writeFileSync(join(dir, 'profile.json'), profile);
+  writeFileSync(join(dir, 'profile.sig'), signProfile({ profileBytes: profile, privateKeyPem: keys.privateKeyPem }));
+  writeFileSync(join(dir, 'profile.pub'), keys.publicKeyPem);
+  const raw = {
+    database: { pool_max: 8, statement_timeout_ms: 10_000 },
+    tools: {
+      issue_refund: {
+        provider_id: 'chaos-billing',
+        endpoint: provider.endpoint,
+        allowed_tenants: ['tenant-a'],
+        credential_env: 'CHAOS_BILLING_TOKEN',
+        idempotency: { mechanism: 'header', name: 'Idempotency-Key' },
+        definitive_failure_statuses: [400, 422],
+        readback: { url: `${provider.endpoint}/by-key/{effect_key}` },
+      },
+    },
+    dispatcher: {
+      poll_interval_ms: 200,
+      heartbeat_interval_ms: 300,
+      batch_size: 8,
+      shutdown_deadline_ms: 5000,
+      profile: { path: join(dir, 'profile.json'), signature_path: join(dir, 'profile.sig'), public_key_path: join(dir, 'profile.pub') },
+      tls: { ca_file: join(dir, 'ca.crt'), cert_file: join(dir, 'client.crt'), key_file: join(dir, 'client.key') },
+    },
+    reconciler: { orphan_after_ms: 1500, backoff_initial_ms: 100, backoff_max_ms: 400, max_attempts: 6, concurrency: 4 },
+  };
+  const configPath = join(dir, 'config.json');
+  writeFileSync(configPath, JSON.stringify(raw));
+  const baseEnv = { ACTIONLEDGER_CONFIG: configPath, ACTIONLEDGER_EFFECT_KEY_SECRET: SECRET, CHAOS_BILLING_TOKEN: TOKEN, LOG_LEVEL: 'fatal' };
+  const config = compileConfig(raw, { ...baseEnv, DATABASE_URL: url });
+  const pool = createPool(url, { max: 12, statementTimeoutMs: 30_000, applicationName: 'chaos' });
+  const secrets = { active: 'k1', secrets: new Map([['k1', new Secret(Buffer.from(SECRET))]]) };
+  const ledger = new Ledger(config, pool, new EffectKeyer(secrets));
+
+  // Reserve everything, and choose each operation's faults from the seed.
+  const reservedIds: string[] = [];
+  const providerFaultOf = new Map<string, ProviderFaultName>();
+  const authFaultOf = new Map<string, AuthFaultName>();
+  const readbackFailures = new Map<string, number>();
+  for (let i = 0; i < N; i += 50) {
+    const batch = await Promise.all(
+      Array.from({ length: Math.min(50, N - i) }, (_, j) =>
+        ledger.reserve(
+          { tenant_id: 'tenant-a', principal_id: 'chaos', task_id: `task-${i + j}`, workflow_step_id: '1', approval_id: 'approval-1', policy_version: 'policy-1' },
+          'issue_refund',
+          { order_id: `o-${i + j}`, amount: 1 + ((i + j) % 997), currency: 'EUR' },
+        ),
+      ),
+    );
+    for (const r of batch) {
+      reservedIds.push(r.operation_id);
+      if (rng.chance(0.35)) providerFaultOf.set(r.effect_key, rng.pick(PROVIDER_FAULTS));
+      if (rng.chance(0.1)) authFaultOf.set(r.effect_key, rng.pick(AUTH_FAULTS));
+      if (rng.chance(0.15)) readbackFailures.set(r.effect_key, rng.int(1, 3));
+    }
+  }
+  for (const name of PROVIDER_FAULTS) provider.inject(providerFault(name), { times: Infinity, when: (k) => providerFaultOf.get(k) === name });
+  provider.inject({ kind: 'readbackFailing' }, {
+    times: Infinity,
+    when: (k) => {
+      const n = readbackFailures.get(k) ?? 0;
+      if (n > 0) readbackFailures.set(k, n - 1);
+      return n > 0;
+    },
+  });
+  authorizer.inject({ kind: 'deny' }, { times: Infinity, when: (r) => authFaultOf.get(r.effect_key) === 'deny' });
+  authorizer.inject({ kind: 'slow', delayMs: 800 }, { times: Infinity, when: (r) => authFaultOf.get(r.effect_key) === 'slow' });
+  authorizer.inject({ kind: 'stale' }, { times: Infinity, when: (r) => authFaultOf.get(r.effect_key) === 'stale' });
+  say(`faults chosen: provider ${providerFaultOf.size}, authorizer ${authFaultOf.size}, readback failing ${readbackFailures.size}`);
+
+  // The fleet, with crash points; every worker that dies is restarted while the fault phase lasts.
+  const stats = { workerCrashes: 0, reconcilerCrashes: 0, reconcileRuns: 0, pgRestarts: 0, proxyFaults: 0 };
+  let phase: 'faults' | 'drain' | 'done' = 'faults';
+  const live = new Set<ChildProcess>();
+  const spawnWorker = (withCrash: boolean): void => {
+    const env: NodeJS.ProcessEnv = { PATH: process.env.PATH, ...baseEnv, DATABASE_URL: proxiedUrl };
+    if (withCrash && rng.chance(0.6)) {
+      env.ACTIONLEDGER_CRASH_POINTS_ENABLED = '1';
+      env.ACTIONLEDGER_CRASH_AT = `${rng.pick(DISPATCH_POINTS)}:${rng.int(1, 40)}`;
+    }
+    const child = spawn(process.execPath, [BIN, 'dispatcher', '--concurrency', String(C)], { env, stdio: ['ignore', 'ignore', 'ignore'] });
+    live.add(child);
+    child.once('exit', (_code, signal) => {
+      live.delete(child);
+      if (signal === 'SIGKILL') stats.workerCrashes++;
+      if (phase === 'faults' && Date.now() < deadline) setTimeout(() => spawnWorker(true), rng.int(100, 500));
+    });
+  };
+  for (let i = 0; i < W; i++) spawnWorker(true);
+
+  const count = async (sql: string): Promise<number> => {
+    for (;;) {
+      try {
+        const { rows } = await pool.query<{ n: number }>(sql);
+        return rows[0]?.n ?? 0;
+      } catch {
+        await sleep(200); // the database may be restarting
+      }
+    }
+  };
+  const waiting = (): Promise<number> => count(`SELECT count(*)::int AS n FROM actionledger.operations WHERE status = 'pending'`);
+
+  // Reconciliation runs as separate processes during the fault phase, some of them SIGKILLed mid-pass.
+  const reconcileLoop = (async () => {
+    while (phase === 'faults') {
+      const env: NodeJS.ProcessEnv = { PATH: process.env.PATH, ...baseEnv, DATABASE_URL: proxiedUrl };
+      if (rng.chance(0.3)) {
+        env.ACTIONLEDGER_CRASH_POINTS_ENABLED = '1';
+        env.ACTIONLEDGER_CRASH_AT = `${rng.pick(['reconcile_after_readback', 'reconcile_after_commit'])}:${rng.int(1, 5)}`;
+      }
+      const child = spawn(process.execPath, [BIN, 'reconcile', '--once', '--json'], { env, stdio: ['ignore', 'ignore', 'ignore'] });
+      const signal = await new Promise<string | null>((r) => child.once('exit', (_c, s) => r(s)));
+      stats.reconcileRuns++;
+      if (signal === 'SIGKILL') stats.reconcilerCrashes++;
+      await sleep(rng.int(500, 1500));
+    }
+  })();
+
+  // Network and server faults on a seeded schedule; PostgreSQL restarts once, a third of the way in.
+  const restartPg = values['no-pg-restart'] !== true;
+  const faultLoop = (async () => {
+    let restarted = !restartPg;
+    while (phase === 'faults') {
+      await sleep(rng.int(300, 1200));
+      if (phase !== 'faults') break;
+      const left = await waiting();
+      if (!restarted && left < N * 0.67) {
+        restarted = true;
+        stats.pgRestarts++;
+        await db.stop();
+        await sleep(rng.int(200, 800));
+        db = await openEmbeddedDatabase({ dataDir: join(dir, 'pg'), port: pgPort });
+        continue;
+      }
+      stats.proxyFaults++;
+      switch (rng.pick(['delay', 'pause', 'reset', 'commit'] as const)) {
+        case 'delay':
+          proxy.setDelay(rng.int(1, 30));
+          await sleep(rng.int(200, 1000));
+          proxy.setDelay(0);
+          break;
+        case 'pause':
+          proxy.pause();
+          await sleep(rng.int(100, 700));
+          proxy.resume();
+          break;
+        case 'reset':
+          proxy.resetAll();
+          break;
+        case 'commit':
+          proxy.resetNextCommits(rng.int(1, 3));
+          break;
+      }
+    }
+  })();
+
+  while ((await waiting()) > 0 && Date.now() < deadline) await sleep(250);
+  phase = 'drain';
+  await faultLoop;
+  proxy.setDelay(0);
+  proxy.resume();
+  await reconcileLoop;
+  await stopAll(live);
+  say(`fault phase over: ${stats.workerCrashes} worker crashes, ${stats.reconcilerCrashes}/${stats.reconcileRuns} reconcile runs crashed, ${stats.pgRestarts} PostgreSQL restart, ${stats.proxyFaults} proxy faults, ${proxy.stats.commitResets} connections cut mid-COMMIT`);
+
+  // Settle: reconcile until nothing changes, let a reviewer retry what provably never reached the provider,
+  // drain that with a fault-free fleet, and reconcile again.
+  const runtime: Runtime = {
+    config,
+    log: createLogger({ level: 'silent', name: 'chaos' }),
+    metrics: new Metrics({ defaultMetrics: false }),
+    pool,
+    databaseUrl: url,
+    embedded: null,
+    effectKeys: secrets,
+    close: async () => undefined,
+  };
+  const kit = await openReconciler(runtime, { ...baseEnv, DATABASE_URL: url });
+  await reconcileUntilStable(kit, count, deadline);
+  const { rows: before } = await pool.query<{ state: string; n: number }>(
+    `SELECT CASE WHEN status = 'needs_review' THEN 'needs_review (' || split_part(review_reason, ':', 1) || ')' ELSE status END AS state, count(*)::int AS n
+     FROM actionledger.operations GROUP BY 1 ORDER BY 1`,
+  );
+  say(`after the fault phase and reconciliation: ${before.map((r) => `${r.state} ${r.n}`).join(', ')}`);
+  const { rows: review } = await pool.query<{ operation_id: string; effect_key: string; review_reason: string }>(`SELECT operation_id, effect_key, review_reason FROM actionledger.operations WHERE status = 'needs_review'`);
+  let retried = 0;
+  for (const r of review) {
+    if (!retryIsSafe(r.review_reason)) continue;
+    providerFaultOf.delete(r.effect_key);
+    authFaultOf.delete(r.effect_key);
+    await kit.review.retry(r.operation_id, { actor: 'chaos-reviewer', reason: `retry after ${r.review_reason}` });
+    retried++;
+  }
+  for (let i = 0; i < W; i++) spawnWorker(false);
+  while ((await waiting()) > 0 && Date.now() < deadline) await sleep(250);
+  await stopAll(live);
+  await reconcileUntilStable(kit, count, deadline);
+  phase = 'done';
+  say(`reviewer retried ${retried} operations that never reached the provider`);
+
+  const result = await checkInvariants({ pool, schema: 'actionledger', reservedIds, effects: provider.allEffects(), requests: provider.requests() });
+  say('');
+  say('| invariant | violations |');
+  say('|---|---|');
+  for (const inv of result.invariants) say(`| ${inv.name} | ${inv.violations} |`);
+  say('');
+  say('| end state | operations |');
+  say('|---|---|');
+  for (const [k, v] of Object.entries(result.byStatus).sort()) say(`| ${k} | ${v} |`);
+  say('');
+  say(`provider: ${result.providerRequests} requests, ${result.providerEffects} effects for ${N} operations`);
+  for (const inv of result.invariants) for (const ex of inv.examples) process.stderr.write(`violation: ${inv.name}: ${ex}\n`);
+
+  kit.close();
+  ledger.stop();
+  await pool.end();
+  await provider.stop();
+  await authorizer.stop();
+  await proxy.close();
+  await db.stop();
+  rmSync(dir, { recursive: true, force: true });
+  say(`invariants: ${result.violated} violated`);
+  return result.violated === 0 ? 0 : 1;
+}
+
+async function stopAll(children: Set<ChildProcess>): Promise<void> {
+  await Promise.all(
+    [...children].map(
+      (c) =>
+        new Promise<void>((resolve) => {
+          if (c.exitCode !== null || c.signalCode !== null) return resolve();
+          const timer = setTimeout(() => c.kill('SIGKILL'), 15_000);
+          c.once('exit', () => {
+            clearTimeout(timer);
+            resolve();
+          });
+          c.kill('SIGTERM');
+        }),
+    ),
+  );
+}
+
+async function reconcileUntilStable(kit: Awaited<ReturnType<typeof openReconciler>>, count: (sql: string) => Promise<number>, deadline: number): Promise<void> {
+  for (;;) {
+    const s = await kit.pass();
+    const open = await count(`SELECT count(*)::int AS n FROM actionledger.operations WHERE status IN ('unknown', 'executing')`);
+    if (open === 0 || Date.now() > deadline) return;
+    if (s.reconcile.examined === 0) await sleep(200);
+  }
+}
+
+main().then(
+  (code) => process.exit(code),
+  (err: unknown) => {
+    process.stderr.write(`${(err as Error)?.stack ?? String(err)}\n`);
+    process.exit(1);
+  },
+);

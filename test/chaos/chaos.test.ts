@@ -1,0 +1,77 @@
+import t from 'tap';
+import { spawn } from 'node:child_process';
+import { join } from 'node:path';
+import { checkInvariants } from '../../chaos/checker.js';
+import { carriesCommit } from '../../chaos/tcp-proxy.js';
+import { Rng } from '../../chaos/rng.js';
+import { ctx, dispatchEnv, settled } from '../helpers/fleet.js';
+
+const RUN = join(import.meta.dirname, '..', '..', 'chaos', 'run.js');
+
+t.test('the short chaos run: a fleet under crashes, provider, authorizer, network and server faults keeps every invariant', async (t) => {
+  const child = spawn(process.execPath, [RUN, '--seed', '7', '--ops', '300', '--workers', '3', '--deadline-s', '240'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  let err = '';
+  child.stdout.on('data', (c: Buffer) => (out += c.toString()));
+  child.stderr.on('data', (c: Buffer) => (err += c.toString()));
+  const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+  t.equal(code, 0, `exit 0\n${out}\n${err}`);
+  t.match(out, /^seed: 7$/m, 'the seed is printed first');
+  t.match(out, /\| effect keys with more than one provider effect \| 0 \|/);
+  t.match(out, /\| operations lost \| 0 \|/);
+  t.match(out, /\| dispatches without a fresh authorization bound to the sent bytes \| 0 \|/);
+  const faults = /fault phase over: (\d+) worker crashes, (\d+)\/(\d+) reconcile runs crashed, (\d+) PostgreSQL restart, (\d+) proxy faults/.exec(out);
+  t.ok(faults, 'fault summary printed');
+  t.ok(Number(faults?.[1]) > 0, 'workers were SIGKILLed at crash points');
+  t.equal(Number(faults?.[4]), 1, 'PostgreSQL was restarted once');
+  t.equal(out.trim().split('\n').at(-1), 'invariants: 0 violated', 'the last line');
+});
+
+t.test('the checker counts what it must: duplicate effects, lost operations, unsettled rows, unauthorized sends, broken histories', async (t) => {
+  const e = await dispatchEnv(t);
+  const ok = await e.ledger.reserve(ctx('c-1'), 'issue_refund', { order_id: 'c1', amount: 1, currency: 'EUR' });
+  const open = await e.ledger.reserve(ctx('c-2'), 'issue_refund', { order_id: 'c2', amount: 2, currency: 'EUR' });
+  await e.pool.query(`DELETE FROM actionledger.outbox WHERE operation_id = $1`, [open.operation_id]);
+  await e.dispatcher(1);
+  t.equal((await settled(e.pool, ok.operation_id)).status, 'succeeded');
+  const clean = await checkInvariants({ pool: e.pool, schema: 'actionledger', reservedIds: [ok.operation_id], effects: e.provider.allEffects(), requests: e.provider.requests() });
+  t.equal(clean.violated, 1, 'only the operation left pending');
+  t.match(clean.invariants.find((i) => i.violations > 0), { name: 'operations not at an end or in review with a reason', violations: 1 });
+
+  const effect = e.provider.allEffects()[0];
+  const request = e.provider.requests().find((r) => r.method === 'POST');
+  t.ok(effect && request);
+  const dirty = await checkInvariants({
+    pool: e.pool,
+    schema: 'actionledger',
+    reservedIds: [ok.operation_id, '00000000-0000-4000-8000-000000000000'],
+    effects: [effect!, effect!],
+    requests: [request!, { ...request!, body: '{"amount":999999}' }, { ...request!, at: new Date(Date.now() + 3_600_000) }],
+  });
+  const by = Object.fromEntries(dirty.invariants.map((i) => [i.name, i.violations]));
+  t.equal(by['effect keys with more than one provider effect'], 1);
+  t.equal(by['operations lost'], 1);
+  t.equal(by['dispatches without a fresh authorization bound to the sent bytes'], 2, 'other bytes, and a send after the evidence expired');
+  await e.pool.query(`INSERT INTO actionledger.operation_history (operation_id, from_status, to_status, actor, reason) VALUES ($1, 'succeeded', 'pending', 'x', 'x')`, [ok.operation_id]);
+  const broken = await checkInvariants({ pool: e.pool, schema: 'actionledger', reservedIds: [], effects: [], requests: [] });
+  t.ok(broken.invariants.find((i) => i.name === 'illegal transitions or broken histories')!.violations >= 1);
+  t.equal(broken.invariants.find((i) => i.name === 'succeeded operations without a provider effect')!.violations, 1);
+});
+
+t.test('the proxy sees a COMMIT in simple and extended protocol messages; the PRNG is deterministic', async (t) => {
+  const q = (sql: string): Buffer => {
+    const body = Buffer.from(`${sql}\0`);
+    const b = Buffer.alloc(5 + body.length);
+    b[0] = 0x51;
+    b.writeUInt32BE(4 + body.length, 1);
+    body.copy(b, 5);
+    return b;
+  };
+  t.ok(carriesCommit(q('COMMIT')));
+  t.ok(carriesCommit(Buffer.concat([q('SELECT 1'), q(' commit')])));
+  t.notOk(carriesCommit(q('SELECT commit_ts FROM t')));
+  t.notOk(carriesCommit(q('BEGIN')));
+  const a = new Rng(5);
+  const b = new Rng(5);
+  t.same(Array.from({ length: 5 }, () => a.int(0, 1000)), Array.from({ length: 5 }, () => b.int(0, 1000)));
+});
