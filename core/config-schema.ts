@@ -1,6 +1,17 @@
 /** The JSON Schema of `actionledger.config.json`; every object closed, defaults filled in by ajv. */
 export const configSchema = {
   type: 'object',
+  $defs: {
+    cap: {
+      type: 'object',
+      additionalProperties: false,
+      minProperties: 1,
+      properties: {
+        max_count: { type: 'integer', minimum: 0 },
+        max_value: { type: 'number', minimum: 0 },
+      },
+    },
+  },
   additionalProperties: false,
   required: ['tools'],
   properties: {
@@ -106,6 +117,107 @@ export const configSchema = {
         enabled: { type: 'boolean', default: false },
         provider_port: { type: 'integer', minimum: 1, maximum: 65535, default: 7443 },
         authorizer_port: { type: 'integer', minimum: 1, maximum: 65535, default: 7444 },
+      },
+    },
+    gate: {
+      type: 'object',
+      additionalProperties: false,
+      default: {},
+      properties: {
+        /** The policy version the gate stamps on every reservation; the authorization service allows only this one. */
+        policy_version: { type: 'string', pattern: '^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$', default: 'policy-1' },
+        /** Operations reserved straight through the ledger (trusted services, not the gate): allowed or denied at dispatch. */
+        direct_reservations: { enum: ['allow', 'deny'], default: 'deny' },
+        confirmation_ttl_s: { type: 'integer', minimum: 1, maximum: 86400, default: 900 },
+        approval_ttl_s: { type: 'integer', minimum: 1, maximum: 604800, default: 900 },
+        irreversible_approval_ttl_s: { type: 'integer', minimum: 1, maximum: 604800, default: 300 },
+        /** Lifetime of one built-in authorization decision (never past the approval's own expiry). */
+        decision_ttl_s: { type: 'integer', minimum: 1, maximum: 3600, default: 30 },
+        tools: {
+          type: 'object',
+          default: {},
+          propertyNames: { pattern: '^[a-z][a-z0-9_]{0,63}$' },
+          additionalProperties: {
+            type: 'object',
+            additionalProperties: false,
+            required: ['schema', 'roles'],
+            properties: {
+              description: { type: 'string', maxLength: 1000 },
+              /** JSON Schema of the arguments, compiled with ajv in strict mode; objects must be closed. */
+              schema: { type: 'object' },
+              /** Roles that may call the tool. A tool nobody listed is callable by nobody. */
+              roles: { type: 'array', items: { type: 'string', pattern: '^[a-z][a-z0-9_-]{0,63}$' }, uniqueItems: true },
+              /** Roles that may approve its approval requests (never the requester). */
+              approver_roles: { type: 'array', items: { type: 'string', pattern: '^[a-z][a-z0-9_-]{0,63}$' }, uniqueItems: true, default: ['approver'] },
+              value: {
+                type: 'object',
+                additionalProperties: false,
+                required: ['argument'],
+                properties: {
+                  /** Top-level argument holding the value (a non-negative number). */
+                  argument: { type: 'string', pattern: '^[A-Za-z_][A-Za-z0-9_]{0,63}$' },
+                  /** Top-level argument holding its currency, or... */
+                  currency_argument: { type: 'string', pattern: '^[A-Za-z_][A-Za-z0-9_]{0,63}$' },
+                  /** ...a fixed currency. */
+                  currency: { type: 'string', pattern: '^[A-Z]{3}$' },
+                },
+              },
+              approval: {
+                type: 'object',
+                additionalProperties: false,
+                default: {},
+                properties: {
+                  mode: { enum: ['auto', 'threshold', 'always', 'confirm'], default: 'auto' },
+                  /** With mode threshold: values above it need approval. */
+                  threshold: { type: 'number', minimum: 0 },
+                  /** Distinct approvers needed (four eyes: the requester never counts). */
+                  approvers: { type: 'integer', minimum: 1, maximum: 10, default: 1 },
+                  ttl_s: { type: 'integer', minimum: 1, maximum: 604800 },
+                },
+              },
+              irreversible: { type: 'boolean', default: false },
+              /** Name of a business validator the embedding code registers (sees the trusted context). */
+              validator: { type: 'string', pattern: '^[A-Za-z][A-Za-z0-9_.-]{0,63}$' },
+              /** Resources the call touches: their versions are bound into approvals and checked again at dispatch. */
+              resources: {
+                type: 'array',
+                default: [],
+                items: {
+                  type: 'object',
+                  additionalProperties: false,
+                  required: ['type', 'id_argument'],
+                  properties: {
+                    type: { type: 'string', pattern: '^[A-Za-z][A-Za-z0-9_.-]{0,63}$' },
+                    id_argument: { type: 'string', pattern: '^[A-Za-z_][A-Za-z0-9_]{0,63}$' },
+                  },
+                },
+              },
+              /** Top-level arguments written to the audit log as "[redacted]". */
+              redact: { type: 'array', items: { type: 'string', minLength: 1, maxLength: 64 }, uniqueItems: true, default: [] },
+              /** The human-readable effect shown to approvers; {name} takes a top-level argument. */
+              effect: { type: 'string', maxLength: 500 },
+              rate: {
+                type: 'object',
+                additionalProperties: false,
+                required: ['limit', 'window_s'],
+                properties: {
+                  limit: { type: 'integer', minimum: 1, maximum: 1000000 },
+                  window_s: { type: 'integer', minimum: 1, maximum: 86400 },
+                },
+              },
+              limits: {
+                type: 'object',
+                additionalProperties: false,
+                default: {},
+                properties: {
+                  per_principal_day: { $ref: '#/$defs/cap' },
+                  per_account_day: { $ref: '#/$defs/cap' },
+                  per_conversation: { $ref: '#/$defs/cap' },
+                },
+              },
+            },
+          },
+        },
       },
     },
     tools: {

@@ -5,12 +5,13 @@
  */
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { Ajv } from 'ajv';
+import { Ajv, type ValidateFunction } from 'ajv';
 import { ActionLedgerError } from './errors.js';
 import { parseStrictJson, type JsonBounds } from './json.js';
 import { configSchema } from './config-schema.js';
 import { canonicalHttpsProblem } from './url.js';
 import { escapeIdentifier } from 'pg';
+import { IDENTITY_ARGUMENT_NAMES } from './types.js';
 
 export interface ToolRoute {
   readonly tool: string;
@@ -69,7 +70,42 @@ export interface Config {
   readonly dispatcher: DispatcherConfig;
   readonly reconciler: ReconcilerConfig;
   readonly sandbox: { readonly enabled: boolean; readonly providerPort: number; readonly authorizerPort: number };
+  readonly gate: GateConfig;
   readonly logLevel: string;
+}
+
+export type ApprovalMode = 'auto' | 'threshold' | 'always' | 'confirm';
+export interface GateCap {
+  readonly maxCount: number | null;
+  readonly maxValue: number | null;
+}
+
+/** One tool as the gate knows it: schema, who may call it, its value, its approval policy, its limits. */
+export interface GateTool {
+  readonly name: string;
+  readonly description: string;
+  /** The argument schema as configured, and its ajv (strict mode) compilation. */
+  readonly schema: unknown;
+  readonly validate: ValidateFunction;
+  readonly roles: ReadonlySet<string>;
+  readonly approverRoles: ReadonlySet<string>;
+  readonly value: { readonly argument: string; readonly currencyArgument: string | null; readonly currency: string | null } | null;
+  readonly approval: { readonly mode: ApprovalMode; readonly threshold: number | null; readonly approvers: number; readonly ttlS: number };
+  readonly irreversible: boolean;
+  readonly validator: string | null;
+  readonly resources: readonly { readonly type: string; readonly idArgument: string }[];
+  readonly redact: ReadonlySet<string>;
+  readonly effect: string | null;
+  readonly rate: { readonly limit: number; readonly windowS: number } | null;
+  readonly limits: { readonly perPrincipalDay: GateCap | null; readonly perAccountDay: GateCap | null; readonly perConversation: GateCap | null };
+}
+
+export interface GateConfig {
+  readonly policyVersion: string;
+  readonly directReservations: 'allow' | 'deny';
+  readonly confirmationTtlS: number;
+  readonly decisionTtlS: number;
+  readonly tools: ReadonlyMap<string, GateTool>;
 }
 
 export interface DispatcherConfig {
@@ -88,6 +124,8 @@ const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
 
 const ajv = new Ajv({ allErrors: true, strict: true, useDefaults: true });
 const validate = ajv.compile(configSchema);
+/** Tool argument schemas: strict mode (unknown keywords refused), every violation listed. */
+const toolAjv = new Ajv({ allErrors: true, strict: true });
 
 /** Validates a schema name and returns it quoted; throws `schema_name_invalid`. */
 export function quoteSchemaName(name: string): string {
@@ -157,7 +195,123 @@ type RawConfig = {
     batch_size: number;
   };
   sandbox: { enabled: boolean; provider_port: number; authorizer_port: number };
+  gate: RawGate;
 };
+
+type RawCap = { max_count?: number; max_value?: number };
+type RawGateTool = {
+  description?: string;
+  schema: Record<string, unknown>;
+  roles: string[];
+  approver_roles: string[];
+  value?: { argument: string; currency_argument?: string; currency?: string };
+  approval: { mode: ApprovalMode; threshold?: number; approvers: number; ttl_s?: number };
+  irreversible: boolean;
+  validator?: string;
+  resources: { type: string; id_argument: string }[];
+  redact: string[];
+  effect?: string;
+  rate?: { limit: number; window_s: number };
+  limits: { per_principal_day?: RawCap; per_account_day?: RawCap; per_conversation?: RawCap };
+};
+type RawGate = {
+  policy_version: string;
+  direct_reservations: 'allow' | 'deny';
+  confirmation_ttl_s: number;
+  approval_ttl_s: number;
+  irreversible_approval_ttl_s: number;
+  decision_ttl_s: number;
+  tools: Record<string, RawGateTool>;
+};
+
+/**
+ * Finds every object schema that is not closed (`additionalProperties: false`) and every property named like an
+ * identity field: both are refused at start. Walks the keywords that hold subschemas.
+ */
+function schemaProblems(node: unknown, path: string, out: string[]): void {
+  if (node === null || typeof node !== 'object') return;
+  if (Array.isArray(node)) {
+    node.forEach((n, i) => schemaProblems(n, `${path}/${i}`, out));
+    return;
+  }
+  const o = node as Record<string, unknown>;
+  const types = Array.isArray(o.type) ? o.type : [o.type];
+  if ((types.includes('object') || 'properties' in o) && o.additionalProperties !== false) {
+    out.push(`${path} is an object schema without additionalProperties: false`);
+  }
+  if (o.properties !== null && typeof o.properties === 'object') {
+    for (const name of Object.keys(o.properties)) {
+      if ((IDENTITY_ARGUMENT_NAMES as readonly string[]).includes(name)) out.push(`${path}/properties/${name} declares an identity argument (authority comes from the trusted context)`);
+    }
+  }
+  for (const [k, v] of Object.entries(o)) {
+    if (k === 'enum' || k === 'const' || k === 'default' || k === 'examples') continue;
+    schemaProblems(v, `${path}/${k}`, out);
+  }
+}
+
+function compileGate(raw: RawGate, routes: Record<string, RawTool>, problems: string[]): GateConfig {
+  const tools = new Map<string, GateTool>();
+  for (const [name, t] of Object.entries(raw.tools)) {
+    const where = `/gate/tools/${name}`;
+    if (routes[name] === undefined) problems.push(`${where} has no provider route in /tools`);
+    const before = problems.length;
+    if (t.schema.type !== 'object') problems.push(`${where}/schema must have type: object`);
+    schemaProblems(t.schema, `${where}/schema`, problems);
+    let validate: ValidateFunction = (() => false) as unknown as ValidateFunction;
+    if (problems.length === before) {
+      try {
+        validate = toolAjv.compile(t.schema);
+      } catch (err) {
+        problems.push(`${where}/schema does not compile in ajv strict mode: ${(err as Error).message}`);
+      }
+    }
+    const props = (t.schema.properties ?? {}) as Record<string, unknown>;
+    if (t.value !== undefined) {
+      if (!(t.value.argument in props)) problems.push(`${where}/value/argument names ${t.value.argument}, which the schema does not declare`);
+      if ((t.value.currency_argument === undefined) === (t.value.currency === undefined)) problems.push(`${where}/value needs exactly one of currency_argument and currency`);
+      if (t.value.currency_argument !== undefined && !(t.value.currency_argument in props)) problems.push(`${where}/value/currency_argument names ${t.value.currency_argument}, which the schema does not declare`);
+    }
+    if (t.approval.mode === 'threshold' && (t.approval.threshold === undefined || t.value === undefined)) problems.push(`${where}/approval mode threshold needs a threshold and a value argument`);
+    for (const [k, cap] of Object.entries(t.limits)) {
+      if (cap?.max_value !== undefined && t.value === undefined) problems.push(`${where}/limits/${k}/max_value needs a value argument`);
+    }
+    for (const r of t.resources) if (!(r.id_argument in props)) problems.push(`${where}/resources: ${r.id_argument} is not a declared argument`);
+    const cap = (c: RawCap | undefined): GateCap | null => (c === undefined ? null : Object.freeze({ maxCount: c.max_count ?? null, maxValue: c.max_value ?? null }));
+    tools.set(
+      name,
+      Object.freeze({
+        name,
+        description: t.description ?? '',
+        schema: t.schema,
+        validate,
+        roles: Object.freeze(new Set(t.roles)),
+        approverRoles: Object.freeze(new Set(t.approver_roles)),
+        value: t.value === undefined ? null : Object.freeze({ argument: t.value.argument, currencyArgument: t.value.currency_argument ?? null, currency: t.value.currency ?? null }),
+        approval: Object.freeze({
+          mode: t.approval.mode,
+          threshold: t.approval.threshold ?? null,
+          approvers: t.approval.approvers,
+          ttlS: t.approval.ttl_s ?? (t.irreversible ? raw.irreversible_approval_ttl_s : raw.approval_ttl_s),
+        }),
+        irreversible: t.irreversible,
+        validator: t.validator ?? null,
+        resources: Object.freeze(t.resources.map((r) => Object.freeze({ type: r.type, idArgument: r.id_argument }))),
+        redact: Object.freeze(new Set(t.redact)),
+        effect: t.effect ?? null,
+        rate: t.rate === undefined ? null : Object.freeze({ limit: t.rate.limit, windowS: t.rate.window_s }),
+        limits: Object.freeze({ perPrincipalDay: cap(t.limits.per_principal_day), perAccountDay: cap(t.limits.per_account_day), perConversation: cap(t.limits.per_conversation) }),
+      }),
+    );
+  }
+  return Object.freeze({
+    policyVersion: raw.policy_version,
+    directReservations: raw.direct_reservations,
+    confirmationTtlS: raw.confirmation_ttl_s,
+    decisionTtlS: raw.decision_ttl_s,
+    tools,
+  });
+}
 
 /** Compiles an already-parsed configuration object; see {@link loadConfig}. */
 export function compileConfig(
@@ -235,6 +389,8 @@ export function compileConfig(
     );
   }
 
+  const gate = compileGate(cfg.gate, cfg.tools, problems);
+
   const r = cfg.reconciler;
   if (r.backoff_max_ms < r.backoff_initial_ms) problems.push('/reconciler/backoff_max_ms must be at least backoff_initial_ms');
   if (r.orphan_after_ms < 2 * cfg.dispatcher.heartbeat_interval_ms) {
@@ -301,6 +457,7 @@ export function compileConfig(
       batchSize: r.batch_size,
     }),
     sandbox: Object.freeze({ enabled: cfg.sandbox.enabled, providerPort: cfg.sandbox.provider_port, authorizerPort: cfg.sandbox.authorizer_port }),
+    gate,
     logLevel: env.LOG_LEVEL ?? 'info',
   });
 }

@@ -55,3 +55,23 @@ export const TRUSTED_CONTEXT_FIELDS = [
   'approval_id',
   'policy_version',
 ] as const satisfies readonly (keyof TrustedContext)[];
+
+/**
+ * Argument names that would carry authority (who is asking, for whom, under which approval). The gate refuses
+ * them in tool schemas at start and in arguments at call time: authority comes from the trusted context.
+ */
+export const IDENTITY_ARGUMENT_NAMES = [
+  'tenant_id',
+  'principal_id',
+  'user_id',
+  'role',
+  'roles',
+  'account_id',
+  'conversation_id',
+  'turn_id',
+  'trace_id',
+  'approval_id',
+  'policy_version',
+  'approved_by',
+  'requester_id',
+] as const;
