@@ -8,3 +8,21 @@ export { EffectKeyer, Ledger, ledgerStatus, showOperation, type Reservation, typ
 export { openDispatcher, Dispatcher } from './dispatcher/index.js';
 export { openReconciler, openReview, Reconciler, Review, verifyLedger, ReconcileSchedule, type PassSummary, type ReconcileSummary, type ReviewResult, type VerifyReport, type Discrepancy } from './reconciler/index.js';
 export { Compensator, type CompensationSummary } from './compensator/index.js';
+export {
+  Gate,
+  AuthorizationService,
+  describeEffect,
+  type ApprovalView,
+  type AuthorizationServiceOptions,
+  type BoundResource,
+  type BusinessValidator,
+  type CallOptions,
+  type GateAllowed,
+  type GateContext,
+  type GateRefusal,
+  type GateResult,
+  type ResourceResolver,
+  type Reviewer,
+  type ValidatorVerdict,
+} from './gate/index.js';
+export type { GateConfig, GateTool } from './core/config.js';

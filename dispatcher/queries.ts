@@ -6,7 +6,8 @@ export const dispatcherQueries = {
   /**
    * Claims up to $1 waiting operations for worker $2 in one statement: lock outbox and ledger rows (skipping
    * rows another worker holds), delete the outbox rows, mark the operations `executing` with a fresh claim
-   * token, and append the history. Held tenants' and tools' work is skipped by the kill switch (gate issue).
+   * token, and append the history. Operations of a tenant or tool under a gate kill switch stay pending, their
+   * outbox rows untouched, until the switch is lifted.
    */
   outboxClaimBatch: `
     WITH picked AS (
@@ -14,6 +15,9 @@ export const dispatcherQueries = {
       FROM @schema.outbox o
       JOIN @schema.operations l ON l.operation_id = o.operation_id
       WHERE o.available_at <= now() AND l.status = 'pending'
+        AND NOT EXISTS (
+          SELECT 1 FROM @schema.gate_kill_switches k
+          WHERE k.tenant_id IN (l.tenant_id, '*') AND k.tool_name IN (l.tool_name, '*'))
       ORDER BY o.available_at
       LIMIT $1
       FOR UPDATE OF o, l SKIP LOCKED

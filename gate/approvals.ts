@@ -1,0 +1,302 @@
+/**
+ * Approval by another person (seeds 001, 002). The request is frozen into a canonical envelope (requester,
+ * subject, tool, canonical arguments, resources with their versions, plan and policy version, the effect in
+ * words, created / expires) whose sha256 the approver must send back with the approval id:
+ *
+ *   pending --approve(id, displayed hash) x N distinct non-requesters--> approved --execute--> executed
+ *   pending | approved --reject(reason)--> rejected
+ *   pending | approved --(TTL passed, noticed on the next touch or by expireDue)--> expired
+ *   pending | approved --(plan changed; or on execute: stale resource, permission, limits, policy)--> invalidated
+ *   (executed, rejected, expired and invalidated are final: a trigger refuses any change)
+ *
+ * On approval the dynamic checks run again with today's state; anything stale answers `reapproval_required`
+ * and reserves nothing. The reservation carries the approval id and policy version; a re-approval of the
+ * same workflow step reaches the same operation and effect key (the ledger's identity), only recording the
+ * new approval id while it is still pending.
+ *
+ * What this does not prove: the hash shows the approver saw this exact stored envelope, not that they read
+ * it; the envelope is as trustworthy as the server that stored it. Rate windows are not charged again at
+ * approval: the call was counted when it was made.
+ */
+import { randomUUID } from 'node:crypto';
+import { bindQueries, withTransaction, type Queryable } from '../core/db.js';
+import { toRefusal } from '../core/errors.js';
+import { canonicalJson, sha256Hex, type JsonObject } from '../core/json.js';
+import type { GateTool } from '../core/config.js';
+import { GateCore, Refused, refuse, type AuditEntry, type Value } from './core.js';
+import { gateOperationQueries } from './queries.js';
+import type { BoundResource, GateContext, GateResult, Reviewer } from './types.js';
+
+type ApprovalRow = {
+  approval_id: string;
+  tenant_id: string;
+  requester_id: string;
+  requester_role: string;
+  account_id: string;
+  conversation_id: string;
+  trace_id: string;
+  task_id: string;
+  workflow_step_id: string;
+  tool_name: string;
+  arguments_json: JsonObject;
+  args_sha256: string;
+  resources: BoundResource[];
+  plan_version: string;
+  policy_version: string;
+  envelope_json: JsonObject;
+  envelope_sha256: string;
+  status: 'pending' | 'approved' | 'executed' | 'rejected' | 'expired' | 'invalidated';
+  required_approvals: number;
+  approvers: string[];
+  reason: string | null;
+  operation_id: string | null;
+  created_at: Date;
+  expires_at: Date;
+  expired: boolean;
+};
+
+export interface ApprovalView {
+  approval_id: string;
+  status: ApprovalRow['status'];
+  envelope: JsonObject;
+  envelope_sha256: string;
+  approvers: string[];
+  reason: string | null;
+  operation_id: string | null;
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const NOT_FOUND = 'no such approval';
+const DEFAULT_PLAN = '-';
+
+export class Approvals {
+  readonly #oq: Readonly<typeof gateOperationQueries>;
+
+  constructor(private readonly core: GateCore) {
+    this.#oq = bindQueries(gateOperationQueries, core.config.schemaQuoted);
+  }
+
+  /** Builds, stores and returns the envelope of a call that needs approval (inside the pipeline's transaction). */
+  async request(c: Queryable, ctx: GateContext, t: GateTool, args: JsonObject, sha: string, counters: string[], value: Value | null): Promise<GateResult> {
+    const core = this.core;
+    const resources = await core.resolveResources(c, t, ctx.tenant_id, args);
+    if (resources === null) throw refuse('not_found', 'not found');
+    const id = randomUUID();
+    const created = new Date();
+    const expires = new Date(created.getTime() + t.approval.ttlS * 1000);
+    const plan = ctx.plan_version ?? ((await c.query<{ plan_version: string }>(core.q.planCurrent, [ctx.tenant_id, ctx.task_id])).rows[0]?.plan_version ?? DEFAULT_PLAN);
+    const envelope: JsonObject = {
+      approval_id: id,
+      requester: { tenant_id: ctx.tenant_id, principal_id: ctx.principal_id, role: ctx.role },
+      subject: { account_id: ctx.account_id, conversation_id: ctx.conversation_id },
+      identity: { task_id: ctx.task_id, workflow_step_id: ctx.workflow_step_id },
+      tool: t.name,
+      arguments: args,
+      args_sha256: sha,
+      resources: resources.map((r) => ({ ...r })),
+      plan_version: plan,
+      policy_version: core.config.gate.policyVersion,
+      effect: describeEffect(t, args),
+      required_approvals: t.approval.approvers,
+      created_at: created.toISOString(),
+      expires_at: expires.toISOString(),
+    };
+    const envelopeSha = sha256Hex(canonicalJson(envelope));
+    await c.query(core.q.approvalInsert, [
+      id, ctx.tenant_id, ctx.principal_id, ctx.role, ctx.account_id, ctx.conversation_id, ctx.trace_id, ctx.task_id, ctx.workflow_step_id,
+      t.name, canonicalJson(args), sha, JSON.stringify(resources), plan, core.config.gate.policyVersion, canonicalJson(envelope), envelopeSha,
+      t.approval.approvers, created, expires,
+    ]);
+    await core.hold(c, counters, value, { approval: id });
+    return {
+      ok: false,
+      error: 'approval_required',
+      message: `${t.name} needs approval by another person; it is waiting as ${id}`,
+      request_id: id,
+      expires_at: expires.toISOString(),
+    };
+  }
+
+  /** The stored envelope and its hash, for the person deciding (same tenant only; else `not_found`). */
+  async show(approvalId: string, reviewer: Pick<Reviewer, 'tenant_id'>): Promise<ApprovalView> {
+    if (typeof approvalId !== 'string' || !UUID.test(approvalId)) throw refuse('not_found', NOT_FOUND);
+    const row = (await this.core.pool.query<ApprovalRow>(this.core.q.approvalSelect, [approvalId, reviewer.tenant_id])).rows[0];
+    if (row === undefined) throw refuse('not_found', NOT_FOUND);
+    return { approval_id: row.approval_id, status: row.status, envelope: row.envelope_json, envelope_sha256: row.envelope_sha256, approvers: row.approvers, reason: row.reason, operation_id: row.operation_id };
+  }
+
+  async #run(action: AuditEntry['action'], reviewer: Partial<Reviewer>, step: (c: Queryable, audit: Partial<AuditEntry>) => Promise<GateResult>): Promise<GateResult> {
+    const core = this.core;
+    const audit: Partial<AuditEntry> = {};
+    let written = false;
+    let result: GateResult;
+    try {
+      result = await withTransaction(core.pool, async (c) => {
+        const r = await step(c, audit).catch((err: unknown) => {
+          if (err instanceof Refused && audit.detail?.commit === true) return err.refusal;
+          throw err;
+        });
+        await core.audit(c, { action, outcome: r.ok ? r.status : r.error, context: reviewer, tool: audit.tool ?? null, subjectId: audit.subjectId ?? null, detail: audit.detail ?? {} });
+        written = true;
+        return r;
+      });
+    } catch (err) {
+      written = false;
+      result = err instanceof Refused ? err.refusal : toRefusal(err);
+    }
+    if (!written) {
+      await core.audit(core.pool, { action, outcome: result.ok ? result.status : result.error, context: reviewer, tool: audit.tool ?? null, subjectId: audit.subjectId ?? null, detail: audit.detail ?? {} }).catch(() => undefined);
+    }
+    return result;
+  }
+
+  async #row(c: Queryable, id: string, tenant: string, lock = false): Promise<ApprovalRow> {
+    if (typeof id !== 'string' || !UUID.test(id)) throw refuse('not_found', NOT_FOUND);
+    const row = (await c.query<ApprovalRow>(lock ? this.core.q.approvalSelectForUpdate : this.core.q.approvalSelect, [id, tenant])).rows[0];
+    if (row === undefined) throw refuse('not_found', NOT_FOUND);
+    return row;
+  }
+
+  async #expire(c: Queryable, row: ApprovalRow, audit: Partial<AuditEntry>): Promise<never> {
+    await c.query(this.core.q.approvalExpire, [row.approval_id]);
+    audit.detail = { commit: true };
+    throw refuse('approval_expired', 'this approval expired; request a new one', { request_id: row.approval_id });
+  }
+
+  async #reviewerMay(c: Queryable, row: ApprovalRow, reviewer: Reviewer): Promise<void> {
+    const tool = this.core.tool(row.tool_name);
+    const revoked = (await c.query(this.core.q.roleRevoked, [reviewer.tenant_id, reviewer.principal_id, reviewer.role])).rowCount !== 0;
+    if (tool === undefined || !tool.approverRoles.has(reviewer.role) || revoked) throw refuse('permission_denied', 'your role may not decide this approval');
+  }
+
+  /**
+   * Approves by id AND the envelope hash the approver was shown, in one conditional UPDATE (pending, inside
+   * its TTL, not the requester, not a second vote); when the required number of distinct approvers is reached
+   * it executes (see {@link Approvals.execute}). Refusals: `not_found`, `permission_denied`,
+   * `approval_hash_mismatch`, `self_approval_forbidden`, `approval_expired`, `invalid_state_transition`, and
+   * those of execute.
+   */
+  async approve(approvalId: string, displayedHash: string, reviewer: Reviewer): Promise<GateResult> {
+    const first = await this.#run('approve', reviewer, async (c, audit) => {
+      const row = await this.#row(c, approvalId, reviewer.tenant_id);
+      audit.tool = row.tool_name;
+      audit.subjectId = row.approval_id;
+      await this.#reviewerMay(c, row, reviewer);
+      const upd = await c.query<{ status: string }>(this.core.q.approvalApprove, [row.approval_id, reviewer.tenant_id, String(displayedHash), reviewer.principal_id]);
+      const status = upd.rows[0]?.status;
+      if (status === 'approved') return { ok: true, status: 'approved', request_id: row.approval_id, message: 'approved' };
+      if (status === 'pending') {
+        audit.detail = { approvers_needed: row.required_approvals };
+        return { ok: true, status: 'pending_approvals', request_id: row.approval_id, message: 'recorded; more approvers are needed' };
+      }
+      // Refused: say exactly why, from the row as it is now.
+      const now = await this.#row(c, approvalId, reviewer.tenant_id);
+      if ((now.status === 'pending' || now.status === 'approved') && now.expired) await this.#expire(c, now, audit);
+      if (now.status === 'expired') throw refuse('approval_expired', 'this approval expired; request a new one', { request_id: now.approval_id });
+      if (now.status !== 'pending') throw refuse('invalid_state_transition', `this approval is already ${now.status}`, { request_id: now.approval_id });
+      if (now.envelope_sha256 !== displayedHash) throw refuse('approval_hash_mismatch', 'the approval you were shown is not the one stored; reload it and review again', { request_id: now.approval_id });
+      if (now.requester_id === reviewer.principal_id || now.approvers.includes(reviewer.principal_id)) {
+        throw refuse('self_approval_forbidden', 'another person must approve this (the requester never approves, and nobody counts twice)', { request_id: now.approval_id });
+      }
+      throw refuse('invalid_state_transition', 'this approval changed while approving', { request_id: now.approval_id });
+    });
+    if (!first.ok && first.error !== undefined) return first;
+    if (first.ok && first.status === 'pending_approvals') return first;
+    return this.execute(approvalId, reviewer);
+  }
+
+  /** Rejects with a reason; final. `not_found`, `permission_denied`, `approval_expired`, `invalid_state_transition`. */
+  reject(approvalId: string, reviewer: Reviewer, reason: string): Promise<GateResult> {
+    return this.#run('reject', reviewer, async (c, audit) => {
+      const row = await this.#row(c, approvalId, reviewer.tenant_id, true);
+      audit.tool = row.tool_name;
+      audit.subjectId = row.approval_id;
+      await this.#reviewerMay(c, row, reviewer);
+      if (typeof reason !== 'string' || reason.trim() === '' || reason.length > 1000) throw refuse('invalid_request', 'a rejection needs a reason (at most 1000 characters)');
+      if ((row.status === 'pending' || row.status === 'approved') && row.expired) await this.#expire(c, row, audit);
+      const upd = await c.query(this.core.q.approvalReject, [row.approval_id, reviewer.tenant_id, reason]);
+      if (upd.rowCount !== 1) throw refuse('invalid_state_transition', `this approval is already ${row.status}`, { request_id: row.approval_id });
+      audit.detail = { reason };
+      return { ok: true, status: 'rejected', request_id: row.approval_id, message: 'rejected' };
+    });
+  }
+
+  /**
+   * Executes an approved approval: idempotent (an executed one returns its operation). Re-runs the dynamic
+   * checks with today's state: kill switch (`tool_disabled`, stays approved for a later retry), then plan
+   * version, policy version, the requester's permission, today's caps over what it holds, and every bound
+   * resource version; any of those stale -> `invalidated` and `reapproval_required`, nothing reserved.
+   */
+  execute(approvalId: string, actor: Reviewer): Promise<GateResult> {
+    return this.#run('execute', actor, async (c, audit) => {
+      const core = this.core;
+      const row = await this.#row(c, approvalId, actor.tenant_id, true);
+      audit.tool = row.tool_name;
+      audit.subjectId = row.approval_id;
+      if (row.status === 'executed' && row.operation_id !== null) {
+        const op = (await c.query<{ operation_id: string; effect_key: string; status: never }>(this.#oq.operationSelect, [row.operation_id])).rows[0];
+        return { ok: true, status: 'reserved', operation_id: row.operation_id, effect_key: op?.effect_key ?? '', created: false, request_id: row.approval_id, message: 'already executed' };
+      }
+      if ((row.status === 'pending' || row.status === 'approved') && row.expired) await this.#expire(c, row, audit);
+      if (row.status !== 'approved') throw refuse('invalid_state_transition', `this approval is ${row.status}`, { request_id: row.approval_id });
+      const killed = await core.killSwitch(c, row.tenant_id, row.tool_name);
+      if (killed !== null) throw refuse('tool_disabled', `${row.tool_name} is disabled for now (${killed.reason}); the approval stays valid until it expires`, { request_id: row.approval_id });
+
+      const stale = await this.#staleness(c, row);
+      if (stale !== null) {
+        await c.query(core.q.approvalInvalidate, [row.approval_id, stale.reason]);
+        audit.detail = { commit: true, ...stale };
+        throw refuse('reapproval_required', `what was approved no longer holds (${stale.reason}); nothing was done, a new approval is needed`, { request_id: row.approval_id, details: stale });
+      }
+      const r = await core.reserve(
+        c,
+        { tenant_id: row.tenant_id, principal_id: row.requester_id, task_id: row.task_id, workflow_step_id: row.workflow_step_id, role: row.requester_role },
+        row.tool_name,
+        row.arguments_json,
+        { kind: 'approval', id: row.approval_id, policyVersion: row.policy_version },
+        { counters: [], value: null, subject: { approval: row.approval_id } },
+      );
+      const upd = await c.query(core.q.approvalExecuted, [row.approval_id, r.operation_id]);
+      if (upd.rowCount !== 1) throw refuse('invalid_state_transition', 'this approval changed while executing', { request_id: row.approval_id });
+      audit.detail = { operation_id: r.operation_id, created: r.created };
+      return { ok: true, status: 'reserved', operation_id: r.operation_id, effect_key: r.effect_key, created: r.created, operation_status: r.status, request_id: row.approval_id, message: 'approved and reserved' };
+    });
+  }
+
+  async #staleness(c: Queryable, row: ApprovalRow): Promise<Record<string, unknown> & { reason: string } | null> {
+    const core = this.core;
+    const plan = (await c.query<{ plan_version: string }>(core.q.planCurrent, [row.tenant_id, row.task_id])).rows[0]?.plan_version ?? DEFAULT_PLAN;
+    if (plan !== row.plan_version) return { reason: 'plan_changed', approved: row.plan_version, current: plan };
+    if (row.policy_version !== core.config.gate.policyVersion) return { reason: 'policy_changed', approved: row.policy_version, current: core.config.gate.policyVersion };
+    const tool = core.tool(row.tool_name);
+    if (tool === undefined || !(await core.permitted(c, tool, row.tenant_id, row.requester_id, row.requester_role))) return { reason: 'permission_denied' };
+    const held = await c.query<{ scope: string; used_count: number; used_value: string }>(core.q.holdCountersOf, [row.approval_id]);
+    for (const h of held.rows) {
+      const cap = h.scope === 'principal_day' ? tool.limits.perPrincipalDay : h.scope === 'account_day' ? tool.limits.perAccountDay : tool.limits.perConversation;
+      if (cap === null) continue;
+      if ((cap.maxCount !== null && h.used_count > cap.maxCount) || (cap.maxValue !== null && Number(h.used_value) > cap.maxValue)) return { reason: 'limit_exceeded', scope: h.scope };
+    }
+    const now = await core.resolveResources(c, tool, row.tenant_id, row.arguments_json);
+    const changed = row.resources.filter((r, i) => now?.[i]?.version !== r.version).map((r, i) => ({ type: r.type, id: r.id, approved_version: r.version, current_version: now?.[i]?.version ?? null }));
+    if (now === null || changed.length > 0) return { reason: 'stale_resource', resources: changed };
+    return null;
+  }
+
+  /** Marks every pending or approved approval past its TTL `expired` (releasing its holds) and audits each. */
+  async expireDue(): Promise<number> {
+    return withTransaction(this.core.pool, async (c) => {
+      const { rows } = await c.query<{ approval_id: string; tenant_id: string; tool_name: string }>(this.core.q.approvalExpireDue);
+      for (const r of rows) await this.core.audit(c, { action: 'expire', outcome: 'expired', context: { tenant_id: r.tenant_id }, tool: r.tool_name, subjectId: r.approval_id });
+      return rows.length;
+    });
+  }
+}
+
+/** The effect in words: the tool's template with {argument} filled in, or the tool and its canonical arguments. */
+export function describeEffect(t: GateTool, args: JsonObject): string {
+  if (t.effect === null) return `${t.name} ${canonicalJson(args)}`;
+  return t.effect.replace(/\{([A-Za-z_][A-Za-z0-9_]*)\}/g, (_, name: string) => {
+    const v = args[name];
+    return v === undefined ? `{${name}}` : typeof v === 'string' ? v : canonicalJson(v);
+  });
+}

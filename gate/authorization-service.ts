@@ -1,0 +1,243 @@
+/**
+ * The built-in authorization service: the other side of the dispatcher's fresh authorization decision
+ * (dispatcher/authorize.ts), over mutual TLS, deciding from PostgreSQL at the moment of dispatch.
+ *
+ * `POST /v1/authorize` takes exactly the binding fields (strict JSON, each a non-empty string) and answers 200
+ * with every field echoed, `decision` and `authorized_at` / `expires_at`. It allows only when:
+ *   - the operation exists and every binding field matches the ledger row (arguments hash, approval id,
+ *     policy version, route, identity);
+ *   - no kill switch covers its tenant or tool;
+ *   - for an operation the gate reserved: the policy version is the current one, the principal still holds
+ *     a role the tool lists (and it was not revoked), and
+ *       approval: the approval is approved (or executed into this very operation) and inside its TTL, and
+ *                 every bound resource still has the approved version (operator-declared resolvers);
+ *       proposal: the proposal was executed into this operation;
+ *   - for an operation reserved straight through the ledger (a trusted service, not the gate): only when
+ *     `gate.direct_reservations` is `allow`.
+ * A decision never outlives the approval it rests on. Every decision is audited (action `authorize`).
+ *
+ * What this does not prove: that the resources will not change between this decision and the provider call
+ * (a provider-side version precondition closes that window), nor anything about policies outside the gate.
+ */
+import { createServer, type Server } from 'node:https';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
+import type { Pool } from '../core/db.js';
+import type { Config } from '../core/config.js';
+import { parseStrictJson, type JsonObject } from '../core/json.js';
+import { GateCore } from './core.js';
+import type { BoundResource, ResourceResolver } from './types.js';
+
+export const AUTHORIZATION_FIELDS = [
+  'operation_id',
+  'effect_key',
+  'principal_id',
+  'task_id',
+  'workflow_step_id',
+  'tool_name',
+  'tenant_id',
+  'provider_id',
+  'args_sha256',
+  'approval_id',
+  'policy_version',
+] as const;
+type AuthorizationRequest = Record<(typeof AUTHORIZATION_FIELDS)[number], string>;
+
+export const AUTHORIZE_PATH = '/v1/authorize';
+const MAX_REQUEST_BYTES = 16 * 1024;
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+export interface AuthorizationServiceOptions {
+  config: Config;
+  pool: Pool;
+  resolvers?: Readonly<Record<string, ResourceResolver>>;
+  /** Server certificate and key, and the CA whose client certificates (the dispatchers') are accepted. */
+  tls: { cert: string; key: string; ca: string | string[] };
+  host?: string;
+  /** Default 0: any free port. */
+  port?: number;
+  /** Host name in `url`; default localhost. */
+  urlHost?: string;
+}
+
+type OperationRow = {
+  operation_id: string;
+  effect_key: string;
+  principal_id: string;
+  task_id: string;
+  workflow_step_id: string;
+  tool_name: string;
+  tenant_id: string;
+  provider_id: string;
+  canonical_args_sha256: string;
+  current_approval_id: string;
+  current_policy_version: string;
+  arguments_json: JsonObject;
+  role: string | null;
+  approval_kind: 'auto' | 'proposal' | 'approval' | null;
+  db_now: Date;
+};
+
+export class AuthorizationService {
+  readonly #core: GateCore;
+  readonly #options: AuthorizationServiceOptions;
+  readonly #sockets = new Set<Socket>();
+  #server: Server | undefined;
+  #port: number | undefined;
+
+  constructor(options: AuthorizationServiceOptions) {
+    this.#options = options;
+    // The service never reserves: the ledger slot is unused, validators are irrelevant here.
+    this.#core = new GateCore({ config: options.config, pool: options.pool, ledger: undefined as never, resolvers: options.resolvers ?? {}, withoutValidators: true });
+  }
+
+  get url(): string {
+    if (this.#port === undefined) throw new Error('authorization service not started');
+    return `https://${this.#options.urlHost ?? 'localhost'}:${this.#port}`;
+  }
+
+  get authorizeUrl(): string {
+    return `${this.url}${AUTHORIZE_PATH}`;
+  }
+
+  /** Listens (client certificates required and verified); a second call while running does nothing. */
+  async start(): Promise<void> {
+    if (this.#server !== undefined) return;
+    const { tls } = this.#options;
+    const server = createServer({ cert: tls.cert, key: tls.key, ca: tls.ca, requestCert: true, rejectUnauthorized: true, minVersion: 'TLSv1.2' }, (req, res) => {
+      this.#handle(req, res).catch(() => {
+        if (!res.headersSent) send(res, 500, { error: 'internal' });
+        else res.destroy();
+      });
+    });
+    server.on('connection', (s: Socket) => {
+      this.#sockets.add(s);
+      s.once('close', () => this.#sockets.delete(s));
+    });
+    server.on('tlsClientError', () => undefined);
+    this.#server = server;
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(this.#options.port ?? 0, this.#options.host ?? '127.0.0.1', () => {
+        server.off('error', reject);
+        resolve();
+      });
+    });
+    this.#port = (server.address() as { port: number }).port;
+  }
+
+  /** Closes the server and its connections. Safe before start and repeatable. */
+  async stop(): Promise<void> {
+    const server = this.#server;
+    this.#server = undefined;
+    this.#port = undefined;
+    for (const s of this.#sockets) s.destroy();
+    this.#sockets.clear();
+    if (server !== undefined) await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
+
+  async #handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const path = new URL(req.url ?? '/', 'https://x').pathname;
+    if (req.method !== 'POST' || path !== AUTHORIZE_PATH) return send(res, 404, { error: 'not_found' });
+    const chunks: Buffer[] = [];
+    let total = 0;
+    for await (const chunk of req as AsyncIterable<Buffer>) {
+      total += chunk.byteLength;
+      if (total <= MAX_REQUEST_BYTES) chunks.push(chunk);
+    }
+    if (total > MAX_REQUEST_BYTES) return send(res, 413, { error: 'request_too_large' });
+    let request: AuthorizationRequest | null = null;
+    try {
+      request = toRequest(parseStrictJson(Buffer.concat(chunks), { requireObject: true }) as JsonObject);
+    } catch {
+      request = null;
+    }
+    if (request === null) return send(res, 400, { error: 'invalid_request' });
+    const verdict = await this.decide(request);
+    await this.#core
+      .audit(this.#core.pool, {
+        action: 'authorize',
+        outcome: verdict.allow ? 'allow' : 'deny',
+        context: { tenant_id: request.tenant_id, principal_id: request.principal_id },
+        tool: request.tool_name,
+        subjectId: request.operation_id,
+        detail: { approval_id: request.approval_id, reason: verdict.reason },
+      })
+      .catch(() => undefined);
+    const ttlMs = this.#options.config.gate.decisionTtlS * 1000;
+    const authorizedAt = verdict.now.getTime();
+    const expiresAt = Math.min(authorizedAt + ttlMs, verdict.notAfter?.getTime() ?? Infinity);
+    send(res, 200, {
+      ...request,
+      decision: verdict.allow && expiresAt > authorizedAt ? 'allow' : 'deny',
+      authorized_at: new Date(authorizedAt).toISOString(),
+      expires_at: new Date(Math.max(expiresAt, authorizedAt + 1)).toISOString(),
+    });
+  }
+
+  /** The decision for one request, with the reason (for the audit) and the latest instant it may hold until. */
+  async decide(request: AuthorizationRequest): Promise<{ allow: boolean; reason: string; now: Date; notAfter?: Date }> {
+    const core = this.#core;
+    const now = new Date();
+    if (!UUID.test(request.operation_id)) return { allow: false, reason: 'unknown_operation', now };
+    const op = (await core.pool.query<OperationRow>(core.q.authorizeSelectOperation, [request.operation_id])).rows[0];
+    if (op === undefined) return { allow: false, reason: 'unknown_operation', now };
+    const ledgerView: AuthorizationRequest = {
+      operation_id: op.operation_id,
+      effect_key: op.effect_key,
+      principal_id: op.principal_id,
+      task_id: op.task_id,
+      workflow_step_id: op.workflow_step_id,
+      tool_name: op.tool_name,
+      tenant_id: op.tenant_id,
+      provider_id: op.provider_id,
+      args_sha256: op.canonical_args_sha256,
+      approval_id: op.current_approval_id,
+      policy_version: op.current_policy_version,
+    };
+    const mismatched = AUTHORIZATION_FIELDS.filter((f) => ledgerView[f] !== request[f]);
+    if (mismatched.length > 0) return { allow: false, reason: `binding_mismatch:${mismatched.join(',')}`, now };
+    if ((await core.killSwitch(core.pool, op.tenant_id, op.tool_name)) !== null) return { allow: false, reason: 'kill_switch', now };
+    if (op.approval_kind === null || op.role === null) {
+      return this.#options.config.gate.directReservations === 'allow' ? { allow: true, reason: 'direct_reservation', now } : { allow: false, reason: 'not_reserved_through_gate', now };
+    }
+    if (op.current_policy_version !== this.#options.config.gate.policyVersion) return { allow: false, reason: 'policy_version', now };
+    const tool = core.tool(op.tool_name);
+    if (tool === undefined || !(await core.permitted(core.pool, tool, op.tenant_id, op.principal_id, op.role))) return { allow: false, reason: 'role_not_held', now };
+    if (op.approval_kind === 'proposal') {
+      const p = (await core.pool.query<{ status: string; operation_id: string | null }>(core.q.authorizeSelectProposal, [op.current_approval_id.replace(/^proposal:/, ''), op.tenant_id])).rows[0];
+      if (p === undefined || p.status !== 'executed' || p.operation_id !== op.operation_id) return { allow: false, reason: 'proposal', now };
+      return { allow: true, reason: 'proposal', now };
+    }
+    if (op.approval_kind === 'approval') {
+      if (!UUID.test(op.current_approval_id)) return { allow: false, reason: 'approval_not_found', now };
+      const a = (await core.pool.query<{ status: string; operation_id: string | null; args_sha256: string; resources: BoundResource[]; expires_at: Date; live: boolean }>(core.q.authorizeSelectApproval, [op.current_approval_id, op.tenant_id])).rows[0];
+      if (a === undefined) return { allow: false, reason: 'approval_not_found', now };
+      if (!(a.status === 'approved' || (a.status === 'executed' && a.operation_id === op.operation_id))) return { allow: false, reason: `approval_${a.status}`, now };
+      if (!a.live) return { allow: false, reason: 'approval_expired', now };
+      if (a.args_sha256 !== op.canonical_args_sha256) return { allow: false, reason: 'approval_arguments', now };
+      const current = await core.resolveResources(core.pool, tool, op.tenant_id, op.arguments_json);
+      const stale = current === null || a.resources.length !== current.length || a.resources.some((r, i) => current[i]?.version !== r.version || current[i]?.id !== r.id);
+      if (stale) return { allow: false, reason: 'stale_resource', now };
+      return { allow: true, reason: 'approval', now, notAfter: a.expires_at };
+    }
+    return { allow: true, reason: 'auto', now };
+  }
+}
+
+function toRequest(value: JsonObject): AuthorizationRequest | null {
+  if (Object.keys(value).length !== AUTHORIZATION_FIELDS.length) return null;
+  const out: Partial<AuthorizationRequest> = {};
+  for (const f of AUTHORIZATION_FIELDS) {
+    const v = value[f];
+    if (typeof v !== 'string' || v === '') return null;
+    out[f] = v;
+  }
+  return out as AuthorizationRequest;
+}
+
+function send(res: ServerResponse, status: number, body: unknown): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(text)) });
+  res.end(text);
+}

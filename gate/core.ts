@@ -1,0 +1,315 @@
+/**
+ * What the pipeline, proposals and approvals share: the context and argument checks, budgets (rate windows
+ * and cap counters), the kill switch and role revocations, redaction and the audit writer, and the reservation
+ * through the ledger in the gate's own transaction.
+ */
+import type { Config, GateTool } from '../core/config.js';
+import { bindQueries, type Pool, type Queryable } from '../core/db.js';
+import { ActionLedgerError, type ErrorCode } from '../core/errors.js';
+import { canonicalArguments, sha256Hex, type JsonObject } from '../core/json.js';
+import { IDENTITY_ARGUMENT_NAMES } from '../core/types.js';
+import type { Ledger, Reservation } from '../ledger/index.js';
+import { gateQueries } from './queries.js';
+import { GATE_CONTEXT_FIELDS, type BoundResource, type BusinessValidator, type GateContext, type GateRefusal, type ResourceResolver } from './types.js';
+
+const MAX_CONTEXT_FIELD = 256;
+export const REDACTED = '[redacted]';
+
+export interface GateDeps {
+  config: Config;
+  pool: Pool;
+  ledger: Ledger;
+  validators?: Readonly<Record<string, BusinessValidator>>;
+  resolvers?: Readonly<Record<string, ResourceResolver>>;
+  /** The authorization service never runs business validators, so it need not register them. */
+  withoutValidators?: boolean;
+}
+
+export interface AuditEntry {
+  action: 'call' | 'confirm' | 'cancel' | 'execute' | 'approve' | 'reject' | 'expire' | 'invalidate' | 'authorize' | 'kill_switch' | 'role';
+  outcome: string;
+  context?: Partial<GateContext> | undefined;
+  tool?: string | null;
+  subjectId?: string | null;
+  /** Written redacted per the tool's configuration; null when the tool is unknown (no redaction policy). */
+  args?: unknown;
+  detail?: Record<string, unknown>;
+  durationMs?: number;
+}
+
+/** A refusal thrown inside the pipeline's transaction: it rolls back, then becomes the structured result. */
+export class Refused extends Error {
+  constructor(readonly refusal: GateRefusal) {
+    super(refusal.message);
+  }
+}
+
+export function refuse(error: ErrorCode, message: string, extra: Omit<GateRefusal, 'ok' | 'error' | 'message'> = {}): Refused {
+  return new Refused({ ok: false, error, message, ...extra });
+}
+
+export interface CheckedArgs {
+  args: JsonObject;
+  canonical: string;
+  sha256: string;
+}
+
+export interface Value {
+  amount: string;
+  currency: string;
+}
+
+export class GateCore {
+  readonly config: Config;
+  readonly pool: Pool;
+  readonly ledger: Ledger;
+  readonly q: Readonly<typeof gateQueries>;
+  readonly validators: Readonly<Record<string, BusinessValidator>>;
+  readonly resolvers: Readonly<Record<string, ResourceResolver>>;
+
+  constructor(deps: GateDeps) {
+    this.config = deps.config;
+    this.pool = deps.pool;
+    this.ledger = deps.ledger;
+    this.q = bindQueries(gateQueries, deps.config.schemaQuoted);
+    this.validators = deps.validators ?? {};
+    this.resolvers = deps.resolvers ?? {};
+    const problems: string[] = [];
+    for (const tool of deps.config.gate.tools.values()) {
+      if (deps.withoutValidators !== true && tool.validator !== null && this.validators[tool.validator] === undefined) problems.push(`/gate/tools/${tool.name}/validator names ${tool.validator}, which is not registered`);
+      for (const r of tool.resources) if (this.resolvers[r.type] === undefined) problems.push(`/gate/tools/${tool.name}/resources: no resolver registered for type ${r.type}`);
+    }
+    if (problems.length > 0) throw new ActionLedgerError('config_invalid', `gate registry is incomplete:\n  - ${problems.join('\n  - ')}`, { details: { problems } });
+  }
+
+  tool(name: string): GateTool | undefined {
+    return this.config.gate.tools.get(name);
+  }
+
+  /** Permission from the role table (default deny), the tenant's route, and the revocation list. */
+  async permitted(db: Queryable, tool: GateTool, tenant: string, principal: string, role: string): Promise<boolean> {
+    if (!tool.roles.has(role)) return false;
+    const route = this.config.tools.get(tool.name);
+    if (route === undefined || !route.allowedTenants.has(tenant)) return false;
+    return (await db.query(this.q.roleRevoked, [tenant, principal, role])).rowCount === 0;
+  }
+
+  async killSwitch(db: Queryable, tenant: string, tool: string): Promise<{ tenant_id: string; tool_name: string; reason: string } | null> {
+    const { rows } = await db.query<{ tenant_id: string; tool_name: string; reason: string }>(this.q.killSwitchEngaged, [tenant, tool]);
+    return rows[0] ?? null;
+  }
+
+  /** Takes one call from the principal's window; throws `rate_limited` with `retry_after_s` when spent. */
+  async takeRate(db: Queryable, tool: GateTool, ctx: GateContext): Promise<void> {
+    if (tool.rate === null) return;
+    const { rows } = await db.query(this.q.rateWindowIncrement, [ctx.tenant_id, ctx.principal_id, tool.name, tool.rate.windowS, tool.rate.limit]);
+    if (rows.length > 0) return;
+    const after = await db.query<{ retry_after_s: number }>(this.q.rateWindowRetryAfter, [tool.rate.windowS]);
+    const retry = after.rows[0]?.retry_after_s ?? tool.rate.windowS;
+    throw refuse('rate_limited', `rate limit of ${tool.rate.limit} calls per ${tool.rate.windowS} s reached for ${tool.name}; try again in ${retry} s`, {
+      retry_after_s: retry,
+      details: { limit: tool.rate.limit, window_s: tool.rate.windowS },
+    });
+  }
+
+  /** Schema (ajv strict), identity fields, then plain-JSON bounds; throws `invalid_arguments` naming the violation. */
+  checkArguments(tool: GateTool, args: unknown): CheckedArgs {
+    const identity = findIdentityField(args, '$');
+    if (identity !== null) {
+      throw refuse('invalid_arguments', `argument ${identity} names an identity; authority comes from the session, not from arguments`, { details: { path: identity } });
+    }
+    if (!tool.validate(args)) {
+      const errors = (tool.validate.errors ?? []).map((e) => {
+        const at = e.instancePath === '' ? '(arguments)' : e.instancePath;
+        const extra = e.keyword === 'additionalProperties' ? ` (${String((e.params as { additionalProperty: string }).additionalProperty)})` : '';
+        return `${at} ${e.message ?? 'is invalid'}${extra}`;
+      });
+      throw refuse('invalid_arguments', `arguments do not match the ${tool.name} schema: ${errors.join('; ')}`, { details: { violations: errors } });
+    }
+    let canonical: string;
+    try {
+      canonical = canonicalArguments(args, this.config.argumentBounds);
+    } catch (err) {
+      if (err instanceof ActionLedgerError) throw refuse('invalid_arguments', err.message, err.details === undefined ? {} : { details: err.details });
+      throw err;
+    }
+    return { args: JSON.parse(canonical) as JsonObject, canonical, sha256: sha256Hex(canonical) };
+  }
+
+  async validateBusiness(db: Queryable, tool: GateTool, ctx: GateContext, args: JsonObject): Promise<void> {
+    if (tool.validator === null) return;
+    const validator = this.validators[tool.validator];
+    if (validator === undefined) throw new ActionLedgerError('config_invalid', `validator ${tool.validator} is not registered`);
+    const verdict = await validator({ context: Object.freeze({ ...ctx }), tool: tool.name, args: Object.freeze({ ...args }), db });
+    if (!verdict.ok) throw refuse(verdict.error, verdict.message);
+  }
+
+  valueOf(tool: GateTool, args: JsonObject): Value | null {
+    if (tool.value === null) return null;
+    const amount = args[tool.value.argument];
+    if (typeof amount !== 'number' || !Number.isFinite(amount) || amount < 0) {
+      throw refuse('invalid_arguments', `argument ${tool.value.argument} must be a non-negative number`, { details: { path: `$.${tool.value.argument}` } });
+    }
+    const currency = tool.value.currency ?? args[tool.value.currencyArgument ?? ''];
+    if (typeof currency !== 'string' || currency === '') throw refuse('invalid_arguments', `argument ${tool.value.currencyArgument ?? 'currency'} must name a currency`);
+    return { amount: String(amount), currency };
+  }
+
+  /**
+   * Reserves one unit (and the value) on every configured cap, each by one conditional upsert; throws
+   * `limit_exceeded` naming the cap. Inside the caller's transaction: a later refusal rolls all of it back.
+   */
+  async reserveCaps(db: Queryable, tool: GateTool, ctx: GateContext, value: Value | null): Promise<string[]> {
+    const caps: [string, string, { maxCount: number | null; maxValue: number | null } | null][] = [
+      ['principal_day', ctx.principal_id, tool.limits.perPrincipalDay],
+      ['account_day', ctx.account_id, tool.limits.perAccountDay],
+      ['conversation', ctx.conversation_id, tool.limits.perConversation],
+    ];
+    const ids: string[] = [];
+    for (const [scope, key, cap] of caps) {
+      if (cap === null) continue;
+      const { rows } = await db.query<{ counter_id: string }>(this.q.counterReserve, [
+        ctx.tenant_id,
+        tool.name,
+        scope,
+        key,
+        value?.currency ?? '-',
+        value?.amount ?? '0',
+        cap.maxCount,
+        value === null ? null : cap.maxValue === null ? null : String(cap.maxValue),
+      ]);
+      const row = rows[0];
+      if (row === undefined) {
+        throw refuse('limit_exceeded', `the ${scope.replace('_', ' per ')} cap for ${tool.name} would be exceeded`, {
+          details: { scope, max_count: cap.maxCount, max_value: cap.maxValue, currency: value?.currency ?? null },
+        });
+      }
+      ids.push(row.counter_id);
+    }
+    return ids;
+  }
+
+  async hold(db: Queryable, counters: string[], value: Value | null, subject: { proposal?: string; approval?: string; operation?: string }): Promise<void> {
+    if (counters.length === 0) return;
+    await db.query(this.q.holdInsert, [counters, value?.amount ?? '0', subject.proposal ?? null, subject.approval ?? null, subject.operation ?? null]);
+  }
+
+  async resolveResources(db: Queryable, tool: GateTool, tenant: string, args: JsonObject): Promise<BoundResource[] | null> {
+    const out: BoundResource[] = [];
+    for (const r of tool.resources) {
+      const id = args[r.idArgument];
+      const resolver = this.resolvers[r.type];
+      if (resolver === undefined) throw new ActionLedgerError('config_invalid', `no resolver for ${r.type}`);
+      const version = typeof id === 'string' || typeof id === 'number' ? await resolver({ tenant_id: tenant, id: String(id), db }) : null;
+      if (version === null) return null;
+      out.push({ type: r.type, id: String(id), version: String(version) });
+    }
+    return out;
+  }
+
+  /**
+   * Reserves the operation through the ledger on the gate's client (one transaction with the budgets and the
+   * audit row), records the gate's view of it, and moves the subject's holds to it. A replayed step
+   * (`created: false`) gives back what this call took: the effect exists once, so it is counted once.
+   */
+  async reserve(
+    db: Queryable,
+    ctx: { tenant_id: string; principal_id: string; task_id: string; workflow_step_id: string; role: string },
+    tool: string,
+    args: JsonObject,
+    approval: { kind: 'auto' | 'proposal' | 'approval'; id: string; policyVersion: string },
+    taken: { counters: string[]; value: Value | null; subject?: { proposal?: string; approval?: string } },
+  ): Promise<Reservation> {
+    const r = await this.ledger.reserve(
+      { tenant_id: ctx.tenant_id, principal_id: ctx.principal_id, task_id: ctx.task_id, workflow_step_id: ctx.workflow_step_id, approval_id: approval.id, policy_version: approval.policyVersion },
+      tool,
+      args,
+      { client: db, actor: `gate:${ctx.principal_id}` },
+    );
+    await db.query(this.q.gateOperationInsert, [r.operation_id, ctx.tenant_id, ctx.principal_id, ctx.role, approval.kind]);
+    const subject = taken.subject;
+    if (r.created) {
+      if (subject !== undefined) await db.query(this.q.holdTransfer, [subject.proposal ?? null, subject.approval ?? null, r.operation_id]);
+      else await this.hold(db, taken.counters, taken.value, { operation: r.operation_id });
+    } else if (subject !== undefined) {
+      await db.query(this.q.holdRelease, [subject.approval !== undefined ? 'approval' : 'proposal', subject.approval ?? subject.proposal, 'replayed_step']);
+    } else if (taken.counters.length > 0) {
+      await db.query(this.q.counterGiveBack, [taken.counters, taken.value?.amount ?? '0']);
+    }
+    return r;
+  }
+
+  redact(tool: GateTool | undefined, args: unknown): unknown {
+    if (tool === undefined) return null;
+    if (args === null || typeof args !== 'object' || Array.isArray(args)) return args === undefined ? null : args;
+    const out: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(args as Record<string, unknown>)) out[k] = tool.redact.has(k) ? REDACTED : v;
+    return out;
+  }
+
+  /** Writes one audit row; arguments are redacted here, at write time, per the tool's configuration. */
+  async audit(db: Queryable, e: AuditEntry): Promise<void> {
+    const c = e.context ?? {};
+    const tool = e.tool ?? null;
+    let args: unknown = null;
+    if (e.args !== undefined) {
+      try {
+        args = this.redact(tool === null ? undefined : this.tool(tool), e.args);
+        args = args === null ? null : JSON.parse(JSON.stringify(args) ?? 'null');
+      } catch {
+        args = null; // not JSON data (a cycle, a BigInt): the refusal says so; the audit keeps no copy
+      }
+    }
+    await db.query(this.q.auditInsert, [
+      e.action,
+      e.outcome,
+      str(c.tenant_id),
+      str(c.principal_id),
+      str(c.role),
+      str(c.account_id),
+      str(c.conversation_id),
+      str(c.turn_id),
+      str(c.trace_id),
+      tool,
+      e.subjectId ?? null,
+      args === null ? null : JSON.stringify(args),
+      JSON.stringify(e.detail ?? {}),
+      e.durationMs ?? null,
+    ]);
+  }
+}
+
+function str(v: unknown): string | null {
+  return typeof v === 'string' ? v.slice(0, MAX_CONTEXT_FIELD) : null;
+}
+
+function findIdentityField(value: unknown, path: string): string | null {
+  if (value === null || typeof value !== 'object') return null;
+  if (Array.isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const hit = findIdentityField(value[i], `${path}[${i}]`);
+      if (hit !== null) return hit;
+    }
+    return null;
+  }
+  for (const [k, v] of Object.entries(value as Record<string, unknown>)) {
+    if ((IDENTITY_ARGUMENT_NAMES as readonly string[]).includes(k)) return `${path}.${k}`;
+    const hit = findIdentityField(v, `${path}.${k}`);
+    if (hit !== null) return hit;
+  }
+  return null;
+}
+
+/** Checks the gate's trusted context; throws `invalid_context` naming every bad field. */
+export function checkGateContext(ctx: unknown): GateContext {
+  if (ctx === null || typeof ctx !== 'object') throw refuse('invalid_context', 'trusted context must be an object');
+  const bad: string[] = [];
+  const fields: string[] = [...GATE_CONTEXT_FIELDS];
+  if ((ctx as Record<string, unknown>).plan_version !== undefined) fields.push('plan_version');
+  for (const f of fields) {
+    const v = (ctx as Record<string, unknown>)[f];
+    if (typeof v !== 'string' || v.length === 0 || v.length > MAX_CONTEXT_FIELD || !v.isWellFormed() || /[\u0000-\u001f\u007f]/.test(v)) bad.push(f);
+  }
+  if (bad.length > 0) throw refuse('invalid_context', `trusted context fields missing or malformed: ${bad.join(', ')}`, { details: { fields: bad } });
+  return ctx as GateContext;
+}

@@ -1,0 +1,184 @@
+/**
+ * `Gate.call`: the agent-facing front door. The model is a caller with the privileges of nobody; everything
+ * it asks for passes one pipeline, in this order, stopping at the first refusal:
+ *
+ *   unknown_tool -> permission_denied -> tool_disabled -> rate_limited -> invalid_arguments
+ *   -> invalid_request / not_found (business) -> limit_exceeded
+ *   -> confirmation_required (proposal) | approval_required (envelope) | reserve in the ledger
+ *
+ * Budgets, the proposal or approval, the reservation and the audit row of an accepted call commit in one
+ * transaction. A refusal rolls that transaction back, so a refused call consumes no rate and no cap, and is
+ * then written to the audit log on its own. Every result is a value the model can read; nothing here throws
+ * at the agent loop (an unexpected failure is the structured `internal` refusal).
+ */
+import { randomBytes, randomUUID } from 'node:crypto';
+import { withTransaction, type Queryable } from '../core/db.js';
+import { toRefusal } from '../core/errors.js';
+import { canonicalJson, sha256Hex, type JsonObject } from '../core/json.js';
+import type { GateTool } from '../core/config.js';
+import { Approvals } from './approvals.js';
+import { checkGateContext, GateCore, Refused, refuse, type GateDeps, type Value } from './core.js';
+import { Proposals } from './proposals.js';
+import type { GateContext, GateResult, Reviewer } from './types.js';
+
+export interface CallOptions {
+  /** For proposals: a shorter confirmation window than configured (never longer). */
+  ttl_s?: number;
+}
+
+export class Gate {
+  readonly core: GateCore;
+  readonly proposals: Proposals;
+  readonly approvals: Approvals;
+
+  /** Throws `config_invalid` when a configured validator or resource resolver is not registered. */
+  constructor(deps: GateDeps) {
+    this.core = new GateCore(deps);
+    this.proposals = new Proposals(this.core);
+    this.approvals = new Approvals(this.core);
+  }
+
+  /** Runs the pipeline for one tool call. Never throws; see the module comment for the order. */
+  async call(context: GateContext, tool: string, args: unknown, options: CallOptions = {}): Promise<GateResult> {
+    const started = performance.now();
+    const core = this.core;
+    let result: GateResult;
+    let audited = false;
+    try {
+      const ctx = checkGateContext(context);
+      const t = core.tool(tool);
+      if (t === undefined) throw refuse('unknown_tool', `there is no tool named ${JSON.stringify(tool).slice(0, 80)}`);
+      result = await withTransaction(core.pool, async (client) => {
+        const r = await this.#pipeline(client, ctx, t, args, options);
+        await core.audit(client, {
+          action: 'call',
+          outcome: r.ok ? 'allowed' : r.error,
+          context: ctx,
+          tool,
+          subjectId: r.ok ? (r.operation_id ?? null) : (r.request_id ?? null),
+          args,
+          durationMs: performance.now() - started,
+        });
+        audited = true;
+        return r;
+      });
+    } catch (err) {
+      audited = false;
+      result = err instanceof Refused ? err.refusal : toRefusal(err);
+    }
+    if (!audited) {
+      await core
+        .audit(core.pool, { action: 'call', outcome: result.ok ? 'allowed' : result.error, context, tool, args, durationMs: performance.now() - started, detail: result.ok ? {} : { message: result.message } })
+        .catch(() => undefined); // the database is down: the refusal still reaches the model
+    }
+    return result;
+  }
+
+  async #pipeline(client: Queryable, ctx: GateContext, t: GateTool, args: unknown, options: CallOptions): Promise<GateResult> {
+    const core = this.core;
+    if (!(await core.permitted(client, t, ctx.tenant_id, ctx.principal_id, ctx.role))) {
+      throw refuse('permission_denied', `your role may not call ${t.name}`);
+    }
+    const killed = await core.killSwitch(client, ctx.tenant_id, t.name);
+    if (killed !== null) throw refuse('tool_disabled', `${t.name} is disabled for now (${killed.reason})`);
+    await core.takeRate(client, t, ctx);
+    const checked = core.checkArguments(t, args);
+    await core.validateBusiness(client, t, ctx, checked.args);
+    const value = core.valueOf(t, checked.args);
+    const mode = t.approval.mode;
+    const needsApproval = mode === 'always' || (mode === 'threshold' && value !== null && Number(value.amount) > (t.approval.threshold ?? Infinity));
+    // A retried call of a step already reserved with these arguments is the same effect: it answers with the
+    // existing operation and takes nothing from the caps a second time.
+    const prior = mode === 'confirm' || needsApproval ? undefined : (await client.query<{ canonical_args_sha256: string }>(core.ledger.q.ledgerSelectByIdentity, [ctx.principal_id, ctx.task_id, ctx.workflow_step_id])).rows[0];
+    const counters = prior?.canonical_args_sha256 === checked.sha256 ? [] : await core.reserveCaps(client, t, ctx, value);
+    if (ctx.plan_version !== undefined) await client.query(core.q.planRecord, [ctx.tenant_id, ctx.task_id, ctx.plan_version]);
+
+    if (mode === 'confirm') return this.#propose(client, ctx, t, checked.args, checked.sha256, counters, value, options);
+    if (needsApproval) return this.approvals.request(client, ctx, t, checked.args, checked.sha256, counters, value);
+    const r = await core.reserve(client, ctx, t.name, checked.args, { kind: 'auto', id: 'auto', policyVersion: core.config.gate.policyVersion }, { counters, value });
+    return { ok: true, status: 'reserved', operation_id: r.operation_id, effect_key: r.effect_key, created: r.created, operation_status: r.status, message: `${t.name} accepted` };
+  }
+
+  /**
+   * Stores the exact arguments and their hash and returns a confirm token exactly once (only its sha256 is
+   * kept). TTL is min(requested, configured).
+   */
+  async #propose(client: Queryable, ctx: GateContext, t: GateTool, args: JsonObject, sha: string, counters: string[], value: Value | null, options: CallOptions): Promise<GateResult> {
+    const core = this.core;
+    const configured = core.config.gate.confirmationTtlS;
+    const requested = options.ttl_s;
+    const ttl = typeof requested === 'number' && Number.isFinite(requested) && requested > 0 ? Math.min(requested, configured) : configured;
+    const id = randomUUID();
+    const token = randomBytes(32).toString('base64url');
+    const { rows } = await client.query<{ expires_at: Date }>(core.q.proposalInsert, [
+      id, ctx.tenant_id, ctx.principal_id, ctx.role, ctx.account_id, ctx.conversation_id, ctx.turn_id, ctx.trace_id, ctx.task_id, ctx.workflow_step_id,
+      t.name, canonicalJson(args), sha, sha256Hex(token), core.config.gate.policyVersion, ttl,
+    ]);
+    await core.hold(client, counters, value, { proposal: id });
+    return {
+      ok: false,
+      error: 'confirmation_required',
+      message: `${t.name} needs the user's confirmation: ask them, and confirm in their next turn`,
+      request_id: id,
+      confirm_token: token,
+      expires_at: rows[0]?.expires_at.toISOString() ?? '',
+    };
+  }
+
+  /** See {@link Proposals.confirm}. */
+  confirm(token: string, context: GateContext): Promise<GateResult> {
+    return this.proposals.confirm(token, context);
+  }
+
+  /** See {@link Proposals.cancel}. */
+  cancelProposal(proposalId: string, context: GateContext): Promise<GateResult> {
+    return this.proposals.cancel(proposalId, context);
+  }
+
+  /** See {@link Proposals.execute}. */
+  executeProposal(proposalId: string, context: GateContext, options: { args?: unknown } = {}): Promise<GateResult> {
+    return this.proposals.execute(proposalId, context, options);
+  }
+
+  /** See {@link Approvals.approve}. */
+  approve(approvalId: string, displayedHash: string, reviewer: Reviewer): Promise<GateResult> {
+    return this.approvals.approve(approvalId, displayedHash, reviewer);
+  }
+
+  /** See {@link Approvals.reject}. */
+  reject(approvalId: string, reviewer: Reviewer, reason: string): Promise<GateResult> {
+    return this.approvals.reject(approvalId, reviewer, reason);
+  }
+
+  /** Engages a kill switch ('*' for every tenant or tool): new calls refused, pending operations held. */
+  async engageKillSwitch(tenant: string, tool: string, actor: string, reason: string): Promise<void> {
+    await withTransaction(this.core.pool, async (c) => {
+      await c.query(this.core.q.killSwitchEngage, [tenant, tool, actor, reason]);
+      await this.core.audit(c, { action: 'kill_switch', outcome: 'engaged', context: { tenant_id: tenant, principal_id: actor }, tool, detail: { reason } });
+    });
+  }
+
+  /** Lifts a kill switch; held operations are dispatched again. Returns false when none was engaged. */
+  async liftKillSwitch(tenant: string, tool: string, actor: string): Promise<boolean> {
+    return withTransaction(this.core.pool, async (c) => {
+      const { rowCount } = await c.query(this.core.q.killSwitchLift, [tenant, tool]);
+      await this.core.audit(c, { action: 'kill_switch', outcome: rowCount === 0 ? 'not_engaged' : 'lifted', context: { tenant_id: tenant, principal_id: actor }, tool });
+      return rowCount !== 0;
+    });
+  }
+
+  /** Takes a role from a principal at once: new calls, approvals and dispatch authorization all see it. */
+  async revokeRole(tenant: string, principal: string, role: string, actor: string): Promise<void> {
+    await withTransaction(this.core.pool, async (c) => {
+      await c.query(this.core.q.roleRevoke, [tenant, principal, role, actor]);
+      await this.core.audit(c, { action: 'role', outcome: 'revoked', context: { tenant_id: tenant, principal_id: principal, role }, detail: { by: actor } });
+    });
+  }
+
+  async restoreRole(tenant: string, principal: string, role: string, actor: string): Promise<void> {
+    await withTransaction(this.core.pool, async (c) => {
+      await c.query(this.core.q.roleRestore, [tenant, principal, role]);
+      await this.core.audit(c, { action: 'role', outcome: 'restored', context: { tenant_id: tenant, principal_id: principal, role }, detail: { by: actor } });
+    });
+  }
+}

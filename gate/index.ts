@@ -1,0 +1,22 @@
+/**
+ * The gate: the agent-facing front door (tool registry, checks pipeline, proposals, approvals, limits, audit)
+ * and the built-in authorization service the dispatcher asks before every dispatch.
+ */
+export { Gate, type CallOptions } from './gate.js';
+export { Approvals, describeEffect, type ApprovalView } from './approvals.js';
+export { Proposals } from './proposals.js';
+export { AuthorizationService, AUTHORIZE_PATH, AUTHORIZATION_FIELDS, type AuthorizationServiceOptions } from './authorization-service.js';
+export { REDACTED, checkGateContext, type GateDeps } from './core.js';
+export { gateQueries } from './queries.js';
+export {
+  GATE_CONTEXT_FIELDS,
+  type BoundResource,
+  type BusinessValidator,
+  type GateAllowed,
+  type GateContext,
+  type GateRefusal,
+  type GateResult,
+  type ResourceResolver,
+  type Reviewer,
+  type ValidatorVerdict,
+} from './types.js';

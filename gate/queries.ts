@@ -1,0 +1,188 @@
+/**
+ * The gate's SQL, fixed text with `$n` parameters; `@schema.` is bound once at start (core/db.ts).
+ * Budgets are taken by single conditional upserts, state changes by single conditional UPDATEs.
+ */
+const approvalColumns = `approval_id, tenant_id, requester_id, requester_role, account_id, conversation_id, trace_id,
+  task_id, workflow_step_id, tool_name, arguments_json, args_sha256, resources, plan_version, policy_version,
+  envelope_json, envelope_sha256, status, required_approvals, approvers, reason, operation_id, created_at,
+  expires_at, expires_at <= now() AS expired`;
+
+const proposalColumns = `proposal_id, tenant_id, principal_id, role, account_id, conversation_id, turn_id, trace_id,
+  task_id, workflow_step_id, tool_name, arguments_json, args_sha256, policy_version, status, operation_id,
+  expires_at, expires_at <= now() AS expired`;
+
+export const gateQueries = {
+  /**
+   * One rate window, incremented only while under the limit ($5). No row returned: the window is spent.
+   * Windows are aligned to multiples of window_s ($4) since the epoch, by the database clock.
+   */
+  rateWindowIncrement: `
+    INSERT INTO @schema.gate_rate_windows AS w (tenant_id, principal_id, tool_name, window_start, window_s, used)
+    VALUES ($1, $2, $3, to_timestamp(floor(extract(epoch FROM now()) / $4) * $4), $4, 1)
+    ON CONFLICT (tenant_id, principal_id, tool_name, window_start) DO UPDATE SET used = w.used + 1
+    WHERE w.used < $5
+    RETURNING used`,
+
+  rateWindowRetryAfter: `
+    SELECT greatest(1, ceil(extract(epoch FROM to_timestamp((floor(extract(epoch FROM now()) / $1) + 1) * $1) - now())))::int AS retry_after_s`,
+
+  /**
+   * Takes one unit of count and $6 of value on a cap counter, only if both stay within the caps ($7 count,
+   * $8 value; null = no cap). No row returned: the cap would be exceeded and nothing was taken.
+   */
+  counterReserve: `
+    INSERT INTO @schema.gate_counters AS c (tenant_id, tool_name, scope, scope_key, period, currency, used_count, used_value)
+    SELECT $1, $2, $3, $4,
+           CASE WHEN $3 = 'conversation' THEN 'all' ELSE to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD') END,
+           $5, 1, $6::numeric
+    WHERE ($7::int IS NULL OR 1 <= $7::int) AND ($8::numeric IS NULL OR $6::numeric <= $8::numeric)
+    ON CONFLICT (tenant_id, tool_name, scope, scope_key, period, currency) DO UPDATE
+    SET used_count = c.used_count + 1, used_value = c.used_value + excluded.used_value
+    WHERE ($7::int IS NULL OR c.used_count + 1 <= $7::int)
+      AND ($8::numeric IS NULL OR c.used_value + excluded.used_value <= $8::numeric)
+    RETURNING counter_id`,
+
+  /** Gives back what this call took on counters $1 (a replayed reservation consumes nothing). */
+  counterGiveBack: `
+    UPDATE @schema.gate_counters SET used_count = used_count - 1, used_value = used_value - $2::numeric
+    WHERE counter_id = ANY($1::bigint[])`,
+
+  holdInsert: `
+    INSERT INTO @schema.gate_cap_holds (counter_id, amount, count, proposal_id, approval_id, operation_id)
+    SELECT unnest($1::bigint[]), $2::numeric, 1, $3::uuid, $4::uuid, $5::uuid`,
+
+  holdTransfer: `
+    UPDATE @schema.gate_cap_holds SET operation_id = $3
+    WHERE released_at IS NULL AND operation_id IS NULL
+      AND (proposal_id = $1::uuid OR approval_id = $2::uuid)`,
+
+  /** Releases the open holds of a subject without changing its state (a replayed step). */
+  holdRelease: `SELECT @schema.gate_release_holds($1, $2::uuid, $3)`,
+
+  /** Counters an approval holds that today's caps ($2 count, $3 value per scope) no longer admit. */
+  holdCountersOf: `
+    SELECT c.scope, c.used_count, c.used_value::text AS used_value
+    FROM @schema.gate_cap_holds h JOIN @schema.gate_counters c ON c.counter_id = h.counter_id
+    WHERE h.approval_id = $1 AND h.released_at IS NULL`,
+
+  killSwitchEngaged: `
+    SELECT tenant_id, tool_name, reason FROM @schema.gate_kill_switches
+    WHERE tenant_id IN ($1, '*') AND tool_name IN ($2, '*') LIMIT 1`,
+  killSwitchEngage: `
+    INSERT INTO @schema.gate_kill_switches (tenant_id, tool_name, engaged_by, reason) VALUES ($1, $2, $3, $4)
+    ON CONFLICT (tenant_id, tool_name) DO UPDATE SET engaged_by = excluded.engaged_by, reason = excluded.reason, engaged_at = now()`,
+  killSwitchLift: `DELETE FROM @schema.gate_kill_switches WHERE tenant_id = $1 AND tool_name = $2 RETURNING tenant_id`,
+  killSwitchList: `SELECT tenant_id, tool_name, engaged_at, engaged_by, reason FROM @schema.gate_kill_switches ORDER BY engaged_at`,
+
+  roleRevoked: `SELECT 1 FROM @schema.gate_role_revocations WHERE tenant_id = $1 AND principal_id = $2 AND role = $3`,
+  roleRevoke: `
+    INSERT INTO @schema.gate_role_revocations (tenant_id, principal_id, role, revoked_by) VALUES ($1, $2, $3, $4)
+    ON CONFLICT DO NOTHING`,
+  roleRestore: `DELETE FROM @schema.gate_role_revocations WHERE tenant_id = $1 AND principal_id = $2 AND role = $3`,
+
+  /**
+   * Records the task's current plan version; when it changes, every pending or approved approval bound to
+   * another plan version of that task is invalidated (its holds released by trigger). Returns those ids.
+   */
+  planRecord: `
+    WITH up AS (
+      INSERT INTO @schema.gate_task_plans AS p (tenant_id, task_id, plan_version) VALUES ($1, $2, $3)
+      ON CONFLICT (tenant_id, task_id) DO UPDATE SET plan_version = excluded.plan_version, updated_at = now()
+      WHERE p.plan_version <> excluded.plan_version
+      RETURNING plan_version
+    )
+    UPDATE @schema.gate_approvals a SET status = 'invalidated', reason = 'plan_changed', decided_at = now()
+    FROM up
+    WHERE a.tenant_id = $1 AND a.task_id = $2 AND a.status IN ('pending', 'approved') AND a.plan_version <> up.plan_version
+    RETURNING a.approval_id`,
+  planCurrent: `SELECT plan_version FROM @schema.gate_task_plans WHERE tenant_id = $1 AND task_id = $2`,
+
+  gateOperationInsert: `
+    INSERT INTO @schema.gate_operations (operation_id, tenant_id, principal_id, role, approval_kind)
+    VALUES ($1, $2, $3, $4, $5) ON CONFLICT (operation_id) DO NOTHING`,
+
+  proposalInsert: `
+    INSERT INTO @schema.gate_proposals (proposal_id, tenant_id, principal_id, role, account_id, conversation_id, turn_id,
+      trace_id, task_id, workflow_step_id, tool_name, arguments_json, args_sha256, token_sha256, policy_version, status,
+      expires_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, $13, $14, $15, 'proposed',
+            now() + make_interval(secs => $16))
+    RETURNING expires_at`,
+  proposalByToken: `SELECT ${proposalColumns} FROM @schema.gate_proposals WHERE token_sha256 = $1 AND tenant_id = $2 FOR UPDATE`,
+  proposalById: `SELECT ${proposalColumns} FROM @schema.gate_proposals WHERE proposal_id = $1 AND tenant_id = $2 FOR UPDATE`,
+  proposalExpire: `
+    UPDATE @schema.gate_proposals SET status = 'expired', ended_at = now()
+    WHERE proposal_id = $1 AND status IN ('proposed', 'confirmed') AND expires_at <= now() RETURNING proposal_id`,
+  proposalConfirm: `
+    UPDATE @schema.gate_proposals
+    SET status = 'confirmed', confirmed_by = $2, confirmed_turn_id = $3, actor_mismatch = (principal_id <> $2), confirmed_at = now()
+    WHERE proposal_id = $1 AND status = 'proposed' AND expires_at > now() AND turn_id <> $3
+    RETURNING proposal_id`,
+  proposalCancel: `
+    UPDATE @schema.gate_proposals SET status = 'cancelled', ended_at = now()
+    WHERE proposal_id = $1 AND status IN ('proposed', 'confirmed') RETURNING proposal_id`,
+  proposalExecuted: `
+    UPDATE @schema.gate_proposals SET status = 'executed', operation_id = $2, ended_at = now()
+    WHERE proposal_id = $1 AND status = 'confirmed' AND expires_at > now() RETURNING proposal_id`,
+
+  approvalInsert: `
+    INSERT INTO @schema.gate_approvals (approval_id, tenant_id, requester_id, requester_role, account_id, conversation_id,
+      trace_id, task_id, workflow_step_id, tool_name, arguments_json, args_sha256, resources, plan_version,
+      policy_version, envelope_json, envelope_sha256, status, required_approvals, created_at, expires_at)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb, $12, $13::jsonb, $14, $15, $16::jsonb, $17, 'pending',
+            $18, $19, $20)`,
+  approvalSelect: `SELECT ${approvalColumns} FROM @schema.gate_approvals WHERE approval_id = $1 AND tenant_id = $2`,
+  approvalSelectForUpdate: `SELECT ${approvalColumns} FROM @schema.gate_approvals WHERE approval_id = $1 AND tenant_id = $2 FOR UPDATE`,
+  /**
+   * The approval itself: one conditional UPDATE that needs the id AND the hash the approver was shown, a
+   * pending row inside its TTL, an approver who is not the requester and has not voted yet. It becomes
+   * `approved` when the required number of distinct approvers is reached. Exactly one row, or refused.
+   */
+  approvalApprove: `
+    UPDATE @schema.gate_approvals
+    SET approvers = approvers || $4::text,
+        status = CASE WHEN cardinality(approvers) + 1 >= required_approvals THEN 'approved' ELSE 'pending' END,
+        decided_at = CASE WHEN cardinality(approvers) + 1 >= required_approvals THEN now() ELSE decided_at END
+    WHERE approval_id = $1 AND tenant_id = $2 AND envelope_sha256 = $3 AND status = 'pending' AND expires_at > now()
+      AND requester_id <> $4 AND NOT ($4 = ANY (approvers))
+    RETURNING status`,
+  approvalReject: `
+    UPDATE @schema.gate_approvals SET status = 'rejected', reason = $3, decided_at = now()
+    WHERE approval_id = $1 AND tenant_id = $2 AND status IN ('pending', 'approved') AND expires_at > now()
+    RETURNING approval_id`,
+  approvalExpire: `
+    UPDATE @schema.gate_approvals SET status = 'expired', decided_at = now()
+    WHERE approval_id = $1 AND status IN ('pending', 'approved') AND expires_at <= now() RETURNING approval_id`,
+  approvalExpireDue: `
+    UPDATE @schema.gate_approvals SET status = 'expired', decided_at = now()
+    WHERE status IN ('pending', 'approved') AND expires_at <= now()
+    RETURNING approval_id, tenant_id, tool_name`,
+  approvalInvalidate: `
+    UPDATE @schema.gate_approvals SET status = 'invalidated', reason = $2, decided_at = now()
+    WHERE approval_id = $1 AND status IN ('pending', 'approved') RETURNING approval_id`,
+  approvalExecuted: `
+    UPDATE @schema.gate_approvals SET status = 'executed', operation_id = $2
+    WHERE approval_id = $1 AND status = 'approved' AND expires_at > now() RETURNING approval_id`,
+
+  auditInsert: `
+    INSERT INTO @schema.gate_audit (action, outcome, tenant_id, principal_id, role, account_id, conversation_id, turn_id,
+      trace_id, tool_name, subject_id, arguments, detail, duration_ms)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, $13::jsonb, $14)`,
+
+  /** What the built-in authorization service decides from: the operation as the ledger holds it, and the gate's record. */
+  authorizeSelectOperation: `
+    SELECT l.operation_id, l.effect_key, l.principal_id, l.task_id, l.workflow_step_id, l.tool_name, l.tenant_id,
+           l.provider_id, l.canonical_args_sha256, l.current_approval_id, l.current_policy_version, l.arguments_json,
+           g.role, g.approval_kind, now() AS db_now
+    FROM @schema.operations l LEFT JOIN @schema.gate_operations g ON g.operation_id = l.operation_id
+    WHERE l.operation_id = $1`,
+  authorizeSelectApproval: `
+    SELECT status, operation_id, args_sha256, resources, expires_at, expires_at > now() AS live
+    FROM @schema.gate_approvals WHERE approval_id::text = $1 AND tenant_id = $2`,
+  authorizeSelectProposal: `
+    SELECT status, operation_id FROM @schema.gate_proposals WHERE proposal_id::text = $1 AND tenant_id = $2`,
+} as const;
+
+export const gateOperationQueries = {
+  operationSelect: `SELECT operation_id, effect_key, status FROM @schema.operations WHERE operation_id = $1`,
+} as const;
