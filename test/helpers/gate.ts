@@ -46,6 +46,7 @@ export function gateSection(over: { tools?: Record<string, Record<string, unknow
       ),
       roles: ['agent', 'admin'],
       value: { argument: 'amount', currency_argument: 'currency' },
+      approver_roles: ['supervisor'],
       approval: { mode: 'threshold', threshold: 500 },
       validator: 'order_owned',
       limits: { per_conversation: { max_count: 3, max_value: 500 } },
