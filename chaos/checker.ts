@@ -5,6 +5,7 @@
 import { createHash } from 'node:crypto';
 import type { Pool } from '../core/db.js';
 import type { OperationStatus } from '../core/types.js';
+import { retryIsSafe } from '../reconciler/review.js';
 import { historyProblems } from '../reconciler/verify.js';
 import type { ProviderEffect, ProviderRequest } from '../sandbox/provider.js';
 
@@ -76,10 +77,10 @@ export async function checkInvariants(input: {
   add('illegal transitions or broken histories', ops.flatMap((o) => historyProblems(histByOp.get(o.operation_id) ?? [], o.status).map((p) => `${o.operation_id}: ${p.detail}`)));
 
   add(
-    'provider effects the ledger denies (failed, or no effect confirmed)',
+    'provider effects the ledger denies (failed, or in review as never applied)',
     [...effectsPerKey.keys()].filter((k) => {
       const o = byKey.get(k);
-      return o === undefined || o.status === 'failed' || (o.status === 'needs_review' && o.review_reason === 'no_effect_confirmed');
+      return o === undefined || o.status === 'failed' || (o.status === 'needs_review' && retryIsSafe(o.review_reason));
     }),
   );
   add('succeeded operations without a provider effect', ops.filter((o) => o.status === 'succeeded' && !effectsPerKey.has(o.effect_key)).map((o) => o.operation_id));

@@ -11,6 +11,7 @@
  *
  *   original succeeded | needs_review --mint--> compensating --compensation succeeded--> compensated
  *                                                compensating --compensation failed / unknown / needs_review--> needs_review
+ *   needs_review (compensation_unknown | compensation_needs_review) --its compensation later succeeded--> compensated
  *   no mapping, a mapping without a value, a refused reservation --> compensating --> needs_review
  *                                                (compensation_refused:<code>)
  */
@@ -72,18 +73,29 @@ export class Compensator {
   /** Finishes compensations whose operation ended, then starts the next ones; one call per pass. */
   async pass(): Promise<CompensationSummary> {
     const summary: CompensationSummary = { minted: 0, completed: 0, escalated: 0 };
-    const { rows: ended } = await this.#o.pool.query<{ original_operation_id: string; compensation_operation_id: string; status: string; provider_receipt: string | null }>(this.#q.endedCompensations);
+    const { rows: ended } = await this.#o.pool.query<{
+      original_operation_id: string;
+      compensation_operation_id: string;
+      original_status: string;
+      original_review_reason: string | null;
+      status: string;
+      provider_receipt: string | null;
+    }>(this.#q.endedCompensations);
     for (const e of ended) {
       const to = e.status === 'succeeded' ? 'compensated' : 'needs_review';
       const review = to === 'needs_review' ? `compensation_${e.status}` : null;
-      const { rows } = await this.#o.pool.query<{ n: number }>(this.#q.finish, [
-        e.original_operation_id,
-        to,
-        review,
-        this.#o.actor,
-        to === 'compensated' ? 'compensation_succeeded' : `compensation_${e.status}`,
-        JSON.stringify({ compensation_operation_id: e.compensation_operation_id, compensation_status: e.status, compensation_receipt: e.provider_receipt }),
-      ]);
+      const detail = JSON.stringify({ compensation_operation_id: e.compensation_operation_id, compensation_status: e.status, compensation_receipt: e.provider_receipt });
+      const { rows } =
+        e.original_status === 'needs_review'
+          ? await this.#o.pool.query<{ n: number }>(this.#q.finishFromReview, [e.original_operation_id, e.original_review_reason, this.#o.actor, detail])
+          : await this.#o.pool.query<{ n: number }>(this.#q.finish, [
+              e.original_operation_id,
+              to,
+              review,
+              this.#o.actor,
+              to === 'compensated' ? 'compensation_succeeded' : `compensation_${e.status}`,
+              detail,
+            ]);
       if (rows[0]?.n !== 1) continue;
       if (to === 'compensated') summary.completed++;
       else summary.escalated++;
@@ -121,6 +133,12 @@ export class Compensator {
       const op = rows[0];
       if (op === undefined) {
         if (strict) throw new ActionLedgerError('not_found', 'no such operation');
+        return 'unchanged' as const;
+      }
+      const { rows: isCompensation } = await c.query(this.#q.isCompensation, [operationId]);
+      if (isCompensation.length > 0) {
+        // A compensation is not itself compensated: its original would be stranded in `compensating`.
+        if (strict) throw new ActionLedgerError('invalid_state_transition', 'this operation is a compensation; resolve or retry it, it is not compensated itself', { details: { status: op.status } });
         return 'unchanged' as const;
       }
       const { rows: already } = await c.query(this.#q.compensationOf, [operationId]);

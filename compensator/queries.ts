@@ -1,12 +1,18 @@
 /** The compensator's SQL; `@schema.` is bound once at start (core/db.ts). */
 export const compensatorQueries = {
-  /** Originals still `compensating` whose compensation has reached an end or a review. */
+  /**
+   * Originals whose compensation moved on: still `compensating` with a compensation that ended or went to
+   * review or unknown; or in review because of their compensation (`compensation_unknown`,
+   * `compensation_needs_review`), whose compensation has since succeeded (by readback or a reviewed retry).
+   */
   endedCompensations: `
-    SELECT c.original_operation_id, c.compensation_operation_id, k.status, k.provider_receipt
+    SELECT c.original_operation_id, c.compensation_operation_id, o.status AS original_status, o.review_reason AS original_review_reason,
+           k.status, k.provider_receipt
     FROM @schema.compensations c
     JOIN @schema.operations o ON o.operation_id = c.original_operation_id
     JOIN @schema.operations k ON k.operation_id = c.compensation_operation_id
-    WHERE o.status = 'compensating' AND k.status IN ('succeeded', 'failed', 'unknown', 'needs_review')`,
+    WHERE (o.status = 'compensating' AND k.status IN ('succeeded', 'failed', 'unknown', 'needs_review'))
+       OR (o.status = 'needs_review' AND o.review_reason IN ('compensation_unknown', 'compensation_needs_review') AND k.status = 'succeeded')`,
 
   /** compensating -> compensated | needs_review, fenced, with its history row. */
   finish: `
@@ -19,6 +25,25 @@ export const compensatorQueries = {
       SELECT operation_id, 'compensating', $2, $4, $5, $6::jsonb FROM done
     )
     SELECT count(*)::int AS n FROM done`,
+
+  /**
+   * An original in review for its compensation's uncertain outcome, whose compensation has now succeeded:
+   * needs_review -> compensating -> compensated (two legal steps, two history rows), fenced on the reason read.
+   */
+  finishFromReview: `
+    WITH done AS (
+      UPDATE @schema.operations SET status = 'compensated', review_reason = NULL, updated_at = now()
+      WHERE operation_id = $1 AND status = 'needs_review' AND review_reason = $2
+      RETURNING operation_id
+    ), history AS (
+      INSERT INTO @schema.operation_history (operation_id, from_status, to_status, actor, reason, detail)
+      SELECT operation_id, 'needs_review', 'compensating', $3, 'compensation_resolved', $4::jsonb FROM done
+      UNION ALL
+      SELECT operation_id, 'compensating', 'compensated', $3, 'compensation_succeeded', $4::jsonb FROM done
+    )
+    SELECT count(*)::int AS n FROM done`,
+
+  isCompensation: `SELECT 1 FROM @schema.compensations WHERE compensation_operation_id = $1`,
 
   /** Tasks with a failed step (not itself a compensation) and a succeeded one that may need undoing. */
   tasksWithFailedStep: `

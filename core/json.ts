@@ -76,6 +76,7 @@ function fromAst(node: AstNode, source: string, path: string, depth: number, max
     case 'String': {
       const value = node.value as string;
       if (!value.isWellFormed()) throw jsonError('lone surrogate in string', path);
+      if (value.includes('\u0000')) throw jsonError('NUL character in string (PostgreSQL jsonb cannot store it)', path);
       return value;
     }
     case 'Number': {
@@ -96,6 +97,7 @@ function fromAst(node: AstNode, source: string, path: string, depth: number, max
         const key = member.name.value;
         const childPath = `${path}.${key}`;
         if (!key.isWellFormed()) throw jsonError('lone surrogate in key', path);
+        if (key.includes('\u0000')) throw jsonError('NUL character in key', path);
         if (key === '__proto__') throw jsonError('forbidden key __proto__', childPath);
         if (Object.prototype.hasOwnProperty.call(out, key)) throw jsonError('duplicate key', childPath);
         out[key] = fromAst(member.value, source, childPath, depth + 1, maxDepth);
@@ -136,6 +138,7 @@ function checkJsonData(value: unknown, path: string, depth: number, maxDepth: nu
   switch (typeof value) {
     case 'string':
       if (!value.isWellFormed()) throw argsError('contain a lone surrogate', path);
+      if (value.includes('\u0000')) throw argsError('contain a NUL character', path);
       return;
     case 'number':
       if (!Number.isFinite(value)) throw argsError('contain a non-finite number', path);
@@ -169,6 +172,7 @@ function checkJsonData(value: unknown, path: string, depth: number, maxDepth: nu
     for (const key of Object.keys(obj)) {
       const childPath = `${path}.${key}`;
       if (!key.isWellFormed()) throw argsError('contain a lone surrogate in a key', path);
+      if (key.includes('\u0000')) throw argsError('contain a NUL character in a key', path);
       if (key === '__proto__') throw argsError('contain the key __proto__', childPath);
       checkJsonData((obj as Record<string, unknown>)[key], childPath, depth + 1, maxDepth, seen);
     }

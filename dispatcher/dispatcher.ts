@@ -159,8 +159,9 @@ export class Dispatcher {
 
   #track(op: ClaimedOperation): void {
     this.#o.metrics.inFlight.inc();
-    const p = this.#process(op)
-      .catch((err: unknown) => this.#o.log.error({ err, operation_id: op.operation_id }, 'dispatch failed unexpectedly; the operation stays executing for the reconciler'))
+    const progress = { sent: false };
+    const p = this.#process(op, progress)
+      .catch((err: unknown) => this.#abandon(op, progress.sent, err))
       .finally(() => {
         this.#inFlight.delete(p);
         this.#o.metrics.inFlight.dec();
@@ -169,7 +170,26 @@ export class Dispatcher {
     this.#inFlight.add(p);
   }
 
-  async #process(op: ClaimedOperation): Promise<void> {
+  /**
+   * An unexpected error (a database error that outlived its retries, a bug): the claim must not stay
+   * `executing` under a live worker, where the reconciler never looks. Not yet sent: `needs_review`
+   * (`internal:<code>`, provider never called, so a reviewed retry is safe). Possibly sent: `unknown`, for
+   * the reconciler's readback. If even that write fails, the row stays executing and the log says so.
+   */
+  async #abandon(op: ClaimedOperation, sent: boolean, err: unknown): Promise<void> {
+    const code = sqlState(err) ?? (isActionLedgerError(err) ? err.code : 'error');
+    this.#o.log.error({ err, operation_id: op.operation_id, sent }, 'dispatch failed unexpectedly');
+    try {
+      const wrote = sent
+        ? await this.#complete(op, 'unknown', null, { internal_error: code }, null, `provider_outcome_unknown:internal:${code}`)
+        : await this.#complete(op, 'needs_review', null, { stage: 'internal', code }, `internal:${code}`, `predispatch_refused:internal:${code}`);
+      this.#o.metrics.outcomes.inc({ tool: op.tool_name, provider: op.provider_id, outcome: wrote ? (sent ? 'unknown' : 'needs_review') : 'lost' });
+    } catch (again) {
+      this.#o.log.error({ err: again, operation_id: op.operation_id }, 'could not record the failure; the operation stays executing until this worker stops and the reconciler takes it');
+    }
+  }
+
+  async #process(op: ClaimedOperation, progress: { sent: boolean }): Promise<void> {
     const { crash } = this.#o;
     crash.reach('after_claim');
     const route = this.#o.config.tools.get(op.tool_name);
@@ -202,7 +222,7 @@ export class Dispatcher {
       throw err;
     }
     crash.reach('after_evidence_commit');
-    await this.#dispatchLocked(op, route, credential);
+    await this.#dispatchLocked(op, route, credential, progress);
   }
 
   /** Records the decision, judging its windows by the database clock, only while this claim is current. */
@@ -223,7 +243,7 @@ export class Dispatcher {
    * The final check and the provider call inside one transaction that holds the operation's row lock until
    * the outcome commits: a revocation either committed before the check (nothing is sent) or waits.
    */
-  async #dispatchLocked(op: ClaimedOperation, route: ToolRoute, credential: Secret | null): Promise<void> {
+  async #dispatchLocked(op: ClaimedOperation, route: ToolRoute, credential: Secret | null, progress: { sent: boolean }): Promise<void> {
     const client = await this.#o.pool.connect();
     let broken: Error | undefined;
     let failed = false;
@@ -241,6 +261,7 @@ export class Dispatcher {
       const endProvider = this.#o.metrics.providerSeconds.startTimer({ provider: op.provider_id });
       const sent = { url: op.provider_endpoint, headerName: op.idempotency_header, headerValue: op.effect_key };
       let http;
+      progress.sent = true;
       try {
         http = await runGated(() => this.#o.crash.reachWhenSent('after_provider_request_sent', sent, () => this.#gatedCall(this.#o.providerAgent, this.#o.profile, op, credential)), op.operation_id);
       } finally {

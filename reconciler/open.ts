@@ -64,10 +64,13 @@ export async function openReconciler(rt: Runtime, env: NodeJS.ProcessEnv): Promi
     metrics,
     async pass() {
       const end = metrics.passSeconds.startTimer();
-      const reconcile = await reconciler.pass();
-      const compensate = reconcile.ran ? await kit.compensator.pass() : { minted: 0, completed: 0, escalated: 0 };
+      let compensate: CompensationSummary = { minted: 0, completed: 0, escalated: 0 };
+      // The compensator runs under the same pass lock, after the reconciliation of this pass.
+      const reconcile = await reconciler.pass(async () => {
+        compensate = await kit.compensator.pass();
+      });
       end();
-      if (reconcile.ran && reconcile.provider_errors === 0) metrics.lastSuccess.setToCurrentTime();
+      if (reconcile.ran && reconcile.provider_errors === 0 && reconcile.errors === 0) metrics.lastSuccess.setToCurrentTime();
       rt.log.info({ ...reconcile, compensations: compensate }, 'reconciliation pass');
       return { reconcile, compensate };
     },

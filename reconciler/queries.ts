@@ -40,6 +40,16 @@ export const reconcilerQueries = {
         OR (l.status = 'executing' AND ${ORPHANED}))
     FOR UPDATE OF l SKIP LOCKED`,
 
+  /**
+   * After an unexpected error: push the next check of an `unknown` row back (no state change, no history),
+   * so one bad row cannot monopolise the head of every pass. Orphaned `executing` rows have no schedule;
+   * they are retried on the next pass.
+   */
+  deferAfterError: `
+    UPDATE @schema.operations
+    SET next_reconcile_at = now() + make_interval(secs => $4::float8 / 1000)
+    WHERE operation_id = $1 AND status = $2 AND status = 'unknown' AND claim_token IS NOT DISTINCT FROM $3::uuid`,
+
   checkInsert: `
     INSERT INTO @schema.reconciliation_checks (operation_id, attempt, from_status, outcome, actor, detail)
     VALUES ($1, $2, $3, $4, $5, $6::jsonb)`,

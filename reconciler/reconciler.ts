@@ -53,6 +53,8 @@ export interface ReconcileSummary {
   skipped: number;
   /** Readbacks that got no answer or a failing one. */
   provider_errors: number;
+  /** Operations whose reconciliation failed unexpectedly (logged with their ids; retried after a backoff). */
+  errors: number;
 }
 
 type Candidate = { operation_id: string; status: 'unknown' | 'executing'; claim_token: string | null };
@@ -86,8 +88,8 @@ export class Reconciler {
    * connection; returns `ran: false` at once when another pass holds it. Throws `database_unavailable`-class
    * errors from pg when the database cannot be reached.
    */
-  async pass(): Promise<ReconcileSummary> {
-    const summary: ReconcileSummary = { ran: false, examined: 0, succeeded: 0, still_unknown: 0, escalated: 0, skipped: 0, provider_errors: 0 };
+  async pass(whileLocked?: () => Promise<void>): Promise<ReconcileSummary> {
+    const summary: ReconcileSummary = { ran: false, examined: 0, succeeded: 0, still_unknown: 0, escalated: 0, skipped: 0, provider_errors: 0, errors: 0 };
     const lockClient = await this.#o.pool.connect();
     let broken: Error | undefined;
     try {
@@ -101,10 +103,19 @@ export class Reconciler {
         const lane = async (): Promise<void> => {
           while (next < candidates.length) {
             const c = candidates[next++] as Candidate;
-            await this.#one(c, summary);
+            try {
+              await this.#one(c, summary);
+            } catch (err) {
+              // One operation's failure must not stop the pass (or every later pass): count it, push its
+              // next check back, and go on. A database that is down fails every row and the pass reports it.
+              summary.errors++;
+              this.#o.log.error({ err, operation_id: c.operation_id }, 'reconciling this operation failed; it is retried after a backoff');
+              await this.#o.pool.query(this.#q.deferAfterError, [c.operation_id, c.status, c.claim_token, this.#o.config.reconciler.backoffMaxMs]).catch(() => undefined);
+            }
           }
         };
         await Promise.all(Array.from({ length: Math.min(r.concurrency, candidates.length) }, lane));
+        await whileLocked?.();
       } finally {
         await lockClient.query(this.#q.passUnlock, [this.lockName]);
       }

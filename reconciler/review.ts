@@ -38,7 +38,7 @@ export function retryIsSafe(reviewReason: string | null): boolean {
   if (reviewReason === null) return false;
   if (reviewReason === 'no_effect_confirmed') return true;
   // Pre-dispatch refusals: the provider was never called (dispatcher/dispatcher.ts #refuse).
-  if (/^(route|arguments|credential|authorization|evidence|final_check):/.test(reviewReason)) return true;
+  if (/^(route|arguments|credential|authorization|evidence|final_check|internal):/.test(reviewReason)) return true;
   // The connection failed before any byte of the request was written (dispatcher/executor.ts classify).
   return reviewReason.startsWith('provider:provider_unreachable:');
 }

@@ -21,6 +21,7 @@ import { runGated } from '../dispatcher/gate-scope.js';
 import type { DispatchProfile } from '../dispatcher/profile.js';
 import type { EffectKeyer } from '../ledger/effect-key.js';
 import { gatedGetJson } from './readback.js';
+import { retryIsSafe } from './review.js';
 
 export type DiscrepancyKind =
   | 'args_hash_mismatch'
@@ -62,7 +63,10 @@ export interface VerifyOptions {
 }
 
 const LISTING_MAX_BYTES = 64 * 1024 * 1024;
-const REACHED_PROVIDER = new Set(['provider_receipt', 'readback_applied']);
+/** History reasons that mean a request may have reached the provider (so evidence must exist). */
+function reachedProvider(reason: string): boolean {
+  return reason === 'provider_receipt' || reason === 'readback_applied' || reason.startsWith('provider_rejected:') || reason.startsWith('provider_outcome_unknown:') || reason === 'provider:provider_no_receipt';
+}
 
 const queries = {
   operations: `
@@ -116,7 +120,7 @@ export async function verifyLedger(o: VerifyOptions): Promise<VerifyReport> {
       }
       const h = byOp.get(op.operation_id) ?? [];
       for (const problem of historyProblems(h, op.status)) add({ kind: problem.kind, operation_id: op.operation_id, detail: problem.detail });
-      if (h.some((r) => REACHED_PROVIDER.has(r.reason)) && !withEvidence.has(op.operation_id)) {
+      if (h.some((r) => reachedProvider(r.reason)) && !withEvidence.has(op.operation_id)) {
         add({ kind: 'evidence_missing', operation_id: op.operation_id, detail: 'the provider applied this operation but no authorization evidence is bound to its arguments hash' });
       }
     }
@@ -158,6 +162,9 @@ async function verifyListings(o: VerifyOptions, q: Readonly<typeof queries>, rep
     listings.set(route.effectsListingUrl, l);
   }
   for (const [url, l] of listings) {
+    // Read the operations that must have an effect before the listing: one that succeeds in between is then
+    // in the listing but not in this set, never the other way round (no false "missing" on a running fleet).
+    const { rows: expecting } = await o.pool.query<{ operation_id: string; effect_key: string }>(q.expectingEffects, [l.tools]);
     const credential = l.credentialTool === null ? undefined : provider.credentials.get(l.credentialTool);
     const headers: Record<string, string> = credential === undefined ? {} : { authorization: `Bearer ${credential.reveal().toString('utf8')}` };
     const http = await runGated(() => gatedGetJson(provider.agent, url, { headers, timeoutMs: Math.max(30_000, provider.profile.providerHttpTimeoutMs), maxBytes: LISTING_MAX_BYTES }), 'verify');
@@ -189,12 +196,13 @@ async function verifyListings(o: VerifyOptions, q: Readonly<typeof queries>, rep
             add({ kind: 'provider_effect_body_mismatch', operation_id: op.operation_id, effect_key: key, detail: `the provider applied a body hashing to ${sha}, not the stored arguments` });
           }
         }
-        if (op.status === 'pending' || op.status === 'failed' || (op.status === 'needs_review' && op.review_reason === 'no_effect_confirmed')) {
+        // States that say the provider has no effect: never sent, definitively rejected, confirmed absent, or
+        // in review for a reason that allows a retry (which would then apply it a second time).
+        if (op.status === 'pending' || op.status === 'failed' || (op.status === 'needs_review' && retryIsSafe(op.review_reason))) {
           add({ kind: 'provider_effect_contradicts_ledger', operation_id: op.operation_id, effect_key: key, detail: `the provider has the effect but the ledger says ${op.status}${op.review_reason === null ? '' : ` (${op.review_reason})`}` });
         }
       }
     }
-    const { rows: expecting } = await o.pool.query<{ operation_id: string; effect_key: string }>(q.expectingEffects, [l.tools]);
     for (const op of expecting) {
       if (!seen.has(op.effect_key)) add({ kind: 'provider_effect_missing', operation_id: op.operation_id, effect_key: op.effect_key, detail: `the ledger says the effect happened, ${url} does not list it` });
     }

@@ -28,15 +28,15 @@ function printPass(s: PassSummary): void {
   }
   process.stdout.write(
     `${table([
-      ['examined', 'succeeded', 'still unknown', 'escalated', 'skipped', 'provider errors', 'compensations minted', 'compensated', 'compensations escalated'],
-      [r.examined, r.succeeded, r.still_unknown, r.escalated, r.skipped, r.provider_errors, s.compensate.minted, s.compensate.completed, s.compensate.escalated],
+      ['examined', 'succeeded', 'still unknown', 'escalated', 'skipped', 'provider errors', 'errors', 'compensations minted', 'compensated', 'compensations escalated'],
+      [r.examined, r.succeeded, r.still_unknown, r.escalated, r.skipped, r.provider_errors, r.errors, s.compensate.minted, s.compensate.completed, s.compensate.escalated],
     ])}\n`,
   );
 }
 
 export const reconcileCommand: Command = {
   summary: 'resolve unknown and orphaned operations by provider readback, and run compensations',
-  usage: 'actionledger reconcile --once [--json]   (without --once: run the pg-boss schedule until SIGTERM)',
+  usage: 'actionledger reconcile --once [--json]   (without --once: run the pg-boss schedule until SIGTERM); exit 3: a provider could not be read back, 1: an operation or the database failed',
   async run(argv) {
     let values: { once?: boolean; json?: boolean };
     try {
@@ -55,8 +55,9 @@ export const reconcileCommand: Command = {
       try {
         if (values.once === true) {
           const s = await kit.pass();
-          if (values.json === true) printJson({ ok: s.reconcile.provider_errors === 0, ...s });
+          if (values.json === true) printJson({ ok: s.reconcile.provider_errors === 0 && s.reconcile.errors === 0, ...s });
           else printPass(s);
+          if (s.reconcile.errors > 0) return 1;
           return s.reconcile.provider_errors > 0 ? EXIT_PROVIDER_UNREACHABLE : 0;
         }
         const schedule = new ReconcileSchedule({ databaseUrl: rt.databaseUrl, schema: rt.config.schema, cron: rt.config.reconciler.schedule, log: rt.log, run: () => kit.pass() });
