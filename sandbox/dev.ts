@@ -1,7 +1,8 @@
 /**
  * The development sandbox that `npm start` runs when `sandbox.enabled` is set (the shipped example config):
  * a generated dev CA with server and client certificates, a profile-signing key and a signed dispatch
- * profile, the sandbox authorizer and the sandbox provider, all on loopback. Generated once into
+ * profile, the gate's built-in authorization service (deciding from the database, as in production) and the
+ * sandbox provider, all on loopback. The fault-injecting SandboxAuthorizer stays for the dispatcher's tests. Generated once into
  * `<data dir>/sandbox` and reused. A production configuration leaves the sandbox off and never runs this.
  */
 import { randomBytes } from 'node:crypto';
@@ -10,7 +11,8 @@ import { join } from 'node:path';
 import type { Config } from '../core/config.js';
 import type { Logger } from '../core/log.js';
 import { generateProfileKeyPair, signProfile } from '../dispatcher/profile.js';
-import { SandboxAuthorizer } from './authorizer.js';
+import { createPool } from '../core/db.js';
+import { AuthorizationService } from '../gate/index.js';
 import { loadOrCreateDevPki } from './pki.js';
 import { SandboxProvider } from './provider.js';
 
@@ -18,7 +20,7 @@ export interface DevSandbox {
   /** Environment for the workers: provider credentials the sandbox generated for tools that had none set. */
   env: Record<string, string>;
   provider: SandboxProvider;
-  authorizer: SandboxAuthorizer;
+  authorizer: AuthorizationService;
   stop(): Promise<void>;
 }
 
@@ -70,7 +72,15 @@ export async function startDevSandbox(config: Config, env: NodeJS.ProcessEnv, lo
   const paths = [...new Set([...config.tools.values()].map((r) => new URL(r.endpoint)).filter((u) => u.port === String(config.sandbox.providerPort)).map((u) => u.pathname))];
   const [first, ...extraPaths] = paths;
   const provider = new SandboxProvider({ tls, port: config.sandbox.providerPort, ...(first === undefined ? {} : { path: first, extraPaths }), ...(token === undefined ? {} : { token }) });
-  const authorizer = new SandboxAuthorizer({ tls, port: config.sandbox.authorizerPort });
+  // The service decides from the same database as the fleet: the configured one, or the embedded cluster the
+  // runtime already started (opening it again only connects).
+  let databaseUrl = config.databaseUrl;
+  if (databaseUrl === null) {
+    const { openEmbeddedDatabase } = await import('../core/embedded.js');
+    databaseUrl = (await openEmbeddedDatabase({ dataDir: config.dataDir, port: config.database.embeddedPort })).url;
+  }
+  const pool = createPool(databaseUrl, { max: 4, statementTimeoutMs: config.database.statementTimeoutMs, applicationName: 'actionledger:authorizer' });
+  const authorizer = new AuthorizationService({ config, pool, tls, port: config.sandbox.authorizerPort });
   await provider.start();
   await authorizer.start();
   log.info({ provider: provider.url, authorizer: authorizer.url, pki: pki.dir }, 'sandbox provider and authorizer running (development only)');
@@ -81,6 +91,7 @@ export async function startDevSandbox(config: Config, env: NodeJS.ProcessEnv, lo
     stop: async () => {
       await provider.stop();
       await authorizer.stop();
+      await pool.end();
     },
   };
 }

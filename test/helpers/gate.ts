@@ -19,7 +19,7 @@ const route = (endpoint: string) => ({
   endpoint,
   allowed_tenants: ['tenant-a', 'tenant-b'],
   credential_env: 'TEST_BILLING_TOKEN',
-  idempotency: { mechanism: 'header', name: 'Idempotency-Key' },
+  idempotency: { mechanism: 'header' as const, name: 'Idempotency-Key' },
   definitive_failure_statuses: [400, 422],
 });
 
