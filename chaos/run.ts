@@ -13,7 +13,7 @@
  * The same seed makes the same choices; the interleaving of processes is the machine's.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, openSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -83,6 +83,8 @@ async function main(): Promise<number> {
       concurrency: { type: 'string', default: '4' },
       'no-pg-restart': { type: 'boolean' },
       'deadline-s': { type: 'string', default: '600' },
+      /** Append the workers' error logs (pino JSON, level error) to this file. */
+      'worker-log': { type: 'string' },
     },
   });
   const seed = values.seed === undefined ? Math.floor(Math.random() * 2 ** 31) : Number(values.seed);
@@ -165,7 +167,8 @@ async function main(): Promise<number> {
   };
   const configPath = join(dir, 'config.json');
   writeFileSync(configPath, JSON.stringify(raw));
-  const baseEnv = { ACTIONLEDGER_CONFIG: configPath, ACTIONLEDGER_EFFECT_KEY_SECRET: SECRET, CHAOS_BILLING_TOKEN: TOKEN, LOG_LEVEL: 'fatal' };
+  const workerLog = values['worker-log'] === undefined ? 'ignore' : openSync(values['worker-log'], 'a');
+  const baseEnv = { ACTIONLEDGER_CONFIG: configPath, ACTIONLEDGER_EFFECT_KEY_SECRET: SECRET, CHAOS_BILLING_TOKEN: TOKEN, LOG_LEVEL: workerLog === 'ignore' ? 'fatal' : 'error' };
   const config = compileConfig(raw, { ...baseEnv, DATABASE_URL: url });
   const pool = createPool(url, { max: 12, statementTimeoutMs: 30_000, applicationName: 'chaos' });
   const secrets = { active: 'k1', secrets: new Map([['k1', new Secret(Buffer.from(SECRET))]]) };
@@ -217,7 +220,7 @@ async function main(): Promise<number> {
       env.ACTIONLEDGER_CRASH_POINTS_ENABLED = '1';
       env.ACTIONLEDGER_CRASH_AT = `${rng.pick(DISPATCH_POINTS)}:${rng.int(1, 40)}`;
     }
-    const child = spawn(process.execPath, [BIN, 'dispatcher', '--concurrency', String(C)], { env, stdio: ['ignore', 'ignore', 'ignore'] });
+    const child = spawn(process.execPath, [BIN, 'dispatcher', '--concurrency', String(C)], { env, stdio: ['ignore', workerLog, workerLog] });
     live.add(child);
     child.once('exit', (_code, signal) => {
       live.delete(child);

@@ -177,7 +177,7 @@ export class Dispatcher {
    * the reconciler's readback. If even that write fails, the row stays executing and the log says so.
    */
   async #abandon(op: ClaimedOperation, sent: boolean, err: unknown): Promise<void> {
-    const code = sqlState(err) ?? (isActionLedgerError(err) ? err.code : 'error');
+    const code = sqlState(err) ?? (isActionLedgerError(err) ? err.code : isConnectionError(err) ? 'connection_lost' : 'error');
     this.#o.log.error({ err, operation_id: op.operation_id, sent }, 'dispatch failed unexpectedly');
     try {
       const wrote = sent
@@ -227,6 +227,19 @@ export class Dispatcher {
 
   /** Records the decision, judging its windows by the database clock, only while this claim is current. */
   async #recordEvidence(op: ClaimedOperation, d: AuthorizationDecision): Promise<void> {
+    // A lost connection or a serialization failure is retried a few times: the insert is idempotent for this
+    // claim (ON CONFLICT DO NOTHING), so a COMMIT that landed without its reply is harmless to repeat.
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.#recordEvidenceOnce(op, d);
+      } catch (err) {
+        if (!(isConnectionError(err) || isRetryable(err)) || attempt >= 5) throw err;
+        await new Promise((r) => setTimeout(r, 50 * 2 ** attempt));
+      }
+    }
+  }
+
+  async #recordEvidenceOnce(op: ClaimedOperation, d: AuthorizationDecision): Promise<void> {
     await withTransaction(this.#o.pool, async (c) => {
       const { rows } = await c.query<{ db_now: Date; current_approval_id: string; current_policy_version: string }>(this.#q.operationLockClaimed, [op.operation_id, op.claim_token]);
       const row = rows[0];

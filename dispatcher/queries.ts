@@ -51,7 +51,8 @@ export const dispatcherQueries = {
   evidenceInsert: `
     INSERT INTO @schema.authorization_evidence (
       operation_id, attempt, claim_token, approval_id, policy_version, args_sha256, decision_sha256, authorized_at, expires_at)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+    ON CONFLICT (operation_id, claim_token) DO NOTHING`,
 
   /**
    * The final check, under the row lock held until the outcome commits: still executing under this claim,
