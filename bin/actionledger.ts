@@ -4,6 +4,7 @@ import { migrateCommand, reserveCommand, showCommand, statusCommand } from './co
 import { dispatcherCommand, startCommand } from './commands/start.js';
 import { profileCommand } from './commands/profile.js';
 import { reconcileCommand, reviewCommand, verifyCommand } from './commands/reconcile.js';
+import { gateCommand } from './commands/gate.js';
 import type { Command } from './cli-util.js';
 
 const commands: Record<string, Command> = {
@@ -17,6 +18,7 @@ const commands: Record<string, Command> = {
   reconcile: reconcileCommand,
   review: reviewCommand,
   verify: verifyCommand,
+  gate: gateCommand,
 };
 
 function help(): string {

@@ -20,7 +20,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { bindQueries, withTransaction, type Queryable } from '../core/db.js';
-import { toRefusal } from '../core/errors.js';
+import { ActionLedgerError, toRefusal } from '../core/errors.js';
 import { canonicalJson, sha256Hex, type JsonObject } from '../core/json.js';
 import type { GateTool } from '../core/config.js';
 import { GateCore, Refused, refuse, type AuditEntry, type Value } from './core.js';
@@ -117,11 +117,11 @@ export class Approvals {
     };
   }
 
-  /** The stored envelope and its hash, for the person deciding (same tenant only; else `not_found`). */
+  /** The stored envelope and its hash, for the person deciding (same tenant only). Throws `not_found`. */
   async show(approvalId: string, reviewer: Pick<Reviewer, 'tenant_id'>): Promise<ApprovalView> {
-    if (typeof approvalId !== 'string' || !UUID.test(approvalId)) throw refuse('not_found', NOT_FOUND);
+    if (typeof approvalId !== 'string' || !UUID.test(approvalId)) throw new ActionLedgerError('not_found', NOT_FOUND);
     const row = (await this.core.pool.query<ApprovalRow>(this.core.q.approvalSelect, [approvalId, reviewer.tenant_id])).rows[0];
-    if (row === undefined) throw refuse('not_found', NOT_FOUND);
+    if (row === undefined) throw new ActionLedgerError('not_found', NOT_FOUND);
     return { approval_id: row.approval_id, status: row.status, envelope: row.envelope_json, envelope_sha256: row.envelope_sha256, approvers: row.approvers, reason: row.reason, operation_id: row.operation_id };
   }
 

@@ -23,6 +23,11 @@ export interface GateDeps {
   resolvers?: Readonly<Record<string, ResourceResolver>>;
   /** The authorization service never runs business validators, so it need not register them. */
   withoutValidators?: boolean;
+  /**
+   * The operator CLI has no resolvers: tools that bind resources then refuse approval execution with
+   * `config_invalid` instead of refusing to start.
+   */
+  withoutResolvers?: boolean;
 }
 
 export interface AuditEntry {
@@ -77,7 +82,7 @@ export class GateCore {
     const problems: string[] = [];
     for (const tool of deps.config.gate.tools.values()) {
       if (deps.withoutValidators !== true && tool.validator !== null && this.validators[tool.validator] === undefined) problems.push(`/gate/tools/${tool.name}/validator names ${tool.validator}, which is not registered`);
-      for (const r of tool.resources) if (this.resolvers[r.type] === undefined) problems.push(`/gate/tools/${tool.name}/resources: no resolver registered for type ${r.type}`);
+      for (const r of tool.resources) if (deps.withoutResolvers !== true && this.resolvers[r.type] === undefined) problems.push(`/gate/tools/${tool.name}/resources: no resolver registered for type ${r.type}`);
     }
     if (problems.length > 0) throw new ActionLedgerError('config_invalid', `gate registry is incomplete:\n  - ${problems.join('\n  - ')}`, { details: { problems } });
   }
