@@ -150,6 +150,16 @@ export class Gate {
     return this.approvals.reject(approvalId, reviewer, reason);
   }
 
+  /**
+   * Housekeeping for a schedule or `actionledger gate expire`: marks approvals past their TTL `expired`
+   * (releasing their holds, audited) and deletes rate windows that ended. Returns what it did.
+   */
+  async housekeeping(): Promise<{ expired: number; rate_windows_pruned: number }> {
+    const expired = await this.approvals.expireDue();
+    const pruned = await this.core.pool.query(this.core.q.rateWindowPrune);
+    return { expired, rate_windows_pruned: pruned.rowCount ?? 0 };
+  }
+
   /** Engages a kill switch ('*' for every tenant or tool): new calls refused, pending operations held. */
   async engageKillSwitch(tenant: string, tool: string, actor: string, reason: string): Promise<void> {
     await withTransaction(this.core.pool, async (c) => {

@@ -23,6 +23,10 @@ export const gateQueries = {
     WHERE w.used < $5
     RETURNING used`,
 
+  /** Rate windows that ended over a minute ago: nothing reads them again, so the table stays bounded. */
+  rateWindowPrune: `
+    DELETE FROM @schema.gate_rate_windows WHERE window_start + make_interval(secs => window_s) < now() - interval '1 minute'`,
+
   rateWindowRetryAfter: `
     SELECT greatest(1, ceil(extract(epoch FROM to_timestamp((floor(extract(epoch FROM now()) / $1) + 1) * $1) - now())))::int AS retry_after_s`,
 

@@ -22,7 +22,7 @@ const USAGE = `actionledger gate show APPROVAL_ID --tenant T
 const OPTIONS = Object.fromEntries(['tenant', 'hash', 'approver', 'role', 'reason', 'tool', 'actor', 'principal'].map((k) => [k, { type: 'string' as const }]));
 
 export const gateCommand: Command = {
-  summary: 'approve / reject approvals, kill switches, role revocations, expire due approvals (audited)',
+  summary: 'approve / reject approvals, kill switches, role revocations, expire due approvals and prune rate windows (audited)',
   usage: USAGE,
   async run(argv) {
     let values: Record<string, string | boolean | undefined>;
@@ -102,7 +102,7 @@ export const gateCommand: Command = {
             printJson({ ok: true });
             return 0;
           default:
-            printJson({ ok: true, expired: await gate.approvals.expireDue() });
+            printJson({ ok: true, ...(await gate.housekeeping()) });
             return 0;
         }
       } finally {

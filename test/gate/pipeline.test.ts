@@ -130,6 +130,10 @@ t.test('order of checks: unknown_tool, permission_denied (default deny), tool_di
   await gate.engageKillSwitch('*', '*', 'oncall', 'everything');
   t.match(await gate.call(gctx({ principal_id: 'agent-9', workflow_step_id: 's7' }), 'transfer_funds', { to_account: 'ACC0000000002', amount: 1 }), { ok: false, error: 'tool_disabled' }, 'wildcard switch');
   t.equal((await auditRows(pool, "action = 'kill_switch'")).length, 3);
+  // Ended windows are pruned, so the table does not grow with every principal ever seen.
+  await pool.query("UPDATE actionledger.gate_rate_windows SET window_start = window_start - interval '2 hours'");
+  t.match(await gate.housekeeping(), { rate_windows_pruned: 2 });
+  t.equal(await count(pool, 'actionledger.gate_rate_windows'), 0);
 });
 
 t.test('kill switch: pending operations are not claimed until it is lifted', async (t) => {
