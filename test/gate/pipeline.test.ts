@@ -50,6 +50,10 @@ t.test('daily cap 100,000 with two concurrent 80,000 transfers: exactly one', as
   t.equal(many.filter((r) => r.ok).length, 3, '3 x 30,000 fit under 100,000; nine refused');
   const used = await pool.query("SELECT used_value::text FROM actionledger.gate_counters WHERE scope = 'account_day' AND scope_key = 'acct-9'");
   t.equal(used.rows[0]?.used_value, '90000');
+
+  // The principal's cap admits it, the account's does not: the refusal leaves the principal's cap untouched.
+  t.match(await gate.call(gctx({ principal_id: 'agent-3', workflow_step_id: 't-x' }), 'transfer_funds', transfer), { ok: false, error: 'limit_exceeded', details: { scope: 'account_day' } });
+  t.equal(await count(pool, "actionledger.gate_counters WHERE scope_key = 'agent-3' AND used_value > 0"), 0, 'nothing taken from a cap that admitted it');
 });
 
 t.test('a cap is released when the operation ends failed', async (t) => {
@@ -177,6 +181,10 @@ t.test('a replayed step is one operation and counts once against the caps', asyn
   t.match(b, { ok: true, created: false });
   t.equal(a.ok && b.ok && a.operation_id === b.operation_id, true);
   t.equal((await pool.query("SELECT used_value::text FROM actionledger.gate_counters WHERE scope = 'account_day'")).rows[0]?.used_value, '60000');
+  // The same step with other arguments is refused by the ledger after the caps were taken: all rolled back.
+  t.match(await gate.call(gctx({ workflow_step_id: 'same' }), 'transfer_funds', { to_account: 'ACC0000000002', amount: 100 }), { ok: false, error: 'operation_conflict' });
+  t.equal((await pool.query("SELECT used_value::text FROM actionledger.gate_counters WHERE scope = 'account_day'")).rows[0]?.used_value, '60000', 'the conflicting call took nothing');
+  t.equal((await auditRows(pool, "outcome = 'operation_conflict'")).length, 1, 'and is audited');
 });
 
 t.test('invalid trusted context is refused as a value, not thrown', async (t) => {
