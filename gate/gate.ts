@@ -91,7 +91,10 @@ export class Gate {
     // existing operation and takes nothing from the caps a second time.
     const prior = mode === 'confirm' || needsApproval ? undefined : (await client.query<{ canonical_args_sha256: string }>(core.ledger.q.ledgerSelectByIdentity, [ctx.principal_id, ctx.task_id, ctx.workflow_step_id])).rows[0];
     const counters = prior?.canonical_args_sha256 === checked.sha256 ? [] : await core.reserveCaps(client, t, ctx, value);
-    if (ctx.plan_version !== undefined) await client.query(core.q.planRecord, [ctx.tenant_id, ctx.task_id, ctx.plan_version]);
+    if (ctx.plan_version !== undefined) {
+      const invalidated = await client.query<{ approval_id: string }>(core.q.planRecord, [ctx.tenant_id, ctx.task_id, ctx.plan_version]);
+      for (const a of invalidated.rows) await core.audit(client, { action: 'invalidate', outcome: 'plan_changed', context: ctx, subjectId: a.approval_id, detail: { plan_version: ctx.plan_version } });
+    }
 
     if (mode === 'confirm') return this.#propose(client, ctx, t, checked.args, checked.sha256, counters, value, options);
     if (needsApproval) return this.approvals.request(client, ctx, t, checked.args, checked.sha256, counters, value);

@@ -156,6 +156,7 @@ t.test('a changed plan version invalidates the approval', async (t) => {
   // The workflow replans: the next call of this task carries plan 5.
   const next = pending(await gate.call(editor({ plan_version: 'plan-5', workflow_step_id: 'other' }), 'update_document', { document_id: 'DOC-1', status: 'reviewed' }));
   t.same(await status(pool, id), { status: 'invalidated', reason: 'plan_changed' });
+  t.match(await auditRows(pool, "action = 'invalidate'"), [{ outcome: 'plan_changed', subject_id: id }], 'the invalidation is audited');
   t.match(await gate.approve(id, hash, reviewer('supervisor-1')), { ok: false, error: 'invalid_state_transition' });
   t.equal(await count(pool, "actionledger.operations WHERE tool_name = 'update_document'"), 0);
   t.same(await status(pool, next), { status: 'pending', reason: null }, 'the request under the new plan stands');
