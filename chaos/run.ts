@@ -29,11 +29,11 @@ import { migrate } from '../core/migrate.js';
 import type { Runtime } from '../core/runtime.js';
 import { Secret } from '../core/secret.js';
 import { CRASH_POINTS } from '../dispatcher/crash-points.js';
-import { generateProfileKeyPair, signProfile } from '../dispatcher/profile.js';
 import { EffectKeyer } from '../ledger/effect-key.js';
 import { Ledger } from '../ledger/reserve.js';
 import { openReconciler, retryIsSafe } from '../reconciler/index.js';
-import { createCa, issueClientCert, issueServerCert, SandboxAuthorizer, SandboxProvider, type ProviderFault } from '../sandbox/index.js';
+import type { ProviderFault } from '../sandbox/index.js';
+import { startDispatchKit } from '../sandbox/kit.js';
 import { checkInvariants } from './checker.js';
 import { Rng } from './rng.js';
 import { TcpProxy } from './tcp-proxy.js';
@@ -114,34 +114,14 @@ async function main(): Promise<number> {
   const proxyPort = await proxy.listen();
   const proxiedUrl = url.replace(`:${pgPort}/`, `:${proxyPort}/`);
 
-  const ca = await createCa('chaos-ca');
-  const server = await issueServerCert(ca, { hosts: ['localhost', '127.0.0.1'] });
-  const client = await issueClientCert(ca, 'dispatcher');
-  const tls = { cert: server.cert, key: server.key, ca: ca.cert };
-  const provider = new SandboxProvider({ tls, token: TOKEN, honorIdempotencyKey: false });
-  const authorizer = new SandboxAuthorizer({ tls });
-  await provider.start();
-  await authorizer.start();
-  writeFileSync(join(dir, 'ca.crt'), ca.cert);
-  writeFileSync(join(dir, 'client.crt'), client.cert);
-  writeFileSync(join(dir, 'client.key'), client.key, { mode: 0o600 });
-  const keys = generateProfileKeyPair('ed25519');
-  const profile = Buffer.from(
-    JSON.stringify({
-      profile_id: 'chaos',
-      authorization_url: authorizer.authorizeUrl,
-      maximum_authorization_age_seconds: 30,
-      maximum_authorization_ttl_seconds: 120,
-      maximum_clock_skew_seconds: 2,
-      authorization_http_timeout_seconds: 3,
-      provider_http_timeout_seconds: 1,
-      authorization_response_max_bytes: 4096,
-      provider_response_max_bytes: 4096,
-    }),
-  );
-  writeFileSync(join(dir, 'profile.json'), profile);
-  writeFileSync(join(dir, 'profile.sig'), signProfile({ profileBytes: profile, privateKeyPem: keys.privateKeyPem }));
-  writeFileSync(join(dir, 'profile.pub'), keys.publicKeyPem);
+  const sandbox = await startDispatchKit({
+    dir,
+    token: TOKEN,
+    honorIdempotencyKey: false,
+    profileKey: 'ed25519',
+    profile: { profile_id: 'chaos', authorization_http_timeout_seconds: 3 },
+  });
+  const { provider, authorizer } = sandbox;
   const raw = {
     database: { pool_max: 8, statement_timeout_ms: 10_000 },
     tools: {
@@ -160,8 +140,7 @@ async function main(): Promise<number> {
       heartbeat_interval_ms: 300,
       batch_size: 8,
       shutdown_deadline_ms: 5000,
-      profile: { path: join(dir, 'profile.json'), signature_path: join(dir, 'profile.sig'), public_key_path: join(dir, 'profile.pub') },
-      tls: { ca_file: join(dir, 'ca.crt'), cert_file: join(dir, 'client.crt'), key_file: join(dir, 'client.key') },
+      ...sandbox.dispatcherConfig,
     },
     reconciler: { orphan_after_ms: 1500, backoff_initial_ms: 100, backoff_max_ms: 400, max_attempts: 6, concurrency: 4 },
   };
@@ -356,8 +335,7 @@ async function main(): Promise<number> {
   kit.close();
   ledger.stop();
   await pool.end();
-  await provider.stop();
-  await authorizer.stop();
+  await sandbox.stop();
   await proxy.close();
   await db.stop();
   rmSync(dir, { recursive: true, force: true });

@@ -12,9 +12,9 @@ import { createLogger } from '../../core/log.js';
 import { Metrics } from '../../core/metrics.js';
 import type { Runtime } from '../../core/runtime.js';
 import { openDispatcher, type Dispatcher } from '../../dispatcher/index.js';
-import { generateProfileKeyPair, signProfile } from '../../dispatcher/profile.js';
 import { Ledger } from '../../ledger/index.js';
-import { createCa, issueClientCert, issueServerCert, SandboxAuthorizer, SandboxProvider } from '../../sandbox/index.js';
+import type { SandboxAuthorizer, SandboxProvider } from '../../sandbox/index.js';
+import { startDispatchKit } from '../../sandbox/kit.js';
 import { createTestDatabase, TEST_SECRET, testKeyer } from './db.js';
 import { Secret } from '../../core/secret.js';
 import { openReconciler, type ReconcileKit } from '../../reconciler/index.js';
@@ -52,47 +52,16 @@ export interface DispatchEnvOptions {
 
 export async function dispatchEnv(t: Test, profileOverrides: Record<string, unknown> = {}, options: DispatchEnvOptions = {}): Promise<DispatchEnv> {
   const dir = mkdtempSync(join(tmpdir(), 'al-dispatch-'));
-  const ca = await createCa('test-ca');
-  const server = await issueServerCert(ca, { hosts: ['localhost', '127.0.0.1'] });
-  const client = await issueClientCert(ca, 'dispatcher');
-  const tls = { cert: server.cert, key: server.key, ca: ca.cert };
-  const provider = new SandboxProvider({ tls, token: PROVIDER_TOKEN, extraPaths: [VOID_PATH], honorIdempotencyKey: options.honorIdempotencyKey ?? true });
-  const authorizer = new SandboxAuthorizer({ tls });
-  await provider.start();
-  await authorizer.start();
-  t.teardown(async () => {
-    await provider.stop();
-    await authorizer.stop();
-  });
-  writeFileSync(join(dir, 'ca.crt'), ca.cert);
-  writeFileSync(join(dir, 'client.crt'), client.cert);
-  writeFileSync(join(dir, 'client.key'), client.key, { mode: 0o600 });
-  const keys = generateProfileKeyPair('ecdsa-p256');
-  const profile = Buffer.from(
-    JSON.stringify({
-      profile_id: 'test',
-      authorization_url: authorizer.authorizeUrl,
-      maximum_authorization_age_seconds: 30,
-      maximum_authorization_ttl_seconds: 120,
-      maximum_clock_skew_seconds: 2,
-      authorization_http_timeout_seconds: 2,
-      provider_http_timeout_seconds: 1,
-      authorization_response_max_bytes: 4096,
-      provider_response_max_bytes: 4096,
-      ...profileOverrides,
-    }),
-  );
-  writeFileSync(join(dir, 'profile.json'), profile);
-  writeFileSync(join(dir, 'profile.sig'), signProfile({ profileBytes: profile, privateKeyPem: keys.privateKeyPem }));
-  writeFileSync(join(dir, 'profile.pub'), keys.publicKeyPem);
+  const kit = await startDispatchKit({ dir, token: PROVIDER_TOKEN, extraPaths: [VOID_PATH], honorIdempotencyKey: options.honorIdempotencyKey ?? true, profile: { profile_id: 'test', ...profileOverrides } });
+  const { provider, authorizer } = kit;
+  t.teardown(() => kit.stop());
 
   const url = await createTestDatabase(t);
   const raw = {
     dispatcher: {
       poll_interval_ms: 100,
       heartbeat_interval_ms: 500,
-      profile: { path: join(dir, 'profile.json'), signature_path: join(dir, 'profile.sig'), public_key_path: join(dir, 'profile.pub') },
-      tls: { ca_file: join(dir, 'ca.crt'), cert_file: join(dir, 'client.crt'), key_file: join(dir, 'client.key') },
+      ...kit.dispatcherConfig,
     },
     tools: {
       issue_refund: {

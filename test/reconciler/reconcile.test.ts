@@ -91,7 +91,7 @@ t.test('SIGKILLed before the request left: no effect -> needs_review; a reviewed
 });
 
 t.test("a live, slow worker's executing row is not touched; a late completion racing the reconciler: one wins", async (t) => {
-  const e = await dispatchEnv(t, { authorization_http_timeout_seconds: 10 }, { reconciler: { orphan_after_ms: 1000 } });
+  const e = await dispatchEnv(t, { authorization_http_timeout_seconds: 10, provider_http_timeout_seconds: 10 }, { reconciler: { orphan_after_ms: 1000 } });
   const kit = await e.reconciler();
 
   // 1. Live and slow (waiting for its authorization, holding no row lock): heartbeats keep it alive.

@@ -64,25 +64,25 @@ t.test('no operation stays executing under a live worker after an unexpected err
   // An authorizer answer with a field named "\u0000": refused as invalid JSON, before anything is stored.
   const nul = await e.ledger.reserve(ctx('nul-auth'), 'issue_refund', { order_id: 'n', amount: 4, currency: 'EUR' });
   e.authorizer.inject({ kind: 'extraField', name: '\u0000', value: 'x' }, { when: (r) => r.operation_id === nul.operation_id });
-  // A one-off serialization failure while recording the evidence of one operation.
+  // A one-off error that is not a transient one (those are retried) while recording one operation's evidence.
   const blip = await e.ledger.reserve(ctx('blip'), 'issue_refund', { order_id: 'b', amount: 1, currency: 'EUR' });
   await e.pool.query(`CREATE SEQUENCE public.fail_once`);
   await e.pool.query(`
     CREATE FUNCTION public.fail_once() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
       IF NEW.operation_id = '${blip.operation_id}'::uuid AND nextval('public.fail_once') = 1 THEN
-        RAISE EXCEPTION 'could not serialize access' USING ERRCODE = '40001';
+        RAISE EXCEPTION 'injected internal error' USING ERRCODE = 'XX000';
       END IF;
       RETURN NEW;
     END $$`);
   await e.pool.query(`CREATE TRIGGER fail_once BEFORE INSERT ON actionledger.authorization_evidence FOR EACH ROW EXECUTE FUNCTION public.fail_once()`);
   const d = await e.dispatcher(2);
   t.match(await settled(e.pool, nul.operation_id), { status: 'needs_review', review_reason: 'authorization:authorization_invalid' });
-  t.match(await settled(e.pool, blip.operation_id), { status: 'needs_review', review_reason: 'internal:40001' }, 'sent to review, provider never called');
+  t.match(await settled(e.pool, blip.operation_id), { status: 'needs_review', review_reason: 'internal:XX000' }, 'sent to review, provider never called');
   t.equal(d.inFlight, 0);
   t.equal(e.provider.requestsFor(blip.effect_key), 0);
   const kit = await e.reconciler();
-  await kit.review.retry(blip.operation_id, { actor: 'alice', reason: 'transient database error' });
+  await kit.review.retry(blip.operation_id, { actor: 'alice', reason: 'the database error is understood and gone' });
   t.equal((await settled(e.pool, blip.operation_id)).status, 'succeeded', 'a reviewed retry is safe and goes through');
 });
 
@@ -165,4 +165,24 @@ t.test('the verifier: an effect on an operation in review as never sent is flagg
   const report = await verify();
   t.same(report.discrepancies.map((d) => `${d.kind}:${d.operation_id}`), [`provider_effect_contradicts_ledger:${op.operation_id}`], 'flagged, and no false missing effect for the operation that finished mid-listing');
   t.equal((await row(e, raced as string)).status, 'succeeded');
+});
+
+t.test('a transient serialization failure while recording evidence is retried and the operation goes through', async (t) => {
+  const e = await dispatchEnv(t);
+  const op = await e.ledger.reserve(ctx('serialization'), 'issue_refund', { order_id: 's', amount: 1, currency: 'EUR' });
+  await e.pool.query(`CREATE SEQUENCE public.serialize_once`);
+  await e.pool.query(`
+    CREATE FUNCTION public.serialize_once() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      IF nextval('public.serialize_once') = 1 THEN
+        RAISE EXCEPTION 'could not serialize access' USING ERRCODE = '40001';
+      END IF;
+      RETURN NEW;
+    END $$`);
+  await e.pool.query(`CREATE TRIGGER serialize_once BEFORE INSERT ON actionledger.authorization_evidence FOR EACH ROW EXECUTE FUNCTION public.serialize_once()`);
+  await e.dispatcher(1);
+  t.equal((await settled(e.pool, op.operation_id)).status, 'succeeded');
+  const { rows } = await e.pool.query(`SELECT last_value::int AS n FROM public.serialize_once`);
+  t.equal((rows[0] as { n: number }).n, 2, 'the evidence insert ran twice: failed once, then recorded');
+  t.equal(e.provider.requestsFor(op.effect_key), 1);
 });
