@@ -2,7 +2,6 @@
  * `npm run bench:reserve`: reservations per second at 1, 4 and 16 concurrent clients, beside the same
  * server's plain single-row INSERT commit rate measured in the same run. The ratio is the figure.
  */
-import pg from 'pg';
 import { compileConfig } from '../core/config.js';
 import { createPool } from '../core/db.js';
 import { migrate } from '../core/migrate.js';
