@@ -65,14 +65,15 @@ t.test('the verifier finds a corrupted args hash, a duplicated provider effect a
 t.test('the verifier reports a provider effect no operation owns and a succeeded operation without an effect', async (t) => {
   const e = await dispatchEnv(t);
   const o = await e.ledger.reserve(ctx('ghost'), 'issue_refund', { order_id: 'g1', amount: 1, currency: 'EUR' });
+  // Reserved before any dispatcher runs, and taken out of the outbox: it is never sent.
+  const r = await e.ledger.reserve(ctx('never-sent'), 'issue_refund', { order_id: 'g2', amount: 2, currency: 'EUR' });
+  await e.pool.query(`DELETE FROM actionledger.outbox WHERE operation_id = $1`, [r.operation_id]);
   await e.dispatcher(1);
   t.equal((await settled(e.pool, o.operation_id)).status, 'succeeded');
   const agent = createMtlsAgent({ ca: readFileSync(join(e.dir, 'ca.crt'), 'utf8'), cert: readFileSync(join(e.dir, 'client.crt'), 'utf8'), key: readFileSync(join(e.dir, 'client.key')), connectTimeoutMs: 2000 });
   await postJson(agent, e.provider.endpoint, { headers: { 'Idempotency-Key': 'not-a-ledger-key', authorization: `Bearer ${PROVIDER_TOKEN}` }, body: '{"amount":1}', timeoutMs: 5000, maxBytes: 4096 });
   await agent.close();
-  const r = await e.ledger.reserve(ctx('never-sent'), 'issue_refund', { order_id: 'g2', amount: 2, currency: 'EUR' });
   // Forge a succeeded row the provider never saw, with a legal-looking history.
-  await e.pool.query(`DELETE FROM actionledger.outbox WHERE operation_id = $1`, [r.operation_id]);
   await e.pool.query(`UPDATE actionledger.operations SET status = 'executing', claim_token = gen_random_uuid() WHERE operation_id = $1`, [r.operation_id]);
   await e.pool.query(`UPDATE actionledger.operations SET status = 'succeeded', provider_receipt = 'forged' WHERE operation_id = $1`, [r.operation_id]);
   await e.pool.query(`INSERT INTO actionledger.operation_history (operation_id, from_status, to_status, actor, reason) VALUES ($1, 'pending', 'executing', 'x', 'claimed'), ($1, 'executing', 'succeeded', 'x', 'provider_receipt')`, [r.operation_id]);
