@@ -12,6 +12,8 @@
  *       approval: the approval is approved (or executed into this very operation) and inside its TTL, and
  *                 every bound resource still has the approved version (operator-declared resolvers);
  *       proposal: the proposal was executed into this operation;
+ *   - for a compensation the compensator minted (approval id `compensation:<original>`): while its original
+ *     is `compensating`;
  *   - for an operation reserved straight through the ledger (a trusted service, not the gate): only when
  *     `gate.direct_reservations` is `allow`.
  * A decision never outlives the approval it rests on. Every decision is audited (action `authorize`).
@@ -176,6 +178,18 @@ export class AuthorizationService {
   }
 
   /** The decision for one request, with the reason (for the audit) and the latest instant it may hold until. */
+  /** The original of a compensation operation whose original is `compensating` now; '' otherwise. */
+  async #compensationOriginal(operationId: string): Promise<string> {
+    const schema = this.#options.config.schemaQuoted;
+    const { rows } = await this.#core.pool.query<{ original_operation_id: string }>(
+      `SELECT c.original_operation_id FROM ${schema}.compensations c
+       JOIN ${schema}.operations o ON o.operation_id = c.original_operation_id
+       WHERE c.compensation_operation_id = $1 AND o.status = 'compensating'`,
+      [operationId],
+    );
+    return rows[0]?.original_operation_id ?? '';
+  }
+
   async decide(request: AuthorizationRequest): Promise<{ allow: boolean; reason: string; now: Date; notAfter?: Date }> {
     const core = this.#core;
     const now = new Date();
@@ -198,6 +212,10 @@ export class AuthorizationService {
     const mismatched = AUTHORIZATION_FIELDS.filter((f) => ledgerView[f] !== request[f]);
     if (mismatched.length > 0) return { allow: false, reason: `binding_mismatch:${mismatched.join(',')}`, now };
     if ((await core.killSwitch(core.pool, op.tenant_id, op.tool_name)) !== null) return { allow: false, reason: 'kill_switch', now };
+    if (op.approval_kind === null && op.current_approval_id === `compensation:${await this.#compensationOriginal(op.operation_id)}`) {
+      // A server-minted compensation (compensator/): allowed while its original is being compensated.
+      return { allow: true, reason: 'compensation', now };
+    }
     if (op.approval_kind === null || op.role === null) {
       return this.#options.config.gate.directReservations === 'allow' ? { allow: true, reason: 'direct_reservation', now } : { allow: false, reason: 'not_reserved_through_gate', now };
     }

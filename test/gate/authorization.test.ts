@@ -137,6 +137,21 @@ t.test('decisions: policy version, kill switch, direct reservations, binding mis
   const allowing = new AuthorizationService({ config: gateConfig(x.e.url, { endpoint: x.e.provider.endpoint, gate: { direct_reservations: 'allow' } }), pool: x.e.pool, tls: { ...x.e.pki.server, ca: x.e.pki.ca.cert }, resolvers: GATE_RESOLVERS });
   t.match(await allowing.decide(directReq), { allow: true, reason: 'direct_reservation' });
 
+  // A compensation the compensator minted is allowed while its original is being compensated, and only then.
+  const comp = await x.g.ledger.reserve(
+    { tenant_id: 'tenant-a', principal_id: 'svc', task_id: 't', workflow_step_id: `compensation:${direct.operation_id}`, approval_id: `compensation:${direct.operation_id}`, policy_version: 'p' },
+    'transfer_funds',
+    { to_account: 'ACC0000000001', amount: 1 },
+  );
+  const c = (await x.e.pool.query('SELECT * FROM actionledger.operations WHERE operation_id = $1', [comp.operation_id])).rows[0];
+  const compReq = { ...directReq, operation_id: c.operation_id, effect_key: c.effect_key, workflow_step_id: c.workflow_step_id, args_sha256: c.canonical_args_sha256, approval_id: c.current_approval_id };
+  t.match(await x.service.decide(compReq), { allow: false, reason: 'not_reserved_through_gate' }, 'not a registered compensation yet');
+  await x.e.pool.query(`INSERT INTO actionledger.compensations (original_operation_id, compensation_operation_id, requested_by, reason) VALUES ($1, $2, 'compensator', 'test')`, [direct.operation_id, comp.operation_id]);
+  t.match(await x.service.decide(compReq), { allow: false, reason: 'not_reserved_through_gate' }, 'its original is not being compensated');
+  await x.e.pool.query(`UPDATE actionledger.operations SET status = 'compensating' WHERE operation_id = $1`, [direct.operation_id]);
+  t.match(await x.service.decide(compReq), { allow: true, reason: 'compensation' }, 'allowed while the original is compensating');
+  t.match(await x.service.decide({ ...compReq, args_sha256: 'e'.repeat(64) }), { allow: false, reason: /binding_mismatch/ }, 'still bound to its stored arguments');
+
   // Over the wire: the contract's answer with the dispatcher's certificate; nothing without one from the CA.
   const good = await postJson(await testAgent(t), x.service.authorizeUrl, { body: JSON.stringify(request), timeoutMs: 2000, maxBytes: 4096 });
   t.match(good, { kind: 'response', status: 200, json: { ...request, decision: 'allow' } });
