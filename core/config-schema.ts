@@ -160,6 +160,12 @@ export const configSchema = {
                   currency_argument: { type: 'string', pattern: '^[A-Za-z_][A-Za-z0-9_]{0,63}$' },
                   /** ...a fixed currency. */
                   currency: { type: 'string', pattern: '^[A-Z]{3}$' },
+                  /**
+                   * With currency_argument: the one currency the value caps and the approval threshold are in.
+                   * A call in any other currency is refused (never counted in a bucket of its own). Required
+                   * when the tool has a threshold or a max_value; a fixed `currency` is its own.
+                   */
+                  limits_currency: { type: 'string', pattern: '^[A-Z]{3}$' },
                 },
               },
               approval: {

@@ -89,7 +89,12 @@ export interface GateTool {
   readonly validate: ValidateFunction;
   readonly roles: ReadonlySet<string>;
   readonly approverRoles: ReadonlySet<string>;
-  readonly value: { readonly argument: string; readonly currencyArgument: string | null; readonly currency: string | null } | null;
+  /**
+   * `limitsCurrency`: the one currency value caps and the approval threshold are in (the fixed currency, or
+   * the declared `limits_currency`); a call naming another one is refused. `valueCapped`: the tool has a
+   * threshold or a max_value, so it needs one (without it the gate refuses its calls, `config_invalid`).
+   */
+  readonly value: { readonly argument: string; readonly currencyArgument: string | null; readonly currency: string | null; readonly limitsCurrency: string | null; readonly valueCapped: boolean } | null;
   readonly approval: { readonly mode: ApprovalMode; readonly threshold: number | null; readonly approvers: number; readonly ttlS: number };
   readonly irreversible: boolean;
   readonly validator: string | null;
@@ -204,7 +209,7 @@ type RawGateTool = {
   schema: Record<string, unknown>;
   roles: string[];
   approver_roles: string[];
-  value?: { argument: string; currency_argument?: string; currency?: string };
+  value?: { argument: string; currency_argument?: string; currency?: string; limits_currency?: string };
   approval: { mode: ApprovalMode; threshold?: number; approvers: number; ttl_s?: number };
   irreversible: boolean;
   validator?: string;
@@ -273,6 +278,11 @@ function compileGate(raw: RawGate, routes: Record<string, RawTool>, problems: st
       if (t.value.currency_argument !== undefined && !(t.value.currency_argument in props)) problems.push(`${where}/value/currency_argument names ${t.value.currency_argument}, which the schema does not declare`);
     }
     if (t.approval.mode === 'threshold' && (t.approval.threshold === undefined || t.value === undefined)) problems.push(`${where}/approval mode threshold needs a threshold and a value argument`);
+    // Caps and the threshold are amounts in one currency: a call in another is refused, never counted apart.
+    const valueCapped = t.approval.mode === 'threshold' || Object.values(t.limits).some((c) => c?.max_value !== undefined);
+    if (t.value?.currency !== undefined && t.value.limits_currency !== undefined && t.value.limits_currency !== t.value.currency) problems.push(`${where}/value/limits_currency differs from the fixed currency`);
+    // Without limits_currency such a tool still loads (configurations written before it existed), but the gate
+    // refuses its calls with config_invalid (fail closed) until one is declared.
     for (const [k, cap] of Object.entries(t.limits)) {
       if (cap?.max_value !== undefined && t.value === undefined) problems.push(`${where}/limits/${k}/max_value needs a value argument`);
     }
@@ -287,7 +297,10 @@ function compileGate(raw: RawGate, routes: Record<string, RawTool>, problems: st
         validate,
         roles: Object.freeze(new Set(t.roles)),
         approverRoles: Object.freeze(new Set(t.approver_roles)),
-        value: t.value === undefined ? null : Object.freeze({ argument: t.value.argument, currencyArgument: t.value.currency_argument ?? null, currency: t.value.currency ?? null }),
+        value:
+          t.value === undefined
+            ? null
+            : Object.freeze({ argument: t.value.argument, currencyArgument: t.value.currency_argument ?? null, currency: t.value.currency ?? null, limitsCurrency: t.value.currency ?? t.value.limits_currency ?? null, valueCapped }),
         approval: Object.freeze({
           mode: t.approval.mode,
           threshold: t.approval.threshold ?? null,

@@ -32,7 +32,8 @@ export const gateQueries = {
 
   /**
    * Takes one unit of count and $6 of value on a cap counter, only if both stay within the caps ($7 count,
-   * $8 value; null = no cap). No row returned: the cap would be exceeded and nothing was taken.
+   * $8 value; null = no cap). No row returned: the cap would be exceeded and nothing was taken. One counter
+   * per (tenant, tool, scope, key, period): $5 is the caps' one currency (0005), never part of the key.
    */
   counterReserve: `
     INSERT INTO @schema.gate_counters AS c (tenant_id, tool_name, scope, scope_key, period, currency, used_count, used_value)
@@ -40,7 +41,7 @@ export const gateQueries = {
            CASE WHEN $3 = 'conversation' THEN 'all' ELSE to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD') END,
            $5, 1, $6::numeric
     WHERE ($7::int IS NULL OR 1 <= $7::int) AND ($8::numeric IS NULL OR $6::numeric <= $8::numeric)
-    ON CONFLICT (tenant_id, tool_name, scope, scope_key, period, currency) DO UPDATE
+    ON CONFLICT (tenant_id, tool_name, scope, scope_key, period) DO UPDATE
     SET used_count = c.used_count + 1, used_value = c.used_value + excluded.used_value
     WHERE ($7::int IS NULL OR c.used_count + 1 <= $7::int)
       AND ($8::numeric IS NULL OR c.used_value + excluded.used_value <= $8::numeric)
@@ -117,6 +118,19 @@ export const gateQueries = {
   proposalExpire: `
     UPDATE @schema.gate_proposals SET status = 'expired', ended_at = now()
     WHERE proposal_id = $1 AND status IN ('proposed', 'confirmed') AND expires_at <= now() RETURNING proposal_id`,
+  /**
+   * Housekeeping: proposals past their TTL still open (abandoned: nobody confirmed, executed or cancelled
+   * them) become `expired`, which releases the caps they hold (trigger gate_proposals_release). At most
+   * 1000 a pass; rows another transaction holds are left for the next pass.
+   */
+  proposalExpireDue: `
+    UPDATE @schema.gate_proposals SET status = 'expired', ended_at = now()
+    WHERE proposal_id IN (
+      SELECT proposal_id FROM @schema.gate_proposals
+      WHERE status IN ('proposed', 'confirmed') AND expires_at <= now()
+      ORDER BY expires_at LIMIT 1000 FOR UPDATE SKIP LOCKED)
+    AND status IN ('proposed', 'confirmed') AND expires_at <= now()
+    RETURNING proposal_id, tenant_id, tool_name`,
   proposalConfirm: `
     UPDATE @schema.gate_proposals
     SET status = 'confirmed', confirmed_by = $2, confirmed_turn_id = $3, actor_mismatch = (principal_id <> $2), confirmed_at = now()
@@ -181,8 +195,11 @@ export const gateQueries = {
     FROM @schema.operations l LEFT JOIN @schema.gate_operations g ON g.operation_id = l.operation_id
     WHERE l.operation_id = $1`,
   authorizeSelectApproval: `
-    SELECT status, operation_id, args_sha256, resources, expires_at, expires_at > now() AS live
-    FROM @schema.gate_approvals WHERE approval_id::text = $1 AND tenant_id = $2`,
+    SELECT a.status, a.operation_id, a.args_sha256, a.resources, a.expires_at, a.expires_at > now() AS live,
+           a.plan_version, coalesce(p.plan_version, '-') AS current_plan_version
+    FROM @schema.gate_approvals a
+    LEFT JOIN @schema.gate_task_plans p ON p.tenant_id = a.tenant_id AND p.task_id = a.task_id
+    WHERE a.approval_id::text = $1 AND a.tenant_id = $2`,
   authorizeSelectProposal: `
     SELECT status, operation_id FROM @schema.gate_proposals WHERE proposal_id::text = $1 AND tenant_id = $2`,
 } as const;

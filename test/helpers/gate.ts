@@ -45,7 +45,7 @@ export function gateSection(over: { tools?: Record<string, Record<string, unknow
         ['order_id', 'amount', 'currency'],
       ),
       roles: ['agent', 'admin'],
-      value: { argument: 'amount', currency_argument: 'currency' },
+      value: { argument: 'amount', currency_argument: 'currency', limits_currency: 'GBP' },
       approver_roles: ['supervisor'],
       approval: { mode: 'threshold', threshold: 500 },
       validator: 'order_owned',
