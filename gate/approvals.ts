@@ -145,7 +145,7 @@ export class Approvals {
       result = err instanceof Refused ? err.refusal : toRefusal(err);
     }
     if (!written) {
-      await core.audit(core.pool, { action, outcome: result.ok ? result.status : result.error, context: reviewer, tool: audit.tool ?? null, subjectId: audit.subjectId ?? null, detail: audit.detail ?? {} }).catch(() => undefined);
+      await core.auditAfter({ action, outcome: result.ok ? result.status : result.error, context: reviewer, tool: audit.tool ?? null, subjectId: audit.subjectId ?? null, detail: audit.detail ?? {} });
     }
     return result;
   }
@@ -173,7 +173,8 @@ export class Approvals {
    * Approves by id AND the envelope hash the approver was shown, in one conditional UPDATE (pending, inside
    * its TTL, not the requester, not a second vote); when the required number of distinct approvers is reached
    * it executes (see {@link Approvals.execute}). Refusals: `not_found`, `permission_denied`,
-   * `approval_hash_mismatch`, `self_approval_forbidden`, `approval_expired`, `invalid_state_transition`, and
+   * `approval_hash_mismatch`, `self_approval_forbidden`, `approval_expired`, `invalid_state_transition`,
+   * `config_invalid` (the tool binds resources this process has no resolver for; nothing recorded), and
    * those of execute.
    */
   async approve(approvalId: string, displayedHash: string, reviewer: Reviewer): Promise<GateResult> {
@@ -182,6 +183,12 @@ export class Approvals {
       audit.tool = row.tool_name;
       audit.subjectId = row.approval_id;
       await this.#reviewerMay(c, row, reviewer);
+      // Refused before the vote is recorded: approving here could never execute (the operator CLI has no
+      // resolvers), and an approval committed without its execution is a decision nobody carried out.
+      const missing = (this.core.tool(row.tool_name)?.resources ?? []).filter((r) => this.core.resolvers[r.type] === undefined).map((r) => r.type);
+      if (missing.length > 0) {
+        throw refuse('config_invalid', `${row.tool_name} binds resources (${missing.join(', ')}) this process cannot resolve; nothing was recorded: approve it through the service that registers them`, { request_id: row.approval_id });
+      }
       const upd = await c.query<{ status: string }>(this.core.q.approvalApprove, [row.approval_id, reviewer.tenant_id, String(displayedHash), reviewer.principal_id]);
       const status = upd.rows[0]?.status;
       if (status === 'approved') return { ok: true, status: 'approved', request_id: row.approval_id, message: 'approved' };
@@ -222,7 +229,8 @@ export class Approvals {
   }
 
   /**
-   * Executes an approved approval: idempotent (an executed one returns its operation). Re-runs the dynamic
+   * Executes an approved approval: idempotent (an executed one returns its operation). The actor needs one of
+   * the tool's approver roles, not revoked (`permission_denied`), as for approving. Re-runs the dynamic
    * checks with today's state: kill switch (`tool_disabled`, stays approved for a later retry), then plan
    * version, policy version, the requester's permission, today's caps over what it holds, and every bound
    * resource version; any of those stale -> `invalidated` and `reapproval_required`, nothing reserved.
@@ -233,6 +241,7 @@ export class Approvals {
       const row = await this.#row(c, approvalId, actor.tenant_id, true);
       audit.tool = row.tool_name;
       audit.subjectId = row.approval_id;
+      await this.#reviewerMay(c, row, actor); // the same rule as approving: an approver role, not revoked
       if (row.status === 'executed' && row.operation_id !== null) {
         const op = (await c.query<{ operation_id: string; effect_key: string; status: never }>(this.#oq.operationSelect, [row.operation_id])).rows[0];
         return { ok: true, status: 'reserved', operation_id: row.operation_id, effect_key: op?.effect_key ?? '', created: false, request_id: row.approval_id, message: 'already executed' };

@@ -9,8 +9,9 @@
  *   - no kill switch covers its tenant or tool;
  *   - for an operation the gate reserved: the policy version is the current one, the principal still holds
  *     a role the tool lists (and it was not revoked), and
- *       approval: the approval is approved (or executed into this very operation) and inside its TTL, and
- *                 every bound resource still has the approved version (operator-declared resolvers);
+ *       approval: the approval is approved (or executed into this very operation) and inside its TTL, the
+ *                 task's current plan version is the one approved (`plan_version`), and every bound
+ *                 resource still has the approved version (operator-declared resolvers);
  *       proposal: the proposal was executed into this operation;
  *   - for a compensation the compensator minted (approval id `compensation:<original>`): while its original
  *     is `compensating`;
@@ -156,16 +157,14 @@ export class AuthorizationService {
     }
     if (request === null) return send(res, 400, { error: 'invalid_request' });
     const verdict = await this.decide(request);
-    await this.#core
-      .audit(this.#core.pool, {
-        action: 'authorize',
-        outcome: verdict.allow ? 'allow' : 'deny',
-        context: { tenant_id: request.tenant_id, principal_id: request.principal_id },
-        tool: request.tool_name,
-        subjectId: request.operation_id,
-        detail: { approval_id: request.approval_id, reason: verdict.reason },
-      })
-      .catch(() => undefined);
+    await this.#core.auditAfter({
+      action: 'authorize',
+      outcome: verdict.allow ? 'allow' : 'deny',
+      context: { tenant_id: request.tenant_id, principal_id: request.principal_id },
+      tool: request.tool_name,
+      subjectId: request.operation_id,
+      detail: { approval_id: request.approval_id, reason: verdict.reason },
+    });
     const ttlMs = this.#options.config.gate.decisionTtlS * 1000;
     const authorizedAt = verdict.now.getTime();
     const expiresAt = Math.min(authorizedAt + ttlMs, verdict.notAfter?.getTime() ?? Infinity);
@@ -229,10 +228,14 @@ export class AuthorizationService {
     }
     if (op.approval_kind === 'approval') {
       if (!UUID.test(op.current_approval_id)) return { allow: false, reason: 'approval_not_found', now };
-      const a = (await core.pool.query<{ status: string; operation_id: string | null; args_sha256: string; resources: BoundResource[]; expires_at: Date; live: boolean }>(core.q.authorizeSelectApproval, [op.current_approval_id, op.tenant_id])).rows[0];
+      type ApprovalRow = { status: string; operation_id: string | null; args_sha256: string; resources: BoundResource[]; expires_at: Date; live: boolean; plan_version: string; current_plan_version: string };
+      const a = (await core.pool.query<ApprovalRow>(core.q.authorizeSelectApproval, [op.current_approval_id, op.tenant_id])).rows[0];
       if (a === undefined) return { allow: false, reason: 'approval_not_found', now };
       if (!(a.status === 'approved' || (a.status === 'executed' && a.operation_id === op.operation_id))) return { allow: false, reason: `approval_${a.status}`, now };
       if (!a.live) return { allow: false, reason: 'approval_expired', now };
+      // The plan the approver saw must still be the task's plan: a change after execution (which the gate's
+      // invalidation no longer reaches: executed is final) stops dispatch here.
+      if (a.plan_version !== a.current_plan_version) return { allow: false, reason: 'plan_version', now };
       if (a.args_sha256 !== op.canonical_args_sha256) return { allow: false, reason: 'approval_arguments', now };
       const current = await core.resolveResources(core.pool, tool, op.tenant_id, op.arguments_json);
       const stale = current === null || a.resources.length !== current.length || a.resources.some((r, i) => current[i]?.version !== r.version || current[i]?.id !== r.id);

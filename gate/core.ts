@@ -24,8 +24,8 @@ export interface GateDeps {
   /** The authorization service never runs business validators, so it need not register them. */
   withoutValidators?: boolean;
   /**
-   * The operator CLI has no resolvers: tools that bind resources then refuse approval execution with
-   * `config_invalid` instead of refusing to start.
+   * The operator CLI has no resolvers: approving a tool that binds resources is then refused with
+   * `config_invalid` (before the vote is recorded) instead of refusing to start.
    */
   withoutResolvers?: boolean;
 }
@@ -119,6 +119,9 @@ export class GateCore {
 
   /** Schema (ajv strict), identity fields, then plain-JSON bounds; throws `invalid_arguments` naming the violation. */
   checkArguments(tool: GateTool, args: unknown): CheckedArgs {
+    // Bounds first: the walk below (and ajv) must never meet nesting deeper than the argument bound.
+    const tooDeep = depthExceeds(args, this.config.argumentBounds.maxDepth);
+    if (tooDeep !== null) throw refuse('invalid_arguments', `arguments nest deeper than the bound of ${this.config.argumentBounds.maxDepth} at ${tooDeep}`, { details: { path: tooDeep, problem: 'nest deeper than the bound' } });
     const identity = findIdentityField(args, '$');
     if (identity !== null) {
       throw refuse('invalid_arguments', `argument ${identity} names an identity; authority comes from the session, not from arguments`, { details: { path: identity } });
@@ -157,6 +160,17 @@ export class GateCore {
     }
     const currency = tool.value.currency ?? args[tool.value.currencyArgument ?? ''];
     if (typeof currency !== 'string' || currency === '') throw refuse('invalid_arguments', `argument ${tool.value.currencyArgument ?? 'currency'} must name a currency`);
+    // Caps and the approval threshold are amounts in ONE currency: a value in another one is refused, never
+    // counted in a bucket of its own (that doubled every cap for a caller alternating two currencies).
+    const limits = tool.value.limitsCurrency;
+    if (limits === null && tool.value.valueCapped) {
+      throw refuse('config_invalid', `${tool.name} has value caps or an approval threshold but no value.limits_currency; its calls are refused until the operator declares one`);
+    }
+    if (limits !== null && currency !== limits) {
+      throw refuse('invalid_arguments', `${tool.name} accepts values in ${limits} only: its value caps and approval threshold are in ${limits}`, {
+        details: { path: `$.${tool.value.currencyArgument ?? tool.value.argument}`, currency: limits },
+      });
+    }
     return { amount: String(amount), currency };
   }
 
@@ -178,7 +192,8 @@ export class GateCore {
         tool.name,
         scope,
         key,
-        value?.currency ?? '-',
+        // One counter per cap, whatever the call's currency: the caps' currency, or '-' for a count-only tool.
+        tool.value?.limitsCurrency ?? '-',
         value?.amount ?? '0',
         cap.maxCount,
         value === null ? null : cap.maxValue === null ? null : String(cap.maxValue),
@@ -186,7 +201,7 @@ export class GateCore {
       const row = rows[0];
       if (row === undefined) {
         throw refuse('limit_exceeded', `the ${scope.replace('_', ' per ')} cap for ${tool.name} would be exceeded`, {
-          details: { scope, max_count: cap.maxCount, max_value: cap.maxValue, currency: value?.currency ?? null },
+          details: { scope, max_count: cap.maxCount, max_value: cap.maxValue, currency: tool.value?.limitsCurrency ?? null },
         });
       }
       ids.push(row.counter_id);
@@ -225,12 +240,16 @@ export class GateCore {
     approval: { kind: 'auto' | 'proposal' | 'approval'; id: string; policyVersion: string },
     taken: { counters: string[]; value: Value | null; subject?: { proposal?: string; approval?: string } },
   ): Promise<Reservation> {
-    const r = await this.ledger.reserve(
-      { tenant_id: ctx.tenant_id, principal_id: ctx.principal_id, task_id: ctx.task_id, workflow_step_id: ctx.workflow_step_id, approval_id: approval.id, policy_version: approval.policyVersion },
-      tool,
-      args,
-      { client: db, actor: `gate:${ctx.principal_id}` },
-    );
+    const r = await this.ledger
+      .reserve(
+        { tenant_id: ctx.tenant_id, principal_id: ctx.principal_id, task_id: ctx.task_id, workflow_step_id: ctx.workflow_step_id, approval_id: approval.id, policy_version: approval.policyVersion },
+        tool,
+        args,
+        { client: db, actor: `gate:${ctx.principal_id}` },
+      )
+      .catch((err: unknown) => {
+        throw foreignConflict(err) ?? err;
+      });
     await db.query(this.q.gateOperationInsert, [r.operation_id, ctx.tenant_id, ctx.principal_id, ctx.role, approval.kind]);
     const subject = taken.subject;
     if (r.created) {
@@ -244,30 +263,38 @@ export class GateCore {
     return r;
   }
 
-  redact(tool: GateTool | undefined, args: unknown): unknown {
-    if (tool === undefined) return null;
-    if (args === null || typeof args !== 'object' || Array.isArray(args)) return args === undefined ? null : args;
-    const out: Record<string, unknown> = {};
-    for (const [k, v] of Object.entries(args as Record<string, unknown>)) out[k] = tool.redact.has(k) ? REDACTED : v;
-    return out;
+  /**
+   * The copy of a call's arguments the audit log keeps: every key the tool lists in `redact` replaced by
+   * "[redacted]" at any depth (objects inside arrays too). Null for an unknown tool (no redaction policy).
+   * Arguments that are not plain JSON jsonb can store (U+0000, lone surrogates, cycles, class instances,
+   * non-finite numbers, nesting past the argument depth bound, over the size bound) are not copied at all:
+   * `omitted` says why, and the row carries that marker instead.
+   */
+  auditArguments(tool: GateTool | undefined, args: unknown): { value: unknown; omitted?: string } {
+    if (tool === undefined || args === undefined) return { value: null };
+    try {
+      const value = auditCopy(args, tool.redact, 1, this.config.argumentBounds.maxDepth, new Set());
+      if (Buffer.byteLength(JSON.stringify(value), 'utf8') > this.config.argumentBounds.maxBytes) return { value: null, omitted: 'too_large' };
+      return { value };
+    } catch (err) {
+      if (err instanceof Unstorable) return { value: null, omitted: err.message };
+      return { value: null, omitted: 'not_json' };
+    }
   }
 
-  /** Writes one audit row; arguments are redacted here, at write time, per the tool's configuration. */
+  /**
+   * Writes one audit row; arguments are redacted here, at write time, per the tool's configuration, and
+   * every text is made storable (see {@link auditArguments}, {@link safeText}). Throws when the database
+   * refuses the row: inside a transaction that fails the decision (it is not taken unaudited).
+   */
   async audit(db: Queryable, e: AuditEntry): Promise<void> {
     const c = e.context ?? {};
-    const tool = e.tool ?? null;
-    let args: unknown = null;
-    if (e.args !== undefined) {
-      try {
-        args = this.redact(tool === null ? undefined : this.tool(tool), e.args);
-        args = args === null ? null : JSON.parse(JSON.stringify(args) ?? 'null');
-      } catch {
-        args = null; // not JSON data (a cycle, a BigInt): the refusal says so; the audit keeps no copy
-      }
-    }
+    const toolName = typeof e.tool === 'string' ? e.tool : null;
+    const copy = e.args === undefined ? { value: null } : this.auditArguments(toolName === null ? undefined : this.tool(toolName), e.args);
+    const detail = copy.omitted === undefined ? (e.detail ?? {}) : { ...e.detail, arguments_omitted: copy.omitted };
     await db.query(this.q.auditInsert, [
-      e.action,
-      e.outcome,
+      safeText(e.action),
+      safeText(e.outcome),
       str(c.tenant_id),
       str(c.principal_id),
       str(c.role),
@@ -275,17 +302,132 @@ export class GateCore {
       str(c.conversation_id),
       str(c.turn_id),
       str(c.trace_id),
-      tool,
-      e.subjectId ?? null,
-      args === null ? null : JSON.stringify(args),
-      JSON.stringify(e.detail ?? {}),
+      toolName === null ? null : safeText(toolName.slice(0, MAX_CONTEXT_FIELD)),
+      e.subjectId === undefined || e.subjectId === null ? null : safeText(String(e.subjectId).slice(0, MAX_CONTEXT_FIELD)),
+      copy.value === null ? null : JSON.stringify(copy.value),
+      JSON.stringify(safeDetail(detail, 0)),
       e.durationMs ?? null,
     ]);
   }
+
+  /**
+   * The audit write after a decision that could not be audited in its own transaction (a refusal rolled it
+   * back). Never drops the row silently: when the full row is refused it writes a fallback row (no arguments,
+   * `audit_fallback` in detail); when even that fails (the database is down) it emits a process warning
+   * `ACTIONLEDGER_AUDIT_LOST`. Never throws: the decision still reaches the caller.
+   */
+  async auditAfter(e: AuditEntry): Promise<void> {
+    try {
+      await this.audit(this.pool, e);
+      return;
+    } catch (err) {
+      try {
+        await this.audit(this.pool, { action: e.action, outcome: e.outcome, context: e.context, tool: e.tool, subjectId: e.subjectId, detail: { audit_fallback: true, error: errorCode(err) } });
+        return;
+      } catch (again) {
+        process.emitWarning(`gate audit row lost (${e.action} ${e.outcome}): ${errorCode(again)}`, { code: 'ACTIONLEDGER_AUDIT_LOST' });
+      }
+    }
+  }
+}
+
+/**
+ * Operation identity is (principal, task, step), without the tenant, so a caller of another tenant can hit a
+ * step some tenant already reserved. The ledger's conflict then names that operation and what changed (an
+ * oracle on the other tenant's arguments): "not yours" must say nothing about it. Returns the one fixed
+ * refusal for such a conflict (no id, no changed list, the same whatever was guessed), or null.
+ */
+export function foreignConflict(err: unknown): Refused | null {
+  if (!(err instanceof ActionLedgerError) || err.code !== 'operation_conflict') return null;
+  const changed = (err.details as { changed?: unknown } | undefined)?.changed;
+  if (!Array.isArray(changed) || !changed.includes('tenant')) return null;
+  return refuse('operation_conflict', 'this workflow step cannot be reserved by you; use another workflow_step_id');
+}
+
+class Unstorable extends Error {}
+
+function auditCopy(value: unknown, redact: ReadonlySet<string>, depth: number, maxDepth: number, seen: Set<object>): unknown {
+  switch (typeof value) {
+    case 'string':
+      if (!value.isWellFormed() || value.includes('\u0000')) throw new Unstorable('unstorable_text');
+      return value;
+    case 'number':
+      if (!Number.isFinite(value)) throw new Unstorable('not_json');
+      return value;
+    case 'boolean':
+      return value;
+    case 'object':
+      break;
+    default:
+      throw new Unstorable('not_json');
+  }
+  if (value === null) return null;
+  if (depth > maxDepth) throw new Unstorable('too_deep');
+  if (seen.has(value)) throw new Unstorable('not_json');
+  seen.add(value);
+  let out: unknown;
+  if (Array.isArray(value)) {
+    const arr: unknown[] = [];
+    for (let i = 0; i < value.length; i++) arr.push(auditCopy(value[i], redact, depth + 1, maxDepth, seen));
+    out = arr;
+  } else {
+    const proto = Object.getPrototypeOf(value) as unknown;
+    if (proto !== Object.prototype && proto !== null) throw new Unstorable('not_json');
+    const obj: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(value as Record<string, unknown>)) {
+      if (!k.isWellFormed() || k.includes('\u0000')) throw new Unstorable('unstorable_text');
+      if (k === '__proto__') throw new Unstorable('not_json');
+      obj[k] = redact.has(k) ? REDACTED : auditCopy(v, redact, depth + 1, maxDepth, seen);
+    }
+    out = obj;
+  }
+  seen.delete(value);
+  return out;
+}
+
+/** Text PostgreSQL stores: U+0000 and lone surrogates written as their JSON escapes (`\u0000`), else as is. */
+export function safeText(v: string): string {
+  return v.isWellFormed() && !v.includes('\u0000') ? v : JSON.stringify(v).slice(1, -1);
+}
+
+/** A detail object with every string made storable (our own shallow objects; deeper levels become text). */
+function safeDetail(v: unknown, depth: number): unknown {
+  if (typeof v === 'string') return safeText(v);
+  if (typeof v === 'number') return Number.isFinite(v) ? v : String(v);
+  if (v === null || typeof v === 'boolean') return v;
+  if (typeof v !== 'object') return v === undefined ? null : safeText(String(v));
+  if (depth >= 8) return '[too deep]';
+  if (Array.isArray(v)) return v.map((x) => safeDetail(x, depth + 1));
+  return Object.fromEntries(Object.entries(v as Record<string, unknown>).map(([k, x]) => [safeText(k), safeDetail(x, depth + 1)]));
+}
+
+function errorCode(err: unknown): string {
+  if (err instanceof ActionLedgerError) return err.code;
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === 'string' ? code : 'internal';
 }
 
 function str(v: unknown): string | null {
-  return typeof v === 'string' ? v.slice(0, MAX_CONTEXT_FIELD) : null;
+  return typeof v === 'string' ? safeText(v.slice(0, MAX_CONTEXT_FIELD)) : null;
+}
+
+/**
+ * The path of the first container nested deeper than `maxDepth` (the root object is depth 1), or null.
+ * Iterative, so a hostile 100,000-deep value cannot overflow the stack; stops at the first hit, and never
+ * revisits an object (cycles are refused later, by the canonical form).
+ */
+function depthExceeds(root: unknown, maxDepth: number): string | null {
+  const stack: [unknown, number, string][] = [[root, 1, '$']];
+  const seen = new Set<object>();
+  while (stack.length > 0) {
+    const [value, depth, path] = stack.pop() as [unknown, number, string];
+    if (value === null || typeof value !== 'object' || seen.has(value)) continue;
+    if (depth > maxDepth) return path;
+    seen.add(value);
+    if (Array.isArray(value)) value.forEach((v, i) => stack.push([v, depth + 1, `${path}[${i}]`]));
+    else for (const [k, v] of Object.entries(value as Record<string, unknown>)) stack.push([v, depth + 1, `${path}.${k}`]);
+  }
+  return null;
 }
 
 function findIdentityField(value: unknown, path: string): string | null {

@@ -18,12 +18,21 @@ import { canonicalJson, sha256Hex, type JsonObject } from '../core/json.js';
 import type { GateTool } from '../core/config.js';
 import { Approvals } from './approvals.js';
 import { checkGateContext, GateCore, Refused, refuse, type GateDeps, type Value } from './core.js';
+import { housekeepingWith, type GateHousekeepingSummary } from './housekeeping.js';
 import { Proposals } from './proposals.js';
 import type { GateContext, GateResult, Reviewer } from './types.js';
 
 export interface CallOptions {
-  /** For proposals: a shorter confirmation window than configured (never longer). */
+  /** For proposals: a shorter confirmation window than configured (never longer); whole seconds, at least 1. */
   ttl_s?: number;
+}
+
+/** Throws `invalid_request` unless `ttl_s` is absent or a whole number of seconds >= 1. */
+function checkCallOptions(options: unknown): void {
+  const ttl = (options as CallOptions | null | undefined)?.ttl_s;
+  if (ttl !== undefined && !(typeof ttl === 'number' && Number.isSafeInteger(ttl) && ttl >= 1)) {
+    throw refuse('invalid_request', 'ttl_s must be a whole number of seconds, at least 1', { details: { field: 'ttl_s' } });
+  }
 }
 
 export class Gate {
@@ -46,8 +55,10 @@ export class Gate {
     let audited = false;
     try {
       const ctx = checkGateContext(context);
+      if (typeof tool !== 'string') throw refuse('invalid_request', 'the tool name must be a string');
       const t = core.tool(tool);
-      if (t === undefined) throw refuse('unknown_tool', `there is no tool named ${JSON.stringify(tool).slice(0, 80)}`);
+      if (t === undefined) throw refuse('unknown_tool', `there is no tool named ${JSON.stringify(tool.slice(0, 64))}`);
+      checkCallOptions(options);
       result = await withTransaction(core.pool, async (client) => {
         const r = await this.#pipeline(client, ctx, t, args, options);
         await core.audit(client, {
@@ -67,9 +78,8 @@ export class Gate {
       result = err instanceof Refused ? err.refusal : toRefusal(err);
     }
     if (!audited) {
-      await core
-        .audit(core.pool, { action: 'call', outcome: result.ok ? 'allowed' : result.error, context, tool, args, durationMs: performance.now() - started, detail: result.ok ? {} : { message: result.message } })
-        .catch(() => undefined); // the database is down: the refusal still reaches the model
+      // Never dropped silently: a fallback row, or a process warning when the database is down.
+      await core.auditAfter({ action: 'call', outcome: result.ok ? 'allowed' : result.error, context, tool: typeof tool === 'string' ? tool : null, args, durationMs: performance.now() - started, detail: result.ok ? {} : { message: result.message } });
     }
     return result;
   }
@@ -89,8 +99,11 @@ export class Gate {
     const needsApproval = mode === 'always' || (mode === 'threshold' && value !== null && Number(value.amount) > (t.approval.threshold ?? Infinity));
     // A retried call of a step already reserved with these arguments is the same effect: it answers with the
     // existing operation and takes nothing from the caps a second time.
-    const prior = mode === 'confirm' || needsApproval ? undefined : (await client.query<{ canonical_args_sha256: string }>(core.ledger.q.ledgerSelectByIdentity, [ctx.principal_id, ctx.task_id, ctx.workflow_step_id])).rows[0];
-    const counters = prior?.canonical_args_sha256 === checked.sha256 ? [] : await core.reserveCaps(client, t, ctx, value);
+    // Only the caller's own tenant's operation counts as a replay (identity has no tenant): another tenant's
+    // step must be refused exactly like a wrong guess of its arguments (see foreignConflict).
+    const prior = mode === 'confirm' || needsApproval ? undefined : (await client.query<{ canonical_args_sha256: string; tenant_id: string; tool_name: string }>(core.ledger.q.ledgerSelectByIdentity, [ctx.principal_id, ctx.task_id, ctx.workflow_step_id])).rows[0];
+    const replay = prior !== undefined && prior.tenant_id === ctx.tenant_id && prior.tool_name === t.name && prior.canonical_args_sha256 === checked.sha256;
+    const counters = replay ? [] : await core.reserveCaps(client, t, ctx, value);
     if (ctx.plan_version !== undefined) {
       const invalidated = await client.query<{ approval_id: string }>(core.q.planRecord, [ctx.tenant_id, ctx.task_id, ctx.plan_version]);
       for (const a of invalidated.rows) await core.audit(client, { action: 'invalidate', outcome: 'plan_changed', context: ctx, subjectId: a.approval_id, detail: { plan_version: ctx.plan_version } });
@@ -109,8 +122,7 @@ export class Gate {
   async #propose(client: Queryable, ctx: GateContext, t: GateTool, args: JsonObject, sha: string, counters: string[], value: Value | null, options: CallOptions): Promise<GateResult> {
     const core = this.core;
     const configured = core.config.gate.confirmationTtlS;
-    const requested = options.ttl_s;
-    const ttl = typeof requested === 'number' && Number.isFinite(requested) && requested > 0 ? Math.min(requested, configured) : configured;
+    const ttl = options.ttl_s === undefined ? configured : Math.min(options.ttl_s, configured);
     const id = randomUUID();
     const token = randomBytes(32).toString('base64url');
     const { rows } = await client.query<{ expires_at: Date }>(core.q.proposalInsert, [
@@ -154,13 +166,12 @@ export class Gate {
   }
 
   /**
-   * Housekeeping for a schedule or `actionledger gate expire`: marks approvals past their TTL `expired`
-   * (releasing their holds, audited) and deletes rate windows that ended. Returns what it did.
+   * Housekeeping for a schedule or `actionledger gate expire`: marks approvals and proposals past their TTL
+   * `expired` (releasing their holds, audited) and deletes rate windows that ended. Returns what it did.
+   * The fleet's schedule calls {@link runGateHousekeeping}, the same pass without a Gate.
    */
-  async housekeeping(): Promise<{ expired: number; rate_windows_pruned: number }> {
-    const expired = await this.approvals.expireDue();
-    const pruned = await this.core.pool.query(this.core.q.rateWindowPrune);
-    return { expired, rate_windows_pruned: pruned.rowCount ?? 0 };
+  housekeeping(): Promise<GateHousekeepingSummary> {
+    return housekeepingWith(this.core, this.approvals);
   }
 
   /** Engages a kill switch ('*' for every tenant or tool): new calls refused, pending operations held. */

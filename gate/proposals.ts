@@ -73,7 +73,7 @@ export class Proposals {
       result = err instanceof Refused ? err.refusal : toRefusal(err);
     }
     if (audit.detail?.written !== true) {
-      await core.audit(core.pool, { action, outcome: result.ok ? result.status : result.error, context, tool: audit.tool ?? null, subjectId: audit.subjectId ?? null }).catch(() => undefined);
+      await core.auditAfter({ action, outcome: result.ok ? result.status : result.error, context, tool: audit.tool ?? null, subjectId: audit.subjectId ?? null });
     }
     return result;
   }

@@ -3,7 +3,7 @@
  * hash shown by `gate show`), engage, lift or list kill switches, revoke or restore a role, expire due
  * approvals. Every action is audited like the library's. The CLI runs no business validators or resource
  * resolvers (those live in the embedding service): approving a tool that binds resources is refused with
- * `config_invalid` here; approve it through the library.
+ * `config_invalid` here, before the vote is recorded; approve it through the library.
  */
 import { parseArgs } from 'node:util';
 import { openRuntime } from '../../core/runtime.js';
@@ -22,7 +22,7 @@ const USAGE = `actionledger gate show APPROVAL_ID --tenant T
 const OPTIONS = Object.fromEntries(['tenant', 'hash', 'approver', 'role', 'reason', 'tool', 'actor', 'principal'].map((k) => [k, { type: 'string' as const }]));
 
 export const gateCommand: Command = {
-  summary: 'approve / reject approvals, kill switches, role revocations, expire due approvals and prune rate windows (audited)',
+  summary: 'approve / reject approvals, kill switches, role revocations, expire due approvals and proposals and prune rate windows (audited)',
   usage: USAGE,
   async run(argv) {
     let values: Record<string, string | boolean | undefined>;
