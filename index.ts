@@ -12,6 +12,7 @@ export {
   Gate,
   AuthorizationService,
   describeEffect,
+  runGateHousekeeping,
   type ApprovalView,
   type AuthorizationServiceOptions,
   type BoundResource,

@@ -9,6 +9,7 @@ import type { Runtime } from '../core/runtime.js';
 import { Compensator, type CompensationSummary } from '../compensator/compensator.js';
 import { CrashPoints } from '../dispatcher/crash-points.js';
 import { loadDispatchIdentity } from '../dispatcher/identity.js';
+import { runGateHousekeeping } from '../gate/index.js';
 import { EffectKeyer } from '../ledger/effect-key.js';
 import { Ledger } from '../ledger/reserve.js';
 import { ReconcileMetrics } from './metrics.js';
@@ -18,6 +19,8 @@ import { Review } from './review.js';
 export interface PassSummary {
   reconcile: ReconcileSummary;
   compensate: CompensationSummary;
+  /** The gate's housekeeping, when the configuration has gate tools. */
+  gate?: Awaited<ReturnType<typeof runGateHousekeeping>>;
 }
 
 export interface ReviewKit {
@@ -66,13 +69,16 @@ export async function openReconciler(rt: Runtime, env: NodeJS.ProcessEnv): Promi
       const end = metrics.passSeconds.startTimer();
       let compensate: CompensationSummary = { minted: 0, completed: 0, escalated: 0 };
       // The compensator runs under the same pass lock, after the reconciliation of this pass.
+      let housekeeping: Awaited<ReturnType<typeof runGateHousekeeping>> | undefined;
       const reconcile = await reconciler.pass(async () => {
         compensate = await kit.compensator.pass();
+        // The gate's expiries (approvals, abandoned proposals, with their cap holds) ride on the same schedule.
+        if (rt.config.gate.tools.size > 0) housekeeping = await runGateHousekeeping(rt.config, rt.pool);
       });
       end();
       if (reconcile.ran && reconcile.provider_errors === 0 && reconcile.errors === 0) metrics.lastSuccess.setToCurrentTime();
-      rt.log.info({ ...reconcile, compensations: compensate }, 'reconciliation pass');
-      return { reconcile, compensate };
+      rt.log.info({ ...reconcile, compensations: compensate, gate: housekeeping }, 'reconciliation pass');
+      return { reconcile, compensate, ...(housekeeping === undefined ? {} : { gate: housekeeping }) };
     },
     close() {
       kit.close();

@@ -59,7 +59,7 @@ t.test('npm start on the example config: reserve with the CLI and watch it succe
 
   const rec = await runCli(['reconcile', '--once', '--json'], env);
   t.equal(rec.code, 0, rec.stderr);
-  t.match(lastJson(rec.stdout), { ok: true, reconcile: { examined: 0 } });
+  t.match(lastJson(rec.stdout), { ok: true, reconcile: { examined: 0 }, gate: { approvals_expired: 0, proposals_expired: 0 } }, 'the pass also ran the gate housekeeping');
   const verify = await runCli(['verify', '--json'], env);
   t.equal(verify.code, 0, verify.stdout);
   t.match(lastJson(verify.stdout), { ok: true, operations: 1, listings: 1, provider_effects: 1 });
