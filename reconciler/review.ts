@@ -46,6 +46,11 @@ export function retryIsSafe(reviewReason: string | null): boolean {
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const RECEIPT = /^[\x21-\x7e]{1,256}$/;
 
+/** Text safe for the audit columns (no NUL, no lone surrogates, bounded); null when not text. */
+function printable(v: unknown): string | null {
+  return typeof v === 'string' ? v.toWellFormed().replace(/\u0000/g, '\uFFFD').slice(0, 2000) : null;
+}
+
 function checkText(field: string, v: unknown, max: number): string {
   if (typeof v !== 'string' || v.trim().length === 0 || v.length > max || !v.isWellFormed() || /[\u0000-\u001f\u007f]/.test(v)) {
     throw new ActionLedgerError('invalid_review', `${field} is required: non-empty text of at most ${max} characters without control characters`, { details: { field } });
@@ -68,6 +73,52 @@ export class Review {
 
   /** Throws `invalid_review`, `not_found`, `invalid_state_transition`, `retry_not_safe`. */
   async retry(operationId: string, input: ReviewInput & { approvalId?: string; policyVersion?: string }): Promise<ReviewResult> {
+    return this.#audited('retry', operationId, input, () => this.#retry(operationId, input));
+  }
+
+  /** Throws `invalid_review`, `not_found`, `invalid_state_transition`. */
+  async resolveSucceeded(operationId: string, input: ReviewInput & { receipt: string }): Promise<ReviewResult> {
+    return this.#audited('resolve_succeeded', operationId, input, () => this.#resolveSucceeded(operationId, input));
+  }
+
+  /** Throws `invalid_review`, `not_found`, `invalid_state_transition`. */
+  async resolveFailed(operationId: string, input: ReviewInput): Promise<ReviewResult> {
+    return this.#audited('resolve_failed', operationId, input, () => this.#resolveFailed(operationId, input));
+  }
+
+  /** Throws `invalid_review`, `not_found`, `invalid_state_transition`. */
+  async compensate(operationId: string, input: ReviewInput): Promise<ReviewResult> {
+    return this.#audited('compensate', operationId, input, () => this.#compensate(operationId, input));
+  }
+
+  /**
+   * Every review action, done or refused, gets a row in the audit log (`gate_audit`, action `review:<name>`)
+   * beside the operation's own history: who asked, why, and what came of it.
+   */
+  async #audited(action: string, operationId: string, input: Partial<ReviewInput>, run: () => Promise<ReviewResult>): Promise<ReviewResult> {
+    const started = performance.now();
+    const write = async (outcome: string, detail: Record<string, unknown>): Promise<void> => {
+      const id = UUID.test(operationId) ? operationId : null;
+      await this.#pool
+        .query(
+          `INSERT INTO ${this.#config.schemaQuoted}.gate_audit (action, outcome, tenant_id, principal_id, tool_name, subject_id, detail, duration_ms)
+           SELECT $1, $2, o.tenant_id, $3, o.tool_name, $4, $5::jsonb, $6
+           FROM (SELECT 1) one LEFT JOIN ${this.#config.schemaQuoted}.operations o ON o.operation_id = $7::uuid`,
+          [`review:${action}`, outcome, printable(input?.actor), id ?? printable(operationId), JSON.stringify(detail), performance.now() - started, id],
+        )
+        .catch(() => undefined);
+    };
+    try {
+      const r = await run();
+      await write('ok', { why: printable(input?.reason), from: r.from, to: r.to, ...(r.attempt === undefined ? {} : { attempt: r.attempt }) });
+      return r;
+    } catch (err) {
+      await write(err instanceof ActionLedgerError ? err.code : 'internal', { why: printable(input?.reason) });
+      throw err;
+    }
+  }
+
+  async #retry(operationId: string, input: ReviewInput & { approvalId?: string; policyVersion?: string }): Promise<ReviewResult> {
     const { actor, reason } = this.#input(input);
     const approval = input.approvalId === undefined ? null : checkText('approval id', input.approvalId, 256);
     const policy = input.policyVersion === undefined ? null : checkText('policy version', input.policyVersion, 256);
@@ -89,8 +140,7 @@ export class Review {
     });
   }
 
-  /** Throws `invalid_review`, `not_found`, `invalid_state_transition`. */
-  async resolveSucceeded(operationId: string, input: ReviewInput & { receipt: string }): Promise<ReviewResult> {
+  async #resolveSucceeded(operationId: string, input: ReviewInput & { receipt: string }): Promise<ReviewResult> {
     const { actor, reason } = this.#input(input);
     if (typeof input.receipt !== 'string' || !RECEIPT.test(input.receipt)) {
       throw new ActionLedgerError('invalid_review', 'a receipt is required: 1 to 256 printable ASCII characters, no spaces', { details: { field: 'receipt' } });
@@ -98,14 +148,12 @@ export class Review {
     return this.#move(operationId, ['needs_review', 'unknown'], 'succeeded', input.receipt, actor, 'review:resolve_succeeded', { why: reason, receipt: input.receipt });
   }
 
-  /** Throws `invalid_review`, `not_found`, `invalid_state_transition`. */
-  async resolveFailed(operationId: string, input: ReviewInput): Promise<ReviewResult> {
+  async #resolveFailed(operationId: string, input: ReviewInput): Promise<ReviewResult> {
     const { actor, reason } = this.#input(input);
     return this.#move(operationId, ['needs_review'], 'failed', null, actor, 'review:resolve_failed', { why: reason });
   }
 
-  /** Throws `invalid_review`, `not_found`, `invalid_state_transition`. */
-  async compensate(operationId: string, input: ReviewInput): Promise<ReviewResult> {
+  async #compensate(operationId: string, input: ReviewInput): Promise<ReviewResult> {
     const { actor, reason } = this.#input(input);
     if (!UUID.test(operationId)) throw new ActionLedgerError('not_found', 'no such operation');
     const before = await this.#pool.query<{ status: string }>(`SELECT status FROM ${this.#config.schemaQuoted}.operations WHERE operation_id = $1`, [operationId]);

@@ -225,6 +225,12 @@ t.test('reconcile --once: a summary table or --json; exit 3 when a provider cann
   t.equal((await settled(e.pool, r.operation_id)).status, 'succeeded');
   const missing = await runCli(['review', 'resolve-failed', '00000000-0000-4000-8000-000000000000', '--actor', 'carol', '--reason', 'x'], e.env);
   t.match(lastJson(missing.stdout), { ok: false, error: 'not_found' });
+  const audit = await e.pool.query(`SELECT action, outcome, principal_id, tool_name, subject_id, detail->>'why' AS why FROM actionledger.gate_audit WHERE action LIKE 'review:%' ORDER BY id`);
+  t.match(audit.rows, [
+    { action: 'review:retry', outcome: 'invalid_review', principal_id: '', subject_id: r.operation_id },
+    { action: 'review:retry', outcome: 'ok', principal_id: 'carol', tool_name: 'issue_refund', subject_id: r.operation_id, why: 'readback says nothing was applied' },
+    { action: 'review:resolve_failed', outcome: 'not_found', principal_id: 'carol', tool_name: null },
+  ], 'every review action, done or refused, is in the audit log');
 
   const dbDown = await runCli(['reconcile', '--once'], { ...e.env, DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none' });
   t.not(dbDown.code, 0, 'no database: non-zero');
