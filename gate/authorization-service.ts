@@ -28,22 +28,12 @@ import type { Socket } from 'node:net';
 import type { Pool } from '../core/db.js';
 import type { Config } from '../core/config.js';
 import { parseStrictJson, type JsonObject } from '../core/json.js';
+import { BINDING_FIELDS } from '../dispatcher/authorize.js';
 import { GateCore } from './core.js';
 import type { BoundResource, ResourceResolver } from './types.js';
 
-export const AUTHORIZATION_FIELDS = [
-  'operation_id',
-  'effect_key',
-  'principal_id',
-  'task_id',
-  'workflow_step_id',
-  'tool_name',
-  'tenant_id',
-  'provider_id',
-  'args_sha256',
-  'approval_id',
-  'policy_version',
-] as const;
+/** The dispatch contract's binding fields, one list for both sides (dispatcher/authorize.ts). */
+export const AUTHORIZATION_FIELDS = BINDING_FIELDS;
 type AuthorizationRequest = Record<(typeof AUTHORIZATION_FIELDS)[number], string>;
 
 export const AUTHORIZE_PATH = '/v1/authorize';
