@@ -1,0 +1,395 @@
+/**
+ * The dispatch environment for bench/dispatch.ts, built the way test/helpers/fleet.ts builds the tests' (only
+ * what the benchmark needs is copied): a PKI generated for the run, the sandbox provider and authorizer over
+ * mutual TLS on loopback (in a worker thread, see dispatch-sandbox.ts), a signed dispatch profile, a config
+ * routing `issue_refund` to the sandbox, and a real Dispatcher opened with openDispatcher on a runtime.
+ *
+ * Measurement without touching the dispatcher: {@link DispatchProbe} wraps `query` on the dispatcher pool's
+ * clients and recognises the dispatcher's own statements (dispatcher/queries.ts, bound to the same schema),
+ * so it sees when a claim returned, when the final check took the row lock, when the outcome UPDATE was sent
+ * (the provider answer is in hand) and when the outcome COMMIT was acknowledged.
+ */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Worker } from 'node:worker_threads';
+import type pg from 'pg';
+import { compileConfig, type Config } from '../core/config.js';
+import { bindQueries, createPool, type Pool } from '../core/db.js';
+import { createLogger } from '../core/log.js';
+import { Metrics } from '../core/metrics.js';
+import type { Runtime } from '../core/runtime.js';
+import { Secret } from '../core/secret.js';
+import { dispatcherQueries, generateProfileKeyPair, openDispatcher, signProfile, type Dispatcher } from '../dispatcher/index.js';
+import { EffectKeyer, Ledger } from '../ledger/index.js';
+import { createCa, issueClientCert, issueServerCert, type ServerTls } from '../sandbox/index.js';
+import type { SandboxThreadData, SandboxThreadMessage } from './dispatch-sandbox.js';
+
+const PROVIDER_TOKEN = 'bench-provider-token';
+const CREDENTIAL_ENV = 'BENCH_BILLING_TOKEN';
+
+export interface BenchPki {
+  serverTls: ServerTls;
+  clientCert: string;
+  clientKey: string;
+}
+
+export async function createBenchPki(): Promise<BenchPki> {
+  const ca = await createCa('bench-ca');
+  const server = await issueServerCert(ca, { hosts: ['localhost', '127.0.0.1'] });
+  const client = await issueClientCert(ca, 'dispatcher');
+  return { serverTls: { cert: server.cert, key: server.key, ca: ca.cert }, clientCert: client.cert, clientKey: client.key };
+}
+
+/** The sandbox servers in a worker thread. */
+export class SandboxThread {
+  readonly #worker: Worker;
+  readonly endpoint: string;
+  readonly authorizeUrl: string;
+  /** The worker thread's kernel thread id, when procfs tells it. */
+  readonly tid: number | null;
+
+  private constructor(worker: Worker, endpoint: string, authorizeUrl: string, tid: number | null) {
+    this.#worker = worker;
+    this.endpoint = endpoint;
+    this.authorizeUrl = authorizeUrl;
+    this.tid = tid;
+  }
+
+  static async start(tls: ServerTls): Promise<SandboxThread> {
+    const worker = new Worker(new URL('./dispatch-sandbox.js', import.meta.url), { workerData: { tls, token: PROVIDER_TOKEN } satisfies SandboxThreadData });
+    const ready = await next(worker, 'ready');
+    if (ready.type !== 'ready') throw new Error('sandbox thread did not start');
+    return new SandboxThread(worker, ready.endpoint, ready.authorizeUrl, ready.tid);
+  }
+
+  async stats(): Promise<Extract<SandboxThreadMessage, { type: 'stats' }>> {
+    const reply = next(this.#worker, 'stats');
+    this.#worker.postMessage({ type: 'stats' });
+    const m = await reply;
+    if (m.type !== 'stats') throw new Error('unexpected reply');
+    return m;
+  }
+
+  async stop(): Promise<void> {
+    const reply = next(this.#worker, 'stopped');
+    this.#worker.postMessage({ type: 'stop' });
+    await reply;
+    await this.#worker.terminate();
+  }
+}
+
+function next(worker: Worker, type: SandboxThreadMessage['type']): Promise<SandboxThreadMessage> {
+  return new Promise((resolve, reject) => {
+    const onMessage = (m: SandboxThreadMessage): void => {
+      if (m.type === 'error') {
+        cleanup();
+        reject(new Error(`sandbox thread: ${m.message}`));
+      } else if (m.type === type) {
+        cleanup();
+        resolve(m);
+      }
+    };
+    const onError = (err: Error): void => {
+      cleanup();
+      reject(err);
+    };
+    const cleanup = (): void => {
+      worker.off('message', onMessage);
+      worker.off('error', onError);
+    };
+    worker.on('message', onMessage);
+    worker.on('error', onError);
+  });
+}
+
+export interface Done {
+  status: string;
+  /** performance.now() when the completion commit was acknowledged. */
+  at: number;
+}
+
+/** Completion signals by id, awaited by the producers; a completion may arrive before anyone waits. */
+export class Completions {
+  readonly #waiting = new Map<string, { resolve: (d: Done) => void; timer: NodeJS.Timeout }>();
+  readonly #early = new Map<string, Done>();
+
+  done(id: string, status: string, at: number): void {
+    const w = this.#waiting.get(id);
+    if (w === undefined) {
+      this.#early.set(id, { status, at });
+      return;
+    }
+    this.#waiting.delete(id);
+    clearTimeout(w.timer);
+    w.resolve({ status, at });
+  }
+
+  wait(id: string, timeoutMs: number): Promise<Done> {
+    const early = this.#early.get(id);
+    if (early !== undefined) {
+      this.#early.delete(id);
+      return Promise.resolve(early);
+    }
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.#waiting.delete(id);
+        reject(new Error(`${id} not completed within ${timeoutMs} ms`));
+      }, timeoutMs);
+      this.#waiting.set(id, { resolve, timer });
+    });
+  }
+}
+
+type QueryFn = (...args: unknown[]) => unknown;
+type After = (result: pg.QueryResult) => void;
+
+/** Wraps `query` on every client the pool creates; `observe` may return a callback run on success. */
+export function instrumentPool(pool: Pool, observe: (client: pg.PoolClient, text: string, values: unknown[] | undefined) => After | undefined): void {
+  pool.on('connect', (client: pg.PoolClient) => {
+    const target = client as unknown as { query: QueryFn };
+    const original = target.query.bind(client) as QueryFn;
+    target.query = (...args: unknown[]) => {
+      const first = args[0];
+      const text = typeof first === 'string' ? first : (first as { text?: unknown } | null)?.text;
+      const values = Array.isArray(args[1]) ? (args[1] as unknown[]) : undefined;
+      const after = typeof text === 'string' ? observe(client, text, values) : undefined;
+      if (after === undefined) return original(...args);
+      const last = args[args.length - 1];
+      if (typeof last === 'function') {
+        const cb = last as (err: Error | null, res: pg.QueryResult) => void;
+        args[args.length - 1] = (err: Error | null, res: pg.QueryResult) => {
+          if (err === null || err === undefined) after(res);
+          cb(err, res);
+        };
+        return original(...args);
+      }
+      return (original(...args) as Promise<pg.QueryResult>).then((res) => {
+        after(res);
+        return res;
+      });
+    };
+  });
+}
+
+/** Samples a pool's checked-out and waiting clients. */
+export class PoolSampler {
+  readonly #pool: Pool;
+  #timer: NodeJS.Timeout | undefined;
+  #samples = 0;
+  #inUse = 0;
+  #maxInUse = 0;
+  #waiting = 0;
+
+  constructor(pool: Pool) {
+    this.#pool = pool;
+  }
+
+  start(intervalMs = 5): void {
+    this.#timer = setInterval(() => {
+      const inUse = this.#pool.totalCount - this.#pool.idleCount;
+      this.#samples++;
+      this.#inUse += inUse;
+      this.#waiting += this.#pool.waitingCount;
+      this.#maxInUse = Math.max(this.#maxInUse, inUse);
+    }, intervalMs);
+  }
+
+  stop(): { avgInUse: number; maxInUse: number; avgWaiting: number } {
+    clearInterval(this.#timer);
+    const n = Math.max(1, this.#samples);
+    return { avgInUse: this.#inUse / n, maxInUse: this.#maxInUse, avgWaiting: this.#waiting / n };
+  }
+}
+
+interface ClientState {
+  inTxn: boolean;
+  lockedAt: number | undefined;
+  pending: { op: string; status: string } | undefined;
+}
+
+/** What the dispatcher did, seen from its pool (see the file comment). */
+export class DispatchProbe {
+  readonly completions = new Completions();
+  /** performance.now() when the claim that took the operation returned. */
+  readonly claimedAt = new Map<string, number>();
+  /** Final-check lock acquired -> outcome UPDATE sent: the provider call and its classification. */
+  providerMs: number[] = [];
+  /** Final-check lock acquired -> outcome COMMIT acknowledged: how long the row lock (and a connection) is held. */
+  lockHeldMs: number[] = [];
+  outcomes = new Map<string, number>();
+  /** Statements the dispatcher sent (BEGIN and COMMIT included). */
+  statements = 0;
+  readonly #state = new WeakMap<pg.PoolClient, ClientState>();
+
+  constructor(pool: Pool, config: Config) {
+    const q = bindQueries(dispatcherQueries, config.schemaQuoted);
+    pool.on('acquire', (client: pg.PoolClient) => this.#state.set(client, { inTxn: false, lockedAt: undefined, pending: undefined }));
+    instrumentPool(pool, (client, text, values) => {
+      let st = this.#state.get(client);
+      if (st === undefined) {
+        st = { inTxn: false, lockedAt: undefined, pending: undefined };
+        this.#state.set(client, st);
+      }
+      const s = st;
+      this.statements++;
+      if (text === 'BEGIN') {
+        s.inTxn = true;
+        return undefined;
+      }
+      if (text === q.outboxClaimBatch) {
+        return (res) => {
+          const t = performance.now();
+          for (const row of res.rows as { operation_id: string }[]) this.claimedAt.set(row.operation_id, t);
+        };
+      }
+      if (text === q.operationLockForDispatch) {
+        return (res) => {
+          if (res.rows.length > 0) s.lockedAt = performance.now();
+        };
+      }
+      if (text === q.operationComplete) {
+        if (s.lockedAt !== undefined) this.providerMs.push(performance.now() - s.lockedAt);
+        const op = String(values?.[0]);
+        const status = String(values?.[2]);
+        if (s.inTxn) {
+          s.pending = { op, status };
+          return undefined;
+        }
+        return (res) => {
+          if ((res.rows[0] as { n?: number } | undefined)?.n === 1) this.#finish(op, status, performance.now());
+        };
+      }
+      if (text === 'COMMIT') {
+        const { pending, lockedAt } = s;
+        s.inTxn = false;
+        s.pending = undefined;
+        s.lockedAt = undefined;
+        if (pending === undefined && lockedAt === undefined) return undefined;
+        return () => {
+          const t = performance.now();
+          if (lockedAt !== undefined) this.lockHeldMs.push(t - lockedAt);
+          if (pending !== undefined) this.#finish(pending.op, pending.status, t);
+        };
+      }
+      if (text === 'ROLLBACK') {
+        s.inTxn = false;
+        s.pending = undefined;
+        s.lockedAt = undefined;
+      }
+      return undefined;
+    });
+  }
+
+  resetStats(): void {
+    this.providerMs = [];
+    this.lockHeldMs = [];
+    this.outcomes = new Map();
+    this.statements = 0;
+  }
+
+  #finish(op: string, status: string, at: number): void {
+    this.outcomes.set(status, (this.outcomes.get(status) ?? 0) + 1);
+    this.completions.done(op, status, at);
+  }
+}
+
+export interface DispatchBench {
+  config: Config;
+  ledger: Ledger;
+  producerPool: Pool;
+  dispatcherPool: Pool;
+  dispatcher: Dispatcher;
+  probe: DispatchProbe;
+  sandbox: SandboxThread;
+  close(): Promise<void>;
+}
+
+/**
+ * One environment on the migrated database `url`: producers reserve through their own pool (as a separate
+ * service would); the dispatcher runs `concurrency` operations in flight on a pool of `dispatcherPoolMax`.
+ */
+/** Temporary folders (they hold the run's client key) still to remove, also when the run is interrupted. */
+const tempDirs = new Set<string>();
+process.once('exit', () => {
+  for (const dir of tempDirs) rmSync(dir, { recursive: true, force: true });
+});
+
+export async function openDispatchBench(pki: BenchPki, url: string, concurrency: number, dispatcherPoolMax: number): Promise<DispatchBench> {
+  const dir = mkdtempSync(join(tmpdir(), 'al-bench-dispatch-'));
+  tempDirs.add(dir);
+  const sandbox = await SandboxThread.start(pki.serverTls);
+  writeFileSync(join(dir, 'ca.crt'), String(pki.serverTls.ca));
+  writeFileSync(join(dir, 'client.crt'), pki.clientCert);
+  writeFileSync(join(dir, 'client.key'), pki.clientKey, { mode: 0o600 });
+  const keys = generateProfileKeyPair('ecdsa-p256');
+  const profile = Buffer.from(
+    JSON.stringify({
+      profile_id: 'bench',
+      authorization_url: sandbox.authorizeUrl,
+      maximum_authorization_age_seconds: 30,
+      maximum_authorization_ttl_seconds: 120,
+      maximum_clock_skew_seconds: 2,
+      authorization_http_timeout_seconds: 5,
+      provider_http_timeout_seconds: 5,
+      authorization_response_max_bytes: 4096,
+      provider_response_max_bytes: 4096,
+    }),
+  );
+  writeFileSync(join(dir, 'profile.json'), profile);
+  writeFileSync(join(dir, 'profile.sig'), signProfile({ profileBytes: profile, privateKeyPem: keys.privateKeyPem }));
+  writeFileSync(join(dir, 'profile.pub'), keys.publicKeyPem);
+  const raw = {
+    dispatcher: {
+      concurrency,
+      profile: { path: join(dir, 'profile.json'), signature_path: join(dir, 'profile.sig'), public_key_path: join(dir, 'profile.pub') },
+      tls: { ca_file: join(dir, 'ca.crt'), cert_file: join(dir, 'client.crt'), key_file: join(dir, 'client.key') },
+    },
+    tools: {
+      issue_refund: {
+        provider_id: 'billing-bench',
+        endpoint: sandbox.endpoint,
+        allowed_tenants: ['tenant-a'],
+        credential_env: CREDENTIAL_ENV,
+        idempotency: { mechanism: 'header', name: 'Idempotency-Key' },
+        definitive_failure_statuses: [400, 422],
+      },
+    },
+  };
+  const env: NodeJS.ProcessEnv = { DATABASE_URL: url, [CREDENTIAL_ENV]: PROVIDER_TOKEN, LOG_LEVEL: 'warn' };
+  const config = compileConfig(raw, env);
+  const producerPool = createPool(url, { max: concurrency + 2, statementTimeoutMs: 60_000, applicationName: 'bench-producer' });
+  const dispatcherPool = createPool(url, { max: dispatcherPoolMax, statementTimeoutMs: 60_000, applicationName: 'bench-dispatcher' });
+  const probe = new DispatchProbe(dispatcherPool, config);
+  const ledger = new Ledger(config, producerPool, new EffectKeyer({ active: 'k1', secrets: new Map([['k1', new Secret(Buffer.alloc(32, 7))]]) }));
+  const runtime: Runtime = {
+    config,
+    log: createLogger({ level: 'warn', name: 'bench-dispatcher' }),
+    metrics: new Metrics({ defaultMetrics: false, ledger: false }),
+    pool: dispatcherPool,
+    databaseUrl: url,
+    embedded: null,
+    effectKeys: { active: 'k1', secrets: new Map() },
+    close: async () => undefined,
+  };
+  const dispatcher = await openDispatcher(runtime, env, { concurrency });
+  await dispatcher.start();
+  return {
+    config,
+    ledger,
+    producerPool,
+    dispatcherPool,
+    dispatcher,
+    probe,
+    sandbox,
+    async close() {
+      await dispatcher.stop(10_000);
+      ledger.stop();
+      await sandbox.stop();
+      await producerPool.end();
+      await dispatcherPool.end();
+      rmSync(dir, { recursive: true, force: true });
+      tempDirs.delete(dir);
+    },
+  };
+}
