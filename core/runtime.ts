@@ -37,6 +37,8 @@ export interface OpenOptions {
   effectKeys?: boolean;
   /** A database URL handed down by the fleet's parent, overriding the configuration's. */
   databaseUrl?: string;
+  /** Pool size instead of `database.pool_max` (a dispatcher worker needs one connection per operation in flight). */
+  poolMax?: number;
 }
 
 export async function openRuntime(options: OpenOptions): Promise<Runtime> {
@@ -68,7 +70,7 @@ export async function openRuntime(options: OpenOptions): Promise<Runtime> {
       embedded: true,
       onGenerated: (path, keyId) => log.warn({ path, key_id: keyId }, 'generated a development effect-key secret (embedded default only)'),
     });
-  const pool = createPool(url, { max: config.database.poolMax, statementTimeoutMs: config.database.statementTimeoutMs, applicationName: `actionledger:${options.name}` });
+  const pool = createPool(url, { max: options.poolMax ?? config.database.poolMax, statementTimeoutMs: config.database.statementTimeoutMs, applicationName: `actionledger:${options.name}` });
   const close = async (): Promise<void> => {
     await pool.end().catch(() => undefined);
     await embedded?.stop();

@@ -10,6 +10,7 @@ import cluster, { type Worker } from 'node:cluster';
 import { parseArgs } from 'node:util';
 import { AggregatorRegistry } from 'prom-client';
 import { isActionLedgerError } from '../../core/errors.js';
+import { loadConfig } from '../../core/config.js';
 import { openRuntime, type Runtime } from '../../core/runtime.js';
 import { OPERATION_STATUSES } from '../../core/types.js';
 import { openDispatcher } from '../../dispatcher/index.js';
@@ -28,7 +29,11 @@ function waitForSignal(): Promise<string> {
 async function runWorker(env: NodeJS.ProcessEnv, concurrency: number | undefined): Promise<number> {
   let rt: Runtime;
   try {
-    rt = await openRuntime({ name: 'dispatcher', effectKeys: false, ledgerMetrics: false, ...(env.ACTIONLEDGER_WORKER_DATABASE_URL === undefined ? {} : { databaseUrl: env.ACTIONLEDGER_WORKER_DATABASE_URL }) });
+    const config = loadConfig(env);
+    // Each operation in flight holds a connection from its final check to its outcome; plus the LISTEN
+    // connection, claims and heartbeats. A smaller pool starves dispatches (and heartbeats) under load.
+    const poolMax = Math.max(config.database.poolMax, (concurrency ?? config.dispatcher.concurrency) + 4);
+    rt = await openRuntime({ name: 'dispatcher', config, poolMax, effectKeys: false, ledgerMetrics: false, ...(env.ACTIONLEDGER_WORKER_DATABASE_URL === undefined ? {} : { databaseUrl: env.ACTIONLEDGER_WORKER_DATABASE_URL }) });
   } catch (err) {
     return printRefusal(err);
   }
