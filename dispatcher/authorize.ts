@@ -39,7 +39,14 @@ export interface AuthorizationDecision {
   decisionSha256: string;
 }
 
-export function authorizationRequest(op: ClaimedOperation): AuthorizationRequest {
+/** The ledger columns a binding is made of; both the dispatcher and the built-in authorization service map them the same way. */
+export type BindingColumns = Pick<
+  ClaimedOperation,
+  | 'operation_id' | 'effect_key' | 'principal_id' | 'task_id' | 'workflow_step_id' | 'tool_name' | 'tenant_id' | 'provider_id'
+  | 'canonical_args_sha256' | 'current_approval_id' | 'current_policy_version'
+>;
+
+export function authorizationRequest(op: BindingColumns): AuthorizationRequest {
   return {
     operation_id: op.operation_id,
     effect_key: op.effect_key,

@@ -28,7 +28,7 @@ import type { Socket } from 'node:net';
 import type { Pool } from '../core/db.js';
 import type { Config } from '../core/config.js';
 import { parseStrictJson, type JsonObject } from '../core/json.js';
-import { BINDING_FIELDS } from '../dispatcher/authorize.js';
+import { authorizationRequest, BINDING_FIELDS } from '../dispatcher/authorize.js';
 import { GateCore } from './core.js';
 import type { BoundResource, ResourceResolver } from './types.js';
 
@@ -185,19 +185,7 @@ export class AuthorizationService {
     if (!UUID.test(request.operation_id)) return { allow: false, reason: 'unknown_operation', now };
     const op = (await core.pool.query<OperationRow>(core.q.authorizeSelectOperation, [request.operation_id])).rows[0];
     if (op === undefined) return { allow: false, reason: 'unknown_operation', now };
-    const ledgerView: AuthorizationRequest = {
-      operation_id: op.operation_id,
-      effect_key: op.effect_key,
-      principal_id: op.principal_id,
-      task_id: op.task_id,
-      workflow_step_id: op.workflow_step_id,
-      tool_name: op.tool_name,
-      tenant_id: op.tenant_id,
-      provider_id: op.provider_id,
-      args_sha256: op.canonical_args_sha256,
-      approval_id: op.current_approval_id,
-      policy_version: op.current_policy_version,
-    };
+    const ledgerView: AuthorizationRequest = authorizationRequest(op);
     const mismatched = AUTHORIZATION_FIELDS.filter((f) => ledgerView[f] !== request[f]);
     if (mismatched.length > 0) return { allow: false, reason: `binding_mismatch:${mismatched.join(',')}`, now };
     if ((await core.killSwitch(core.pool, op.tenant_id, op.tool_name)) !== null) return { allow: false, reason: 'kill_switch', now };
