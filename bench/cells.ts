@@ -1,0 +1,425 @@
+/**
+ * The benchmark cells shared by bench/dispatch.ts and bench/run.ts (`npm run bench`), each on a fresh database
+ * of the one bench server, dropped afterwards:
+ *   - actionledger end to end: reservation to `succeeded` through a real Dispatcher over mTLS (dispatch-env.ts),
+ *   - the server's 3-commit SQL-only lifecycle (insert ledger+outbox, claim with SKIP LOCKED, mark succeeded),
+ *     optionally with a simulated provider request outside or under the row lock,
+ *   - pg-boss 10 processing no-op jobs, polling (its fastest interval, 0.5 s) or woken in-process.
+ *
+ * Load, the same for every system: N producers in a closed loop, each enqueuing one operation and waiting
+ * until its completion commit is acknowledged before enqueuing the next, so N operations are in flight; the
+ * consumer runs with concurrency N. After a warm-up, each cell runs at least `limits.ops` operations and at
+ * least `limits.minMs`, and starts none after `limits.capMs`.
+ */
+import { execFileSync } from 'node:child_process';
+import pg from 'pg';
+import PgBoss from 'pg-boss';
+import { createPool } from '../core/db.js';
+import { migrate } from '../core/migrate.js';
+import { cpuSplit, type CpuSplit } from './cpu.js';
+import { Completions, PoolSampler, openDispatchBench, type BenchPki } from './dispatch-env.js';
+import { freshDatabase, percentiles } from './harness.js';
+
+/**
+ * Where the cells read CPU from: the PostgreSQL postmaster (bench/cpu.ts), set once by the runner, and the
+ * sandbox servers' thread while an actionledger cell runs (their CPU is the provider's, not ours).
+ */
+export const cellContext: { postmaster: number | null; sandboxThread: number | null } = { postmaster: null, sandboxThread: null };
+
+/** How long a cell runs: at least `ops` operations and `minMs`, none started after `capMs`. */
+export interface CellLimits {
+  ops: number;
+  capMs: number;
+  minMs: number;
+}
+
+export const COMPLETION_TIMEOUT_MS = 60_000;
+
+export const ARGS = {
+  order_id: 'ord-1',
+  amount: 1250,
+  currency: 'EUR',
+  reason: 'damaged in transit',
+};
+
+export interface Run {
+  ops: number;
+  seconds: number;
+  opsPerS: number;
+  p50Ms: number;
+  p99Ms: number;
+  /** Main-thread event-loop utilisation, and CPU of the whole Node process (all threads) in cores. */
+  elu: number;
+  cpu: CpuSplit;
+}
+
+/**
+ * `concurrency` closed loops running `cycle` (which returns its own latency): at least `total` ops and
+ * `minMs`, whichever takes longer, but no op is started after `capMs`.
+ */
+export async function closedLoopOps(concurrency: number, total: number, capMs: number, cycle: (worker: number, i: number) => Promise<number>, minMs = 0): Promise<Run> {
+  const latencies: number[] = [];
+  const load = nodeLoad();
+  const start = performance.now();
+  const deadline = start + capMs;
+  const minimum = start + minMs;
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: concurrency }, async (_, w) => {
+      for (;;) {
+        const now = performance.now();
+        if (now >= deadline || (next >= total && now >= minimum)) break;
+        const i = next++;
+        latencies.push(await cycle(w, i));
+      }
+    }),
+  );
+  const seconds = (performance.now() - start) / 1000;
+  return {
+    ops: latencies.length,
+    seconds,
+    opsPerS: latencies.length / seconds,
+    ...percentiles(latencies),
+    ...load(),
+  };
+}
+
+/** Load during the cell: main-thread event-loop utilisation and where the machine's CPU went (bench/cpu.ts). */
+export function nodeLoad(): () => { elu: number; cpu: CpuSplit } {
+  const elu0 = performance.eventLoopUtilization();
+  const split = cpuSplit(cellContext.postmaster, cellContext.sandboxThread);
+  return () => ({
+    elu: performance.eventLoopUtilization(elu0).utilization,
+    cpu: split(),
+  });
+}
+
+/** Drops a cell's database, then checkpoints so the next cell does not pay for this one's dirty pages. */
+export async function dropDatabase(adminUrl: string, name: string): Promise<void> {
+  const c = new pg.Client({ connectionString: adminUrl });
+  await c.connect();
+  await c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+  await c.query('CHECKPOINT').catch(() => undefined); // needs superuser or pg_checkpoint; best effort
+  await c.end();
+}
+
+export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+// ---------------------------------------------------------------------------------------------------------
+// actionledger end to end
+
+export interface AlResult extends Run {
+  wakeP50Ms: number;
+  wakeP99Ms: number;
+  providerP50Ms: number;
+  lockHeldP50Ms: number;
+  lockHeldP99Ms: number;
+  connAvg: number;
+  connMax: number;
+  poolWaitingAvg: number;
+  notSucceeded: number;
+  /** Statements the dispatcher sent per operation (the producer's reservation and NOTIFY not included). */
+  statementsPerOp: number;
+  check: string;
+}
+
+export async function actionledgerCell(adminUrl: string, pki: BenchPki, n: number, limits: CellLimits): Promise<AlResult> {
+  const name = `al_bench_dispatch_al_${n}`;
+  const url = await freshDatabase(adminUrl, name);
+  const setup = new pg.Client({ connectionString: url });
+  await setup.connect();
+  await migrate(setup, 'actionledger', '"actionledger"');
+  await setup.end();
+  // LISTEN + one connection per operation in flight (evidence or the locked dispatch) + claim + heartbeat.
+  const env = await openDispatchBench(pki, url, n, n + 4);
+  cellContext.sandboxThread = env.sandbox.tid;
+  try {
+    let notSucceeded = 0;
+    const wake: number[] = [];
+    const cycle =
+      (tag: string) =>
+      async (w: number, i: number): Promise<number> => {
+        const r = await env.ledger.reserve(
+          {
+            tenant_id: 'tenant-a',
+            principal_id: `producer-${w}`,
+            task_id: `${tag}-${i}`,
+            workflow_step_id: 's1',
+            approval_id: 'a1',
+            policy_version: 'v1',
+          },
+          'issue_refund',
+          ARGS,
+        );
+        const committed = performance.now();
+        const done = await env.probe.completions.wait(r.operation_id, COMPLETION_TIMEOUT_MS);
+        if (done.status !== 'succeeded') notSucceeded++;
+        const claimed = env.probe.claimedAt.get(r.operation_id);
+        if (claimed !== undefined) wake.push(claimed - committed);
+        env.probe.claimedAt.delete(r.operation_id);
+        return done.at - committed;
+      };
+    await closedLoopOps(n, Math.max(20, 2 * n), limits.capMs, cycle('warm'));
+    env.probe.resetStats();
+    wake.length = 0;
+    notSucceeded = 0;
+    const sampler = new PoolSampler(env.dispatcherPool);
+    sampler.start();
+    const run = await closedLoopOps(n, limits.ops, limits.capMs, cycle('run'), limits.minMs);
+    const conns = sampler.stop();
+    const lock = percentiles(env.probe.lockHeldMs);
+
+    // Every reservation (warm-up included) must have ended succeeded, with one provider request each.
+    const { rows } = await env.producerPool.query<{
+      status: string;
+      n: number;
+    }>('SELECT status, count(*)::int AS n FROM actionledger.operations GROUP BY status ORDER BY status');
+    const { rows: outbox } = await env.producerPool.query<{ n: number }>('SELECT count(*)::int AS n FROM actionledger.outbox');
+    const stats = await env.sandbox.stats();
+    const total = rows.reduce((s, r) => s + r.n, 0);
+    const byStatus = rows.map((r) => `${r.status}=${r.n}`).join(' ');
+    const check = `operations ${byStatus}; outbox ${outbox[0]?.n}; provider POSTs ${stats.posts} (${stats.distinctKeys} keys, ${stats.effects} effects); authorizations ${stats.authorizations}`;
+    const ok =
+      rows.length === 1 && rows[0]?.status === 'succeeded' && outbox[0]?.n === 0 && stats.posts === total && stats.distinctKeys === total && stats.authorizations === total;
+    if (!ok) process.stderr.write(`WARNING actionledger N=${n}: ${check}\n`);
+    return {
+      ...run,
+      wakeP50Ms: percentiles(wake).p50Ms,
+      wakeP99Ms: percentiles(wake).p99Ms,
+      providerP50Ms: percentiles(env.probe.providerMs).p50Ms,
+      lockHeldP50Ms: lock.p50Ms,
+      lockHeldP99Ms: lock.p99Ms,
+      connAvg: conns.avgInUse,
+      connMax: conns.maxInUse,
+      poolWaitingAvg: conns.avgWaiting,
+      notSucceeded,
+      statementsPerOp: env.probe.statements / run.ops,
+      check,
+    };
+  } finally {
+    cellContext.sandboxThread = null;
+    await env.close();
+    await dropDatabase(adminUrl, name);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// SQL-only lifecycle: commit 1 ledger+outbox insert, commit 2 claim, commit 3 succeeded
+
+export const SQL = {
+  schema: [
+    `CREATE TABLE ledger (id bigserial PRIMARY KEY, status text NOT NULL, payload jsonb NOT NULL,
+       created_at timestamptz NOT NULL DEFAULT now(), updated_at timestamptz NOT NULL DEFAULT now())`,
+    `CREATE TABLE outbox (id bigint PRIMARY KEY REFERENCES ledger (id), available_at timestamptz NOT NULL DEFAULT now())`,
+  ],
+  insert: `WITH l AS (INSERT INTO ledger (status, payload) VALUES ('pending', $1::jsonb) RETURNING id)
+           INSERT INTO outbox (id) SELECT id FROM l RETURNING id`,
+  claim: `WITH picked AS (SELECT id FROM outbox ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED),
+               taken AS (DELETE FROM outbox o USING picked p WHERE o.id = p.id RETURNING o.id)
+          UPDATE ledger l SET status = 'executing', updated_at = now() FROM taken t
+          WHERE l.id = t.id AND l.status = 'pending' RETURNING l.id`,
+  lock: `SELECT id FROM ledger WHERE id = $1 AND status = 'executing' FOR UPDATE`,
+  done: `UPDATE ledger SET status = 'succeeded', updated_at = now() WHERE id = $1 AND status = 'executing'`,
+};
+
+export type SqlVariant = 'plain' | 'request_outside_lock' | 'request_under_lock';
+
+export interface SqlResult extends Run {
+  connAvg: number;
+  emptyClaims: number;
+  check: string;
+}
+
+export async function sqlCell(adminUrl: string, n: number, variant: SqlVariant, requestMs: number, limits: CellLimits): Promise<SqlResult> {
+  const name = `al_bench_dispatch_sql_${n}`;
+  const url = await freshDatabase(adminUrl, name);
+  const pool = createPool(url, {
+    max: n + 2,
+    statementTimeoutMs: 60_000,
+    applicationName: 'bench-sql',
+  });
+  try {
+    for (const ddl of SQL.schema) await pool.query(ddl);
+    const payload = JSON.stringify(ARGS);
+    let emptyClaims = 0;
+    const cycle = async (): Promise<number> => {
+      const t0 = performance.now();
+      await pool.query(SQL.insert, [payload]);
+      let id: string | undefined;
+      while (id === undefined) {
+        const { rows } = await pool.query<{ id: string }>(SQL.claim);
+        id = rows[0]?.id;
+        if (id === undefined) emptyClaims++;
+      }
+      if (variant === 'plain') {
+        await pool.query(SQL.done, [id]);
+      } else if (variant === 'request_outside_lock') {
+        await sleep(requestMs);
+        await pool.query(SQL.done, [id]);
+      } else {
+        const c = await pool.connect();
+        try {
+          await c.query('BEGIN');
+          await c.query(SQL.lock, [id]);
+          await sleep(requestMs);
+          await c.query(SQL.done, [id]);
+          await c.query('COMMIT');
+        } catch (err) {
+          await c.query('ROLLBACK').catch(() => undefined);
+          throw err;
+        } finally {
+          c.release();
+        }
+      }
+      return performance.now() - t0;
+    };
+    await closedLoopOps(n, Math.max(20, 2 * n), limits.capMs, cycle);
+    emptyClaims = 0;
+    const sampler = new PoolSampler(pool);
+    sampler.start();
+    const run = await closedLoopOps(n, limits.ops, limits.capMs, cycle, limits.minMs);
+    const conns = sampler.stop();
+    const { rows } = await pool.query<{ status: string; n: number }>('SELECT status, count(*)::int AS n FROM ledger GROUP BY status ORDER BY status');
+    const check = rows.map((r) => `${r.status}=${r.n}`).join(' ');
+    if (rows.length !== 1 || rows[0]?.status !== 'succeeded') process.stderr.write(`WARNING sql ${variant} N=${n}: ${check}\n`);
+    return { ...run, connAvg: conns.avgInUse, emptyClaims, check };
+  } finally {
+    await pool.end();
+    await dropDatabase(adminUrl, name);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// pg-boss 10: no-op jobs, a single worker fetching up to N jobs, polling every 0.5 s or woken in-process
+
+export type BossMode = 'poll' | 'notify';
+
+export interface BossResult extends Run {
+  check: string;
+}
+
+export async function pgBossCell(adminUrl: string, n: number, mode: BossMode, limits: CellLimits): Promise<BossResult> {
+  const name = `al_bench_dispatch_boss_${n}`;
+  const url = await freshDatabase(adminUrl, name);
+  const pool = createPool(url, {
+    max: n + 4,
+    statementTimeoutMs: 60_000,
+    applicationName: 'bench-pgboss',
+  });
+  const completions = new Completions();
+  let inFlight = 0;
+  // pg-boss runs its SQL through this (its documented `db` option), so completions are seen when acknowledged.
+  const db: PgBoss.Db = {
+    async executeSql(text: string, values: unknown[]) {
+      inFlight++;
+      try {
+        const result = await pool.query(text, values);
+        if (text.includes('SET completed_on = now()') && Array.isArray(values[1])) {
+          const t = performance.now();
+          for (const id of values[1] as string[]) completions.done(id, 'completed', t);
+        }
+        return result;
+      } finally {
+        inFlight--;
+      }
+    },
+  };
+  const boss = new PgBoss({
+    db,
+    supervise: false,
+    schedule: false,
+    migrate: true,
+  });
+  boss.on('error', (err: Error) => process.stderr.write(`pg-boss error: ${err.message}\n`));
+  try {
+    await boss.start();
+    await boss.createQueue('bench');
+    const workerId = await boss.work('bench', { batchSize: n, pollingIntervalSeconds: 0.5 }, async () => undefined);
+    const cycle = async (_w: number, i: number): Promise<number> => {
+      const id = await boss.send('bench', { i });
+      const committed = performance.now();
+      if (id === null) throw new Error('pg-boss send returned null');
+      if (mode === 'notify') boss.notifyWorker(workerId);
+      const done = await completions.wait(id, COMPLETION_TIMEOUT_MS);
+      return done.at - committed;
+    };
+    await closedLoopOps(n, mode === 'poll' ? n : Math.max(20, 2 * n), limits.capMs, cycle);
+    const run = await closedLoopOps(n, limits.ops, limits.capMs, cycle, limits.minMs);
+    const { rows } = await pool.query<{ state: string; n: number }>("SELECT state, count(*)::int AS n FROM pgboss.job WHERE name = 'bench' GROUP BY state ORDER BY state");
+    const check = rows.map((r) => `${r.state}=${r.n}`).join(' ');
+    if (rows.length !== 1 || rows[0]?.state !== 'completed') process.stderr.write(`WARNING pg-boss ${mode} N=${n}: ${check}\n`);
+    return { ...run, check };
+  } finally {
+    await boss.stop({ graceful: true, wait: true, timeout: 5000 });
+    // The worker loop may still have a fetch in flight; let it land before the pool closes.
+    for (let quiet = 0; quiet < 20;) {
+      await sleep(10);
+      quiet = inFlight === 0 ? quiet + 1 : 0;
+    }
+    await pool.end();
+    await dropDatabase(adminUrl, name);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+
+export function gitHead(): string {
+  try {
+    const head = execFileSync('git', ['rev-parse', '--short', 'HEAD'], {
+      encoding: 'utf8',
+    }).trim();
+    const status = execFileSync('git', ['status', '--porcelain', '--untracked-files=no', '--', 'core', 'ledger', 'dispatcher', 'sandbox', 'sql'], { encoding: 'utf8' });
+    const dirty = status
+      .split('\n')
+      .filter((l) => l.length > 3)
+      .map((l) => l.slice(3));
+    return dirty.length === 0 ? head : `${head} + uncommitted changes in ${dirty.join(', ')}`;
+  } catch {
+    return 'unknown';
+  }
+}
+
+/** The median of each numeric field over the rounds (nested objects too); string fields joined. */
+export function median<T extends object>(runs: T[]): T {
+  const first = runs[0];
+  if (first === undefined) throw new Error('no runs');
+  const out: Record<string, unknown> = {};
+  for (const key of Object.keys(first)) {
+    const values = runs.map((r) => (r as Record<string, unknown>)[key]);
+    if (typeof values[0] === 'object' && values[0] !== null) {
+      out[key] = median(values as object[]);
+    } else if (typeof values[0] === 'number') {
+      const sorted = (values as number[]).slice().sort((a, b) => a - b);
+      const mid = Math.floor(sorted.length / 2);
+      out[key] = sorted.length % 2 === 1 ? sorted[mid] : ((sorted[mid - 1] ?? 0) + (sorted[mid] ?? 0)) / 2;
+    } else {
+      out[key] = [...new Set(values.map(String))].join(' | ');
+    }
+  }
+  return out as T;
+}
+
+export function medianOf(values: number[]): number {
+  return (median(values.map((v) => ({ v }))) as { v: number }).v;
+}
+
+/** The median over rounds of a per-round ratio: cells of one round ran minutes apart at most. */
+export function ratioOf(a: Run[], b: Run[]): number {
+  return medianOf(a.map((r, i) => r.opsPerS / (b[i]?.opsPerS ?? NaN)));
+}
+
+/** Node + PostgreSQL CPU per operation, in ms; the sandbox provider's and authorizer's thread and other processes excluded. */
+export const cpuMsPerOp = (r: Run): number => ((r.cpu.nodeCores - (Number.isNaN(r.cpu.threadCores) ? 0 : r.cpu.threadCores) + r.cpu.postgresCores) * 1000) / r.opsPerS;
+
+export const list = (runs: Run[]): string => runs.map((r) => r.opsPerS.toFixed(0)).join(', ');
+export const round2 = (x: number): number | null => (Number.isFinite(x) ? Number(x.toFixed(2)) : null);
+export const common = (r: Run): Record<string, number | null> => ({
+  ops: r.ops,
+  seconds: round2(r.seconds),
+  main_thread_elu: round2(r.elu),
+  machine_cpu_cores: round2(r.cpu.machineCores),
+  node_cpu_cores: round2(r.cpu.nodeCores),
+  sandbox_thread_cpu_cores: round2(r.cpu.threadCores),
+  postgres_cpu_cores: round2(r.cpu.postgresCores),
+  other_processes_cpu_cores: round2(r.cpu.otherCores),
+});
