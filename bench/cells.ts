@@ -14,8 +14,11 @@
 import { execFileSync } from 'node:child_process';
 import pg from 'pg';
 import PgBoss from 'pg-boss';
+import { compileConfig } from '../core/config.js';
 import { createPool } from '../core/db.js';
 import { migrate } from '../core/migrate.js';
+import { Secret } from '../core/secret.js';
+import { EffectKeyer, Ledger } from '../ledger/index.js';
 import { cpuSplit, type CpuSplit } from './cpu.js';
 import { Completions, PoolSampler, openDispatchBench, type BenchPki } from './dispatch-env.js';
 import { freshDatabase, percentiles } from './harness.js';
@@ -298,8 +301,17 @@ export interface BossResult extends Run {
   check: string;
 }
 
-export async function pgBossCell(adminUrl: string, n: number, mode: BossMode, limits: CellLimits): Promise<BossResult> {
-  const name = `al_bench_dispatch_boss_${n}`;
+interface BenchBoss {
+  boss: PgBoss;
+  pool: ReturnType<typeof createPool>;
+  completions: Completions;
+  /** Jobs whose `complete` statement was acknowledged, all queues. */
+  completed(): number;
+  close(): Promise<void>;
+}
+
+/** pg-boss on a fresh database, its SQL run through a pool we watch (its documented `db` option). */
+async function openBoss(adminUrl: string, name: string, n: number): Promise<BenchBoss> {
   const url = await freshDatabase(adminUrl, name);
   const pool = createPool(url, {
     max: n + 4,
@@ -308,7 +320,8 @@ export async function pgBossCell(adminUrl: string, n: number, mode: BossMode, li
   });
   const completions = new Completions();
   let inFlight = 0;
-  // pg-boss runs its SQL through this (its documented `db` option), so completions are seen when acknowledged.
+  let completed = 0;
+  // Completions are seen when their statement is acknowledged.
   const db: PgBoss.Db = {
     async executeSql(text: string, values: unknown[]) {
       inFlight++;
@@ -316,6 +329,7 @@ export async function pgBossCell(adminUrl: string, n: number, mode: BossMode, li
         const result = await pool.query(text, values);
         if (text.includes('SET completed_on = now()') && Array.isArray(values[1])) {
           const t = performance.now();
+          completed += (values[1] as string[]).length;
           for (const id of values[1] as string[]) completions.done(id, 'completed', t);
         }
         return result;
@@ -331,6 +345,32 @@ export async function pgBossCell(adminUrl: string, n: number, mode: BossMode, li
     migrate: true,
   });
   boss.on('error', (err: Error) => process.stderr.write(`pg-boss error: ${err.message}\n`));
+  return {
+    boss,
+    pool,
+    completions,
+    completed: () => completed,
+    async close() {
+      await boss.stop({ graceful: true, wait: true, timeout: 5000 });
+      // The worker loop may still have a fetch in flight; let it land before the pool closes.
+      for (let quiet = 0; quiet < 20;) {
+        await sleep(10);
+        quiet = inFlight === 0 ? quiet + 1 : 0;
+      }
+      await pool.end();
+      await dropDatabase(adminUrl, name);
+    },
+  };
+}
+
+async function jobStates(pool: ReturnType<typeof createPool>, queue: string): Promise<{ check: string; allCompleted: boolean }> {
+  const { rows } = await pool.query<{ state: string; n: number }>('SELECT state, count(*)::int AS n FROM pgboss.job WHERE name = $1 GROUP BY state ORDER BY state', [queue]);
+  return { check: rows.map((r) => `${r.state}=${r.n}`).join(' '), allCompleted: rows.length === 1 && rows[0]?.state === 'completed' };
+}
+
+export async function pgBossCell(adminUrl: string, n: number, mode: BossMode, limits: CellLimits): Promise<BossResult> {
+  const b = await openBoss(adminUrl, `al_bench_dispatch_boss_${n}`, n);
+  const { boss, completions } = b;
   try {
     await boss.start();
     await boss.createQueue('bench');
@@ -345,17 +385,108 @@ export async function pgBossCell(adminUrl: string, n: number, mode: BossMode, li
     };
     await closedLoopOps(n, mode === 'poll' ? n : Math.max(20, 2 * n), limits.capMs, cycle);
     const run = await closedLoopOps(n, limits.ops, limits.capMs, cycle, limits.minMs);
-    const { rows } = await pool.query<{ state: string; n: number }>("SELECT state, count(*)::int AS n FROM pgboss.job WHERE name = 'bench' GROUP BY state ORDER BY state");
-    const check = rows.map((r) => `${r.state}=${r.n}`).join(' ');
-    if (rows.length !== 1 || rows[0]?.state !== 'completed') process.stderr.write(`WARNING pg-boss ${mode} N=${n}: ${check}\n`);
+    const { check, allCompleted } = await jobStates(b.pool, 'bench');
+    if (!allCompleted) process.stderr.write(`WARNING pg-boss ${mode} N=${n}: ${check}\n`);
     return { ...run, check };
   } finally {
-    await boss.stop({ graceful: true, wait: true, timeout: 5000 });
-    // The worker loop may still have a fetch in flight; let it land before the pool closes.
-    for (let quiet = 0; quiet < 20;) {
-      await sleep(10);
-      quiet = inFlight === 0 ? quiet + 1 : 0;
-    }
+    await b.close();
+  }
+}
+
+export interface BossEnqueueDrainResult {
+  /** N producers calling `send` in a closed loop (latency: `send` call to its resolution). */
+  enqueue: BossResult;
+  /** The jobs enqueued above, then processed by one no-op worker fetching N per batch (no latency). */
+  drain: BossResult;
+}
+
+/**
+ * pg-boss enqueue rate, then no-op processing of the same jobs: one worker with `batchSize` N whose handler
+ * wakes it again at once (`notifyWorker`), so it fetches batch after batch without its polling pause: the
+ * fastest pg-boss drains a backlog with one worker. The drain's rate is jobs / (first fetch started -> last
+ * `complete` acknowledged).
+ */
+export async function pgBossEnqueueDrainCell(adminUrl: string, n: number, limits: CellLimits): Promise<BossEnqueueDrainResult> {
+  const b = await openBoss(adminUrl, `al_bench_run_boss_${n}`, n);
+  const { boss } = b;
+  try {
+    await boss.start();
+    await boss.createQueue('bench');
+    await boss.createQueue('warm');
+    const send = (queue: string) => async (_w: number, i: number): Promise<number> => {
+      const t0 = performance.now();
+      const id = await boss.send(queue, { i });
+      if (id === null) throw new Error('pg-boss send returned null');
+      return performance.now() - t0;
+    };
+    await closedLoopOps(n, Math.max(20, 2 * n), limits.capMs, send('warm'));
+    const enqueue = await closedLoopOps(n, limits.ops, limits.capMs, send('bench'), limits.minMs);
+
+    const target = enqueue.ops;
+    const load = nodeLoad();
+    const start = performance.now();
+    const worker: { id?: string } = {};
+    worker.id = await boss.work('bench', { batchSize: n, pollingIntervalSeconds: 0.5 }, async () => {
+      if (worker.id !== undefined) boss.notifyWorker(worker.id);
+    });
+    const deadline = start + COMPLETION_TIMEOUT_MS;
+    while (b.completed() < target && performance.now() < deadline) await sleep(2);
+    const seconds = (performance.now() - start) / 1000;
+    const drained = b.completed();
+    await boss.offWork('bench');
+    const { check, allCompleted } = await jobStates(b.pool, 'bench');
+    if (!allCompleted || drained !== target) process.stderr.write(`WARNING pg-boss drain N=${n}: ${check}; ${drained} of ${target} completed\n`);
+    const drain: BossResult = { ops: drained, seconds, opsPerS: drained / seconds, p50Ms: NaN, p99Ms: NaN, ...load(), check };
+    return { enqueue: { ...enqueue, check: `${target} sent` }, drain };
+  } finally {
+    await b.close();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The server's plain INSERT commit rate, and actionledger reservations, on one fresh migrated database
+
+export interface InsertReserveResult {
+  insert: Run;
+  reserve: Run;
+}
+
+export async function insertReserveCell(adminUrl: string, n: number, limits: CellLimits): Promise<InsertReserveResult> {
+  const name = `al_bench_run_reserve_${n}`;
+  const url = await freshDatabase(adminUrl, name);
+  const pool = createPool(url, { max: n + 2, statementTimeoutMs: 60_000, applicationName: 'bench-reserve' });
+  const client = await pool.connect();
+  await migrate(client, 'actionledger', '"actionledger"');
+  await client.query('CREATE TABLE public.plain_insert (id bigserial PRIMARY KEY, payload text NOT NULL, at timestamptz NOT NULL DEFAULT now())');
+  client.release();
+  const config = compileConfig(
+    { tools: { issue_refund: { provider_id: 'billing', endpoint: 'https://localhost:9443/v1/refunds', allowed_tenants: ['tenant-a'], idempotency: { mechanism: 'header', name: 'Idempotency-Key' } } } },
+    { DATABASE_URL: url },
+  );
+  const ledger = new Ledger(config, pool, new EffectKeyer({ active: 'k1', secrets: new Map([['k1', new Secret(Buffer.alloc(32, 7))]]) }));
+  const payload = JSON.stringify(ARGS);
+  const timed = (fn: (w: number, i: number) => Promise<unknown>) => async (w: number, i: number): Promise<number> => {
+    const t0 = performance.now();
+    await fn(w, i);
+    return performance.now() - t0;
+  };
+  const insertOne = timed(() => pool.query('INSERT INTO public.plain_insert (payload) VALUES ($1)', [payload]));
+  const reserveOne = (tag: string) =>
+    timed((w, i) =>
+      ledger.reserve(
+        { tenant_id: 'tenant-a', principal_id: `producer-${w}`, task_id: `${tag}-${i}`, workflow_step_id: 's1', approval_id: 'a1', policy_version: 'v1' },
+        'issue_refund',
+        ARGS,
+      ),
+    );
+  try {
+    await closedLoopOps(n, Math.max(20, 2 * n), limits.capMs, insertOne);
+    const insert = await closedLoopOps(n, limits.ops, limits.capMs, insertOne, limits.minMs);
+    await closedLoopOps(n, Math.max(20, 2 * n), limits.capMs, reserveOne('warm'));
+    const reserve = await closedLoopOps(n, limits.ops, limits.capMs, reserveOne('run'), limits.minMs);
+    return { insert, reserve };
+  } finally {
+    ledger.stop();
     await pool.end();
     await dropDatabase(adminUrl, name);
   }

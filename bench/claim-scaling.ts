@@ -1,0 +1,272 @@
+/**
+ * Does the claim stay flat as the queue and the ledger grow? Shared by `npm run bench:scaling` and
+ * `npm run bench`.
+ *
+ * For each ledger (e.g. 1,000 / 10,000 / 100,000 queued operations, and 1,000 queued beside 100,000 finished
+ * ones) on a fresh database: the rows are bulk-loaded by set-based SQL, then the loaded tables are analyzed,
+ * as autovacuum would after such a load (`ANALYZE operations, outbox`; nothing else: the other tables are
+ * left with the statistics a freshly migrated schema has in production, `gate_kill_switches` never analyzed).
+ * Then the dispatcher's own claim statement (batch of 32) runs repeatedly, each time in a transaction that is
+ * rolled back so the queue keeps its size, and EXPLAIN (ANALYZE, BUFFERS) of it is captured.
+ *
+ * Three claims are measured on each ledger, in this order:
+ *   - `shipped`: the claim in dispatcher/queries.ts, with the statistics production has;
+ *   - `proposed`: the same claim with its kill-switch test written so the planner cannot turn it into an
+ *     anti-join (see PROPOSED_KILL_SWITCH_TEST below; not shipped, measured here as the candidate fix);
+ *   - `shipped, kill switches analyzed`: the shipped claim after `ANALYZE gate_kill_switches`, the evidence
+ *     for the cause (the empty, never-analyzed kill-switch table makes the planner expect the anti-join to
+ *     leave one row, so it reads the whole queue instead of the first 32 entries of the outbox index).
+ *
+ * Statements are sent unnamed (node-postgres without `name`), so each execution is planned with its own
+ * parameters: no generic plans are involved; the run records plan_cache_mode and the session's prepared
+ * statements to show it.
+ */
+import { randomBytes } from 'node:crypto';
+import { bindQueries, createPool, type Pool } from '../core/db.js';
+import { migrate } from '../core/migrate.js';
+import { dispatcherQueries } from '../dispatcher/queries.js';
+import { dropDatabase } from './cells.js';
+import { freshDatabase, percentiles } from './harness.js';
+
+const q = bindQueries(dispatcherQueries, '"actionledger"');
+const BATCH = 32;
+
+export interface ScalingCase {
+  name: string;
+  queued: number;
+  finished: number;
+}
+
+export const DEFAULT_CASES: ScalingCase[] = [
+  { name: 'queued 1,000', queued: 1_000, finished: 0 },
+  { name: 'queued 10,000', queued: 10_000, finished: 0 },
+  { name: 'queued 100,000', queued: 100_000, finished: 0 },
+  { name: 'queued 1,000 + finished 100,000', queued: 1_000, finished: 100_000 },
+];
+
+export type ClaimVariant = 'shipped' | 'proposed' | 'shipped, kill switches analyzed';
+
+/**
+ * The candidate fix for the claim's kill-switch test (dispatcher/queries.ts is not edited here). The shipped
+ * `AND NOT EXISTS (SELECT 1 FROM gate_kill_switches k WHERE ...)` becomes an anti-join whose estimate, from an
+ * empty never-analyzed table (or one with a row for the only tenant), is one row; under an OR it stays a
+ * filter, the uncorrelated EXISTS is evaluated once per statement (an InitPlan), and the plan walks
+ * outbox_available_idx in order and stops after 32 rows. Same result: the two forms are logically equivalent.
+ */
+const SHIPPED_KILL_SWITCH_TEST =
+  /AND NOT EXISTS \(\s*SELECT 1 FROM ("actionledger"\.gate_kill_switches) k\s*WHERE (k\.tenant_id IN \(l\.tenant_id, '\*'\) AND k\.tool_name IN \(l\.tool_name, '\*'\))\)/;
+const PROPOSED_KILL_SWITCH_TEST = "AND (NOT EXISTS (SELECT 1 FROM $1)\n          OR NOT EXISTS (SELECT 1 FROM $1 k\n            WHERE $2))";
+
+/** The proposed claim text, or null when the shipped claim no longer has the shape this rewrites. */
+export function proposedClaim(shipped: string = q.outboxClaimBatch): string | null {
+  return SHIPPED_KILL_SWITCH_TEST.test(shipped) ? shipped.replace(SHIPPED_KILL_SWITCH_TEST, PROPOSED_KILL_SWITCH_TEST) : null;
+}
+
+export interface ScalingRow {
+  ledger: ScalingCase;
+  variant: ClaimVariant;
+  claims: number;
+  p50Ms: number;
+  p99Ms: number;
+  /** Scans of operations and outbox in the claim's pick, e.g. "Index Scan using outbox_available_idx on outbox". */
+  scans: string;
+  /** Rows the pick read from operations and outbox (actual rows x loops of their scans). */
+  rowsRead: number;
+  /** Shared buffers hit + read by the whole statement. */
+  buffers: number;
+  explainMs: number;
+  /** Whether the plan taken after the claims loop has the same scans as the one taken before it. */
+  planStable: boolean;
+  plan: string;
+}
+
+export interface ScalingResult {
+  rows: ScalingRow[];
+  /** Statistics and planner settings seen on each ledger, for the report. */
+  notes: string[];
+}
+
+/** Inserts `n` operations in `status` (with an outbox row when pending) by set-based SQL: loading, not measuring. */
+export async function loadOperations(pool: Pool, n: number, status: 'pending' | 'succeeded', tenant = 'tenant-a'): Promise<void> {
+  const salt = randomBytes(4).toString('hex');
+  for (let done = 0; done < n; done += 20_000) {
+    const m = Math.min(20_000, n - done);
+    await pool.query(
+      `WITH ins AS (
+         INSERT INTO actionledger.operations (operation_id, effect_key, effect_key_id, principal_id, task_id, workflow_step_id, tool_name,
+           tenant_id, provider_id, provider_endpoint, idempotency_header, canonical_args_sha256, arguments_json,
+           current_approval_id, current_policy_version, status, provider_receipt)
+         SELECT gen_random_uuid(), 'v1.k1.' || encode(sha256(($1 || i)::bytea), 'hex'), 'k1', 'bench', $1 || '-' || i, 's1', 'issue_refund',
+           $5, 'billing', 'https://localhost:9443/v1/refunds', 'Idempotency-Key', encode(sha256(('a' || i)::bytea), 'hex'),
+           jsonb_build_object('order_id', 'o-' || i, 'amount', i), 'a1', 'v1', $2, CASE WHEN $2 = 'succeeded' THEN 'r-' || i END
+         FROM generate_series($3::int, $4::int) i
+         RETURNING operation_id, status
+       )
+       INSERT INTO actionledger.outbox (operation_id, attempt, available_at)
+       SELECT operation_id, 1, now() - interval '1 second' FROM ins WHERE status = 'pending'`,
+      [`${status}-${salt}-${done}`, status, done + 1, done + m, tenant],
+    );
+  }
+}
+
+/** Runs `text` (a claim) in rolled-back transactions: at most `maxClaims`, stopping after `maxMs` (at least 5). */
+async function claimTimes(pool: Pool, text: string, maxClaims: number, maxMs: number): Promise<number[]> {
+  const client = await pool.connect();
+  const times: number[] = [];
+  const deadline = performance.now() + maxMs;
+  try {
+    for (let i = 0; i < maxClaims && (i < 5 || performance.now() < deadline); i++) {
+      await client.query('BEGIN');
+      const t0 = process.hrtime.bigint();
+      const { rowCount } = await client.query(text, [BATCH, 'bench-worker']);
+      times.push(Number(process.hrtime.bigint() - t0) / 1e6);
+      await client.query('ROLLBACK');
+      if (rowCount !== BATCH) throw new Error(`claim returned ${rowCount} rows`);
+    }
+  } finally {
+    client.release();
+  }
+  return times;
+}
+
+export interface PlanSummary {
+  scans: string;
+  rowsRead: number;
+  buffers: number;
+  executionMs: number;
+  text: string;
+}
+
+/** EXPLAIN (ANALYZE, BUFFERS) of a claim, rolled back, with the figures the tables show. */
+export async function explainClaim(pool: Pool, text: string): Promise<PlanSummary> {
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN');
+    const { rows } = await client.query<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, BUFFERS) ${text}`, [BATCH, 'bench-worker']);
+    await client.query('ROLLBACK');
+    return summarizePlan(rows.map((r) => r['QUERY PLAN']).join('\n'));
+  } finally {
+    client.release();
+  }
+}
+
+/**
+ * Reads the scans of the pick (aliases `o` and `l`: outbox and operations as the claim's first CTE names them;
+ * the DELETE and UPDATE use other aliases), the rows they returned, and the statement's shared buffers.
+ */
+export function summarizePlan(text: string): PlanSummary {
+  const lines = text.split('\n');
+  const scans: string[] = [];
+  let rowsRead = 0;
+  for (const line of lines) {
+    const m = /((?:Seq|Index Only|Index|Bitmap Heap) Scan)(?: using (\S+))? on (operations|outbox) (l|o)\s.*actual time=\S+ rows=([\d.]+) loops=(\d+)/.exec(line);
+    if (m === null) continue;
+    scans.push(`${m[1]}${m[2] === undefined ? '' : ` using ${m[2]}`} on ${m[3]}`);
+    rowsRead += Number(m[5]) * Number(m[6]);
+  }
+  // Bitmap heap scans name their index on the next line; add it to the summary.
+  for (const line of lines) {
+    const m = /Bitmap Index Scan on (\S+)/.exec(line);
+    if (m !== null && /^(operations|outbox)_/.test(m[1] ?? '')) scans.push(`Bitmap Index Scan on ${m[1]}`);
+  }
+  const buffersLine = lines.find((l) => l.includes('Buffers: shared')) ?? '';
+  const hit = Number(/shared hit=(\d+)/.exec(buffersLine)?.[1] ?? 0);
+  const read = Number(/shared (?:hit=\d+ )?read=(\d+)/.exec(buffersLine)?.[1] ?? 0);
+  const executionMs = Number(/Execution Time: ([\d.]+) ms/.exec(text)?.[1] ?? NaN);
+  return { scans: [...new Set(scans)].join('; '), rowsRead, buffers: hit + read, executionMs, text };
+}
+
+async function tableStats(pool: Pool): Promise<string> {
+  const { rows } = await pool.query<{
+    relname: string;
+    n_live_tup: string;
+    n_dead_tup: string;
+    last_analyze: Date | null;
+    last_autoanalyze: Date | null;
+    reltuples: number;
+    relpages: number;
+  }>(
+    `SELECT s.relname, s.n_live_tup, s.n_dead_tup, s.last_analyze, s.last_autoanalyze, c.reltuples, c.relpages
+     FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
+     WHERE s.schemaname = 'actionledger' AND s.relname IN ('operations', 'outbox', 'gate_kill_switches')
+     ORDER BY s.relname`,
+  );
+  return rows
+    .map(
+      (r) =>
+        `${r.relname}: reltuples ${r.reltuples}, relpages ${r.relpages}, n_live_tup ${r.n_live_tup}, n_dead_tup ${r.n_dead_tup}, ` +
+        `last_analyze ${r.last_analyze === null ? 'never' : 'set'}, last_autoanalyze ${r.last_autoanalyze === null ? 'never' : 'set'}`,
+    )
+    .join('; ');
+}
+
+export interface ScalingOptions {
+  cases?: ScalingCase[];
+  /** Most claims per variant and ledger. */
+  maxClaims?: number;
+  /** Claims stop after this long (at least 5 run), so a slow plan does not hold the run for minutes. */
+  maxMsPerVariant?: number;
+  log?: (line: string) => void;
+}
+
+export async function runClaimScaling(adminUrl: string, options: ScalingOptions = {}): Promise<ScalingResult> {
+  const cases = options.cases ?? DEFAULT_CASES;
+  const maxClaims = options.maxClaims ?? 200;
+  const maxMs = options.maxMsPerVariant ?? 6_000;
+  const log = options.log ?? ((line: string) => process.stdout.write(line + '\n'));
+  const proposed = proposedClaim();
+  const rows: ScalingRow[] = [];
+  const notes: string[] = [];
+  if (proposed === null) notes.push('The shipped claim no longer has the kill-switch test this benchmark rewrites: the proposed claim was not measured.');
+  for (const [i, c] of cases.entries()) {
+    const name = `al_bench_scaling_${i}`;
+    const url = await freshDatabase(adminUrl, name);
+    const pool = createPool(url, { max: 4, statementTimeoutMs: 600_000, applicationName: 'bench-scaling' });
+    try {
+      const client = await pool.connect();
+      await migrate(client, 'actionledger', '"actionledger"');
+      client.release();
+      if (c.finished > 0) await loadOperations(pool, c.finished, 'succeeded');
+      await loadOperations(pool, c.queued, 'pending');
+      // What autovacuum does after a bulk load: analyze the tables that changed. Nothing else is analyzed.
+      await pool.query('ANALYZE actionledger.operations');
+      await pool.query('ANALYZE actionledger.outbox');
+      const settings = await pool.query<{ mode: string; prepared: number }>(
+        `SELECT current_setting('plan_cache_mode') AS mode, (SELECT count(*)::int FROM pg_prepared_statements) AS prepared`,
+      );
+      notes.push(`${c.name}, after load + ANALYZE: ${await tableStats(pool)}; plan_cache_mode ${settings.rows[0]?.mode}, prepared statements in the session ${settings.rows[0]?.prepared}`);
+      const variants: [ClaimVariant, string | null][] = [
+        ['shipped', q.outboxClaimBatch],
+        ['proposed', proposed],
+        ['shipped, kill switches analyzed', q.outboxClaimBatch],
+      ];
+      for (const [variant, text] of variants) {
+        if (text === null) continue;
+        if (variant === 'shipped, kill switches analyzed') await pool.query('ANALYZE actionledger.gate_kill_switches');
+        const before = await explainClaim(pool, text);
+        await claimTimes(pool, text, Math.min(10, maxClaims), maxMs / 4); // warm
+        const times = await claimTimes(pool, text, maxClaims, maxMs);
+        const after = await explainClaim(pool, text);
+        const p = percentiles(times);
+        rows.push({
+          ledger: c,
+          variant,
+          claims: times.length,
+          ...p,
+          scans: after.scans,
+          rowsRead: after.rowsRead,
+          buffers: after.buffers,
+          explainMs: after.executionMs,
+          planStable: before.scans === after.scans,
+          plan: after.text,
+        });
+        log(`  ${c.name}, ${variant}: claim p50 ${p.p50Ms.toFixed(2)} ms, p99 ${p.p99Ms.toFixed(2)} ms over ${times.length} claims; ${after.scans}; rows read ${after.rowsRead}`);
+      }
+      notes.push(`${c.name}, after the claims: ${await tableStats(pool)}`);
+    } finally {
+      await pool.end();
+      await dropDatabase(adminUrl, name);
+    }
+  }
+  return { rows, notes };
+}

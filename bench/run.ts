@@ -1,0 +1,336 @@
+/**
+ * `npm run bench`: the performance table, in one run on one PostgreSQL server (DATABASE_URL, or a fresh
+ * embedded cluster).
+ *
+ * At N = 1, 8 and 32 (closed loops: N callers, each starting its next operation when the previous one is
+ * acknowledged), each round measuring, one after the other on fresh databases (bench/cells.ts):
+ *   - the server's single-row INSERT commit rate (the commit ceiling),
+ *   - the SQL-only 3-commit outbox lifecycle (insert ledger+outbox, claim with SKIP LOCKED, mark succeeded):
+ *     the ceiling for a lifecycle,
+ *   - pg-boss 10: `send` rate, no-op processing of those same jobs by one worker fetching N per batch, and
+ *     send-to-complete with N jobs in flight (woken in-process),
+ *   - actionledger: `reserve` rate, and reservation to `succeeded` through a real Dispatcher (fresh mTLS
+ *     authorization, provider call over mTLS; bench/dispatch-env.ts) with N operations in flight: its rate,
+ *     its latency (reservation commit acknowledged -> outcome commit acknowledged) and the latency to the claim.
+ * Rounds interleave the systems; the table shows medians over rounds, and ratios are medians of per-round
+ * ratios. Then the claim's cost as the queue grows from 1,000 to 100,000 operations, and beside 100,000
+ * finished ones, with EXPLAIN (ANALYZE, BUFFERS) (bench/claim-scaling.ts).
+ *
+ * Writes `runs.bench` in bench/results.json (other runs kept) and the markdown tables to bench/results.md.
+ *
+ * Options: --quick (smoke run: 1 round, short cells, queues up to 10,000; writes nothing unless --save),
+ * --rounds R (default 3), --levels 1,8,32, --seconds S (throughput cells, default 2), --no-scaling, --save.
+ * BENCH_QUIET_MAX_SECONDS (default 15): the longest wait, before each round, for other processes to go quiet.
+ */
+import { writeFileSync } from 'node:fs';
+import { cpus, totalmem } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import pg from 'pg';
+import {
+  actionledgerCell,
+  cellContext,
+  common,
+  gitHead,
+  insertReserveCell,
+  list,
+  median,
+  medianOf,
+  pgBossCell,
+  pgBossEnqueueDrainCell,
+  round2,
+  sqlCell,
+  type AlResult,
+  type BossResult,
+  type CellLimits,
+  type Run,
+  type SqlResult,
+} from './cells.js';
+import { DEFAULT_CASES, runClaimScaling, type ScalingRow } from './claim-scaling.js';
+import { findPostmaster, waitForQuiet } from './cpu.js';
+import { createBenchPki } from './dispatch-env.js';
+import { openBenchDatabase, printTable, saveResults, type ResultEntry } from './harness.js';
+
+const { values: flags } = parseArgs({
+  options: {
+    quick: { type: 'boolean', default: false },
+    save: { type: 'boolean', default: false },
+    'no-scaling': { type: 'boolean', default: false },
+    rounds: { type: 'string' },
+    levels: { type: 'string' },
+    seconds: { type: 'string' },
+  },
+});
+const QUICK = flags.quick === true;
+const SAVE = !QUICK || flags.save === true;
+const ROUNDS = Number(flags.rounds ?? (QUICK ? 1 : 3));
+const LEVELS = (flags.levels ?? '1,8,32').split(',').map(Number);
+const THROUGHPUT_MS = Number(flags.seconds ?? (QUICK ? 0.5 : 2)) * 1000;
+/** INSERT, reserve, pg-boss send: time-based cells. */
+const THROUGHPUT: CellLimits = { ops: 0, minMs: THROUGHPUT_MS, capMs: THROUGHPUT_MS };
+/** Lifecycles (SQL, pg-boss in flight, actionledger end to end): at least 600 operations and 2 s, none started after 6 s. */
+const LIFECYCLE: CellLimits = QUICK ? { ops: 50, minMs: 0, capMs: 1000 } : { ops: 600, minMs: 2000, capMs: 6000 };
+const SCALING_CASES = QUICK
+  ? [
+      { name: 'queued 1,000', queued: 1_000, finished: 0 },
+      { name: 'queued 10,000', queued: 10_000, finished: 0 },
+      { name: 'queued 1,000 + finished 10,000', queued: 1_000, finished: 10_000 },
+    ]
+  : DEFAULT_CASES;
+const QUIET_MAX_MS = Number(process.env.BENCH_QUIET_MAX_SECONDS ?? (QUICK ? 2 : 15)) * 1000;
+const NOISY_CORES = 0.3;
+
+interface Round {
+  insert: Run;
+  reserve: Run;
+  sql: SqlResult;
+  bossSend: BossResult;
+  bossDrain: BossResult;
+  bossLive: BossResult;
+  al: AlResult;
+  /** Most cores other processes used during any cell of the round. */
+  otherCores: number;
+}
+
+const log = (line: string): void => void process.stdout.write(line + '\n');
+
+/** Median over rounds of a / b, each ratio taken within one round. */
+function ratio(rounds: Round[], a: (r: Round) => number, b: (r: Round) => number): number {
+  return medianOf(rounds.map((r) => a(r) / b(r)));
+}
+
+async function serverFacts(url: string): Promise<Record<string, string>> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    const out: Record<string, string> = {};
+    for (const name of ['server_version', 'fsync', 'synchronous_commit', 'full_page_writes', 'shared_buffers', 'wal_level']) {
+      const { rows } = await c.query<Record<string, string>>(`SHOW ${name}`);
+      out[name] = Object.values(rows[0] ?? {})[0] ?? '?';
+    }
+    return out;
+  } finally {
+    await c.end();
+  }
+}
+
+async function main(): Promise<void> {
+  const started = Date.now();
+  const db = await openBenchDatabase();
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(signal, () => {
+      process.stderr.write(`${signal}: stopping the benchmark database\n`);
+      process.on('uncaughtException', () => undefined); // open connections die while the cluster stops
+      void db.close().finally(() => process.exit(130));
+    });
+  }
+  cellContext.postmaster = await findPostmaster(db.adminUrl).catch(() => null);
+  const server = await serverFacts(db.adminUrl);
+  const tree = gitHead();
+  const cpu = cpus()[0]?.model.trim() ?? 'unknown CPU';
+  const machineLine =
+    `${cpus().length} cores (${cpu}), ${Math.round(totalmem() / 2 ** 30)} GiB RAM, Node ${process.version}, ` +
+    `PostgreSQL ${server.server_version} (${process.env.DATABASE_URL ? 'DATABASE_URL' : 'embedded'}), fsync ${server.fsync}, ` +
+    `synchronous_commit ${server.synchronous_commit}, full_page_writes ${server.full_page_writes}, shared_buffers ${server.shared_buffers}, at ${tree}`;
+  log(`# ${machineLine}`);
+  log(`# ${QUICK ? 'QUICK smoke run; ' : ''}${ROUNDS} round(s) at N = ${LEVELS.join(', ')}; throughput cells ${THROUGHPUT_MS / 1000} s; lifecycle cells >= ${LIFECYCLE.ops} ops and ${LIFECYCLE.minMs / 1000} s, none started after ${LIFECYCLE.capMs / 1000} s`);
+  const pki = await createBenchPki();
+
+  const byLevel = new Map<number, Round[]>();
+  let scaling: ScalingRow[] = [];
+  let scalingNotes: string[] = [];
+  try {
+    for (let round = 1; round <= ROUNDS; round++) {
+      for (const n of LEVELS) {
+        const quiet = await waitForQuiet(cellContext.postmaster, QUIET_MAX_MS, NOISY_CORES);
+        if (quiet >= NOISY_CORES) log(`  (other processes still used ${quiet.toFixed(2)} cores after ${QUIET_MAX_MS / 1000} s; measuring anyway)`);
+        const { insert, reserve } = await insertReserveCell(db.adminUrl, n, THROUGHPUT);
+        const sql = await sqlCell(db.adminUrl, n, 'plain', 0, LIFECYCLE);
+        const { enqueue: bossSend, drain: bossDrain } = await pgBossEnqueueDrainCell(db.adminUrl, n, THROUGHPUT);
+        const bossLive = await pgBossCell(db.adminUrl, n, 'notify', LIFECYCLE);
+        const al = await actionledgerCell(db.adminUrl, pki, n, LIFECYCLE);
+        const cells = [insert, reserve, sql, bossSend, bossDrain, bossLive, al];
+        const otherCores = Math.max(...cells.map((r) => (Number.isNaN(r.cpu.otherCores) ? 0 : r.cpu.otherCores)));
+        const r: Round = { insert, reserve, sql, bossSend, bossDrain, bossLive, al, otherCores };
+        byLevel.set(n, [...(byLevel.get(n) ?? []), r]);
+        log(
+          `  round ${round} N=${n}: INSERT ${insert.opsPerS.toFixed(0)}/s, SQL lifecycle ${sql.opsPerS.toFixed(0)}/s, ` +
+            `pg-boss send ${bossSend.opsPerS.toFixed(0)}/s drain ${bossDrain.opsPerS.toFixed(0)}/s in flight ${bossLive.opsPerS.toFixed(0)}/s, ` +
+            `AL reserve ${reserve.opsPerS.toFixed(0)}/s end to end ${al.opsPerS.toFixed(0)}/s (p50 ${al.p50Ms.toFixed(1)} ms); other processes up to ${otherCores.toFixed(2)} cores\n    ${al.check}`,
+        );
+      }
+    }
+    if (flags['no-scaling'] !== true) {
+      log(`\nClaim scaling (${SCALING_CASES.map((c) => c.name).join('; ')}):`);
+      const result = await runClaimScaling(db.adminUrl, {
+        cases: SCALING_CASES,
+        maxClaims: QUICK ? 20 : 200,
+        maxMsPerVariant: QUICK ? 1000 : 6000,
+        log: (line) => log(line),
+      });
+      scaling = result.rows;
+      scalingNotes = result.notes;
+    }
+  } finally {
+    await db.close();
+  }
+
+  // ------------------------------------------------------------------------------------------------------
+  // Tables
+
+  const entries: ResultEntry[] = [];
+  const rows: (string | number)[][] = [];
+  const dash = NaN;
+  for (const n of LEVELS) {
+    const rs = byLevel.get(n) ?? [];
+    if (rs.length === 0) continue;
+    const m = <T extends object>(f: (r: Round) => T): T => median(rs.map(f));
+    const insert = m((r) => r.insert);
+    const reserve = m((r) => r.reserve);
+    const sql = m((r) => r.sql);
+    const bossSend = m((r) => r.bossSend);
+    const bossDrain = m((r) => r.bossDrain);
+    const bossLive = m((r) => r.bossLive);
+    const al = m((r) => r.al);
+    const other = medianOf(rs.map((r) => r.otherCores));
+    const sqlToInsert = ratio(rs, (r) => r.sql.opsPerS, (r) => r.insert.opsPerS);
+    const sendToInsert = ratio(rs, (r) => r.bossSend.opsPerS, (r) => r.insert.opsPerS);
+    const liveToSql = ratio(rs, (r) => r.bossLive.opsPerS, (r) => r.sql.opsPerS);
+    const reserveToInsert = ratio(rs, (r) => r.reserve.opsPerS, (r) => r.insert.opsPerS);
+    const reserveToSend = ratio(rs, (r) => r.reserve.opsPerS, (r) => r.bossSend.opsPerS);
+    const alToSql = ratio(rs, (r) => r.al.opsPerS, (r) => r.sql.opsPerS);
+    const alToLive = ratio(rs, (r) => r.al.opsPerS, (r) => r.bossLive.opsPerS);
+    const alToDrain = ratio(rs, (r) => r.al.opsPerS, (r) => r.bossDrain.opsPerS);
+    const N = String(n);
+    rows.push(
+      [N, 'INSERT one row, commit', insert.opsPerS, insert.p50Ms, insert.p99Ms, 1, dash, dash],
+      [N, 'SQL outbox lifecycle, 3 commits (ceiling)', sql.opsPerS, sql.p50Ms, sql.p99Ms, sqlToInsert, 1, dash],
+      [N, 'pg-boss send', bossSend.opsPerS, bossSend.p50Ms, bossSend.p99Ms, sendToInsert, dash, 1],
+      [N, `pg-boss no-op processing of those jobs (batch ${n})`, bossDrain.opsPerS, dash, dash, dash, dash, dash],
+      [N, 'pg-boss send -> completed, N in flight', bossLive.opsPerS, bossLive.p50Ms, bossLive.p99Ms, dash, liveToSql, 1],
+      [N, 'actionledger reserve', reserve.opsPerS, reserve.p50Ms, reserve.p99Ms, reserveToInsert, dash, reserveToSend],
+      [N, 'actionledger reserve -> succeeded (mTLS), N in flight', al.opsPerS, al.p50Ms, al.p99Ms, dash, alToSql, alToLive],
+      [N, 'actionledger reserve commit -> claimed', dash, al.wakeP50Ms, al.wakeP99Ms, dash, dash, dash],
+    );
+    const rounds = (f: (r: Round) => Run): string => list(rs.map(f));
+    const e = (name: string, r: Run, extra: Record<string, string | number | null>): ResultEntry => ({
+      name,
+      concurrency: n,
+      ops_per_s: r.opsPerS,
+      p50_ms: Number.isFinite(r.p50Ms) ? r.p50Ms : null,
+      p99_ms: Number.isFinite(r.p99Ms) ? r.p99Ms : null,
+      ...extra,
+      ...common(r),
+    });
+    entries.push(
+      e('plain_insert_commit', insert, { ops_per_s_rounds: rounds((r) => r.insert) }),
+      e('sql_lifecycle_3_commits', sql, { ratio_to_insert: sqlToInsert, ops_per_s_rounds: rounds((r) => r.sql) }),
+      e('pgboss_send', bossSend, { ratio_to_insert: sendToInsert, ops_per_s_rounds: rounds((r) => r.bossSend) }),
+      e('pgboss_noop_drain', bossDrain, { batch_size: n, jobs: bossDrain.ops, ops_per_s_rounds: rounds((r) => r.bossDrain) }),
+      e('pgboss_send_to_completed', bossLive, { ratio_to_sql_lifecycle: liveToSql, ops_per_s_rounds: rounds((r) => r.bossLive) }),
+      e('actionledger_reserve', reserve, { ratio_to_insert: reserveToInsert, ratio_to_pgboss: reserveToSend, ratio_to_pgboss_send: reserveToSend, ops_per_s_rounds: rounds((r) => r.reserve) }),
+      e('actionledger_end_to_end', al, {
+        ratio_to_sql_lifecycle: alToSql,
+        ratio_to_pgboss: alToLive,
+        ratio_to_pgboss_send_to_completed: alToLive,
+        ratio_to_pgboss_noop_drain: alToDrain,
+        commit_to_claim_p50_ms: al.wakeP50Ms,
+        commit_to_claim_p99_ms: al.wakeP99Ms,
+        provider_call_p50_ms: al.providerP50Ms,
+        row_lock_held_p50_ms: al.lockHeldP50Ms,
+        dispatcher_statements_per_op: al.statementsPerOp,
+        not_succeeded: al.notSucceeded,
+        ops_per_s_rounds: rounds((r) => r.al),
+        other_processes_cpu_cores_max_median: round2(other),
+        check: al.check,
+      }),
+    );
+  }
+  log('\nThroughput and latency (medians over rounds; ratios are medians of per-round ratios; latency per operation, ms):');
+  const t1 = printTable(['N', 'measurement', 'ops/s', 'p50 ms', 'p99 ms', '/ INSERT', '/ SQL lifecycle', '/ pg-boss'], rows);
+
+  const scalingRows: (string | number)[][] = [];
+  for (const r of scaling) {
+    const base = scaling.find((b) => b.variant === r.variant && b.ledger === SCALING_CASES[0]);
+    const toBase = base === undefined ? NaN : r.p50Ms / base.p50Ms;
+    scalingRows.push([r.ledger.name, r.variant, String(r.claims), r.p50Ms, r.p99Ms, toBase, String(r.rowsRead), String(r.buffers), r.scans]);
+    entries.push({
+      name: `claim_32 ${r.variant}`,
+      concurrency: 1,
+      ops_per_s: 1000 / r.p50Ms,
+      p50_ms: r.p50Ms,
+      p99_ms: r.p99Ms,
+      ratio_to_1000_queued_p50: toBase,
+      queued: r.ledger.queued,
+      finished: r.ledger.finished,
+      claims: r.claims,
+      rows_read_by_pick: r.rowsRead,
+      shared_buffers: r.buffers,
+      explain_analyze_ms: r.explainMs,
+      plan_same_before_and_after_claims: r.planStable ? 'yes' : 'no',
+      plan: r.scans,
+    });
+  }
+  let t2 = '';
+  if (scaling.length > 0) {
+    for (const r of scaling) log(`\n== ${r.ledger.name}, ${r.variant} claim: EXPLAIN (ANALYZE, BUFFERS) after ${r.claims} claims\n${r.plan}`);
+    log('\n' + scalingNotes.map((x) => `- ${x}`).join('\n'));
+    log(`\nClaim of 32 as the queue grows (each claim rolled back; p50 / first ledger's p50 of the same claim):`);
+    t2 = printTable(['ledger', 'claim', 'claims', 'p50 ms', 'p99 ms', `p50 / ${SCALING_CASES[0]?.name}`, 'rows read by the pick', 'shared buffers', 'scans in the pick'], scalingRows);
+  }
+  const minutes = (Date.now() - started) / 60_000;
+  log(`\n# ${minutes.toFixed(1)} minutes`);
+
+  if (!SAVE) {
+    log('# --quick: bench/results.json and bench/results.md left as they were (--save writes them)');
+    return;
+  }
+  const md = [
+    `Measured by \`npm run bench\`: ${machineLine}; ${ROUNDS} round(s), ${minutes.toFixed(0)} minutes, ${new Date().toISOString().slice(0, 10)}.`,
+    '',
+    `Throughput and latency at N = ${LEVELS.join(', ')} (closed loops: N callers, each starting its next operation when the previous one is acknowledged; medians over rounds, ratios are medians of per-round ratios):`,
+    '',
+    t1,
+    '',
+    '- INSERT: `INSERT INTO plain_insert (payload) VALUES ($1)`, autocommit. SQL lifecycle: insert ledger + outbox row; claim with `FOR UPDATE SKIP LOCKED`, delete it and mark executing; mark succeeded: 3 commits; latency first statement to third commit.',
+    '- pg-boss 10.4: `send` from N callers; then one worker with `batchSize` N processes those jobs with a no-op handler that wakes it again at once (no polling pause): jobs / (first fetch -> last `complete` acknowledged); and send -> `complete` acknowledged with N jobs in flight, woken in-process after each send (`notifyWorker`).',
+    '- actionledger: `Ledger.reserve` from N callers; and reservation -> `succeeded` through a real Dispatcher (concurrency N, pool N + 4): fresh authorization and provider call over mutual TLS to sandbox servers on loopback (a worker thread of the same process), latency from the reservation commit acknowledged to the outcome commit acknowledged; "-> claimed" ends when the claim statement returns the operation.',
+    '- "/ pg-boss": reserve against pg-boss `send`; end to end against pg-boss send -> completed.',
+    '',
+    ...(t2 === ''
+      ? []
+      : [
+          'Claim cost as the queue grows (the dispatcher\'s claim of 32, each rolled back; bulk-loaded rows, then `ANALYZE operations, outbox` as autovacuum would; `gate_kill_switches` left as migrations leave it, never analyzed; "proposed" is the claim with its kill-switch test rewritten, not shipped; "kill switches analyzed" is the shipped claim after `ANALYZE gate_kill_switches`):',
+          '',
+          t2,
+          '',
+          '<details><summary>EXPLAIN (ANALYZE, BUFFERS) of each claim, taken after its claims</summary>',
+          '',
+          ...scaling.flatMap((r) => [`${r.ledger.name}, ${r.variant}:`, '', '```', r.plan, '```', '']),
+          ...scalingNotes.map((x) => `- ${x}`),
+          '',
+          '</details>',
+        ]),
+    '',
+  ].join('\n');
+  writeFileSync(join('bench', 'results.md'), md);
+  saveResults('bench', entries, {
+    machine: machineLine,
+    postgres: server.server_version ?? '?',
+    fsync: server.fsync ?? '?',
+    synchronous_commit: server.synchronous_commit ?? '?',
+    tree,
+    rounds: String(ROUNDS),
+    levels: LEVELS.join(','),
+    throughput_cell_seconds: String(THROUGHPUT_MS / 1000),
+    lifecycle_cell: `>= ${LIFECYCLE.ops} ops and ${LIFECYCLE.minMs / 1000} s, none started after ${LIFECYCLE.capMs / 1000} s`,
+    minutes: minutes.toFixed(1),
+    tables: [t1, t2].filter((t) => t !== '').join('\n\n'),
+  });
+  log('# wrote bench/results.json (runs.bench) and bench/results.md');
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`${(err as Error)?.stack ?? String(err)}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,69 @@
+/**
+ * The claim benchmark's own pieces (no timing assertions): the plan summary it prints, and the proposed claim
+ * it measures beside the shipped one, which must take exactly the operations the shipped claim takes, kill
+ * switches included, or its figures would mean nothing.
+ */
+import t from 'tap';
+import { bindQueries, createPool } from '../../core/db.js';
+import { dispatcherQueries } from '../../dispatcher/queries.js';
+import { loadOperations, proposedClaim, summarizePlan } from '../../bench/claim-scaling.js';
+import { createTestDatabase } from '../helpers/db.js';
+
+const q = bindQueries(dispatcherQueries, '"actionledger"');
+
+t.test('summarizePlan: the pick\'s scans, the rows they read and the statement\'s buffers', async (t) => {
+  const plan = [
+    'CTE Scan on claimed  (cost=1.00..2.00 rows=32 width=452) (actual time=0.1..0.2 rows=32.00 loops=1)',
+    '  Buffers: shared hit=1200 read=34',
+    '  CTE picked',
+    '    ->  Limit',
+    '          ->  Index Scan using outbox_available_idx on outbox o  (cost=0.29..50.00 rows=1000 width=34) (actual time=0.010..0.015 rows=32.00 loops=1)',
+    '          ->  Index Scan using operations_pkey on operations l  (cost=0.29..0.50 rows=1 width=44) (actual time=0.002..0.002 rows=1.00 loops=32)',
+    '  CTE taken',
+    '          ->  Index Scan using outbox_pkey on outbox o_1  (cost=0.42..8.44 rows=1 width=26) (actual time=0.004..0.004 rows=1.00 loops=32)',
+    'Execution Time: 2.195 ms',
+  ].join('\n');
+  const s = summarizePlan(plan);
+  t.equal(s.scans, 'Index Scan using outbox_available_idx on outbox; Index Scan using operations_pkey on operations');
+  t.equal(s.rowsRead, 64);
+  t.equal(s.buffers, 1234);
+  t.equal(s.executionMs, 2.195);
+});
+
+t.test('the proposed claim takes the same operations as the shipped one, kill switches included', async (t) => {
+  const proposed = proposedClaim(q.outboxClaimBatch);
+  if (proposed === null) {
+    t.comment('the shipped claim no longer has the kill-switch test the benchmark rewrites: nothing to compare');
+    return;
+  }
+  t.not(proposed, q.outboxClaimBatch);
+  const pool = createPool(await createTestDatabase(t), { max: 2, statementTimeoutMs: 30_000, applicationName: 'test' });
+  t.teardown(() => pool.end());
+  await loadOperations(pool, 20, 'pending', 'tenant-a');
+  await loadOperations(pool, 20, 'pending', 'tenant-b');
+  await loadOperations(pool, 10, 'succeeded', 'tenant-a');
+  const claim = async (text: string, batch: number): Promise<string[]> => {
+    const c = await pool.connect();
+    try {
+      await c.query('BEGIN');
+      const { rows } = await c.query<{ operation_id: string }>(text, [batch, 'test-worker']);
+      return rows.map((r) => r.operation_id).sort();
+    } finally {
+      await c.query('ROLLBACK');
+      c.release();
+    }
+  };
+  const switches: [string, string][][] = [[], [['tenant-b', '*']], [['*', 'issue_refund']], [['tenant-a', 'issue_refund'], ['tenant-z', '*']], [['*', 'send_email']]];
+  for (const set of switches) {
+    await pool.query('DELETE FROM actionledger.gate_kill_switches');
+    for (const [tenant, tool] of set) {
+      await pool.query(`INSERT INTO actionledger.gate_kill_switches (tenant_id, tool_name, engaged_by, reason) VALUES ($1, $2, 'test', 'test')`, [tenant, tool]);
+    }
+    for (const batch of [5, 32, 100]) {
+      const shipped = await claim(q.outboxClaimBatch, batch);
+      t.same(await claim(proposed, batch), shipped, `kill switches ${JSON.stringify(set)}, batch ${batch}: ${shipped.length} operations`);
+    }
+  }
+  const all = await claim(proposed, 100);
+  t.equal(all.length, 40, 'no kill switch: every pending operation, none of the finished ones');
+});
