@@ -152,7 +152,8 @@ export function instrumentPool(pool: Pool, observe: (client: pg.PoolClient, text
     target.query = (...args: unknown[]) => {
       const first = args[0];
       const text = typeof first === 'string' ? first : (first as { text?: unknown } | null)?.text;
-      const values = Array.isArray(args[1]) ? (args[1] as unknown[]) : undefined;
+      const inline = (first as { values?: unknown } | null)?.values;
+      const values = Array.isArray(args[1]) ? (args[1] as unknown[]) : Array.isArray(inline) ? (inline as unknown[]) : undefined;
       const after = typeof text === 'string' ? observe(client, text, values) : undefined;
       if (after === undefined) return original(...args);
       const last = args[args.length - 1];
@@ -205,7 +206,7 @@ export class PoolSampler {
 interface ClientState {
   inTxn: boolean;
   lockedAt: number | undefined;
-  pending: { op: string; status: string } | undefined;
+  pending: { op: string; status: string }[] | undefined;
 }
 
 /** What the dispatcher did, seen from its pool (see the file comment). */
@@ -243,21 +244,25 @@ export class DispatchProbe {
           for (const row of res.rows as { operation_id: string }[]) this.claimedAt.set(row.operation_id, t);
         };
       }
-      if (text === q.operationLockForDispatch) {
+      if (text === q.operationLockForDispatchBatch) {
         return (res) => {
           if (res.rows.length > 0) s.lockedAt = performance.now();
         };
       }
-      if (text === q.operationComplete) {
+      if (text === q.operationComplete || text === q.operationCompleteBatch) {
         if (s.lockedAt !== undefined) this.providerMs.push(performance.now() - s.lockedAt);
-        const op = String(values?.[0]);
-        const status = String(values?.[2]);
+        const batch = text === q.operationCompleteBatch;
+        const done = batch
+          ? (values?.[0] as string[]).map((op, i) => ({ op, status: String((values?.[2] as string[])[i]) }))
+          : [{ op: String(values?.[0]), status: String(values?.[2]) }];
         if (s.inTxn) {
-          s.pending = { op, status };
+          s.pending = done;
           return undefined;
         }
         return (res) => {
-          if ((res.rows[0] as { n?: number } | undefined)?.n === 1) this.#finish(op, status, performance.now());
+          const t = performance.now();
+          const changed = batch ? new Set((res.rows as { operation_id: string }[]).map((r) => r.operation_id)) : undefined;
+          for (const d of done) if (changed?.has(d.op) ?? (res.rows[0] as { n?: number } | undefined)?.n === 1) this.#finish(d.op, d.status, t);
         };
       }
       if (text === 'COMMIT') {
@@ -269,7 +274,7 @@ export class DispatchProbe {
         return () => {
           const t = performance.now();
           if (lockedAt !== undefined) this.lockHeldMs.push(t - lockedAt);
-          if (pending !== undefined) this.#finish(pending.op, pending.status, t);
+          for (const d of pending ?? []) this.#finish(d.op, d.status, t);
         };
       }
       if (text === 'ROLLBACK') {

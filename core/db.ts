@@ -5,6 +5,7 @@
  * `@schema.` before every object name. {@link bindQueries} replaces it once, at start, with the validated and
  * quoted schema name: the only dynamic part of any SQL text. Values always travel as `$n` parameters.
  */
+import { createHash } from 'node:crypto';
 import pg from 'pg';
 import { ActionLedgerError } from './errors.js';
 
@@ -83,6 +84,17 @@ export async function withTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClie
   } finally {
     client.release(broken instanceof Error ? broken : undefined);
   }
+}
+
+/**
+ * A named (prepared) form of a bound query: each connection parses and plans it once, then only executes it.
+ * For statements whose plan does not depend on table sizes (key lookups, `unnest` batches): PostgreSQL may
+ * switch a prepared statement to a generic plan, which for a claim over a queue that swings in size can be a
+ * sequential scan (PERFORMANCE.md), so claims stay unnamed. The name is the text's hash, so two schemas'
+ * texts on one connection never collide.
+ */
+export function prepared(text: string): { name: string; text: string } {
+  return { name: `al_${createHash('sha256').update(text).digest('hex').slice(0, 24)}`, text };
 }
 
 /** Replaces `@schema.` in every query text with the quoted schema name; see the module comment. */

@@ -13,11 +13,12 @@
 import { hostname } from 'node:os';
 import type { Agent } from 'undici';
 import type { Config, ToolRoute } from '../core/config.js';
-import { bindQueries, isConnectionError, isRetryable, sqlState, SQLSTATE, withTransaction, type Pool, type PoolClient } from '../core/db.js';
+import { bindQueries, isConnectionError, prepared, isRetryable, sqlState, SQLSTATE, type Pool, type PoolClient } from '../core/db.js';
 import { ActionLedgerError, isActionLedgerError, type ErrorCode } from '../core/errors.js';
 import { canonicalJson, sha256Hex, type JsonValue } from '../core/json.js';
 import type { Logger } from '../core/log.js';
 import type { Secret } from '../core/secret.js';
+import { Batcher, submit, type Settle } from './batcher.js';
 import { authorizationRequest, checkWindows, fetchAuthorization, type AuthorizationDecision } from './authorize.js';
 import type { CrashPoints } from './crash-points.js';
 import { callProvider, classify, type Outcome } from './executor.js';
@@ -48,6 +49,8 @@ export interface DispatcherOptions {
 export class Dispatcher {
   readonly #o: DispatcherOptions;
   readonly #q: Readonly<typeof dispatcherQueries>;
+  /** The per-batch statements, prepared once per connection. */
+  readonly #prepared: Record<'evidenceRecordBatch' | 'operationLockForDispatchBatch' | 'operationCompleteBatch', { name: string; text: string }>;
   readonly #inFlight = new Set<Promise<void>>();
   readonly #channel: string;
   readonly #gatedCall: typeof callProvider;
@@ -57,12 +60,21 @@ export class Dispatcher {
   #listener: PoolClient | undefined;
   #poll: NodeJS.Timeout | undefined;
   #heartbeat: NodeJS.Timeout | undefined;
+  readonly #evidence: Batcher<EvidenceItem>;
+  readonly #dispatches: Batcher<DispatchItem>;
 
   constructor(options: DispatcherOptions) {
     this.#o = options;
     this.#q = bindQueries(dispatcherQueries, options.config.schemaQuoted);
+    this.#prepared = {
+      evidenceRecordBatch: prepared(this.#q.evidenceRecordBatch),
+      operationLockForDispatchBatch: prepared(this.#q.operationLockForDispatchBatch),
+      operationCompleteBatch: prepared(this.#q.operationCompleteBatch),
+    };
     this.#channel = `${options.config.schema}_outbox`;
     this.#gatedCall = gate(callProvider, () => options.metrics.ungated.inc());
+    this.#evidence = new Batcher(options.batchSize, (items) => this.#recordEvidenceBatch(items));
+    this.#dispatches = new Batcher(options.batchSize, (items) => this.#openDispatchBatch(items));
   }
 
   get inFlight(): number {
@@ -183,7 +195,11 @@ export class Dispatcher {
       const wrote = sent
         ? await this.#complete(op, 'unknown', null, { internal_error: code }, null, `provider_outcome_unknown:internal:${code}`)
         : await this.#complete(op, 'needs_review', null, { stage: 'internal', code }, `internal:${code}`, `predispatch_refused:internal:${code}`);
-      this.#o.metrics.outcomes.inc({ tool: op.tool_name, provider: op.provider_id, outcome: wrote ? (sent ? 'unknown' : 'needs_review') : 'lost' });
+      this.#o.metrics.outcomes.inc({
+        tool: op.tool_name,
+        provider: op.provider_id,
+        outcome: wrote ? (sent ? 'unknown' : 'needs_review') : 'lost',
+      });
     } catch (again) {
       this.#o.log.error({ err: again, operation_id: op.operation_id }, 'could not record the failure; the operation stays executing until this worker stops and the reconciler takes it');
     }
@@ -215,100 +231,257 @@ export class Dispatcher {
     crash.reach('after_authorization_request');
 
     try {
-      await this.#recordEvidence(op, decision);
+      await submit(this.#evidence, { op, decision });
     } catch (err) {
       if (isActionLedgerError(err, 'claim_lost')) return this.#lost(op, 'evidence');
       if (isActionLedgerError(err)) return this.#refuse(op, 'evidence', err.code, err);
       throw err;
     }
     crash.reach('after_evidence_commit');
-    await this.#dispatchLocked(op, route, credential, progress);
-  }
-
-  /** Records the decision, judging its windows by the database clock, only while this claim is current. */
-  async #recordEvidence(op: ClaimedOperation, d: AuthorizationDecision): Promise<void> {
-    // A lost connection or a serialization failure is retried a few times: the insert is idempotent for this
-    // claim (ON CONFLICT DO NOTHING), so a COMMIT that landed without its reply is harmless to repeat.
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return await this.#recordEvidenceOnce(op, d);
-      } catch (err) {
-        if (!(isConnectionError(err) || isRetryable(err)) || attempt >= 5) throw err;
-        await new Promise((r) => setTimeout(r, 50 * 2 ** attempt));
-      }
-    }
-  }
-
-  async #recordEvidenceOnce(op: ClaimedOperation, d: AuthorizationDecision): Promise<void> {
-    await withTransaction(this.#o.pool, async (c) => {
-      const { rows } = await c.query<{ db_now: Date; current_approval_id: string; current_policy_version: string }>(this.#q.operationLockClaimed, [op.operation_id, op.claim_token]);
-      const row = rows[0];
-      if (row === undefined) throw new ActionLedgerError('claim_lost', 'claim is no longer current');
-      if (row.current_approval_id !== op.current_approval_id || row.current_policy_version !== op.current_policy_version) {
-        throw new ActionLedgerError('authorization_stale', 'approval or policy version changed after the decision was requested');
-      }
-      checkWindows(d.authorizedAt, d.expiresAt, row.db_now, this.#o.profile);
-      await c.query(this.#q.evidenceInsert, [op.operation_id, op.attempt, op.claim_token, op.current_approval_id, op.current_policy_version, op.canonical_args_sha256, d.decisionSha256, d.authorizedAt, d.expiresAt]);
-    });
+    await submit(this.#dispatches, { op, route, credential, progress });
   }
 
   /**
-   * The final check and the provider call inside one transaction that holds the operation's row lock until
-   * the outcome commits: a revocation either committed before the check (nothing is sent) or waits.
+   * Records a batch of decisions in one statement, each judged by the database clock and only while its claim
+   * is current. A lost connection or a serialization failure retries the whole batch a few times: the insert
+   * is idempotent per claim, so a statement that landed without its reply is harmless to repeat.
    */
-  async #dispatchLocked(op: ClaimedOperation, route: ToolRoute, credential: Secret | null, progress: { sent: boolean }): Promise<void> {
-    const client = await this.#o.pool.connect();
-    let broken: Error | undefined;
-    let failed = false;
-    let outcome: Outcome | undefined;
-    try {
-      await client.query('BEGIN');
-      const { rows } = await client.query<{ fresh: boolean; young: boolean }>(this.#q.operationLockForDispatch, [op.operation_id, op.claim_token, this.#o.profile.maximumAuthorizationAgeMs + this.#o.profile.maximumClockSkewMs]);
-      const check = rows[0];
-      if (check === undefined || !check.fresh || !check.young) {
-        await client.query('ROLLBACK');
-        const { rows: now } = await this.#o.pool.query<{ status: string; claim_token: string }>(this.#q.operationSelectClaim, [op.operation_id]);
-        if (now[0]?.status !== 'executing' || now[0]?.claim_token !== op.claim_token) return this.#lost(op, 'final_check');
-        return this.#refuse(op, 'final_check', 'authorization_stale');
-      }
-      const endProvider = this.#o.metrics.providerSeconds.startTimer({ provider: op.provider_id });
-      const sent = { url: op.provider_endpoint, headerName: op.idempotency_header, headerValue: op.effect_key };
-      let http;
-      progress.sent = true;
+  async #recordEvidenceBatch(items: EvidenceItem[]): Promise<void> {
+    for (let attempt = 1; ; attempt++) {
       try {
-        http = await runGated(() => this.#o.crash.reachWhenSent('after_provider_request_sent', sent, () => this.#gatedCall(this.#o.providerAgent, this.#o.profile, op, credential)), op.operation_id);
-      } finally {
-        endProvider();
+        const refused = await this.#recordEvidenceOnce(items);
+        for (const item of items) {
+          const err = refused.get(item);
+          if (err === undefined) item.resolve();
+          else item.reject(err);
+        }
+        return;
+      } catch (err) {
+        if (!(isConnectionError(err) || isRetryable(err)) || attempt >= 5) throw err;
+        await sleep(50 * 2 ** attempt);
       }
-      this.#o.crash.reach('after_response_before_outcome');
-      outcome = classify(http, route);
-      await client.query(this.#q.operationComplete, [op.operation_id, op.claim_token, outcome.status, outcome.receipt, JSON.stringify(outcome.result), reviewReason(outcome), this.#o.workerId, outcome.reason]);
+    }
+  }
+
+  async #recordEvidenceOnce(items: EvidenceItem[]): Promise<Map<EvidenceItem, ActionLedgerError>> {
+    const { profile } = this.#o;
+    const { rows } = await this.#o.pool.query<{
+      db_now: Date;
+      operation_id: string;
+      current_approval_id: string;
+      current_policy_version: string;
+      recorded: boolean;
+    }>({
+      ...this.#prepared.evidenceRecordBatch,
+      values: [
+        items.map((i) => i.op.operation_id),
+        items.map((i) => i.op.claim_token),
+        items.map((i) => i.op.attempt),
+        items.map((i) => i.op.current_approval_id),
+        items.map((i) => i.op.current_policy_version),
+        items.map((i) => i.op.canonical_args_sha256),
+        items.map((i) => i.decision.decisionSha256),
+        items.map((i) => i.decision.authorizedAt.toISOString()),
+        items.map((i) => i.decision.expiresAt.toISOString()),
+        profile.maximumAuthorizationTtlMs,
+        profile.maximumAuthorizationAgeMs,
+        profile.maximumClockSkewMs,
+      ],
+    });
+    const current = new Map(rows.map((r) => [r.operation_id, r]));
+    const refused = new Map<EvidenceItem, ActionLedgerError>();
+    for (const item of items) {
+      const { op, decision: d } = item;
+      const row = current.get(op.operation_id);
+      if (row === undefined) {
+        refused.set(item, new ActionLedgerError('claim_lost', 'claim is no longer current'));
+      } else if (row.current_approval_id !== op.current_approval_id || row.current_policy_version !== op.current_policy_version) {
+        refused.set(item, new ActionLedgerError('authorization_stale', 'approval or policy version changed after the decision was requested'));
+      } else {
+        // The statement applied the windows; this names the rule that failed. Either refusing is enough: a
+        // decision the two disagree on is refused too (evidence recorded or not, nothing is sent).
+        try {
+          checkWindows(d.authorizedAt, d.expiresAt, row.db_now, profile);
+          if (!row.recorded) refused.set(item, new ActionLedgerError('authorization_stale', 'decision is outside the profile windows by the database clock'));
+        } catch (err) {
+          if (!isActionLedgerError(err)) throw err;
+          refused.set(item, err);
+        }
+      }
+    }
+    return refused;
+  }
+
+  /**
+   * Opens a dispatch batch: one transaction takes the final check and the row lock of every operation in it.
+   * Once the locks are held the next batch may open, and this one sends its requests (in parallel) and writes
+   * all their outcomes before it commits: a revocation either committed before the check (nothing is sent) or
+   * waits for the outcome. A lost connection, deadlock or serialization failure before anything was sent
+   * retries the lock; nothing has left yet.
+   */
+  async #openDispatchBatch(items: DispatchItem[]): Promise<void> {
+    const ids = items.map((i) => i.op.operation_id);
+    const tokens = items.map((i) => i.op.claim_token);
+    const maxAgeMs = this.#o.profile.maximumAuthorizationAgeMs + this.#o.profile.maximumClockSkewMs;
+    for (let attempt = 1; ; attempt++) {
+      let client: PoolClient | undefined;
+      try {
+        client = await this.#o.pool.connect();
+        await client.query('BEGIN');
+        const { rows } = await client.query<{
+          operation_id: string;
+          fresh: boolean;
+          young: boolean;
+        }>({
+          ...this.#prepared.operationLockForDispatchBatch,
+          values: [ids, tokens, maxAgeMs],
+        });
+        void this.#sendBatch(client, items, new Map(rows.map((r) => [r.operation_id, r.fresh && r.young])));
+        return;
+      } catch (err) {
+        if (client !== undefined) {
+          await client.query('ROLLBACK').catch(() => undefined);
+          client.release(isConnectionError(err) ? (err as Error) : undefined);
+        }
+        if (!(isConnectionError(err) || isRetryable(err)) || attempt >= 5) throw err;
+        await sleep(50 * 2 ** attempt);
+      }
+    }
+  }
+
+  /**
+   * Sends the batch's checked operations, writes their outcomes in the transaction that holds their locks, and
+   * commits; then settles every item. An operation whose check failed is handled after the commit, as before
+   * any send: its claim was lost, or its evidence is no longer fresh (`needs_review`, provider never called).
+   */
+  async #sendBatch(client: PoolClient, items: DispatchItem[], checks: ReadonlyMap<string, boolean>): Promise<void> {
+    const go = items.filter((i) => checks.get(i.op.operation_id) === true);
+    const sends = await Promise.allSettled(go.map((i) => this.#send(i)));
+    const written: { item: DispatchItem; outcome: Outcome }[] = [];
+    go.forEach((item, n) => {
+      const s = sends[n]!;
+      if (s.status === 'fulfilled') written.push({ item, outcome: s.value });
+    });
+    let committed = false;
+    let broken: Error | undefined;
+    try {
+      if (written.length > 0) {
+        await client.query({
+          ...this.#prepared.operationCompleteBatch,
+          values: [
+            written.map((w) => w.item.op.operation_id),
+            written.map((w) => w.item.op.claim_token),
+            written.map((w) => w.outcome.status),
+            written.map((w) => w.outcome.receipt),
+            written.map((w) => JSON.stringify(w.outcome.result)),
+            written.map((w) => reviewReason(w.outcome)),
+            written.map((w) => w.outcome.reason),
+            this.#o.workerId,
+          ],
+        });
+      }
       await client.query('COMMIT');
+      committed = true;
     } catch (err) {
-      failed = true;
       if (isConnectionError(err)) broken = err as Error;
       await client.query('ROLLBACK').catch(() => undefined);
-      if (outcome === undefined) throw err;
-      this.#o.log.warn({ err, operation_id: op.operation_id }, 'outcome write failed; writing it again');
+      this.#o.log.warn({ err, operations: written.length }, 'outcome write failed; writing each again');
     } finally {
       client.release(broken);
     }
-    if (failed && outcome !== undefined) {
-      // The outcome write failed, or the COMMIT's fate is unknown: write again on another connection, fenced
-      // on the claim (a no-op if it landed). If this throws, the row stays executing for the reconciler.
-      await this.#complete(op, outcome.status, outcome.receipt, outcome.result, reviewReason(outcome), outcome.reason);
+    await Promise.all([
+      ...written.map(({ item, outcome }) => this.#settleOutcome(item, outcome, committed)),
+      ...go.map((item, n) => (sends[n]!.status === 'rejected' ? item.reject((sends[n] as PromiseRejectedResult).reason) : undefined)),
+      ...items.filter((i) => checks.get(i.op.operation_id) !== true).map((item) => this.#settleUnchecked(item, checks.has(item.op.operation_id))),
+    ]);
+  }
+
+  /** One provider call under the gated scope, crash points around it; returns its classified outcome. */
+  async #send({ op, route, credential, progress }: DispatchItem): Promise<Outcome> {
+    const endProvider = this.#o.metrics.providerSeconds.startTimer({
+      provider: op.provider_id,
+    });
+    const sent = {
+      url: op.provider_endpoint,
+      headerName: op.idempotency_header,
+      headerValue: op.effect_key,
+    };
+    let http;
+    progress.sent = true;
+    try {
+      http = await runGated(() => this.#o.crash.reachWhenSent('after_provider_request_sent', sent, () => this.#gatedCall(this.#o.providerAgent, this.#o.profile, op, credential)), op.operation_id);
+    } finally {
+      endProvider();
     }
-    if (outcome === undefined) return;
-    this.#o.metrics.outcomes.inc({ tool: op.tool_name, provider: op.provider_id, outcome: outcome.status });
-    this.#o.log.info({ operation_id: op.operation_id, tool: op.tool_name, tenant: op.tenant_id, outcome: outcome.status, code: outcome.code ?? undefined }, 'dispatched');
-    this.#o.crash.reach('after_outcome_commit');
+    this.#o.crash.reach('after_response_before_outcome');
+    return classify(http, route);
+  }
+
+  async #settleOutcome(item: DispatchItem, outcome: Outcome, committed: boolean): Promise<void> {
+    const { op } = item;
+    try {
+      // The batch's write failed, or its COMMIT's fate is unknown: write again on another connection, fenced on
+      // the claim (a no-op if it landed). If this throws, the row stays executing for the reconciler.
+      if (!committed) await this.#complete(op, outcome.status, outcome.receipt, outcome.result, reviewReason(outcome), outcome.reason);
+      this.#o.metrics.outcomes.inc({
+        tool: op.tool_name,
+        provider: op.provider_id,
+        outcome: outcome.status,
+      });
+      this.#o.log.info(
+        {
+          operation_id: op.operation_id,
+          tool: op.tool_name,
+          tenant: op.tenant_id,
+          outcome: outcome.status,
+          code: outcome.code ?? undefined,
+        },
+        'dispatched',
+      );
+      this.#o.crash.reach('after_outcome_commit');
+      item.resolve();
+    } catch (err) {
+      item.reject(err);
+    }
+  }
+
+  /** An operation that failed the final check: fresh=false means stale evidence; absent means re-read why. */
+  async #settleUnchecked(item: DispatchItem, locked: boolean): Promise<void> {
+    const { op } = item;
+    try {
+      if (!locked) {
+        const { rows: now } = await this.#o.pool.query<{
+          status: string;
+          claim_token: string;
+        }>(this.#q.operationSelectClaim, [op.operation_id]);
+        if (now[0]?.status !== 'executing' || now[0]?.claim_token !== op.claim_token) {
+          this.#lost(op, 'final_check');
+          item.resolve();
+          return;
+        }
+      }
+      await this.#refuse(op, 'final_check', 'authorization_stale');
+      item.resolve();
+    } catch (err) {
+      item.reject(err);
+    }
   }
 
   async #refuse(op: ClaimedOperation, stage: DispatchStage, code: ErrorCode, err?: unknown): Promise<void> {
     this.#o.metrics.refusals.inc({ stage, code });
     const details = isActionLedgerError(err) && err.details !== undefined ? err.details : {};
     const wrote = await this.#complete(op, 'needs_review', null, { stage, code, ...(details as Record<string, JsonValue>) }, `${stage}:${code}`, `predispatch_refused:${stage}:${code}`);
-    this.#o.log.warn({ operation_id: op.operation_id, tool: op.tool_name, tenant: op.tenant_id, stage, code, wrote }, 'pre-dispatch refusal; provider not called');
+    this.#o.log.warn(
+      {
+        operation_id: op.operation_id,
+        tool: op.tool_name,
+        tenant: op.tenant_id,
+        stage,
+        code,
+        wrote,
+      },
+      'pre-dispatch refusal; provider not called',
+    );
   }
 
   #lost(op: ClaimedOperation, stage: DispatchStage): void {
@@ -324,10 +497,26 @@ export class Dispatcher {
       } catch (err) {
         // Connection loss, deadlock, serialization failure or a statement timeout can pass; anything else is a bug.
         if (!(isConnectionError(err) || isRetryable(err) || sqlState(err) === SQLSTATE.queryCanceled) || attempt >= 20) throw err;
-        await new Promise((r) => setTimeout(r, Math.min(5000, 100 * 2 ** attempt)));
+        await sleep(Math.min(5000, 100 * 2 ** attempt));
       }
     }
   }
+}
+
+interface EvidenceItem extends Settle {
+  op: ClaimedOperation;
+  decision: AuthorizationDecision;
+}
+
+interface DispatchItem extends Settle {
+  op: ClaimedOperation;
+  route: ToolRoute;
+  credential: Secret | null;
+  progress: { sent: boolean };
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
 }
 
 function reviewReason(o: Outcome): string | null {

@@ -41,31 +41,58 @@ export const dispatcherQueries = {
     )
     SELECT * FROM claimed`,
 
-  /** Locks the claimed row and reads the database clock: the evidence is judged by now() of PostgreSQL. */
-  operationLockClaimed: `
-    SELECT now() AS db_now, current_approval_id, current_policy_version
-    FROM @schema.operations
-    WHERE operation_id = $1 AND status = 'executing' AND claim_token = $2
-    FOR UPDATE`,
-
-  evidenceInsert: `
-    INSERT INTO @schema.authorization_evidence (
-      operation_id, attempt, claim_token, approval_id, policy_version, args_sha256, decision_sha256, authorized_at, expires_at)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
-    ON CONFLICT (operation_id, claim_token) DO NOTHING`,
+  /**
+   * Records a batch of authorization decisions in one statement (its own transaction). Element i of the arrays
+   * is one decision. Each operation is locked (in key order, so two batches never deadlock on each other) and
+   * its evidence inserted only while it is still executing under that claim with the same approval and policy
+   * version, and with the decision inside the profile's windows by the database clock: $10 maximum TTL, $11
+   * maximum age, $12 clock skew, all in ms (the same rules as `checkWindows`, which the caller applies to
+   * `db_now` for the refusal's code). Returns one row per operation still under its claim; `recorded` says its
+   * evidence exists, inserted now or by an earlier attempt of this statement whose reply was lost.
+   */
+  evidenceRecordBatch: `
+    WITH input AS (
+      SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::timestamptz[])
+        AS i(operation_id, claim_token, attempt, approval_id, policy_version, args_sha256, decision_sha256, authorized_at, expires_at)
+    ), current AS (
+      SELECT l.operation_id, l.current_approval_id, l.current_policy_version
+      FROM input i
+      JOIN @schema.operations l ON l.operation_id = i.operation_id AND l.claim_token = i.claim_token
+      WHERE l.status = 'executing'
+      ORDER BY l.operation_id
+      FOR UPDATE OF l
+    ), recorded AS (
+      INSERT INTO @schema.authorization_evidence AS e (
+        operation_id, attempt, claim_token, approval_id, policy_version, args_sha256, decision_sha256, authorized_at, expires_at)
+      SELECT i.operation_id, i.attempt, i.claim_token, i.approval_id, i.policy_version, i.args_sha256, i.decision_sha256, i.authorized_at, i.expires_at
+      FROM input i JOIN current c ON c.operation_id = i.operation_id
+      WHERE c.current_approval_id = i.approval_id AND c.current_policy_version = i.policy_version
+        AND i.expires_at > i.authorized_at
+        AND i.expires_at - i.authorized_at <= make_interval(secs => $10::float8 / 1000)
+        AND i.authorized_at <= now() + make_interval(secs => $12::float8 / 1000)
+        AND now() - i.authorized_at <= make_interval(secs => ($11::float8 + $12::float8) / 1000)
+        AND i.expires_at > now() - make_interval(secs => $12::float8 / 1000)
+      ON CONFLICT (operation_id, claim_token) DO UPDATE SET decision_sha256 = e.decision_sha256
+      RETURNING e.operation_id
+    )
+    SELECT now() AS db_now, c.operation_id, c.current_approval_id, c.current_policy_version, r.operation_id IS NOT NULL AS recorded
+    FROM current c LEFT JOIN recorded r ON r.operation_id = c.operation_id`,
 
   /**
-   * The final check, under the row lock held until the outcome commits: still executing under this claim,
-   * same approval and policy version, and the recorded evidence still inside its windows by the database
-   * clock. A revocation that updates the row waits for this transaction; one that committed first fails it.
+   * The final check of a dispatch batch, under row locks held until the outcomes commit: each row of
+   * ($1[i], $2[i]) still executing under that claim, same approval and policy version, and its recorded
+   * evidence inside its windows by the database clock. Locked in key order. A revocation that updates one of
+   * these rows waits for the batch's transaction; one that committed first drops the row from the result.
    */
-  operationLockForDispatch: `
-    SELECT e.expires_at > now() AS fresh,
+  operationLockForDispatchBatch: `
+    SELECT l.operation_id,
+           e.expires_at > now() AS fresh,
            e.authorized_at >= now() - make_interval(secs => $3::float8 / 1000) AS young
-    FROM @schema.operations l
+    FROM unnest($1::uuid[], $2::uuid[]) AS i(operation_id, claim_token)
+    JOIN @schema.operations l ON l.operation_id = i.operation_id AND l.claim_token = i.claim_token
     JOIN @schema.authorization_evidence e ON e.operation_id = l.operation_id AND e.claim_token = l.claim_token
-    WHERE l.operation_id = $1 AND l.status = 'executing' AND l.claim_token = $2
-      AND e.approval_id = l.current_approval_id AND e.policy_version = l.current_policy_version
+    WHERE l.status = 'executing' AND e.approval_id = l.current_approval_id AND e.policy_version = l.current_policy_version
+    ORDER BY l.operation_id
     FOR UPDATE OF l`,
 
   /** Writes an outcome, fenced on executing + claim token, with its history row. */
@@ -80,6 +107,23 @@ export const dispatcherQueries = {
       SELECT operation_id, 'executing', $3, $7, $8, $5::jsonb FROM done
     )
     SELECT count(*)::int AS n FROM done`,
+
+  /** The same for a batch: element i of each array is one outcome; returns the operations it changed. */
+  operationCompleteBatch: `
+    WITH input AS (
+      SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
+        AS i(operation_id, claim_token, status, receipt, result, review, reason)
+    ), done AS (
+      UPDATE @schema.operations l
+      SET status = i.status, provider_receipt = i.receipt, result_json = i.result::jsonb, review_reason = i.review, updated_at = now()
+      FROM input i
+      WHERE l.operation_id = i.operation_id AND l.status = 'executing' AND l.claim_token = i.claim_token
+      RETURNING l.operation_id, i.status, i.result, i.reason
+    ), history AS (
+      INSERT INTO @schema.operation_history (operation_id, from_status, to_status, actor, reason, detail)
+      SELECT operation_id, 'executing', status, $8, reason, result::jsonb FROM done
+    )
+    SELECT operation_id FROM done`,
 
   operationSelectClaim: `SELECT status, claim_token FROM @schema.operations WHERE operation_id = $1`,
 

@@ -1,0 +1,51 @@
+/**
+ * Groups a dispatcher's per-operation database work into batches without making a lone operation wait.
+ *
+ * One batch at a time is in its opening phase (`open`); items added meanwhile queue and form the next batch
+ * (at most `max` of them) as soon as that phase ends. With one operation in flight, a batch of one opens at
+ * once; with many, each round trip serves every operation that became ready during the previous one (the
+ * group-commit pattern). `open` settles every item it was given; if it throws instead, every item of the
+ * batch is rejected with that error (settling an item twice is a no-op).
+ */
+export class Batcher<T extends Settle<never>> {
+  readonly #max: number;
+  readonly #open: (items: T[]) => Promise<void>;
+  #queue: T[] = [];
+  #busy = false;
+
+  constructor(max: number, open: (items: T[]) => Promise<void>) {
+    this.#max = Math.max(1, max);
+    this.#open = open;
+  }
+
+  add(item: T): void {
+    this.#queue.push(item);
+    this.#next();
+  }
+
+  #next(): void {
+    if (this.#busy || this.#queue.length === 0) return;
+    const items = this.#queue.splice(0, this.#max);
+    this.#busy = true;
+    void Promise.resolve()
+      .then(() => this.#open(items))
+      .catch((err: unknown) => {
+        for (const item of items) item.reject(err);
+      })
+      .finally(() => {
+        this.#busy = false;
+        this.#next();
+      });
+  }
+}
+
+/** A promise with its settle functions, for items that a batch settles. */
+export interface Settle<R = void> {
+  resolve: (value: R) => void;
+  reject: (reason: unknown) => void;
+}
+
+/** Adds `item` to `batcher` and returns the promise its batch settles. */
+export function submit<I, R = void>(batcher: Batcher<I & Settle<R>>, item: I): Promise<R> {
+  return new Promise<R>((resolve, reject) => batcher.add({ ...item, resolve, reject }));
+}
