@@ -9,13 +9,15 @@
  * Then the dispatcher's own claim statement (batch of 32) runs repeatedly, each time in a transaction that is
  * rolled back so the queue keeps its size, and EXPLAIN (ANALYZE, BUFFERS) of it is captured.
  *
- * Three claims are measured on each ledger, in this order:
+ * Five claims are measured on each ledger, in this order:
  *   - `shipped`: the claim in dispatcher/queries.ts, with the statistics production has;
  *   - `proposed`: the same claim with its kill-switch test written so the planner cannot turn it into an
  *     anti-join (see PROPOSED_KILL_SWITCH_TEST below; not shipped, measured here as the candidate fix);
  *   - `shipped, kill switches analyzed`: the shipped claim after `ANALYZE gate_kill_switches`, the evidence
  *     for the cause (the empty, never-analyzed kill-switch table makes the planner expect the anti-join to
- *     leave one row, so it reads the whole queue instead of the first 32 entries of the outbox index).
+ *     leave one row, so it reads the whole queue instead of the first 32 entries of the outbox index);
+ *   - `shipped / proposed, 1 kill switch, analyzed`: with one kill switch for a tenant that has no queued
+ *     work, analyzed: why analyzing the table is no fix (the estimate collapses again) and the proposal is.
  *
  * Statements are sent unnamed (node-postgres without `name`), so each execution is planned with its own
  * parameters: no generic plans are involved; the run records plan_cache_mode and the session's prepared
@@ -44,7 +46,7 @@ export const DEFAULT_CASES: ScalingCase[] = [
   { name: 'queued 1,000 + finished 100,000', queued: 1_000, finished: 100_000 },
 ];
 
-export type ClaimVariant = 'shipped' | 'proposed' | 'shipped, kill switches analyzed';
+export type ClaimVariant = 'shipped' | 'proposed' | 'shipped, kill switches analyzed' | 'shipped, 1 kill switch, analyzed' | 'proposed, 1 kill switch, analyzed';
 
 /**
  * The candidate fix for the claim's kill-switch test (dispatcher/queries.ts is not edited here). The shipped
@@ -239,10 +241,18 @@ export async function runClaimScaling(adminUrl: string, options: ScalingOptions 
         ['shipped', q.outboxClaimBatch],
         ['proposed', proposed],
         ['shipped, kill switches analyzed', q.outboxClaimBatch],
+        ['shipped, 1 kill switch, analyzed', q.outboxClaimBatch],
+        ['proposed, 1 kill switch, analyzed', proposed],
       ];
       for (const [variant, text] of variants) {
         if (text === null) continue;
         if (variant === 'shipped, kill switches analyzed') await pool.query('ANALYZE actionledger.gate_kill_switches');
+        if (variant === 'shipped, 1 kill switch, analyzed') {
+          // One kill switch for a tenant with no queued work: the claim still takes 32, but the statistics now
+          // say the table has a row, which is what a kill switch engaged once (or left on) leaves behind.
+          await pool.query(`INSERT INTO actionledger.gate_kill_switches (tenant_id, tool_name, engaged_by, reason) VALUES ('tenant-z', '*', 'bench', 'bench')`);
+          await pool.query('ANALYZE actionledger.gate_kill_switches');
+        }
         const before = await explainClaim(pool, text);
         await claimTimes(pool, text, Math.min(10, maxClaims), maxMs / 4); // warm
         const times = await claimTimes(pool, text, maxClaims, maxMs);
