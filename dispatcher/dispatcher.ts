@@ -247,6 +247,7 @@ export class Dispatcher {
    * is idempotent per claim, so a statement that landed without its reply is harmless to repeat.
    */
   async #recordEvidenceBatch(items: EvidenceItem[]): Promise<void> {
+    this.#o.metrics.batchOperations.observe({ stage: 'evidence' }, items.length);
     for (let attempt = 1; ; attempt++) {
       try {
         const refused = await this.#recordEvidenceOnce(items);
@@ -320,6 +321,7 @@ export class Dispatcher {
    * retries the lock; nothing has left yet.
    */
   async #openDispatchBatch(items: DispatchItem[]): Promise<void> {
+    this.#o.metrics.batchOperations.observe({ stage: 'dispatch' }, items.length);
     const ids = items.map((i) => i.op.operation_id);
     const tokens = items.map((i) => i.op.claim_token);
     const maxAgeMs = this.#o.profile.maximumAuthorizationAgeMs + this.#o.profile.maximumClockSkewMs;

@@ -11,6 +11,7 @@ export class DispatchMetrics {
   readonly providerSeconds: Histogram<'provider'>;
   readonly inFlight: Gauge;
   readonly ungated: Counter;
+  readonly batchOperations: Histogram<'stage'>;
 
   constructor(registry: Registry) {
     const registers = [registry];
@@ -51,6 +52,13 @@ export class DispatchMetrics {
     this.ungated = new Counter({
       name: 'actionledger_ungated_external_write_total',
       help: 'Provider calls refused because they came from outside the dispatcher gated scope.',
+      registers,
+    });
+    this.batchOperations = new Histogram({
+      name: 'actionledger_dispatch_batch_operations',
+      help: 'Operations per batch: evidence (one statement records their authorization evidence) and dispatch (one transaction holds their row locks across the provider calls).',
+      labelNames: ['stage'],
+      buckets: [1, 2, 4, 8, 16, 32, 64, 128],
       registers,
     });
   }
