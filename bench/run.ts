@@ -12,8 +12,9 @@
  *   - actionledger: `reserve` rate, and reservation to `succeeded` through a real Dispatcher (fresh mTLS
  *     authorization, provider call over mTLS; bench/dispatch-env.ts) with N operations in flight: its rate,
  *     its latency (reservation commit acknowledged -> outcome commit acknowledged) and the latency to the claim.
- * Rounds interleave the systems; the table shows medians over rounds, and ratios are medians of per-round
- * ratios. Then the claim's cost as the queue grows from 1,000 to 100,000 operations, and beside 100,000
+ * Rounds interleave the levels and the systems; the table shows medians over rounds, and ratios are medians of
+ * per-round ratios. The machine is shared: a round during which other processes used 0.3 cores or more
+ * (bench/cpu.ts) is run again, at most `--rounds` extra times per level, and the load that remained is reported. Then the claim's cost as the queue grows from 1,000 to 100,000 operations, and beside 100,000
  * finished ones, with EXPLAIN (ANALYZE, BUFFERS) (bench/claim-scaling.ts).
  *
  * Writes `runs.bench` in bench/results.json (other runs kept) and the markdown tables to bench/results.md.
@@ -137,11 +138,16 @@ async function main(): Promise<void> {
   const pki = await createBenchPki();
 
   const byLevel = new Map<number, Round[]>();
+  const discarded = new Map<number, number>();
   let scaling: ScalingRow[] = [];
   let scalingNotes: string[] = [];
   try {
-    for (let round = 1; round <= ROUNDS; round++) {
+    // Rounds interleave the levels and the systems. A round during which other processes used NOISY_CORES or
+    // more in any cell is run again, at most ROUNDS extra times per level; after that it is kept, and the
+    // results say how loaded it was.
+    for (let round = 1; LEVELS.some((n) => (byLevel.get(n)?.length ?? 0) < ROUNDS); round++) {
       for (const n of LEVELS) {
+        if ((byLevel.get(n)?.length ?? 0) >= ROUNDS) continue;
         const quiet = await waitForQuiet(cellContext.postmaster, QUIET_MAX_MS, NOISY_CORES);
         if (quiet >= NOISY_CORES) log(`  (other processes still used ${quiet.toFixed(2)} cores after ${QUIET_MAX_MS / 1000} s; measuring anyway)`);
         const { insert, reserve } = await insertReserveCell(db.adminUrl, n, THROUGHPUT);
@@ -151,13 +157,17 @@ async function main(): Promise<void> {
         const al = await actionledgerCell(db.adminUrl, pki, n, LIFECYCLE);
         const cells = [insert, reserve, sql, bossSend, bossDrain, bossLive, al];
         const otherCores = Math.max(...cells.map((r) => (Number.isNaN(r.cpu.otherCores) ? 0 : r.cpu.otherCores)));
-        const r: Round = { insert, reserve, sql, bossSend, bossDrain, bossLive, al, otherCores };
-        byLevel.set(n, [...(byLevel.get(n) ?? []), r]);
+        const keep = otherCores < NOISY_CORES || (discarded.get(n) ?? 0) >= ROUNDS;
         log(
-          `  round ${round} N=${n}: INSERT ${insert.opsPerS.toFixed(0)}/s, SQL lifecycle ${sql.opsPerS.toFixed(0)}/s, ` +
+          `  round ${round} N=${n}${keep ? '' : ' DISCARDED'}: INSERT ${insert.opsPerS.toFixed(0)}/s, SQL lifecycle ${sql.opsPerS.toFixed(0)}/s, ` +
             `pg-boss send ${bossSend.opsPerS.toFixed(0)}/s drain ${bossDrain.opsPerS.toFixed(0)}/s in flight ${bossLive.opsPerS.toFixed(0)}/s, ` +
             `AL reserve ${reserve.opsPerS.toFixed(0)}/s end to end ${al.opsPerS.toFixed(0)}/s (p50 ${al.p50Ms.toFixed(1)} ms); other processes up to ${otherCores.toFixed(2)} cores\n    ${al.check}`,
         );
+        if (!keep) {
+          discarded.set(n, (discarded.get(n) ?? 0) + 1);
+          continue;
+        }
+        byLevel.set(n, [...(byLevel.get(n) ?? []), { insert, reserve, sql, bossSend, bossDrain, bossLive, al, otherCores }]);
       }
     }
     if (flags['no-scaling'] !== true) {
@@ -180,6 +190,7 @@ async function main(): Promise<void> {
 
   const entries: ResultEntry[] = [];
   const rows: (string | number)[][] = [];
+  const loads: string[] = [];
   const dash = NaN;
   for (const n of LEVELS) {
     const rs = byLevel.get(n) ?? [];
@@ -193,6 +204,7 @@ async function main(): Promise<void> {
     const bossLive = m((r) => r.bossLive);
     const al = m((r) => r.al);
     const other = medianOf(rs.map((r) => r.otherCores));
+    loads.push(`N = ${n}: ${rs.map((r) => r.otherCores.toFixed(2)).join(' / ')} cores (${discarded.get(n) ?? 0} round(s) discarded)`);
     const sqlToInsert = ratio(rs, (r) => r.sql.opsPerS, (r) => r.insert.opsPerS);
     const sendToInsert = ratio(rs, (r) => r.bossSend.opsPerS, (r) => r.insert.opsPerS);
     const liveToSql = ratio(rs, (r) => r.bossLive.opsPerS, (r) => r.sql.opsPerS);
@@ -242,12 +254,14 @@ async function main(): Promise<void> {
         not_succeeded: al.notSucceeded,
         ops_per_s_rounds: rounds((r) => r.al),
         other_processes_cpu_cores_max_median: round2(other),
+        rounds_discarded_for_other_load: discarded.get(n) ?? 0,
         check: al.check,
       }),
     );
   }
   log('\nThroughput and latency (medians over rounds; ratios are medians of per-round ratios; latency per operation, ms):');
   const t1 = printTable(['N', 'measurement', 'ops/s', 'p50 ms', 'p99 ms', '/ INSERT', '/ SQL lifecycle', '/ pg-boss'], rows);
+  log(`Other processes, most cores in any cell of each kept round: ${loads.join('; ')}`);
 
   const scalingRows: (string | number)[][] = [];
   for (const r of scaling) {
@@ -296,6 +310,7 @@ async function main(): Promise<void> {
     '- pg-boss 10.4: `send` from N callers; then one worker with `batchSize` N processes those jobs with a no-op handler that wakes it again at once (no polling pause): jobs / (first fetch -> last `complete` acknowledged); and send -> `complete` acknowledged with N jobs in flight, woken in-process after each send (`notifyWorker`).',
     '- actionledger: `Ledger.reserve` from N callers; and reservation -> `succeeded` through a real Dispatcher (concurrency N, pool N + 4): fresh authorization and provider call over mutual TLS to sandbox servers on loopback (a worker thread of the same process), latency from the reservation commit acknowledged to the outcome commit acknowledged; "-> claimed" ends when the claim statement returns the operation.',
     '- "/ pg-boss": reserve against pg-boss `send`; end to end against pg-boss send -> completed.',
+    `- Other processes on the machine, most cores in any cell of each kept round: ${loads.join('; ')}. A round with 0.3 cores or more was run again, at most ${ROUNDS} times per level.`,
     '',
     ...(t2 === ''
       ? []
