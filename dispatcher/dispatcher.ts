@@ -50,7 +50,7 @@ export class Dispatcher {
   readonly #o: DispatcherOptions;
   readonly #q: Readonly<typeof dispatcherQueries>;
   /** The per-batch statements, prepared once per connection. */
-  readonly #prepared: Record<'evidenceRecordBatch' | 'operationLockForDispatchBatch' | 'operationCompleteBatch', { name: string; text: string }>;
+  readonly #prepared: Record<'evidenceRecordBatch' | 'operationLockForDispatchBatch' | 'operationFinalCheckBatch' | 'operationCompleteBatch', { name: string; text: string }>;
   readonly #inFlight = new Set<Promise<void>>();
   readonly #channel: string;
   readonly #gatedCall: typeof callProvider;
@@ -69,6 +69,7 @@ export class Dispatcher {
     this.#prepared = {
       evidenceRecordBatch: prepared(this.#q.evidenceRecordBatch),
       operationLockForDispatchBatch: prepared(this.#q.operationLockForDispatchBatch),
+      operationFinalCheckBatch: prepared(this.#q.operationFinalCheckBatch),
       operationCompleteBatch: prepared(this.#q.operationCompleteBatch),
     };
     this.#channel = `${options.config.schema}_outbox`;
@@ -314,11 +315,11 @@ export class Dispatcher {
   }
 
   /**
-   * Opens a dispatch batch: one transaction takes the final check and the row lock of every operation in it.
-   * Once the locks are held the next batch may open, and this one sends its requests (in parallel) and writes
-   * all their outcomes before it commits: a revocation either committed before the check (nothing is sent) or
-   * waits for the outcome. A lost connection, deadlock or serialization failure before anything was sent
-   * retries the lock; nothing has left yet.
+   * Opens a dispatch batch: one transaction takes the row locks of every operation in it, then (a second
+   * statement, after any wait for those locks) the final check. Once the locks are held the next batch may
+   * open, and this one sends its requests in parallel and writes all their outcomes before it commits: a
+   * revocation either committed before the check (nothing is sent) or waits for the outcome. A lost
+   * connection, deadlock or serialization failure here retries from the start; nothing has been sent yet.
    */
   async #openDispatchBatch(items: DispatchItem[]): Promise<void> {
     this.#o.metrics.batchOperations.observe({ stage: 'dispatch' }, items.length);
@@ -326,24 +327,23 @@ export class Dispatcher {
     const tokens = items.map((i) => i.op.claim_token);
     const maxAgeMs = this.#o.profile.maximumAuthorizationAgeMs + this.#o.profile.maximumClockSkewMs;
     for (let attempt = 1; ; attempt++) {
-      let client: PoolClient | undefined;
+      let held: HeldConnection | undefined;
       try {
-        client = await this.#o.pool.connect();
+        held = holdConnection(await this.#o.pool.connect());
+        const { client } = held;
         await client.query('BEGIN');
-        const { rows } = await client.query<{
-          operation_id: string;
-          fresh: boolean;
-          young: boolean;
-        }>({
-          ...this.#prepared.operationLockForDispatchBatch,
+        await client.query({ ...this.#prepared.operationLockForDispatchBatch, values: [ids, tokens] });
+        const { rows } = await client.query<{ operation_id: string; fresh: boolean; young: boolean; killed: boolean }>({
+          ...this.#prepared.operationFinalCheckBatch,
           values: [ids, tokens, maxAgeMs],
         });
-        void this.#sendBatch(client, items, new Map(rows.map((r) => [r.operation_id, r.fresh && r.young])));
+        const checks = new Map<string, FinalCheck>(rows.map((r) => [r.operation_id, r.killed ? 'tool_disabled' : r.fresh && r.young ? 'go' : 'authorization_stale']));
+        void this.#sendBatch(held, items, checks);
         return;
       } catch (err) {
-        if (client !== undefined) {
-          await client.query('ROLLBACK').catch(() => undefined);
-          client.release(isConnectionError(err) ? (err as Error) : undefined);
+        if (held !== undefined) {
+          await held.client.query('ROLLBACK').catch(() => undefined);
+          held.release(isConnectionError(err) ? (err as Error) : undefined);
         }
         if (!(isConnectionError(err) || isRetryable(err)) || attempt >= 5) throw err;
         await sleep(50 * 2 ** attempt);
@@ -353,49 +353,92 @@ export class Dispatcher {
 
   /**
    * Sends the batch's checked operations, writes their outcomes in the transaction that holds their locks, and
-   * commits; then settles every item. An operation whose check failed is handled after the commit, as before
-   * any send: its claim was lost, or its evidence is no longer fresh (`needs_review`, provider never called).
+   * commits; then settles every item. An operation that failed the check is handled after the commit, as
+   * before any send: its claim was lost, or it goes to review (`authorization_stale`, `tool_disabled`).
    */
-  async #sendBatch(client: PoolClient, items: DispatchItem[], checks: ReadonlyMap<string, boolean>): Promise<void> {
-    const go = items.filter((i) => checks.get(i.op.operation_id) === true);
+  async #sendBatch(held: HeldConnection, items: DispatchItem[], checks: ReadonlyMap<string, FinalCheck>): Promise<void> {
+    const go = items.filter((i) => checks.get(i.op.operation_id) === 'go');
     const sends = await Promise.allSettled(go.map((i) => this.#send(i)));
-    const written: { item: DispatchItem; outcome: Outcome }[] = [];
+    const written: Written[] = [];
     go.forEach((item, n) => {
       const s = sends[n]!;
       if (s.status === 'fulfilled') written.push({ item, outcome: s.value });
     });
+    // Key order: the history and gate triggers these writes fire then touch shared rows in one order everywhere.
+    written.sort((a, b) => (a.item.op.operation_id < b.item.op.operation_id ? -1 : 1));
+    const unwritten = new Set<DispatchItem>();
     let committed = false;
     let broken: Error | undefined;
     try {
-      if (written.length > 0) {
-        await client.query({
-          ...this.#prepared.operationCompleteBatch,
-          values: [
-            written.map((w) => w.item.op.operation_id),
-            written.map((w) => w.item.op.claim_token),
-            written.map((w) => w.outcome.status),
-            written.map((w) => w.outcome.receipt),
-            written.map((w) => JSON.stringify(w.outcome.result)),
-            written.map((w) => reviewReason(w.outcome)),
-            written.map((w) => w.outcome.reason),
-            this.#o.workerId,
-          ],
-        });
-      }
-      await client.query('COMMIT');
+      if (written.length > 0) await this.#writeOutcomes(held.client, written, unwritten);
+      await held.client.query('COMMIT');
       committed = true;
     } catch (err) {
       if (isConnectionError(err)) broken = err as Error;
-      await client.query('ROLLBACK').catch(() => undefined);
-      this.#o.log.warn({ err, operations: written.length }, 'outcome write failed; writing each again');
+      await held.client.query('ROLLBACK').catch(() => undefined);
+      this.#o.log.warn({ err, operations: written.length }, 'outcome commit failed; writing each again');
     } finally {
-      client.release(broken);
+      held.release(broken);
     }
     await Promise.all([
-      ...written.map(({ item, outcome }) => this.#settleOutcome(item, outcome, committed)),
+      ...written.map(({ item, outcome }) => this.#settleOutcome(item, outcome, committed && !unwritten.has(item))),
       ...go.map((item, n) => (sends[n]!.status === 'rejected' ? item.reject((sends[n] as PromiseRejectedResult).reason) : undefined)),
-      ...items.filter((i) => checks.get(i.op.operation_id) !== true).map((item) => this.#settleUnchecked(item, checks.has(item.op.operation_id))),
+      ...items.flatMap((item) => {
+        const check = checks.get(item.op.operation_id);
+        return check === 'go' ? [] : [this.#settleUnchecked(item, check)];
+      }),
     ]);
+  }
+
+  /**
+   * Writes a batch's outcomes inside the transaction that holds its locks. If the one statement fails (a
+   * deadlock, a timeout, one bad row), each outcome is written on its own under the same locks, from a
+   * savepoint, retrying the transient failures: one operation's trouble never releases its batch-mates'
+   * locks while their requests are out. An outcome still not written is left in `unwritten`, for a fenced
+   * write after the commit. A lost connection throws: the locks went with it.
+   */
+  async #writeOutcomes(client: PoolClient, written: Written[], unwritten: Set<DispatchItem>): Promise<void> {
+    await client.query('SAVEPOINT outcomes');
+    try {
+      await client.query({
+        ...this.#prepared.operationCompleteBatch,
+        values: [
+          written.map((w) => w.item.op.operation_id),
+          written.map((w) => w.item.op.claim_token),
+          written.map((w) => w.outcome.status),
+          written.map((w) => w.outcome.receipt),
+          written.map((w) => JSON.stringify(w.outcome.result)),
+          written.map((w) => reviewReason(w.outcome)),
+          written.map((w) => w.outcome.reason),
+          this.#o.workerId,
+        ],
+      });
+      return;
+    } catch (err) {
+      if (isConnectionError(err)) throw err;
+      this.#o.log.warn({ err, operations: written.length }, 'batch outcome write failed; writing each under the same locks');
+      await client.query('ROLLBACK TO SAVEPOINT outcomes');
+    }
+    for (const { item, outcome } of written) {
+      const { op } = item;
+      await client.query('SAVEPOINT outcome');
+      for (let attempt = 1; ; attempt++) {
+        try {
+          await client.query(this.#q.operationComplete, [op.operation_id, op.claim_token, outcome.status, outcome.receipt, JSON.stringify(outcome.result), reviewReason(outcome), this.#o.workerId, outcome.reason]);
+          break;
+        } catch (err) {
+          if (isConnectionError(err)) throw err;
+          await client.query('ROLLBACK TO SAVEPOINT outcome');
+          if (!(isRetryable(err) || sqlState(err) === SQLSTATE.queryCanceled) || attempt >= 5) {
+            this.#o.log.warn({ err, operation_id: op.operation_id }, 'outcome write failed under the batch locks; writing it after the commit');
+            unwritten.add(item);
+            break;
+          }
+          await sleep(20 * 2 ** attempt);
+        }
+      }
+      await client.query('RELEASE SAVEPOINT outcome');
+    }
   }
 
   /** One provider call under the gated scope, crash points around it; returns its classified outcome. */
@@ -447,22 +490,19 @@ export class Dispatcher {
     }
   }
 
-  /** An operation that failed the final check: fresh=false means stale evidence; absent means re-read why. */
-  async #settleUnchecked(item: DispatchItem, locked: boolean): Promise<void> {
+  /** An operation that failed the final check: a refusal code, or none when its row must be re-read to say why. */
+  async #settleUnchecked(item: DispatchItem, check: Exclude<FinalCheck, 'go'> | undefined): Promise<void> {
     const { op } = item;
     try {
-      if (!locked) {
-        const { rows: now } = await this.#o.pool.query<{
-          status: string;
-          claim_token: string;
-        }>(this.#q.operationSelectClaim, [op.operation_id]);
+      if (check === undefined) {
+        const { rows: now } = await this.#o.pool.query<{ status: string; claim_token: string }>(this.#q.operationSelectClaim, [op.operation_id]);
         if (now[0]?.status !== 'executing' || now[0]?.claim_token !== op.claim_token) {
           this.#lost(op, 'final_check');
           item.resolve();
           return;
         }
       }
-      await this.#refuse(op, 'final_check', 'authorization_stale');
+      await this.#refuse(op, 'final_check', check ?? 'authorization_stale');
       item.resolve();
     } catch (err) {
       item.reject(err);
@@ -508,6 +548,39 @@ export class Dispatcher {
 interface EvidenceItem extends Settle {
   op: ClaimedOperation;
   decision: AuthorizationDecision;
+}
+
+/** The final check's verdict on one operation of a dispatch batch. */
+type FinalCheck = 'go' | 'authorization_stale' | 'tool_disabled';
+
+interface Written {
+  item: DispatchItem;
+  outcome: Outcome;
+}
+
+/**
+ * A pooled connection held across provider calls. Between statements it is idle in its transaction, where
+ * pg reports a lost connection as an 'error' event and pg-pool listens only while the client is idle in the
+ * pool: the listener keeps that from crashing the process, and the release discards the connection.
+ */
+interface HeldConnection {
+  client: PoolClient;
+  release(err?: Error): void;
+}
+
+function holdConnection(client: PoolClient): HeldConnection {
+  let lost: Error | undefined;
+  const onError = (err: Error): void => {
+    lost = err;
+  };
+  client.on('error', onError);
+  return {
+    client,
+    release(err) {
+      client.off('error', onError);
+      client.release(err ?? lost);
+    },
+  };
 }
 
 interface DispatchItem extends Settle {

@@ -79,21 +79,35 @@ export const dispatcherQueries = {
     FROM current c LEFT JOIN recorded r ON r.operation_id = c.operation_id`,
 
   /**
-   * The final check of a dispatch batch, under row locks held until the outcomes commit: each row of
-   * ($1[i], $2[i]) still executing under that claim, same approval and policy version, and its recorded
-   * evidence inside its windows by the database clock. Locked in key order. A revocation that updates one of
-   * these rows waits for the batch's transaction; one that committed first drops the row from the result.
+   * A dispatch batch's row locks: the rows of ($1[i], $2[i]) still executing under that claim, locked in key
+   * order (two batches, or a batch and a kill switch being engaged, never deadlock on each other), held until
+   * the batch's outcomes commit. A revocation that updates one of these rows waits for that commit.
    */
   operationLockForDispatchBatch: `
+    SELECT l.operation_id
+    FROM unnest($1::uuid[], $2::uuid[]) AS i(operation_id, claim_token)
+    JOIN @schema.operations l ON l.operation_id = i.operation_id AND l.claim_token = i.claim_token
+    WHERE l.status = 'executing'
+    ORDER BY l.operation_id
+    FOR UPDATE OF l`,
+
+  /**
+   * The final check, a separate statement once every lock of the batch is held (so with a snapshot and a clock
+   * taken after any wait for them): still executing under this claim, same approval and policy version, the
+   * recorded evidence inside its windows now ($3: maximum age + skew, ms), and no kill switch on the
+   * operation's tenant or tool. A row absent from the result lost its claim or its evidence no longer matches.
+   */
+  operationFinalCheckBatch: `
     SELECT l.operation_id,
-           e.expires_at > now() AS fresh,
-           e.authorized_at >= now() - make_interval(secs => $3::float8 / 1000) AS young
+           e.expires_at > statement_timestamp() AS fresh,
+           e.authorized_at >= statement_timestamp() - make_interval(secs => $3::float8 / 1000) AS young,
+           EXISTS (
+             SELECT 1 FROM @schema.gate_kill_switches k
+             WHERE k.tenant_id IN (l.tenant_id, '*') AND k.tool_name IN (l.tool_name, '*')) AS killed
     FROM unnest($1::uuid[], $2::uuid[]) AS i(operation_id, claim_token)
     JOIN @schema.operations l ON l.operation_id = i.operation_id AND l.claim_token = i.claim_token
     JOIN @schema.authorization_evidence e ON e.operation_id = l.operation_id AND e.claim_token = l.claim_token
-    WHERE l.status = 'executing' AND e.approval_id = l.current_approval_id AND e.policy_version = l.current_policy_version
-    ORDER BY l.operation_id
-    FOR UPDATE OF l`,
+    WHERE l.status = 'executing' AND e.approval_id = l.current_approval_id AND e.policy_version = l.current_policy_version`,
 
   /** Writes an outcome, fenced on executing + claim token, with its history row. */
   operationComplete: `

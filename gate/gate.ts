@@ -174,9 +174,14 @@ export class Gate {
     return housekeepingWith(this.core, this.approvals);
   }
 
-  /** Engages a kill switch ('*' for every tenant or tool): new calls refused, pending operations held. */
+  /**
+   * Engages a kill switch ('*' for every tenant or tool): new calls refused, pending operations held, claimed
+   * ones not yet sent refused at the dispatcher's final check. Returns once requests already at the provider
+   * have their outcomes recorded.
+   */
   async engageKillSwitch(tenant: string, tool: string, actor: string, reason: string): Promise<void> {
     await withTransaction(this.core.pool, async (c) => {
+      await c.query(this.core.q.killSwitchAwaitInFlight, [tenant, tool]);
       await c.query(this.core.q.killSwitchEngage, [tenant, tool, actor, reason]);
       await this.core.audit(c, { action: 'kill_switch', outcome: 'engaged', context: { tenant_id: tenant, principal_id: actor }, tool, detail: { reason } });
     });

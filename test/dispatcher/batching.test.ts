@@ -4,9 +4,11 @@
  * authorizer over mTLS, a real Dispatcher.
  */
 import t from 'tap';
+import { bindQueries } from '../../core/db.js';
 import { Metrics } from '../../core/metrics.js';
-import { openDispatcher } from '../../dispatcher/index.js';
+import { dispatcherQueries, openDispatcher } from '../../dispatcher/index.js';
 import { ctx, dispatchEnv, settled } from '../helpers/fleet.js';
+import { gateFixture } from '../helpers/gate.js';
 
 const args = (n: number) => ({ order_id: `ord-${n}`, amount: 100 + n, currency: 'EUR' });
 
@@ -90,4 +92,128 @@ t.test('a revocation issued while a batch is at the provider waits for its outco
   t.equal((await settled(e.pool, slow.operation_id)).status, 'unknown');
   t.equal((await settled(e.pool, mate.operation_id)).status, 'succeeded', 'its batch-mate succeeded');
   t.equal(e.provider.requestsFor(mate.effect_key), 1);
+});
+
+// Regressions from the adversarial review of the batching change.
+
+async function untilSent(e: Awaited<ReturnType<typeof dispatchEnv>>, key: string): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  while (e.provider.requestsFor(key) === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
+}
+
+t.test("one batch-mate's failed outcome write does not release the others' locks while their requests are out", async (t) => {
+  const e = await dispatchEnv(t);
+  const mates = [];
+  for (let i = 1; i <= 6; i++) mates.push(await e.ledger.reserve(ctx(`mate-${i}`), 'issue_refund', args(i)));
+  const slow = await e.ledger.reserve(ctx('slow'), 'issue_refund', args(0));
+  for (let i = 7; i <= 12; i++) mates.push(await e.ledger.reserve(ctx(`mate-${i}`), 'issue_refund', args(i)));
+  // The slow operation's outcome write fails once with a deadlock (as a gate counter trigger can): the batch
+  // statement fails, and must be redone under the same locks.
+  await e.pool.query(`
+    CREATE SEQUENCE public.poison_seq;
+    CREATE FUNCTION public.poison() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      IF NEW.operation_id = '${slow.operation_id}' AND NEW.status NOT IN ('pending', 'executing') AND nextval('public.poison_seq') = 1 THEN
+        RAISE EXCEPTION 'simulated deadlock' USING ERRCODE = '40P01';
+      END IF;
+      RETURN NEW;
+    END $$;
+    CREATE TRIGGER poison BEFORE UPDATE ON actionledger.operations FOR EACH ROW EXECUTE FUNCTION public.poison();`);
+  e.provider.inject({ kind: 'hangHeaders', commit: true }, { when: (key) => key === slow.effect_key });
+  await e.dispatcher(16);
+  await untilSent(e, slow.effect_key);
+  await new Promise((r) => setTimeout(r, 100));
+  const { rows: open } = await e.pool.query<{ operation_id: string }>("SELECT operation_id FROM actionledger.operations WHERE status = 'executing'");
+  const sentUncommitted = mates.filter((m) => e.provider.requestsFor(m.effect_key) === 1 && open.some((o) => o.operation_id === m.operation_id));
+  t.ok(sentUncommitted.length > 0, `the slow operation has batch-mates at the provider (${sentUncommitted.length})`);
+  const revoked = await Promise.all(
+    sentUncommitted.map((m) => e.pool.query<{ status: string }>("UPDATE actionledger.operations SET current_policy_version = 'policy-2' WHERE operation_id = $1 RETURNING status", [m.operation_id]).then((r) => r.rows[0]?.status)),
+  );
+  t.same(revoked.filter((s) => s === 'executing'), [], 'every revocation waited for its outcome');
+  for (const m of mates) t.equal((await settled(e.pool, m.operation_id)).status, 'succeeded');
+  t.equal((await settled(e.pool, slow.operation_id)).status, 'unknown', 'the slow one: unknown, written after the deadlock');
+});
+
+t.test('the final check judges freshness once every lock of the batch is held', async (t) => {
+  const e = await dispatchEnv(t);
+  const q = bindQueries(dispatcherQueries, '"actionledger"');
+  const a = await e.ledger.reserve(ctx('a'), 'issue_refund', args(1));
+  const b = await e.ledger.reserve(ctx('b'), 'issue_refund', args(2));
+  const both = [a.operation_id, b.operation_id];
+  // Claimed by hand, with evidence that expires in 1 s.
+  await e.pool.query("UPDATE actionledger.operations SET status = 'executing', claim_token = gen_random_uuid(), claimed_by = 'w', claimed_at = now() WHERE operation_id = ANY($1)", [both]);
+  await e.pool.query(
+    `INSERT INTO actionledger.authorization_evidence (operation_id, attempt, claim_token, approval_id, policy_version, args_sha256, decision_sha256, authorized_at, expires_at)
+     SELECT operation_id, attempt, claim_token, current_approval_id, current_policy_version, canonical_args_sha256, 'x', now(), now() + interval '1 second'
+     FROM actionledger.operations WHERE operation_id = ANY($1)`,
+    [both],
+  );
+  const { rows: ops } = await e.pool.query<{ operation_id: string; claim_token: string }>('SELECT operation_id, claim_token FROM actionledger.operations WHERE operation_id = ANY($1) ORDER BY operation_id', [both]);
+  const holder = await e.pool.connect();
+  const batch = await e.pool.connect();
+  t.teardown(() => {
+    holder.release();
+    batch.release();
+  });
+  // Someone holds the second row for 2 s (a reviewer, a revocation that then rolls back): the batch waits.
+  await holder.query('BEGIN');
+  await holder.query('SELECT 1 FROM actionledger.operations WHERE operation_id = $1 FOR UPDATE', [ops[1]!.operation_id]);
+  setTimeout(() => void holder.query('ROLLBACK'), 2000);
+  await batch.query('BEGIN');
+  const ids = ops.map((o) => o.operation_id);
+  const tokens = ops.map((o) => o.claim_token);
+  await batch.query(q.operationLockForDispatchBatch, [ids, tokens]);
+  const { rows } = await batch.query<{ fresh: boolean; young: boolean; killed: boolean }>(q.operationFinalCheckBatch, [ids, tokens, 30_000]);
+  await batch.query('ROLLBACK');
+  t.equal(rows.length, 2);
+  t.same(rows.map((r) => r.fresh), [false, false], 'evidence that expired while the locks were awaited is not fresh');
+});
+
+t.test('a kill switch engaged after the decision was recorded stops the send at the final check', async (t) => {
+  const e = await dispatchEnv(t);
+  const op = await e.ledger.reserve(ctx('ks'), 'issue_refund', args(7));
+  await e.pool.query(`
+    CREATE FUNCTION public.kill_after_evidence() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      INSERT INTO actionledger.gate_kill_switches (tenant_id, tool_name, engaged_by, reason) VALUES ('tenant-a', '*', 'oncall', 'incident') ON CONFLICT DO NOTHING;
+      RETURN NEW;
+    END $$;
+    CREATE TRIGGER kill_after_evidence AFTER INSERT ON actionledger.authorization_evidence FOR EACH ROW EXECUTE FUNCTION public.kill_after_evidence();`);
+  await e.dispatcher(2);
+  const done = await settled(e.pool, op.operation_id);
+  t.equal(done.status, 'needs_review');
+  t.equal(done.review_reason, 'final_check:tool_disabled');
+  t.equal(e.provider.requestsFor(op.effect_key), 0, 'nothing sent under an engaged kill switch');
+});
+
+t.test('engaging a kill switch waits for the requests already at the provider', async (t) => {
+  const e = await dispatchEnv(t);
+  const g = await gateFixture(t, { url: e.url, pool: e.pool, endpoint: e.provider.endpoint });
+  const slow = await e.ledger.reserve(ctx('slow'), 'issue_refund', args(1));
+  e.provider.inject({ kind: 'hangHeaders', commit: true }, { when: (key) => key === slow.effect_key });
+  await e.dispatcher(4);
+  await untilSent(e, slow.effect_key);
+  t.equal(e.provider.requestsFor(slow.effect_key), 1, 'the request is out');
+  await g.gate.engageKillSwitch('tenant-a', 'issue_refund', 'oncall', 'incident');
+  const { rows } = await e.pool.query<{ status: string }>('SELECT status FROM actionledger.operations WHERE operation_id = $1', [slow.operation_id]);
+  t.equal(rows[0]?.status, 'unknown', 'the switch was engaged only after the outcome was recorded');
+});
+
+t.test('a batch connection lost while its requests are out neither crashes the worker nor loses the outcome', async (t) => {
+  const e = await dispatchEnv(t);
+  const slow = await e.ledger.reserve(ctx('slow'), 'issue_refund', args(0));
+  e.provider.inject({ kind: 'hangHeaders', commit: true }, { when: (key) => key === slow.effect_key });
+  let uncaught: Error | null = null;
+  const onUncaught = (err: Error): void => {
+    uncaught = err;
+  };
+  process.on('uncaughtException', onUncaught);
+  t.teardown(() => process.off('uncaughtException', onUncaught));
+  await e.dispatcher(4);
+  await untilSent(e, slow.effect_key);
+  const killed = await e.pool.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE state = 'idle in transaction' AND datname = current_database()");
+  t.equal(killed.rowCount, 1, "the batch's connection was terminated");
+  const done = await settled(e.pool, slow.operation_id);
+  t.equal(uncaught, null, 'no uncaught exception');
+  t.equal(done.status, 'unknown', 'the outcome was written again on another connection');
 });
