@@ -24,7 +24,7 @@ async function main(): Promise<void> {
     for (const r of rows) {
       const base = rows.find((b) => b.variant === r.variant && b.ledger.queued === 1_000 && b.ledger.finished === 0);
       const ratio = base === undefined ? NaN : r.p50Ms / base.p50Ms;
-      table.push([r.ledger.name, r.variant, r.claims, r.p50Ms, r.p99Ms, ratio, r.rowsRead, r.buffers, r.scans]);
+      table.push([r.ledger.name, r.variant, String(r.claims), r.p50Ms, r.p99Ms, ratio, String(r.rowsRead), String(r.buffers), r.scans]);
       entries.push({
         name: `claim_32 ${r.variant}`,
         concurrency: 1,
