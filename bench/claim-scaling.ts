@@ -11,13 +11,13 @@
  *
  * Five claims are measured on each ledger, in this order:
  *   - `shipped`: the claim in dispatcher/queries.ts, with the statistics production has;
- *   - `proposed`: the same claim with its kill-switch test written so the planner cannot turn it into an
- *     anti-join (see PROPOSED_KILL_SWITCH_TEST below; not shipped, measured here as the candidate fix);
- *   - `shipped, kill switches analyzed`: the shipped claim after `ANALYZE gate_kill_switches`, the evidence
- *     for the cause (the empty, never-analyzed kill-switch table makes the planner expect the anti-join to
- *     leave one row, so it reads the whole queue instead of the first 32 entries of the outbox index);
- *   - `shipped / proposed, 1 kill switch, analyzed`: with one kill switch for a tenant that has no queued
- *     work, analyzed: why analyzing the table is no fix (the estimate collapses again) and the proposal is.
+ *   - `previous`: the claim as it was before its kill-switch test was rewritten (a plain NOT EXISTS, which the
+ *     planner turns into an anti-join; see PREVIOUS_KILL_SWITCH_TEST below), kept to show what the fix buys;
+ *   - `previous, kill switches analyzed`: that claim after `ANALYZE gate_kill_switches`, the evidence for the
+ *     cause (the empty, never-analyzed kill-switch table makes the planner expect the anti-join to leave one
+ *     row, so it reads the whole queue instead of the first 32 entries of the outbox index);
+ *   - `shipped / previous, 1 kill switch, analyzed`: with one kill switch for a tenant that has no queued
+ *     work, analyzed: why analyzing the table was no fix (the estimate collapses again) and the rewrite is.
  *
  * Statements are sent unnamed (node-postgres without `name`), so each execution is planned with its own
  * parameters: no generic plans are involved; the run records plan_cache_mode and the session's prepared
@@ -46,22 +46,22 @@ export const DEFAULT_CASES: ScalingCase[] = [
   { name: 'queued 1,000 + finished 100,000', queued: 1_000, finished: 100_000 },
 ];
 
-export type ClaimVariant = 'shipped' | 'proposed' | 'shipped, kill switches analyzed' | 'shipped, 1 kill switch, analyzed' | 'proposed, 1 kill switch, analyzed';
+export type ClaimVariant = 'shipped' | 'previous' | 'previous, kill switches analyzed' | 'shipped, 1 kill switch, analyzed' | 'previous, 1 kill switch, analyzed';
 
 /**
- * The candidate fix for the claim's kill-switch test (dispatcher/queries.ts is not edited here). The shipped
- * `AND NOT EXISTS (SELECT 1 FROM gate_kill_switches k WHERE ...)` becomes an anti-join whose estimate, from an
- * empty never-analyzed table (or one with a row for the only tenant), is one row; under an OR it stays a
- * filter, the uncorrelated EXISTS is evaluated once per statement (an InitPlan), and the plan walks
- * outbox_available_idx in order and stops after 32 rows. Same result: the two forms are logically equivalent.
+ * The shipped claim's kill-switch test, `(no switch at all OR none for this row)`, and the plain NOT EXISTS it
+ * replaced. The plain form becomes an anti-join whose estimate, from an empty never-analyzed table (or one with
+ * a row for another tenant), is one row; under the OR it stays a filter, the uncorrelated EXISTS is evaluated
+ * once per statement (an InitPlan), and the plan walks outbox_available_idx in order and stops after 32 rows.
+ * Same result: the two forms are logically equivalent (test/bench/claim-scaling.test.ts).
  */
 const SHIPPED_KILL_SWITCH_TEST =
-  /AND NOT EXISTS \(\s*SELECT 1 FROM ("actionledger"\.gate_kill_switches) k\s*WHERE (k\.tenant_id IN \(l\.tenant_id, '\*'\) AND k\.tool_name IN \(l\.tool_name, '\*'\))\)/;
-const PROPOSED_KILL_SWITCH_TEST = "AND (NOT EXISTS (SELECT 1 FROM $1)\n          OR NOT EXISTS (SELECT 1 FROM $1 k\n            WHERE $2))";
+  /AND \(NOT EXISTS \(SELECT 1 FROM ("actionledger"\.gate_kill_switches)\)\s*OR NOT EXISTS \(\s*SELECT 1 FROM "actionledger"\.gate_kill_switches k\s*WHERE (k\.tenant_id IN \(l\.tenant_id, '\*'\) AND k\.tool_name IN \(l\.tool_name, '\*'\))\)\)/;
+const PREVIOUS_KILL_SWITCH_TEST = 'AND NOT EXISTS (\n          SELECT 1 FROM $1 k\n          WHERE $2)';
 
-/** The proposed claim text, or null when the shipped claim no longer has the shape this rewrites. */
-export function proposedClaim(shipped: string = q.outboxClaimBatch): string | null {
-  return SHIPPED_KILL_SWITCH_TEST.test(shipped) ? shipped.replace(SHIPPED_KILL_SWITCH_TEST, PROPOSED_KILL_SWITCH_TEST) : null;
+/** The claim as it was before the fix, or null when the shipped claim no longer has the shape this rewrites. */
+export function previousClaim(shipped: string = q.outboxClaimBatch): string | null {
+  return SHIPPED_KILL_SWITCH_TEST.test(shipped) ? shipped.replace(SHIPPED_KILL_SWITCH_TEST, PREVIOUS_KILL_SWITCH_TEST) : null;
 }
 
 export interface ScalingRow {
@@ -216,10 +216,10 @@ export async function runClaimScaling(adminUrl: string, options: ScalingOptions 
   const maxClaims = options.maxClaims ?? 200;
   const maxMs = options.maxMsPerVariant ?? 6_000;
   const log = options.log ?? ((line: string) => process.stdout.write(line + '\n'));
-  const proposed = proposedClaim();
+  const previous = previousClaim();
   const rows: ScalingRow[] = [];
   const notes: string[] = [];
-  if (proposed === null) notes.push('The shipped claim no longer has the kill-switch test this benchmark rewrites: the proposed claim was not measured.');
+  if (previous === null) notes.push('The shipped claim no longer has the kill-switch test this benchmark rewrites: the previous claim was not measured.');
   for (const [i, c] of cases.entries()) {
     const name = `al_bench_scaling_${i}`;
     const url = await freshDatabase(adminUrl, name);
@@ -239,14 +239,14 @@ export async function runClaimScaling(adminUrl: string, options: ScalingOptions 
       notes.push(`${c.name}, after load + ANALYZE: ${await tableStats(pool)}; plan_cache_mode ${settings.rows[0]?.mode}, prepared statements in the session ${settings.rows[0]?.prepared}`);
       const variants: [ClaimVariant, string | null][] = [
         ['shipped', q.outboxClaimBatch],
-        ['proposed', proposed],
-        ['shipped, kill switches analyzed', q.outboxClaimBatch],
+        ['previous', previous],
+        ['previous, kill switches analyzed', previous],
         ['shipped, 1 kill switch, analyzed', q.outboxClaimBatch],
-        ['proposed, 1 kill switch, analyzed', proposed],
+        ['previous, 1 kill switch, analyzed', previous],
       ];
       for (const [variant, text] of variants) {
         if (text === null) continue;
-        if (variant === 'shipped, kill switches analyzed') await pool.query('ANALYZE actionledger.gate_kill_switches');
+        if (variant === 'previous, kill switches analyzed') await pool.query('ANALYZE actionledger.gate_kill_switches');
         if (variant === 'shipped, 1 kill switch, analyzed') {
           // One kill switch for a tenant with no queued work: the claim still takes 32, but the statistics now
           // say the table has a row, which is what a kill switch engaged once (or left on) leaves behind.

@@ -315,7 +315,7 @@ async function main(): Promise<void> {
     ...(t2 === ''
       ? []
       : [
-          'Claim cost as the queue grows (the dispatcher\'s claim of 32, each rolled back; bulk-loaded rows, then `ANALYZE operations, outbox` as autovacuum would; `gate_kill_switches` left as migrations leave it, never analyzed; "proposed" is the claim with its kill-switch test rewritten, not shipped; "kill switches analyzed" is the shipped claim after `ANALYZE gate_kill_switches`; "1 kill switch, analyzed": after one kill switch for a tenant with no queued work was engaged and the table analyzed):',
+          'Claim cost as the queue grows (the dispatcher\'s claim of 32, each rolled back; bulk-loaded rows, then `ANALYZE operations, outbox` as autovacuum would; `gate_kill_switches` left as migrations leave it, never analyzed; "previous" is the claim before its kill-switch test was rewritten (a plain NOT EXISTS); "kill switches analyzed" is that claim after `ANALYZE gate_kill_switches`; "1 kill switch, analyzed": after one kill switch for a tenant with no queued work was engaged and the table analyzed):',
           '',
           t2,
           '',

@@ -1,7 +1,7 @@
 /**
  * `npm run bench:scaling`: does the claim stay flat as the queue and the ledger grow? See bench/claim-scaling.ts
- * for what is loaded, analyzed and measured (the shipped claim, the proposed one, and the shipped one with the
- * kill-switch table analyzed), on 1,000 / 10,000 / 100,000 queued operations and on 1,000 queued beside
+ * for what is loaded, analyzed and measured (the shipped claim, the previous one it replaced, and the previous
+ * one with the kill-switch table analyzed), on 1,000 / 10,000 / 100,000 queued operations and on 1,000 queued beside
  * 100,000 finished ones. Claim p50/p99 are shown beside the 1,000-queued figure of the same claim in the same
  * run; every claim's EXPLAIN (ANALYZE, BUFFERS) is printed.
  *

@@ -8,6 +8,12 @@ export const dispatcherQueries = {
    * rows another worker holds), delete the outbox rows, mark the operations `executing` with a fresh claim
    * token, and append the history. Operations of a tenant or tool under a gate kill switch stay pending, their
    * outbox rows untouched, until the switch is lifted.
+   *
+   * The kill-switch test is written as `(no switch at all OR none for this row)`, not as the plain NOT EXISTS:
+   * PostgreSQL turns that into an anti-join estimated to leave one row (the switch table is empty and never
+   * analyzed, or holds a switch for another tenant), and then reads and sorts the whole queue instead of the
+   * first rows of outbox_available_idx: 601 ms against 3.5 ms at 100,000 queued (`npm run bench`). Under the
+   * OR it stays a filter, and the uncorrelated test runs once per statement.
    */
   outboxClaimBatch: `
     WITH picked AS (
@@ -15,9 +21,10 @@ export const dispatcherQueries = {
       FROM @schema.outbox o
       JOIN @schema.operations l ON l.operation_id = o.operation_id
       WHERE o.available_at <= now() AND l.status = 'pending'
-        AND NOT EXISTS (
-          SELECT 1 FROM @schema.gate_kill_switches k
-          WHERE k.tenant_id IN (l.tenant_id, '*') AND k.tool_name IN (l.tool_name, '*'))
+        AND (NOT EXISTS (SELECT 1 FROM @schema.gate_kill_switches)
+          OR NOT EXISTS (
+            SELECT 1 FROM @schema.gate_kill_switches k
+            WHERE k.tenant_id IN (l.tenant_id, '*') AND k.tool_name IN (l.tool_name, '*')))
       ORDER BY o.available_at
       LIMIT $1
       FOR UPDATE OF o, l SKIP LOCKED
