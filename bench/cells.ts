@@ -12,12 +12,18 @@
  * least `limits.minMs`, and starts none after `limits.capMs`.
  */
 import { execFileSync } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import PgBoss from 'pg-boss';
 import { compileConfig } from '../core/config.js';
 import { createPool } from '../core/db.js';
+import { canonicalJson, sha256Hex } from '../core/json.js';
 import { migrate } from '../core/migrate.js';
 import { Secret } from '../core/secret.js';
+import { authorizationRequest, fetchAuthorization } from '../dispatcher/authorize.js';
+import { callProvider, classify } from '../dispatcher/executor.js';
+import { loadDispatchIdentity } from '../dispatcher/identity.js';
+import type { ClaimedOperation } from '../dispatcher/types.js';
 import { EffectKeyer, Ledger } from '../ledger/index.js';
 import { cpuSplit, type CpuSplit } from './cpu.js';
 import { Completions, PoolSampler, openDispatchBench, type BenchPki } from './dispatch-env.js';
@@ -201,6 +207,75 @@ export async function actionledgerCell(adminUrl: string, pki: BenchPki, n: numbe
     };
   } finally {
     cellContext.sandboxThread = null;
+    await env.close();
+    await dropDatabase(adminUrl, name);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The floor: what end to end cannot go below on this machine, whatever the dispatcher does
+
+/**
+ * N producers in a closed loop, each reserving an operation and then making, itself, the two mutual-TLS calls a
+ * dispatch makes (the fresh authorization, checked as the dispatcher checks it, and the provider call,
+ * classified), with the dispatcher's own client code and agents, against the same sandbox servers: no claim,
+ * no evidence, no row lock, no outcome write. The reservation and the two requests are work every dispatch
+ * needs; this cell's rate is the most any dispatcher could reach here.
+ */
+export async function floorCell(adminUrl: string, pki: BenchPki, n: number, limits: CellLimits): Promise<Run & { notSucceeded: number }> {
+  const name = `al_bench_floor_${n}`;
+  const url = await freshDatabase(adminUrl, name);
+  const setup = new pg.Client({ connectionString: url });
+  await setup.connect();
+  await migrate(setup, 'actionledger', '"actionledger"');
+  await setup.end();
+  const env = await openDispatchBench(pki, url, n, 2, false);
+  cellContext.sandboxThread = env.sandbox.tid;
+  const identity = await loadDispatchIdentity(env.runtime, env.env);
+  const authorizer = identity.agent();
+  const provider = identity.agent();
+  const route = env.config.tools.get('issue_refund')!;
+  const credential = identity.credentials.get('issue_refund') ?? null;
+  const argsSha256 = sha256Hex(canonicalJson(ARGS));
+  try {
+    let notSucceeded = 0;
+    const cycle =
+      (tag: string) =>
+      async (w: number, i: number): Promise<number> => {
+        const t0 = performance.now();
+        const context = { tenant_id: 'tenant-a', principal_id: `producer-${w}`, task_id: `${tag}-${i}`, workflow_step_id: 's1', approval_id: 'a1', policy_version: 'v1' };
+        const r = await env.ledger.reserve(context, 'issue_refund', ARGS);
+        const op: ClaimedOperation = {
+          operation_id: r.operation_id,
+          effect_key: r.effect_key,
+          principal_id: context.principal_id,
+          task_id: context.task_id,
+          workflow_step_id: context.workflow_step_id,
+          tool_name: route.tool,
+          tenant_id: context.tenant_id,
+          provider_id: route.providerId,
+          provider_endpoint: route.endpoint,
+          idempotency_header: route.idempotencyHeader,
+          canonical_args_sha256: argsSha256,
+          arguments_json: ARGS,
+          current_approval_id: context.approval_id,
+          current_policy_version: context.policy_version,
+          claim_token: randomUUID(),
+          attempt: 1,
+        };
+        await fetchAuthorization(authorizer, identity.profile, authorizationRequest(op));
+        const outcome = classify(await callProvider(provider, identity.profile, op, credential), route);
+        if (outcome.status !== 'succeeded') notSucceeded++;
+        return performance.now() - t0;
+      };
+    await closedLoopOps(n, Math.max(20, 2 * n), limits.capMs, cycle('warm'));
+    notSucceeded = 0;
+    const run = await closedLoopOps(n, limits.ops, limits.capMs, cycle('run'), limits.minMs);
+    if (notSucceeded > 0) process.stderr.write(`WARNING floor N=${n}: ${notSucceeded} provider calls did not succeed\n`);
+    return { ...run, notSucceeded };
+  } finally {
+    cellContext.sandboxThread = null;
+    await Promise.all([authorizer.close(), provider.close()]);
     await env.close();
     await dropDatabase(adminUrl, name);
   }

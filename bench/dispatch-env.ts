@@ -301,6 +301,9 @@ export class DispatchProbe {
 
 export interface DispatchBench {
   config: Config;
+  /** The runtime and environment the dispatcher was opened with (for a second, dispatcher-free client). */
+  runtime: Runtime;
+  env: NodeJS.ProcessEnv;
   ledger: Ledger;
   producerPool: Pool;
   dispatcherPool: Pool;
@@ -320,7 +323,7 @@ process.once('exit', () => {
   for (const dir of tempDirs) rmSync(dir, { recursive: true, force: true });
 });
 
-export async function openDispatchBench(pki: BenchPki, url: string, concurrency: number, dispatcherPoolMax: number): Promise<DispatchBench> {
+export async function openDispatchBench(pki: BenchPki, url: string, concurrency: number, dispatcherPoolMax: number, startDispatcher = true): Promise<DispatchBench> {
   const dir = mkdtempSync(join(tmpdir(), 'al-bench-dispatch-'));
   tempDirs.add(dir);
   const sandbox = await SandboxThread.start(pki.serverTls);
@@ -378,9 +381,11 @@ export async function openDispatchBench(pki: BenchPki, url: string, concurrency:
     close: async () => undefined,
   };
   const dispatcher = await openDispatcher(runtime, env, { concurrency });
-  await dispatcher.start();
+  if (startDispatcher) await dispatcher.start();
   return {
     config,
+    runtime,
+    env,
     ledger,
     producerPool,
     dispatcherPool,

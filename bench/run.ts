@@ -30,6 +30,7 @@ import { parseArgs } from 'node:util';
 import pg from 'pg';
 import {
   actionledgerCell,
+  floorCell,
   cellContext,
   common,
   gitHead,
@@ -89,6 +90,7 @@ interface Round {
   bossDrain: BossResult;
   bossLive: BossResult;
   al: AlResult;
+  floor: Run;
   /** Most cores other processes used during any cell of the round. */
   otherCores: number;
 }
@@ -155,19 +157,20 @@ async function main(): Promise<void> {
         const { enqueue: bossSend, drain: bossDrain } = await pgBossEnqueueDrainCell(db.adminUrl, n, THROUGHPUT);
         const bossLive = await pgBossCell(db.adminUrl, n, 'notify', LIFECYCLE);
         const al = await actionledgerCell(db.adminUrl, pki, n, LIFECYCLE);
-        const cells = [insert, reserve, sql, bossSend, bossDrain, bossLive, al];
+        const floor = await floorCell(db.adminUrl, pki, n, LIFECYCLE);
+        const cells = [insert, reserve, sql, bossSend, bossDrain, bossLive, al, floor];
         const otherCores = Math.max(...cells.map((r) => (Number.isNaN(r.cpu.otherCores) ? 0 : r.cpu.otherCores)));
         const keep = otherCores < NOISY_CORES || (discarded.get(n) ?? 0) >= ROUNDS;
         log(
           `  round ${round} N=${n}${keep ? '' : ' DISCARDED'}: INSERT ${insert.opsPerS.toFixed(0)}/s, SQL lifecycle ${sql.opsPerS.toFixed(0)}/s, ` +
             `pg-boss send ${bossSend.opsPerS.toFixed(0)}/s drain ${bossDrain.opsPerS.toFixed(0)}/s in flight ${bossLive.opsPerS.toFixed(0)}/s, ` +
-            `AL reserve ${reserve.opsPerS.toFixed(0)}/s end to end ${al.opsPerS.toFixed(0)}/s (p50 ${al.p50Ms.toFixed(1)} ms); other processes up to ${otherCores.toFixed(2)} cores\n    ${al.check}`,
+            `AL reserve ${reserve.opsPerS.toFixed(0)}/s end to end ${al.opsPerS.toFixed(0)}/s (p50 ${al.p50Ms.toFixed(1)} ms), floor ${floor.opsPerS.toFixed(0)}/s; other processes up to ${otherCores.toFixed(2)} cores\n    ${al.check}`,
         );
         if (!keep) {
           discarded.set(n, (discarded.get(n) ?? 0) + 1);
           continue;
         }
-        byLevel.set(n, [...(byLevel.get(n) ?? []), { insert, reserve, sql, bossSend, bossDrain, bossLive, al, otherCores }]);
+        byLevel.set(n, [...(byLevel.get(n) ?? []), { insert, reserve, sql, bossSend, bossDrain, bossLive, al, floor, otherCores }]);
       }
     }
     if (flags['no-scaling'] !== true) {
@@ -203,6 +206,7 @@ async function main(): Promise<void> {
     const bossDrain = m((r) => r.bossDrain);
     const bossLive = m((r) => r.bossLive);
     const al = m((r) => r.al);
+    const floor = m((r) => r.floor);
     const other = medianOf(rs.map((r) => r.otherCores));
     loads.push(`N = ${n}: ${rs.map((r) => r.otherCores.toFixed(2)).join(' / ')} cores (${discarded.get(n) ?? 0} round(s) discarded)`);
     const sqlToInsert = ratio(rs, (r) => r.sql.opsPerS, (r) => r.insert.opsPerS);
@@ -213,6 +217,8 @@ async function main(): Promise<void> {
     const alToSql = ratio(rs, (r) => r.al.opsPerS, (r) => r.sql.opsPerS);
     const alToLive = ratio(rs, (r) => r.al.opsPerS, (r) => r.bossLive.opsPerS);
     const alToDrain = ratio(rs, (r) => r.al.opsPerS, (r) => r.bossDrain.opsPerS);
+    const floorToSql = ratio(rs, (r) => r.floor.opsPerS, (r) => r.sql.opsPerS);
+    const alToFloor = ratio(rs, (r) => r.al.opsPerS, (r) => r.floor.opsPerS);
     const N = String(n);
     rows.push(
       [N, 'INSERT one row, commit', insert.opsPerS, insert.p50Ms, insert.p99Ms, 1, dash, dash],
@@ -223,6 +229,7 @@ async function main(): Promise<void> {
       [N, 'actionledger reserve', reserve.opsPerS, reserve.p50Ms, reserve.p99Ms, reserveToInsert, dash, reserveToSend],
       [N, 'actionledger reserve -> succeeded (mTLS), N in flight', al.opsPerS, al.p50Ms, al.p99Ms, dash, alToSql, alToLive],
       [N, 'actionledger reserve commit -> claimed', dash, al.wakeP50Ms, al.wakeP99Ms, dash, dash, dash],
+      [N, `floor: reserve + the two mTLS calls, no dispatch bookkeeping (end to end / floor ${alToFloor.toFixed(2)})`, floor.opsPerS, floor.p50Ms, floor.p99Ms, dash, floorToSql, dash],
     );
     const rounds = (f: (r: Round) => Run): string => list(rs.map(f));
     const e = (name: string, r: Run, extra: Record<string, string | number | null>): ResultEntry => ({
@@ -252,11 +259,13 @@ async function main(): Promise<void> {
         row_lock_held_p50_ms: al.lockHeldP50Ms,
         dispatcher_statements_per_op: al.statementsPerOp,
         not_succeeded: al.notSucceeded,
+        ratio_to_floor: alToFloor,
         ops_per_s_rounds: rounds((r) => r.al),
         other_processes_cpu_cores_max_median: round2(other),
         rounds_discarded_for_other_load: discarded.get(n) ?? 0,
         check: al.check,
       }),
+      e('floor_reserve_and_two_mtls_calls', floor, { ratio_to_sql_lifecycle: floorToSql, ops_per_s_rounds: rounds((r) => r.floor) }),
     );
   }
   log('\nThroughput and latency (medians over rounds; ratios are medians of per-round ratios; latency per operation, ms):');
@@ -310,6 +319,7 @@ async function main(): Promise<void> {
     '- pg-boss 10.4: `send` from N callers; then one worker with `batchSize` N processes those jobs with a no-op handler that wakes it again at once (no polling pause): jobs / (first fetch -> last `complete` acknowledged); and send -> `complete` acknowledged with N jobs in flight, woken in-process after each send (`notifyWorker`).',
     '- actionledger: `Ledger.reserve` from N callers; and reservation -> `succeeded` through a real Dispatcher (concurrency N, pool N + 4): fresh authorization and provider call over mutual TLS to sandbox servers on loopback (a worker thread of the same process), latency from the reservation commit acknowledged to the outcome commit acknowledged; "-> claimed" ends when the claim statement returns the operation.',
     '- "/ pg-boss": reserve against pg-boss `send`; end to end against pg-boss send -> completed.',
+    '- floor: N callers each reserve and then make the two mutual-TLS calls themselves (the authorization, checked as the dispatcher checks it, and the provider call), with the dispatcher\'s client code, agents and sandbox servers, and nothing else: no claim, evidence, row lock or outcome write. No dispatcher can beat it on this machine; "end to end / floor" is the share of it the dispatcher reaches.',
     `- Other processes on the machine, most cores in any cell of each kept round: ${loads.join('; ')}. A round with 0.3 cores or more was run again, at most ${ROUNDS} times per level.`,
     '',
     ...(t2 === ''
