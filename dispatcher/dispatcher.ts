@@ -358,6 +358,9 @@ export class Dispatcher {
    */
   async #sendBatch(held: HeldConnection, items: DispatchItem[], checks: ReadonlyMap<string, FinalCheck>): Promise<void> {
     const go = items.filter((i) => checks.get(i.op.operation_id) === 'go');
+    // The savepoint the outcome write may fall back to travels while the requests are out, not after them.
+    const savepoint = go.length === 0 ? Promise.resolve() : held.client.query('SAVEPOINT outcomes').then(() => undefined);
+    savepoint.catch(() => undefined); // awaited below; a failure there is the commit's failure
     const sends = await Promise.allSettled(go.map((i) => this.#send(i)));
     const written: Written[] = [];
     go.forEach((item, n) => {
@@ -370,6 +373,7 @@ export class Dispatcher {
     let committed = false;
     let broken: Error | undefined;
     try {
+      await savepoint;
       if (written.length > 0) await this.#writeOutcomes(held.client, written, unwritten);
       await held.client.query('COMMIT');
       committed = true;
@@ -391,14 +395,13 @@ export class Dispatcher {
   }
 
   /**
-   * Writes a batch's outcomes inside the transaction that holds its locks. If the one statement fails (a
-   * deadlock, a timeout, one bad row), each outcome is written on its own under the same locks, from a
-   * savepoint, retrying the transient failures: one operation's trouble never releases its batch-mates'
+   * Writes a batch's outcomes inside the transaction that holds its locks, after its savepoint `outcomes`. If
+   * the one statement fails (a deadlock, a timeout, one bad row), each outcome is written on its own under the
+   * same locks, from the savepoint, retrying the transient failures: one operation's trouble never releases its batch-mates'
    * locks while their requests are out. An outcome still not written is left in `unwritten`, for a fenced
    * write after the commit. A lost connection throws: the locks went with it.
    */
   async #writeOutcomes(client: PoolClient, written: Written[], unwritten: Set<DispatchItem>): Promise<void> {
-    await client.query('SAVEPOINT outcomes');
     try {
       await client.query({
         ...this.#prepared.operationCompleteBatch,
