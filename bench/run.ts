@@ -20,7 +20,8 @@
  * Writes `runs.bench` in bench/results.json (other runs kept) and the markdown tables to bench/results.md.
  *
  * Options: --quick (smoke run: 1 round, short cells, queues up to 10,000; writes nothing unless --save),
- * --rounds R (default 3), --levels 1,8,32, --seconds S (throughput cells, default 2), --no-scaling, --save.
+ * --rounds R (default 3), --levels 1,8,32, --seconds S (throughput cells, default 2), --no-scaling, --no-backlog,
+ * --save.
  * BENCH_QUIET_MAX_SECONDS (default 15): the longest wait, before each round, for other processes to go quiet.
  */
 import { writeFileSync } from 'node:fs';
@@ -48,6 +49,7 @@ import {
   type Run,
   type SqlResult,
 } from './cells.js';
+import { backlogCell, type BacklogRow } from './backlog.js';
 import { DEFAULT_CASES, runClaimScaling, type ScalingRow } from './claim-scaling.js';
 import { findPostmaster, waitForQuiet } from './cpu.js';
 import { createBenchPki } from './dispatch-env.js';
@@ -58,6 +60,7 @@ const { values: flags } = parseArgs({
     quick: { type: 'boolean', default: false },
     save: { type: 'boolean', default: false },
     'no-scaling': { type: 'boolean', default: false },
+    'no-backlog': { type: 'boolean', default: false },
     rounds: { type: 'string' },
     levels: { type: 'string' },
     seconds: { type: 'string' },
@@ -72,6 +75,9 @@ const THROUGHPUT_MS = Number(flags.seconds ?? (QUICK ? 0.5 : 2)) * 1000;
 const THROUGHPUT: CellLimits = { ops: 0, minMs: THROUGHPUT_MS, capMs: THROUGHPUT_MS };
 /** Lifecycles (SQL, pg-boss in flight, actionledger end to end): at least 600 operations and 2 s, none started after 6 s. */
 const LIFECYCLE: CellLimits = QUICK ? { ops: 50, minMs: 0, capMs: 1000 } : { ops: 600, minMs: 2000, capMs: 6000 };
+/** Backlogs the dispatcher drains (bench/backlog.ts), with this many operations in flight. */
+const BACKLOGS = QUICK ? [200, 1_000] : [1_000, 10_000, 100_000];
+const BACKLOG_CONCURRENCY = 32;
 const SCALING_CASES = QUICK
   ? [
       { name: 'queued 1,000', queued: 1_000, finished: 0 },
@@ -142,6 +148,7 @@ async function main(): Promise<void> {
   const byLevel = new Map<number, Round[]>();
   const discarded = new Map<number, number>();
   let scaling: ScalingRow[] = [];
+  const backlog: BacklogRow[] = [];
   let scalingNotes: string[] = [];
   try {
     // Rounds interleave the levels and the systems. A round during which other processes used NOISY_CORES or
@@ -183,6 +190,15 @@ async function main(): Promise<void> {
       });
       scaling = result.rows;
       scalingNotes = result.notes;
+    }
+    if (flags['no-backlog'] !== true) {
+      log(`\nBacklog drains (${BACKLOGS.join(', ')} queued; one dispatcher, concurrency ${BACKLOG_CONCURRENCY}):`);
+      for (const queued of BACKLOGS) {
+        await waitForQuiet(cellContext.postmaster, QUIET_MAX_MS, NOISY_CORES);
+        const b = await backlogCell(db.adminUrl, pki, queued, BACKLOG_CONCURRENCY, 8, QUICK ? 500 : 3000);
+        backlog.push(b);
+        log(`  ${queued} queued: drained at ${b.drainOpsPerS.toFixed(0)}/s in ${b.drainSeconds.toFixed(1)} s (${b.states}); then reserve ${b.reserve.opsPerS.toFixed(0)}/s`);
+      }
     }
   } finally {
     await db.close();
@@ -301,6 +317,48 @@ async function main(): Promise<void> {
     log(`\nClaim of 32 as the queue grows (each claim rolled back; p50 / first ledger's p50 of the same claim):`);
     t2 = printTable(['ledger', 'claim', 'claims', 'p50 ms', 'p99 ms', `p50 / ${SCALING_CASES[0]?.name}`, 'rows read by the pick', 'shared buffers', 'scans in the pick'], scalingRows);
   }
+  let t3 = '';
+  if (backlog.length > 0) {
+    const first = backlog[0]!;
+    const backlogRows = backlog.map((b) => [
+      b.queued.toLocaleString('en-US'),
+      b.drainOpsPerS,
+      b.drainOpsPerS / first.drainOpsPerS,
+      b.drainSeconds,
+      b.states,
+      b.reserve.opsPerS,
+      b.reserve.opsPerS / first.reserve.opsPerS,
+      b.reserve.p50Ms,
+      b.reserve.p99Ms,
+    ]);
+    for (const b of backlog) {
+      entries.push({
+        name: 'actionledger_backlog_drain',
+        concurrency: b.concurrency,
+        ops_per_s: b.drainOpsPerS,
+        p50_ms: null,
+        p99_ms: null,
+        queued: b.queued,
+        ratio_to_first_backlog: b.drainOpsPerS / first.drainOpsPerS,
+        seconds: b.drainSeconds,
+        states: b.states,
+      });
+      entries.push({
+        name: 'actionledger_reserve_after_backlog',
+        concurrency: 8,
+        ops_per_s: b.reserve.opsPerS,
+        p50_ms: b.reserve.p50Ms,
+        p99_ms: b.reserve.p99Ms,
+        ledger_operations: b.queued,
+        ratio_to_first_backlog: b.reserve.opsPerS / first.reserve.opsPerS,
+      });
+    }
+    log(`\nBacklog drained by one dispatcher (concurrency ${BACKLOG_CONCURRENCY}), then reservations into that ledger (8 in flight):`);
+    t3 = printTable(
+      ['queued', 'drain ops/s', `/ ${first.queued.toLocaleString('en-US')} queued`, 'drain s', 'after the drain', 'reserve ops/s after', `/ after ${first.queued.toLocaleString('en-US')}`, 'reserve p50 ms', 'reserve p99 ms'],
+      backlogRows,
+    );
+  }
   const minutes = (Date.now() - started) / 60_000;
   log(`\n# ${minutes.toFixed(1)} minutes`);
 
@@ -337,6 +395,14 @@ async function main(): Promise<void> {
           '</details>',
         ]),
     '',
+    ...(t3 === ''
+      ? []
+      : [
+          `Backlogs drained (operations bulk-loaded as reservations leave them, tables analyzed, then one real Dispatcher of concurrency ${BACKLOG_CONCURRENCY} over mutual TLS drains them all: outcomes per second from the 10% mark to the last outcome commit; drain s is start to last outcome); then, with the dispatcher stopped, reservations into the ledger the drain left, 8 in flight:`,
+          '',
+          t3,
+          '',
+        ]),
   ].join('\n');
   writeFileSync(join('bench', 'results.md'), md);
   saveResults('bench', entries, {
@@ -350,7 +416,7 @@ async function main(): Promise<void> {
     throughput_cell_seconds: String(THROUGHPUT_MS / 1000),
     lifecycle_cell: `>= ${LIFECYCLE.ops} ops and ${LIFECYCLE.minMs / 1000} s, none started after ${LIFECYCLE.capMs / 1000} s`,
     minutes: minutes.toFixed(1),
-    tables: [t1, t2].filter((t) => t !== '').join('\n\n'),
+    tables: [t1, t2, t3].filter((t) => t !== '').join('\n\n'),
   });
   log('# wrote bench/results.json (runs.bench) and bench/results.md');
 }
