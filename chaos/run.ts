@@ -190,20 +190,27 @@ async function main(): Promise<number> {
   say(`faults chosen: provider ${providerFaultOf.size}, authorizer ${authFaultOf.size}, readback failing ${readbackFailures.size}`);
 
   // The fleet, with crash points; every worker that dies is restarted while the fault phase lasts.
-  const stats = { workerCrashes: 0, reconcilerCrashes: 0, reconcileRuns: 0, pgRestarts: 0, proxyFaults: 0 };
+  const stats = { workerCrashes: 0, workerStops: 0, reconcilerCrashes: 0, reconcileRuns: 0, pgRestarts: 0, proxyFaults: 0 };
   let phase: 'faults' | 'drain' | 'done' = 'faults';
   const live = new Set<ChildProcess>();
   const spawnWorker = (withCrash: boolean): void => {
     const env: NodeJS.ProcessEnv = { PATH: process.env.PATH, ...baseEnv, DATABASE_URL: proxiedUrl };
-    if (withCrash && rng.chance(0.6)) {
+    // Most workers crash at the Nth time a named point is reached; the others are stopped with SIGTERM after a
+    // few seconds (a graceful stop under the same faults), so the fleet keeps cycling: a worker that never
+    // crashed would otherwise live to the end of the fault phase.
+    const crashes = withCrash && rng.chance(0.6);
+    if (crashes) {
       env.ACTIONLEDGER_CRASH_POINTS_ENABLED = '1';
       env.ACTIONLEDGER_CRASH_AT = `${rng.pick(DISPATCH_POINTS)}:${rng.int(1, 40)}`;
     }
     const child = spawn(process.execPath, [BIN, 'dispatcher', '--concurrency', String(C)], { env, stdio: ['ignore', workerLog, workerLog] });
     live.add(child);
+    const stopAfter = withCrash && !crashes ? setTimeout(() => child.kill('SIGTERM'), rng.int(3_000, 10_000)) : undefined;
     child.once('exit', (_code, signal) => {
+      clearTimeout(stopAfter);
       live.delete(child);
       if (signal === 'SIGKILL') stats.workerCrashes++;
+      if (signal === null && stopAfter !== undefined) stats.workerStops++;
       if (phase === 'faults' && Date.now() < deadline) setTimeout(() => spawnWorker(true), rng.int(100, 500));
     });
   };
@@ -282,7 +289,7 @@ async function main(): Promise<number> {
   proxy.resume();
   await reconcileLoop;
   await stopAll(live);
-  say(`fault phase over: ${stats.workerCrashes} worker crashes, ${stats.reconcilerCrashes}/${stats.reconcileRuns} reconcile runs crashed, ${stats.pgRestarts} PostgreSQL restart, ${stats.proxyFaults} proxy faults, ${proxy.stats.commitResets} connections cut mid-COMMIT`);
+  say(`fault phase over: ${stats.workerCrashes} worker crashes, ${stats.workerStops} graceful worker stops, ${stats.reconcilerCrashes}/${stats.reconcileRuns} reconcile runs crashed, ${stats.pgRestarts} PostgreSQL restart, ${stats.proxyFaults} proxy faults, ${proxy.stats.commitResets} connections cut mid-COMMIT`);
 
   // Settle: reconcile until nothing changes, let a reviewer retry what provably never reached the provider,
   // drain that with a fault-free fleet, and reconcile again.

@@ -20,10 +20,10 @@ t.test('the short chaos run: a fleet under crashes, provider, authorizer, networ
   t.match(out, /\| effect keys with more than one provider effect \| 0 \|/);
   t.match(out, /\| operations lost \| 0 \|/);
   t.match(out, /\| dispatches without a fresh authorization bound to the sent bytes \| 0 \|/);
-  const faults = /fault phase over: (\d+) worker crashes, (\d+)\/(\d+) reconcile runs crashed, (\d+) PostgreSQL restart, (\d+) proxy faults/.exec(out);
+  const faults = /fault phase over: (\d+) worker crashes, (\d+) graceful worker stops, (\d+)\/(\d+) reconcile runs crashed, (\d+) PostgreSQL restart, (\d+) proxy faults/.exec(out);
   t.ok(faults, 'fault summary printed');
   t.ok(Number(faults?.[1]) > 0, 'workers were SIGKILLed at crash points');
-  t.equal(Number(faults?.[4]), 1, 'PostgreSQL was restarted once');
+  t.equal(Number(faults?.[5]), 1, 'PostgreSQL was restarted once');
   t.equal(out.trim().split('\n').at(-1), 'invariants: 0 violated', 'the last line');
 });
 
