@@ -7,11 +7,9 @@
  * 10% mark to the last outcome commit (the first operations also pay for connections and TLS sessions). Then, with the dispatcher stopped and every operation finished, reservations are timed into that
  * ledger (N callers, a few seconds), to see whether a larger ledger slows them.
  */
-import pg from 'pg';
-import { migrate } from '../core/migrate.js';
-import { closedLoopOps, dropDatabase, sleep, type Run } from './cells.js';
+import type pg from 'pg';
+import { closedLoopOps, dropDatabase, migratedDatabase, sleep, type Run } from './cells.js';
 import { openDispatchBench, type BenchPki } from './dispatch-env.js';
-import { freshDatabase } from './harness.js';
 
 export interface BacklogRow {
   queued: number;
@@ -53,11 +51,7 @@ async function loadBacklog(pool: pg.Pool, n: number, providerId: string, endpoin
 
 export async function backlogCell(adminUrl: string, pki: BenchPki, queued: number, concurrency: number, reserveCallers: number, reserveMs: number): Promise<BacklogRow> {
   const name = `al_bench_backlog_${queued}`;
-  const url = await freshDatabase(adminUrl, name);
-  const setup = new pg.Client({ connectionString: url });
-  await setup.connect();
-  await migrate(setup, 'actionledger', '"actionledger"');
-  await setup.end();
+  const url = await migratedDatabase(adminUrl, name);
   const env = await openDispatchBench(pki, url, concurrency, concurrency + 4, false);
   try {
     const route = env.config.tools.get('issue_refund')!;

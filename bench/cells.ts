@@ -16,7 +16,7 @@ import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import PgBoss from 'pg-boss';
 import { compileConfig } from '../core/config.js';
-import { createPool } from '../core/db.js';
+import { createPool, type Pool } from '../core/db.js';
 import { canonicalJson, sha256Hex } from '../core/json.js';
 import { migrate } from '../core/migrate.js';
 import { Secret } from '../core/secret.js';
@@ -103,6 +103,28 @@ export function nodeLoad(): () => { elu: number; cpu: CpuSplit } {
   });
 }
 
+/** A fresh database (dropped first if a run left it) with the actionledger schema migrated; returns its URL. */
+export async function migratedDatabase(adminUrl: string, name: string): Promise<string> {
+  const url = await freshDatabase(adminUrl, name);
+  const setup = new pg.Client({ connectionString: url });
+  await setup.connect();
+  try {
+    await migrate(setup, 'actionledger', '"actionledger"');
+  } finally {
+    await setup.end();
+  }
+  return url;
+}
+
+/** A Ledger on `pool` with the benchmark's one tool and a fixed effect-key secret. */
+export function benchLedger(url: string, pool: Pool): Ledger {
+  const config = compileConfig(
+    { tools: { issue_refund: { provider_id: 'billing', endpoint: 'https://localhost:9443/v1/refunds', allowed_tenants: ['tenant-a'], idempotency: { mechanism: 'header', name: 'Idempotency-Key' } } } },
+    { DATABASE_URL: url },
+  );
+  return new Ledger(config, pool, new EffectKeyer({ active: 'k1', secrets: new Map([['k1', new Secret(Buffer.alloc(32, 7))]]) }));
+}
+
 /** Drops a cell's database, then checkpoints so the next cell does not pay for this one's dirty pages. */
 export async function dropDatabase(adminUrl: string, name: string): Promise<void> {
   const c = new pg.Client({ connectionString: adminUrl });
@@ -134,11 +156,7 @@ export interface AlResult extends Run {
 
 export async function actionledgerCell(adminUrl: string, pki: BenchPki, n: number, limits: CellLimits): Promise<AlResult> {
   const name = `al_bench_dispatch_al_${n}`;
-  const url = await freshDatabase(adminUrl, name);
-  const setup = new pg.Client({ connectionString: url });
-  await setup.connect();
-  await migrate(setup, 'actionledger', '"actionledger"');
-  await setup.end();
+  const url = await migratedDatabase(adminUrl, name);
   // LISTEN + one connection per operation in flight (evidence or the locked dispatch) + claim + heartbeat.
   const env = await openDispatchBench(pki, url, n, n + 4);
   cellContext.sandboxThread = env.sandbox.tid;
@@ -224,11 +242,7 @@ export async function actionledgerCell(adminUrl: string, pki: BenchPki, n: numbe
  */
 export async function floorCell(adminUrl: string, pki: BenchPki, n: number, limits: CellLimits): Promise<Run & { notSucceeded: number }> {
   const name = `al_bench_floor_${n}`;
-  const url = await freshDatabase(adminUrl, name);
-  const setup = new pg.Client({ connectionString: url });
-  await setup.connect();
-  await migrate(setup, 'actionledger', '"actionledger"');
-  await setup.end();
+  const url = await migratedDatabase(adminUrl, name);
   const env = await openDispatchBench(pki, url, n, 2, false);
   cellContext.sandboxThread = env.sandbox.tid;
   const identity = await loadDispatchIdentity(env.runtime, env.env);
@@ -534,11 +548,7 @@ export async function insertReserveCell(adminUrl: string, n: number, limits: Cel
   await migrate(client, 'actionledger', '"actionledger"');
   await client.query('CREATE TABLE public.plain_insert (id bigserial PRIMARY KEY, payload text NOT NULL, at timestamptz NOT NULL DEFAULT now())');
   client.release();
-  const config = compileConfig(
-    { tools: { issue_refund: { provider_id: 'billing', endpoint: 'https://localhost:9443/v1/refunds', allowed_tenants: ['tenant-a'], idempotency: { mechanism: 'header', name: 'Idempotency-Key' } } } },
-    { DATABASE_URL: url },
-  );
-  const ledger = new Ledger(config, pool, new EffectKeyer({ active: 'k1', secrets: new Map([['k1', new Secret(Buffer.alloc(32, 7))]]) }));
+  const ledger = benchLedger(url, pool);
   const payload = JSON.stringify(ARGS);
   const timed = (fn: (w: number, i: number) => Promise<unknown>) => async (w: number, i: number): Promise<number> => {
     const t0 = performance.now();

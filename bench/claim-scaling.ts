@@ -28,7 +28,7 @@ import { bindQueries, createPool, type Pool } from '../core/db.js';
 import { migrate } from '../core/migrate.js';
 import { dispatcherQueries } from '../dispatcher/queries.js';
 import { dropDatabase } from './cells.js';
-import { freshDatabase, percentiles } from './harness.js';
+import { freshDatabase, percentiles, type ResultEntry } from './harness.js';
 
 const q = bindQueries(dispatcherQueries, '"actionledger"');
 const BATCH = 32;
@@ -129,6 +129,37 @@ async function claimTimes(pool: Pool, text: string, maxClaims: number, maxMs: nu
     client.release();
   }
   return times;
+}
+
+/**
+ * The claim table's rows and the results entries for `rows`: each claim's p50 beside the same claim's p50 on
+ * the first ledger of the run (`base`).
+ */
+export function scalingReport(rows: ScalingRow[], base: ScalingCase | undefined): { table: (string | number)[][]; entries: ResultEntry[] } {
+  const table: (string | number)[][] = [];
+  const entries: ResultEntry[] = [];
+  for (const r of rows) {
+    const first = rows.find((b) => b.variant === r.variant && b.ledger === base);
+    const ratio = first === undefined ? NaN : r.p50Ms / first.p50Ms;
+    table.push([r.ledger.name, r.variant, String(r.claims), r.p50Ms, r.p99Ms, ratio, String(r.rowsRead), String(r.buffers), r.scans]);
+    entries.push({
+      name: `claim_32 ${r.variant}`,
+      concurrency: 1,
+      ops_per_s: 1000 / r.p50Ms,
+      p50_ms: r.p50Ms,
+      p99_ms: r.p99Ms,
+      ratio_to_1000_queued_p50: ratio,
+      queued: r.ledger.queued,
+      finished: r.ledger.finished,
+      claims: r.claims,
+      rows_read_by_pick: r.rowsRead,
+      shared_buffers: r.buffers,
+      explain_analyze_ms: r.explainMs,
+      plan_same_before_and_after_claims: r.planStable ? 'yes' : 'no',
+      plan: r.scans,
+    });
+  }
+  return { table, entries };
 }
 
 export interface PlanSummary {

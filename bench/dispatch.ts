@@ -40,7 +40,7 @@ import {
 } from './cells.js';
 import { findPostmaster, waitForQuiet } from './cpu.js';
 import { createBenchPki } from './dispatch-env.js';
-import { machine, openBenchDatabase, printTable, saveResults, type ResultEntry } from './harness.js';
+import { machine, openBenchDatabase, stopOnSignal, printTable, saveResults, type ResultEntry } from './harness.js';
 
 const { values: flags } = parseArgs({
   options: {
@@ -67,14 +67,7 @@ const NOISY_CORES = 0.3;
 
 async function main(): Promise<void> {
   const db = await openBenchDatabase();
-  // Interrupted: stop the embedded cluster too (it runs in its own process group and would outlive us).
-  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-    process.once(signal, () => {
-      process.stderr.write(`${signal}: stopping the benchmark database\n`);
-      process.on('uncaughtException', () => undefined); // open connections die while the cluster stops
-      void db.close().finally(() => process.exit(130));
-    });
-  }
+  stopOnSignal(db);
   cellContext.postmaster = await findPostmaster(db.adminUrl).catch(() => null);
   const pki = await createBenchPki();
   process.stdout.write(`# PostgreSQL ${db.version}; ${machine()}; ${ROUNDS} rounds; per cell at least ${OPS} ops and ${MIN_MS / 1000} s, none started after ${CELL_MS / 1000} s\n`);

@@ -24,6 +24,17 @@ export async function freePort(): Promise<number> {
   });
 }
 
+/** Interrupted: stop the embedded cluster too (it runs in its own process group and would outlive the run). */
+export function stopOnSignal(db: BenchDatabase): void {
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(signal, () => {
+      process.stderr.write(`${signal}: stopping the benchmark database\n`);
+      process.on('uncaughtException', () => undefined); // open connections die while the cluster stops
+      void db.close().finally(() => process.exit(130));
+    });
+  }
+}
+
 export async function openBenchDatabase(): Promise<BenchDatabase> {
   let url = process.env.DATABASE_URL;
   let stop = async (): Promise<void> => undefined;

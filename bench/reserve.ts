@@ -2,11 +2,9 @@
  * `npm run bench:reserve`: reservations per second at 1, 4 and 16 concurrent clients, beside the same
  * server's plain single-row INSERT commit rate measured in the same run. The ratio is the figure.
  */
-import { compileConfig } from '../core/config.js';
 import { createPool } from '../core/db.js';
 import { migrate } from '../core/migrate.js';
-import { Secret } from '../core/secret.js';
-import { EffectKeyer, Ledger } from '../ledger/index.js';
+import { benchLedger } from './cells.js';
 import { closedLoop, freshDatabase, machine, openBenchDatabase, printTable, saveResults, type ResultEntry } from './harness.js';
 
 const DURATION_MS = Number(process.env.BENCH_SECONDS ?? 4) * 1000;
@@ -21,11 +19,7 @@ async function main(): Promise<void> {
   await client.query('CREATE TABLE public.plain_insert (id bigserial PRIMARY KEY, payload text NOT NULL, at timestamptz NOT NULL DEFAULT now())');
   client.release();
 
-  const config = compileConfig(
-    { tools: { issue_refund: { provider_id: 'billing', endpoint: 'https://localhost:9443/v1/refunds', allowed_tenants: ['tenant-a'], idempotency: { mechanism: 'header', name: 'Idempotency-Key' } } } },
-    { DATABASE_URL: url },
-  );
-  const ledger = new Ledger(config, pool, new EffectKeyer({ active: 'k1', secrets: new Map([['k1', new Secret(Buffer.alloc(32, 7))]]) }));
+  const ledger = benchLedger(url, pool);
   const args = { order_id: 'ord-1', amount: 1250, currency: 'EUR', reason: 'damaged in transit' };
 
   const rows: (string | number)[][] = [];

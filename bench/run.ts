@@ -50,10 +50,10 @@ import {
   type SqlResult,
 } from './cells.js';
 import { backlogCell, type BacklogRow } from './backlog.js';
-import { DEFAULT_CASES, runClaimScaling, type ScalingRow } from './claim-scaling.js';
+import { DEFAULT_CASES, runClaimScaling, scalingReport, type ScalingRow } from './claim-scaling.js';
 import { findPostmaster, waitForQuiet } from './cpu.js';
 import { createBenchPki } from './dispatch-env.js';
-import { openBenchDatabase, printTable, saveResults, type ResultEntry } from './harness.js';
+import { openBenchDatabase, stopOnSignal, printTable, saveResults, type ResultEntry } from './harness.js';
 
 const { values: flags } = parseArgs({
   options: {
@@ -126,13 +126,7 @@ async function serverFacts(url: string): Promise<Record<string, string>> {
 async function main(): Promise<void> {
   const started = Date.now();
   const db = await openBenchDatabase();
-  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
-    process.once(signal, () => {
-      process.stderr.write(`${signal}: stopping the benchmark database\n`);
-      process.on('uncaughtException', () => undefined); // open connections die while the cluster stops
-      void db.close().finally(() => process.exit(130));
-    });
-  }
+  stopOnSignal(db);
   cellContext.postmaster = await findPostmaster(db.adminUrl).catch(() => null);
   const server = await serverFacts(db.adminUrl);
   const tree = gitHead();
@@ -288,28 +282,8 @@ async function main(): Promise<void> {
   const t1 = printTable(['N', 'measurement', 'ops/s', 'p50 ms', 'p99 ms', '/ INSERT', '/ SQL lifecycle', '/ pg-boss'], rows);
   log(`Other processes, most cores in any cell of each kept round: ${loads.join('; ')}`);
 
-  const scalingRows: (string | number)[][] = [];
-  for (const r of scaling) {
-    const base = scaling.find((b) => b.variant === r.variant && b.ledger === SCALING_CASES[0]);
-    const toBase = base === undefined ? NaN : r.p50Ms / base.p50Ms;
-    scalingRows.push([r.ledger.name, r.variant, String(r.claims), r.p50Ms, r.p99Ms, toBase, String(r.rowsRead), String(r.buffers), r.scans]);
-    entries.push({
-      name: `claim_32 ${r.variant}`,
-      concurrency: 1,
-      ops_per_s: 1000 / r.p50Ms,
-      p50_ms: r.p50Ms,
-      p99_ms: r.p99Ms,
-      ratio_to_1000_queued_p50: toBase,
-      queued: r.ledger.queued,
-      finished: r.ledger.finished,
-      claims: r.claims,
-      rows_read_by_pick: r.rowsRead,
-      shared_buffers: r.buffers,
-      explain_analyze_ms: r.explainMs,
-      plan_same_before_and_after_claims: r.planStable ? 'yes' : 'no',
-      plan: r.scans,
-    });
-  }
+  const { table: scalingRows, entries: scalingEntries } = scalingReport(scaling, SCALING_CASES[0]);
+  entries.push(...scalingEntries);
   let t2 = '';
   if (scaling.length > 0) {
     for (const r of scaling) log(`\n== ${r.ledger.name}, ${r.variant} claim: EXPLAIN (ANALYZE, BUFFERS) after ${r.claims} claims\n${r.plan}`);

@@ -8,8 +8,8 @@
  * Options (environment): BENCH_CLAIMS (most claims per claim and ledger, default 300), BENCH_CLAIM_SECONDS
  * (claims stop after this long, default 10).
  */
-import { runClaimScaling } from './claim-scaling.js';
-import { machine, openBenchDatabase, printTable, saveResults, type ResultEntry } from './harness.js';
+import { runClaimScaling, scalingReport } from './claim-scaling.js';
+import { machine, openBenchDatabase, printTable, saveResults } from './harness.js';
 
 const CLAIMS = Number(process.env.BENCH_CLAIMS ?? 300);
 const CLAIM_MS = Number(process.env.BENCH_CLAIM_SECONDS ?? 10) * 1000;
@@ -19,27 +19,7 @@ async function main(): Promise<void> {
   process.stdout.write(`# PostgreSQL ${db.version}; ${machine()}; at most ${CLAIMS} claims of 32 (and ${CLAIM_MS / 1000} s) per claim and ledger, each rolled back\n`);
   try {
     const { rows, notes } = await runClaimScaling(db.adminUrl, { maxClaims: CLAIMS, maxMsPerVariant: CLAIM_MS });
-    const entries: ResultEntry[] = [];
-    const table: (string | number)[][] = [];
-    for (const r of rows) {
-      const base = rows.find((b) => b.variant === r.variant && b.ledger.queued === 1_000 && b.ledger.finished === 0);
-      const ratio = base === undefined ? NaN : r.p50Ms / base.p50Ms;
-      table.push([r.ledger.name, r.variant, String(r.claims), r.p50Ms, r.p99Ms, ratio, String(r.rowsRead), String(r.buffers), r.scans]);
-      entries.push({
-        name: `claim_32 ${r.variant}`,
-        concurrency: 1,
-        ops_per_s: 1000 / r.p50Ms,
-        p50_ms: r.p50Ms,
-        p99_ms: r.p99Ms,
-        ratio_to_1000_queued_p50: ratio,
-        queued: r.ledger.queued,
-        finished: r.ledger.finished,
-        claims: r.claims,
-        rows_read_by_pick: r.rowsRead,
-        shared_buffers: r.buffers,
-        plan: r.scans,
-      });
-    }
+    const { table, entries } = scalingReport(rows, rows[0]?.ledger);
     for (const r of rows) process.stdout.write(`\n== ${r.ledger.name}, ${r.variant}: EXPLAIN (ANALYZE, BUFFERS)\n${r.plan}\n`);
     process.stdout.write('\n' + notes.map((n) => `- ${n}`).join('\n') + '\n\n');
     printTable(['ledger', 'claim', 'claims', 'p50 ms', 'p99 ms', 'p50 / 1,000 queued', 'rows read by the pick', 'shared buffers', 'scans in the pick'], table);
