@@ -397,9 +397,9 @@ export class Dispatcher {
   /**
    * Writes a batch's outcomes inside the transaction that holds its locks, after its savepoint `outcomes`. If
    * the one statement fails (a deadlock, a timeout, one bad row), each outcome is written on its own under the
-   * same locks, from the savepoint, retrying the transient failures: one operation's trouble never releases its batch-mates'
-   * locks while their requests are out. An outcome still not written is left in `unwritten`, for a fenced
-   * write after the commit. A lost connection throws: the locks went with it.
+   * same locks, from the savepoint, retrying the transient failures: one operation's trouble never releases
+   * its batch-mates' locks while their requests are out. An outcome still not written is left in
+   * `unwritten`, for a fenced write after the commit. A lost connection throws: the locks went with it.
    */
   async #writeOutcomes(client: PoolClient, written: Written[], unwritten: Set<DispatchItem>): Promise<void> {
     try {
