@@ -3,6 +3,13 @@
  * once at start (core/db.ts).
  */
 export const dispatcherQueries = {
+  // The batch statements below find their operations by primary key (`operation_id = ANY($1)`) and test the
+  // status as `status || '' = 'executing'`, which the planner cannot match to the partial operations_open_idx:
+  // with `status = 'executing'` it scanned that index's executing range, and every operation that has passed
+  // through `executing` leaves a dead entry there until vacuum. Half-way through draining 100,000 operations
+  // one such statement read 5,700 buffers and took 19 ms instead of 0.1 ms (npm run bench's backlog drain fell
+  // from 525 to 168 operations/s).
+
   /**
    * Claims up to $1 waiting operations for worker $2 in one statement: lock outbox and ledger rows (skipping
    * rows another worker holds), delete the outbox rows, mark the operations `executing` with a fresh claim
@@ -65,7 +72,7 @@ export const dispatcherQueries = {
       SELECT l.operation_id, l.current_approval_id, l.current_policy_version
       FROM input i
       JOIN @schema.operations l ON l.operation_id = i.operation_id AND l.claim_token = i.claim_token
-      WHERE l.status = 'executing'
+      WHERE l.operation_id = ANY($1::uuid[]) AND l.status || '' = 'executing'
       ORDER BY l.operation_id
       FOR UPDATE OF l
     ), recorded AS (
@@ -94,7 +101,7 @@ export const dispatcherQueries = {
     SELECT l.operation_id
     FROM unnest($1::uuid[], $2::uuid[]) AS i(operation_id, claim_token)
     JOIN @schema.operations l ON l.operation_id = i.operation_id AND l.claim_token = i.claim_token
-    WHERE l.status = 'executing'
+    WHERE l.operation_id = ANY($1::uuid[]) AND l.status || '' = 'executing'
     ORDER BY l.operation_id
     FOR UPDATE OF l`,
 
@@ -114,7 +121,8 @@ export const dispatcherQueries = {
     FROM unnest($1::uuid[], $2::uuid[]) AS i(operation_id, claim_token)
     JOIN @schema.operations l ON l.operation_id = i.operation_id AND l.claim_token = i.claim_token
     JOIN @schema.authorization_evidence e ON e.operation_id = l.operation_id AND e.claim_token = l.claim_token
-    WHERE l.status = 'executing' AND e.approval_id = l.current_approval_id AND e.policy_version = l.current_policy_version`,
+    WHERE l.operation_id = ANY($1::uuid[]) AND l.status || '' = 'executing'
+      AND e.approval_id = l.current_approval_id AND e.policy_version = l.current_policy_version`,
 
   /** Writes an outcome, fenced on executing + claim token, with its history row. */
   operationComplete: `
@@ -138,7 +146,7 @@ export const dispatcherQueries = {
       UPDATE @schema.operations l
       SET status = i.status, provider_receipt = i.receipt, result_json = i.result::jsonb, review_reason = i.review, updated_at = now()
       FROM input i
-      WHERE l.operation_id = i.operation_id AND l.status = 'executing' AND l.claim_token = i.claim_token
+      WHERE l.operation_id = i.operation_id AND l.operation_id = ANY($1::uuid[]) AND l.status || '' = 'executing' AND l.claim_token = i.claim_token
       RETURNING l.operation_id, i.status, i.result, i.reason
     ), history AS (
       INSERT INTO @schema.operation_history (operation_id, from_status, to_status, actor, reason, detail)

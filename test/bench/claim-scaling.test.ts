@@ -90,3 +90,25 @@ t.test('the shipped claim walks the outbox index on a large queue, with or witho
     t.comment(`the previous claim here: ${before.scans}; rows read ${before.rowsRead}`);
   }
 });
+
+t.test("the dispatcher's batch statements find their operations by primary key, never through the open-operations index", async (t) => {
+  const pool = createPool(await createTestDatabase(t), { max: 2, statementTimeoutMs: 60_000, applicationName: 'test' });
+  t.teardown(() => pool.end());
+  await loadOperations(pool, 5_000, 'pending', 'tenant-a');
+  await pool.query('ANALYZE actionledger.operations');
+  const ids = ['00000000-0000-4000-8000-000000000001', '00000000-0000-4000-8000-000000000002'];
+  const at = new Date().toISOString();
+  const statements: [string, unknown[]][] = [
+    [q.evidenceRecordBatch, [ids, ids, [1, 1], ['a', 'a'], ['v', 'v'], ['x', 'x'], ['d', 'd'], [at, at], [at, at], 1000, 1000, 1000]],
+    [q.operationLockForDispatchBatch, [ids, ids]],
+    [q.operationFinalCheckBatch, [ids, ids, 1000]],
+    [q.operationCompleteBatch, [ids, ids, ['succeeded', 'succeeded'], ['r', 'r'], ['{}', '{}'], [null, null], ['x', 'x'], 'w']],
+  ];
+  for (const [text, values] of statements) {
+    const { rows } = await pool.query<{ 'QUERY PLAN': string }>(`EXPLAIN ${text}`, values);
+    const plan = rows.map((r) => r['QUERY PLAN']).join('\n');
+    const name = text.trim().split('\n')[0]!.slice(0, 60);
+    t.match(plan, /operations_pkey/, `${name}: by primary key`);
+    t.notMatch(plan, /operations_open_idx/, `${name}: not through operations_open_idx`);
+  }
+});
