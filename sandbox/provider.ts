@@ -111,6 +111,8 @@ export class SandboxProvider extends MtlsJsonServer {
   readonly #token: Buffer | undefined;
   readonly #honorKey: boolean;
   readonly #effects: ProviderEffect[] = [];
+  /** The first effect of each key: what readback and an idempotent replay look up (a scan was quadratic). */
+  readonly #firstEffect = new Map<string, ProviderEffect>();
   readonly #requests: ProviderRequest[] = [];
   #rules: FaultRule[] = [];
 
@@ -209,7 +211,7 @@ export class SandboxProvider extends MtlsJsonServer {
     const fault = this.#takeFault(key, true);
     if (fault?.kind === 'readbackFailing') return sendJson(res, 503, { error: 'unavailable' });
     if (fault?.kind === 'readbackInconclusive') return sendJson(res, 200, { state: 'pending' });
-    const effect = this.#effects.find((e) => e.key === key);
+    const effect = this.#firstEffect.get(key);
     if (effect === undefined) return sendJson(res, 404, { state: 'no_effect' });
     sendJson(res, 200, { state: 'applied', operation_id: effect.operationId, request_id: effect.requestId, body_sha256: effect.bodySha256 });
   }
@@ -243,10 +245,11 @@ export class SandboxProvider extends MtlsJsonServer {
   /** Records the effect once per key (or every time, without idempotency); refuses a reused key. */
   #commit(key: string, raw: Buffer, body: JsonValue): { effect: ProviderEffect; replayed: boolean } | 'key_reused' {
     const sha = createHash('sha256').update(raw).digest('hex');
-    const existing = this.#honorKey ? this.#effects.find((e) => e.key === key) : undefined;
+    const existing = this.#honorKey ? this.#firstEffect.get(key) : undefined;
     if (existing !== undefined) return existing.bodySha256 === sha ? { effect: existing, replayed: true } : 'key_reused';
     const effect = { key, bodySha256: sha, body, operationId: newId('op'), requestId: newId('req'), at: new Date() };
     this.#effects.push(effect);
+    if (!this.#firstEffect.has(key)) this.#firstEffect.set(key, effect);
     return { effect, replayed: false };
   }
 
