@@ -12,7 +12,7 @@
  * at the agent loop (an unexpected failure is the structured `internal` refusal).
  */
 import { randomBytes, randomUUID } from 'node:crypto';
-import { withTransaction, type Queryable } from '../core/db.js';
+import { sqlState, SQLSTATE, withTransaction, type Queryable } from '../core/db.js';
 import { toRefusal } from '../core/errors.js';
 import { canonicalJson, sha256Hex, type JsonObject } from '../core/json.js';
 import type { GateTool } from '../core/config.js';
@@ -21,6 +21,12 @@ import { checkGateContext, GateCore, Refused, refuse, type GateDeps, type Value 
 import { housekeepingWith, type GateHousekeepingSummary } from './housekeeping.js';
 import { Proposals } from './proposals.js';
 import type { GateContext, GateResult, Reviewer } from './types.js';
+
+/** What engaging a kill switch waited for: covered operations executing, and those a wait gave up on. */
+export interface KillSwitchEngaged {
+  executing: number;
+  still_in_flight: number;
+}
 
 export interface CallOptions {
   /** For proposals: a shorter confirmation window than configured (never longer); whole seconds, at least 1. */
@@ -175,16 +181,29 @@ export class Gate {
   }
 
   /**
-   * Engages a kill switch ('*' for every tenant or tool): new calls refused, pending operations held, claimed
-   * ones not yet sent refused at the dispatcher's final check. Returns once requests already at the provider
-   * have their outcomes recorded.
+   * Engages a kill switch ('*' for every tenant or tool): committed first, so from then on new calls are refused,
+   * pending operations held, and claimed ones not yet sent refused at the dispatcher's final check. Then waits,
+   * operation by operation, for the covered requests that were already at the provider to have their outcomes
+   * recorded: each wait is one short statement that holds nothing, so a hanging provider delays only this
+   * call. Returns how many covered operations were executing, and how many were still at the provider when a
+   * wait gave up (the pool's statement timeout); those finish, or go unknown, without the switch's say.
    */
-  async engageKillSwitch(tenant: string, tool: string, actor: string, reason: string): Promise<void> {
+  async engageKillSwitch(tenant: string, tool: string, actor: string, reason: string): Promise<KillSwitchEngaged> {
     await withTransaction(this.core.pool, async (c) => {
-      await c.query(this.core.q.killSwitchAwaitInFlight, [tenant, tool]);
       await c.query(this.core.q.killSwitchEngage, [tenant, tool, actor, reason]);
       await this.core.audit(c, { action: 'kill_switch', outcome: 'engaged', context: { tenant_id: tenant, principal_id: actor }, tool, detail: { reason } });
     });
+    const { rows } = await this.core.pool.query<{ operation_id: string }>(this.core.q.killSwitchInFlight, [tenant, tool]);
+    let stillInFlight = 0;
+    for (const { operation_id } of rows) {
+      try {
+        await this.core.pool.query(this.core.q.killSwitchAwaitOperation, [operation_id]);
+      } catch (err) {
+        if (sqlState(err) !== SQLSTATE.queryCanceled) throw err;
+        stillInFlight++;
+      }
+    }
+    return { executing: rows.length, still_in_flight: stillInFlight };
   }
 
   /** Lifts a kill switch; held operations are dispatched again. Returns false when none was engaged. */

@@ -2,7 +2,7 @@
  * The gate: the agent-facing front door (tool registry, checks pipeline, proposals, approvals, limits, audit)
  * and the built-in authorization service the dispatcher asks before every dispatch.
  */
-export { Gate, type CallOptions } from './gate.js';
+export { Gate, type CallOptions, type KillSwitchEngaged } from './gate.js';
 export { Approvals, describeEffect, type ApprovalView } from './approvals.js';
 export { Proposals } from './proposals.js';
 export { runGateHousekeeping, type GateHousekeepingSummary } from './housekeeping.js';

@@ -73,16 +73,17 @@ export const gateQueries = {
   killSwitchEngaged: `
     SELECT tenant_id, tool_name, reason FROM @schema.gate_kill_switches
     WHERE tenant_id IN ($1, '*') AND tool_name IN ($2, '*') LIMIT 1`,
-  /**
-   * Taken before a kill switch is engaged: the row locks of the executing operations it covers, in key order.
-   * A dispatch batch holds those locks from its final check until its outcomes commit, so engaging waits for
-   * requests already at the provider, and every final check after it sees the switch.
-   */
-  killSwitchAwaitInFlight: `
+  /** The executing operations a kill switch covers, read after it was engaged. */
+  killSwitchInFlight: `
     SELECT operation_id FROM @schema.operations
     WHERE status = 'executing' AND ($1 = '*' OR tenant_id = $1) AND ($2 = '*' OR tool_name = $2)
-    ORDER BY operation_id
-    FOR UPDATE`,
+    ORDER BY operation_id`,
+  /**
+   * Waits for one operation's row lock and lets go of it at once (its own statement, autocommit). A dispatch
+   * batch holds its rows' locks from its final check until its outcomes commit, so this returns when a request
+   * that was already at the provider has its outcome recorded, and at once for an operation not being sent.
+   */
+  killSwitchAwaitOperation: `SELECT status FROM @schema.operations WHERE operation_id = $1 FOR SHARE`,
   killSwitchEngage: `
     INSERT INTO @schema.gate_kill_switches (tenant_id, tool_name, engaged_by, reason) VALUES ($1, $2, $3, $4)
     ON CONFLICT (tenant_id, tool_name) DO UPDATE SET engaged_by = excluded.engaged_by, reason = excluded.reason, engaged_at = now()`,

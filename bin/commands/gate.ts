@@ -88,12 +88,16 @@ export const gateCommand: Command = {
               else process.stdout.write(`${table([['tenant', 'tool', 'engaged at', 'by', 'reason'], ...rows.map((r) => [r.tenant_id, r.tool_name, r.engaged_at.toISOString(), r.engaged_by, r.reason])])}\n`);
               return 0;
             }
-            if (target === 'engage') await gate.engageKillSwitch(v('tenant'), v('tool'), v('actor'), v('reason'));
-            else if (!(await gate.liftKillSwitch(v('tenant'), v('tool'), v('actor')))) {
+            if (target === 'engage') {
+              const waited = await gate.engageKillSwitch(v('tenant'), v('tool'), v('actor'), v('reason'));
+              printJson({ ok: true, tenant_id: v('tenant'), tool_name: v('tool'), engaged: true, ...waited });
+              return 0;
+            }
+            if (!(await gate.liftKillSwitch(v('tenant'), v('tool'), v('actor')))) {
               printJson({ ok: false, error: 'not_found', message: 'no such kill switch is engaged' });
               return 1;
             }
-            printJson({ ok: true, tenant_id: v('tenant'), tool_name: v('tool'), engaged: target === 'engage' });
+            printJson({ ok: true, tenant_id: v('tenant'), tool_name: v('tool'), engaged: false });
             return 0;
           case 'revoke-role':
           case 'restore-role':

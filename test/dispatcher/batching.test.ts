@@ -4,7 +4,7 @@
  * authorizer over mTLS, a real Dispatcher.
  */
 import t from 'tap';
-import { bindQueries } from '../../core/db.js';
+import { bindQueries, createPool } from '../../core/db.js';
 import { Metrics } from '../../core/metrics.js';
 import { dispatcherQueries, openDispatcher } from '../../dispatcher/index.js';
 import { ctx, dispatchEnv, settled } from '../helpers/fleet.js';
@@ -186,17 +186,45 @@ t.test('a kill switch engaged after the decision was recorded stops the send at 
   t.equal(e.provider.requestsFor(op.effect_key), 0, 'nothing sent under an engaged kill switch');
 });
 
-t.test('engaging a kill switch waits for the requests already at the provider', async (t) => {
-  const e = await dispatchEnv(t);
+t.test('engaging a kill switch takes effect at once, then waits for the requests already at the provider', async (t) => {
+  const e = await dispatchEnv(t, { provider_http_timeout_seconds: 3 });
   const g = await gateFixture(t, { url: e.url, pool: e.pool, endpoint: e.provider.endpoint });
   const slow = await e.ledger.reserve(ctx('slow'), 'issue_refund', args(1));
   e.provider.inject({ kind: 'hangHeaders', commit: true }, { when: (key) => key === slow.effect_key });
-  await e.dispatcher(4);
+  await e.dispatcher(8);
   await untilSent(e, slow.effect_key);
   t.equal(e.provider.requestsFor(slow.effect_key), 1, 'the request is out');
-  await g.gate.engageKillSwitch('tenant-a', 'issue_refund', 'oncall', 'incident');
-  const { rows } = await e.pool.query<{ status: string }>('SELECT status FROM actionledger.operations WHERE operation_id = $1', [slow.operation_id]);
-  t.equal(rows[0]?.status, 'unknown', 'the switch was engaged only after the outcome was recorded');
+  const engaging = g.gate.engageKillSwitch('tenant-a', 'issue_refund', 'oncall', 'incident');
+  await new Promise((r) => setTimeout(r, 300));
+  // Reserved while the switch waits for the slow request: held, never sent.
+  const late = await e.ledger.reserve(ctx('late'), 'issue_refund', args(2));
+  const waited = await engaging;
+  t.same(waited, { executing: 1, still_in_flight: 0 }, 'it waited for the one covered request at the provider');
+  const { rows } = await e.pool.query<{ operation_id: string; status: string }>('SELECT operation_id, status FROM actionledger.operations WHERE operation_id = ANY($1)', [[slow.operation_id, late.operation_id]]);
+  const status = new Map(rows.map((r) => [r.operation_id, r.status]));
+  t.equal(status.get(slow.operation_id), 'unknown', 'the switch returned only after the outcome was recorded');
+  await new Promise((r) => setTimeout(r, 500));
+  t.equal(e.provider.requestsFor(late.effect_key), 0, 'an operation reserved meanwhile is not sent');
+  t.equal((await e.pool.query<{ status: string }>('SELECT status FROM actionledger.operations WHERE operation_id = $1', [late.operation_id])).rows[0]?.status, 'pending', 'it is held');
+});
+
+t.test('a provider hanging longer than the statement timeout does not stop a kill switch from being engaged', async (t) => {
+  const e = await dispatchEnv(t, { provider_http_timeout_seconds: 4 });
+  const gatePool = createPool(e.url, { max: 4, statementTimeoutMs: 1000, applicationName: 'gate-short' });
+  t.teardown(() => gatePool.end());
+  const g = await gateFixture(t, { url: e.url, pool: gatePool, endpoint: e.provider.endpoint });
+  const slow = await e.ledger.reserve(ctx('slow'), 'issue_refund', args(1));
+  e.provider.inject({ kind: 'hangHeaders', commit: true }, { when: (key) => key === slow.effect_key });
+  await e.dispatcher(8);
+  await untilSent(e, slow.effect_key);
+  const waited = await g.gate.engageKillSwitch('tenant-a', 'issue_refund', 'oncall', 'incident');
+  t.same(waited, { executing: 1, still_in_flight: 1 }, 'engaged, and it says one request was still out');
+  const engaged = await e.pool.query('SELECT 1 FROM actionledger.gate_kill_switches');
+  t.equal(engaged.rowCount, 1, 'the switch is engaged');
+  const after = await e.ledger.reserve(ctx('after'), 'issue_refund', args(2));
+  await new Promise((r) => setTimeout(r, 500));
+  t.equal(e.provider.requestsFor(after.effect_key), 0, 'nothing covered is sent afterwards');
+  t.equal((await settled(e.pool, slow.operation_id)).status, 'unknown');
 });
 
 t.test('a batch connection lost while its requests are out neither crashes the worker nor loses the outcome', async (t) => {
