@@ -88,8 +88,18 @@ export interface ScalingResult {
   notes: string[];
 }
 
-/** Inserts `n` operations in `status` (with an outbox row when pending) by set-based SQL: loading, not measuring. */
-export async function loadOperations(pool: Pool, n: number, status: 'pending' | 'succeeded', tenant = 'tenant-a'): Promise<void> {
+/**
+ * Inserts `n` operations in `status` (with an outbox row when pending) by set-based SQL: loading, not measuring.
+ * They are what a reservation of `issue_refund` on `route` would leave, with valid arguments hashes, so a real
+ * dispatcher can send them; the effect keys are not HMACs, which dispatch does not check.
+ */
+export async function loadOperations(
+  pool: Pool,
+  n: number,
+  status: 'pending' | 'succeeded',
+  tenant = 'tenant-a',
+  route: { providerId: string; endpoint: string } = { providerId: 'billing', endpoint: 'https://localhost:9443/v1/refunds' },
+): Promise<void> {
   const salt = randomBytes(4).toString('hex');
   for (let done = 0; done < n; done += 20_000) {
     const m = Math.min(20_000, n - done);
@@ -99,14 +109,15 @@ export async function loadOperations(pool: Pool, n: number, status: 'pending' | 
            tenant_id, provider_id, provider_endpoint, idempotency_header, canonical_args_sha256, arguments_json,
            current_approval_id, current_policy_version, status, provider_receipt)
          SELECT gen_random_uuid(), 'v1.k1.' || encode(sha256(($1 || i)::bytea), 'hex'), 'k1', 'bench', $1 || '-' || i, 's1', 'issue_refund',
-           $5, 'billing', 'https://localhost:9443/v1/refunds', 'Idempotency-Key', encode(sha256(('a' || i)::bytea), 'hex'),
-           jsonb_build_object('order_id', 'o-' || i, 'amount', i), 'a1', 'v1', $2, CASE WHEN $2 = 'succeeded' THEN 'r-' || i END
+           $5, $6, $7, 'Idempotency-Key',
+           encode(sha256(convert_to('{"amount":' || i || ',"currency":"EUR","order_id":"o-' || i || '"}', 'UTF8')), 'hex'),
+           jsonb_build_object('amount', i, 'currency', 'EUR', 'order_id', 'o-' || i), 'a1', 'v1', $2, CASE WHEN $2 = 'succeeded' THEN 'r-' || i END
          FROM generate_series($3::int, $4::int) i
          RETURNING operation_id, status
        )
        INSERT INTO actionledger.outbox (operation_id, attempt, available_at)
        SELECT operation_id, 1, now() - interval '1 second' FROM ins WHERE status = 'pending'`,
-      [`${status}-${salt}-${done}`, status, done + 1, done + m, tenant],
+      [`${status}-${salt}-${done}`, status, done + 1, done + m, tenant, route.providerId, route.endpoint],
     );
   }
 }

@@ -6,9 +6,8 @@ export const dispatcherQueries = {
   // The batch statements below find their operations by primary key (`operation_id = ANY($1)`) and test the
   // status as `status || '' = 'executing'`, which the planner cannot match to the partial operations_open_idx:
   // with `status = 'executing'` it scanned that index's executing range, and every operation that has passed
-  // through `executing` leaves a dead entry there until vacuum. Half-way through draining 100,000 operations
-  // one such statement read 5,700 buffers and took 19 ms instead of 0.1 ms (npm run bench's backlog drain fell
-  // from 525 to 168 operations/s).
+  // through `executing` leaves a dead entry there until vacuum. After 50,000 operations had passed through
+  // `executing` (before vacuum), one such statement read 5,700 buffers and took 19 ms instead of 0.1 ms.
 
   /**
    * Claims up to $1 waiting operations for worker $2 in one statement: lock outbox and ledger rows (skipping
@@ -19,7 +18,7 @@ export const dispatcherQueries = {
    * The kill-switch test is written as `(no switch at all OR none for this row)`, not as the plain NOT EXISTS:
    * PostgreSQL turns that into an anti-join estimated to leave one row (the switch table is empty and never
    * analyzed, or holds a switch for another tenant), and then reads and sorts the whole queue instead of the
-   * first rows of outbox_available_idx: 601 ms against 3.5 ms at 100,000 queued (`npm run bench`). Under the
+   * first rows of outbox_available_idx: 300-600 ms against 2.4-3.5 ms at 100,000 queued (`npm run bench`). Under the
    * OR it stays a filter, and the uncorrelated test runs once per statement.
    */
   outboxClaimBatch: `
