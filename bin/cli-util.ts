@@ -1,6 +1,6 @@
 /** Shared plumbing of the `actionledger` subcommands: output, refusals, exit codes. */
 import { pino } from 'pino';
-import { ActionLedgerError, toRefusal } from '../core/errors.js';
+import { asActionLedgerError } from '../core/errors.js';
 
 export interface Command {
   summary: string;
@@ -14,9 +14,11 @@ export function printJson(value: unknown): void {
 
 /** Prints a refusal as one JSON line on stdout (what scripts read) and returns the exit code 1. */
 export function printRefusal(err: unknown): number {
-  const refusal = toRefusal(err);
-  printJson(refusal);
-  if (!(err instanceof ActionLedgerError)) process.stderr.write(`${(err as Error)?.stack ?? String(err)}\n`);
+  const coded = asActionLedgerError(err);
+  printJson(coded.toRefusal());
+  // A coded failure is explained by its code and message; only the unexpected ones need their stack.
+  if (coded.code === 'internal') process.stderr.write(`${(err as Error)?.stack ?? String(err)}\n`);
+  else if (coded !== err) process.stderr.write(`actionledger: ${coded.code}${coded.details?.sqlstate === undefined ? '' : ` (SQLSTATE ${String(coded.details.sqlstate)})`}: ${(err as Error)?.message ?? String(err)}\n`);
   return 1;
 }
 

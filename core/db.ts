@@ -8,42 +8,13 @@
 import { createHash } from 'node:crypto';
 import pg from 'pg';
 import { ActionLedgerError } from './errors.js';
+import { isConnectionError } from './sqlstate.js';
 
 export type Queryable = Pick<pg.ClientBase, 'query'>;
 export type Pool = pg.Pool;
 export type PoolClient = pg.PoolClient;
 
-/** SQLSTATE classes the code acts on; mapped here and nowhere else. */
-export const SQLSTATE = {
-  uniqueViolation: '23505',
-  serializationFailure: '40001',
-  deadlockDetected: '40P01',
-  queryCanceled: '57014',
-  adminShutdown: '57P01',
-  duplicateDatabase: '42P04',
-  duplicateSchema: '42P06',
-  raiseException: 'P0001',
-} as const;
-
-export function sqlState(err: unknown): string | undefined {
-  const code = (err as { code?: unknown } | null)?.code;
-  return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) ? code : undefined;
-}
-
-export function isRetryable(err: unknown): boolean {
-  const state = sqlState(err);
-  return state === SQLSTATE.serializationFailure || state === SQLSTATE.deadlockDetected;
-}
-
-/** Connection-level failures: the statement's outcome may be unknown, so callers re-read, never assume. */
-export function isConnectionError(err: unknown): boolean {
-  const code = (err as { code?: unknown } | null)?.code;
-  if (typeof code === 'string' && ['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ENOTFOUND', 'EHOSTUNREACH'].includes(code)) return true;
-  const state = sqlState(err);
-  if (state !== undefined && (state.startsWith('08') || state === SQLSTATE.adminShutdown || state === '57P02' || state === '57P03')) return true;
-  const message = (err as Error | null)?.message ?? '';
-  return /Connection terminated|connection timeout|Client has encountered a connection error/.test(message);
-}
+export { SQLSTATE, sqlState, isRetryable, isConnectionError, isTransient, databaseErrorCode, type DatabaseErrorCode } from './sqlstate.js';
 
 export function createPool(url: string, options: { max: number; statementTimeoutMs: number; applicationName: string }): pg.Pool {
   const pool = new pg.Pool({

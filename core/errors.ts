@@ -5,6 +5,7 @@
  * Prometheus label carries. Codes never change meaning; `docs/errors.md` documents each one and a test keeps
  * the two in step.
  */
+import { databaseErrorCode, sqlState, type DatabaseErrorCode } from './sqlstate.js';
 
 /** Every code, with the group that says what must happen next. */
 export const ERROR_CODES = {
@@ -15,7 +16,18 @@ export const ERROR_CODES = {
   profile_invalid: 'startup',
   tls_verification_disabled: 'startup',
   migration_history_mismatch: 'startup',
+  port_in_use: 'startup',
+  already_running: 'startup',
+  embedded_database_failed: 'startup',
+  // the database: the request did not complete; nothing was half-written (each write is one transaction)
   database_unavailable: 'retryable',
+  storage_full: 'retryable',
+  statement_timeout: 'retryable',
+  database_overloaded: 'retryable',
+  database_conflict: 'retryable',
+  database_read_only: 'retryable',
+  database_error: 'internal',
+  audit_unavailable: 'retryable',
   // refusals of a caller's request: nothing was written
   invalid_context: 'refused',
   invalid_arguments: 'refused',
@@ -103,8 +115,31 @@ export function isActionLedgerError(err: unknown, code?: ErrorCode): err is Acti
   return err instanceof ActionLedgerError && (code === undefined || err.code === code);
 }
 
+/**
+ * The coded form of anything thrown: an ActionLedgerError as it is, a database failure as its code (with the
+ * SQLSTATE in `details.sqlstate`, never the server's message, which may quote data), anything else `internal`.
+ */
+export function asActionLedgerError(err: unknown): ActionLedgerError {
+  if (err instanceof ActionLedgerError) return err;
+  const code = databaseErrorCode(err);
+  if (code !== undefined) {
+    const state = sqlState(err);
+    return new ActionLedgerError(code, DATABASE_MESSAGES[code], { cause: err, ...(state === undefined ? {} : { details: { sqlstate: state } }) });
+  }
+  return new ActionLedgerError('internal', 'internal error', { cause: err });
+}
+
+const DATABASE_MESSAGES: Record<DatabaseErrorCode, string> = {
+  database_unavailable: 'PostgreSQL could not be reached, or the connection broke mid-call',
+  storage_full: 'PostgreSQL is out of disk space; nothing was written',
+  statement_timeout: 'a database statement ran past the statement timeout; nothing was written',
+  database_overloaded: 'PostgreSQL is out of a resource (memory, connections); nothing was written',
+  database_conflict: 'a database conflict (serialization failure or deadlock) outlived its retries; nothing was written',
+  database_read_only: 'PostgreSQL is read-only (a standby or a failover in progress); nothing was written',
+  database_error: 'the database refused the statement; nothing was written',
+};
+
 /** Turns anything thrown into a refusal; unexpected errors become `internal` without leaking their text. */
 export function toRefusal(err: unknown): Refusal {
-  if (err instanceof ActionLedgerError) return err.toRefusal();
-  return { ok: false, error: 'internal', message: 'internal error' };
+  return asActionLedgerError(err).toRefusal();
 }

@@ -16,3 +16,27 @@ t.test('refusals are structured and never leak unexpected error text', async (t)
   t.equal(e.group, 'refused');
   t.same(toRefusal(new Error('password=hunter2 at db')), { ok: false, error: 'internal', message: 'internal error' });
 });
+
+t.test('database failures become coded errors with their SQLSTATE, never internal', async (t) => {
+  const pgError = (code: string): Error => Object.assign(new Error(`server says ${code}`), { code });
+  const cases: [unknown, string][] = [
+    [pgError('53100'), 'storage_full'],
+    [pgError('58030'), 'storage_full'],
+    [pgError('57014'), 'statement_timeout'],
+    [pgError('53300'), 'database_overloaded'],
+    [pgError('40P01'), 'database_conflict'],
+    [pgError('25006'), 'database_read_only'],
+    [pgError('57P01'), 'database_unavailable'],
+    [pgError('08006'), 'database_unavailable'],
+    [Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:1'), { code: 'ECONNREFUSED' }), 'database_unavailable'],
+    [new Error('Connection terminated unexpectedly'), 'database_unavailable'],
+    [pgError('22P02'), 'database_error'],
+  ];
+  for (const [err, code] of cases) {
+    const r = toRefusal(err);
+    t.equal(r.error, code, `${(err as Error).message} -> ${code}`);
+    t.notMatch(r.message, /server says/, 'the server message is not passed on');
+  }
+  t.same(toRefusal(pgError('53100')).details, { sqlstate: '53100' });
+  t.equal(toRefusal(new TypeError('x')).error, 'internal', 'a non-database failure stays internal');
+});
