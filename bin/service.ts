@@ -13,6 +13,7 @@
  * never the database they still need.
  */
 import { hostname } from 'node:os';
+import { pino } from 'pino';
 import { AggregatorRegistry } from 'prom-client';
 import { loadConfig, type Config } from '../core/config.js';
 import { bindQueries } from '../core/db.js';
@@ -71,11 +72,14 @@ export async function runService(options: ServiceOptions): Promise<number> {
   } catch (err) {
     return printRefusal(err);
   }
-  const log = createLogger({ level: config.logLevel, name: 'service' });
+  // Synchronous: the final line and the refusal after it come out in order, and nothing is lost at exit.
+  const destination = pino.destination({ fd: 1, sync: true });
+  const log = createLogger({ level: config.logLevel, name: 'service', destination });
   const repeated = new RepeatedFailureLog(log, 'database unreachable', { intervalMs: REPEAT_LOG_INTERVAL_MS });
   const quietLog = quietConnectionErrors(log, repeated);
 
   let failure: ActionLedgerError | null = null;
+  let startError: unknown;
   let stopReason: string | null = null;
   let wakeStop: () => void = () => undefined;
   const stopRequested = new Promise<void>((resolve) => (wakeStop = resolve));
@@ -127,6 +131,7 @@ export async function runService(options: ServiceOptions): Promise<number> {
       env: options.env,
       migrate: true,
       defaultMetrics: false,
+      logDestination: destination,
       embedded: {
         supervise: {
           onDied: (info) => log.error({ code: 'embedded_database_failed', postmaster_pid: info.pid, exit_code: info.code, signal: info.signal, last_lines: info.tail.slice(-5) }, 'embedded PostgreSQL died; restarting it'),
@@ -214,7 +219,7 @@ export async function runService(options: ServiceOptions): Promise<number> {
     const coded = asActionLedgerError(err);
     failure = coded;
     log.error({ code: coded.code, details: coded.details, ...(coded.code === 'internal' ? { err } : {}) }, `start failed: ${coded.message}`);
-    printRefusal(err);
+    startError = err;
   }
 
   stopping = true;
@@ -244,5 +249,7 @@ export async function runService(options: ServiceOptions): Promise<number> {
     const drained = fleet.inFlightAtStop === null || fleet.left === null ? 'unknown' : String(Math.max(0, fleet.inFlightAtStop - fleet.left));
     log.info(summary, `actionledger stopped: drained ${drained} in-flight operations, ${fleet.left ?? 'unknown'} left executing; ${summary.workers_clean}/${summary.workers} workers exited cleanly`);
   }
+  // The refusal last, after everything stopped: the line scripts read.
+  if (startError !== undefined) printRefusal(startError);
   return exitCode;
 }
