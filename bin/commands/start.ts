@@ -11,6 +11,7 @@ import cluster from 'node:cluster';
 import { parseArgs } from 'node:util';
 import { AggregatorRegistry } from 'prom-client';
 import { loadConfig } from '../../core/config.js';
+import { asActionLedgerError } from '../../core/errors.js';
 import { openRuntime, type Runtime } from '../../core/runtime.js';
 import { openDispatcher } from '../../dispatcher/index.js';
 import { printRefusal, usageError, type Command } from '../cli-util.js';
@@ -44,6 +45,10 @@ async function runWorker(env: NodeJS.ProcessEnv, concurrency: number | undefined
   } catch (err) {
     return printRefusal(err);
   }
+  const log = rt.log;
+  // A stray rejection (a pool or LISTEN client failing while the database restarts or stops) is logged with
+  // its code; without a handler Node would end the worker in the middle of its drain.
+  process.on('unhandledRejection', (reason) => log.warn({ code: asActionLedgerError(reason).code, err: reason }, 'unhandled rejection in dispatcher worker'));
   try {
     const dispatcher = await openDispatcher(rt, env, concurrency === undefined ? {} : { concurrency });
     if (cluster.isWorker) {
