@@ -78,6 +78,7 @@ export async function runService(options: ServiceOptions): Promise<number> {
   const repeated = new RepeatedFailureLog(log, 'database unreachable', { intervalMs: REPEAT_LOG_INTERVAL_MS });
   const quietLog = quietConnectionErrors(log, repeated);
 
+  const fleet = { workers: undefined as WorkerSet | undefined, inFlightAtStop: null as number | null, result: null as StopResult | null, left: null as number | null };
   let failure: ActionLedgerError | null = null;
   let startError: unknown;
   let stopReason: string | null = null;
@@ -89,6 +90,7 @@ export async function runService(options: ServiceOptions): Promise<number> {
     if (err !== undefined && failure === null) failure = err;
     if (stopReason !== null) return;
     stopReason = reason;
+    fleet.workers?.halt();
     wakeStop();
   };
   const onSignal = (signal: NodeJS.Signals): void => {
@@ -112,7 +114,6 @@ export async function runService(options: ServiceOptions): Promise<number> {
   });
 
   const stops: Stop[] = [];
-  const fleet = { workers: undefined as WorkerSet | undefined, inFlightAtStop: null as number | null, result: null as StopResult | null, left: null as number | null };
   let runtime: Runtime | undefined;
   let stopping = false;
   const q = bindQueries(SERVICE_QUERIES, config.schemaQuoted);

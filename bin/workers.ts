@@ -29,6 +29,8 @@ export class WorkerSet {
   /** Every worker pid this service ran: their claims are this fleet's. */
   readonly pids: number[] = [];
   #stopping = false;
+  /** Workers that exited once stopping began, and how many of them with code 0. */
+  #stopped = { total: 0, clean: 0 };
   #quickDeaths = 0;
   #timers = new Set<NodeJS.Timeout>();
 
@@ -51,7 +53,11 @@ export class WorkerSet {
     if (w.process.pid !== undefined) this.pids.push(w.process.pid);
     w.on('exit', (code, signal) => {
       this.#children.delete(w);
-      if (this.#stopping) return;
+      if (this.#stopping) {
+        this.#stopped.total++;
+        if (code === 0 && signal === null) this.#stopped.clean++;
+        return;
+      }
       this.#quickDeaths = Date.now() - started < SHORT_LIFE_MS ? this.#quickDeaths + 1 : 0;
       const delay = Math.min(REPLACE_MAX_MS, REPLACE_AFTER_MS * 2 ** Math.min(this.#quickDeaths, 5));
       this.#log.error({ worker_pid: w.process.pid, code, signal, restart_in_ms: delay }, 'dispatcher worker exited; starting another');
@@ -68,26 +74,26 @@ export class WorkerSet {
   }
 
   /**
+   * No worker is replaced from now on. Called the moment a stop is asked for: a terminal's Ctrl-C reaches
+   * the workers too, and one with nothing in flight exits at once, before stop() runs.
+   */
+  halt(): void {
+    this.#stopping = true;
+    for (const t of this.#timers) clearTimeout(t);
+  }
+
+  /**
    * SIGTERM to every worker; resolves when all exited. `forced` resolving SIGKILLs those still running.
    * Never rejects.
    */
   async stop(deadlineMs: number, forced: Promise<void>): Promise<StopResult> {
-    this.#stopping = true;
-    for (const t of this.#timers) clearTimeout(t);
+    this.halt();
     const children = [...this.#children.keys()];
-    let clean = 0;
     let killed = 0;
     const exits = children.map(
       (w) =>
         new Promise<void>((resolve) => {
-          if (w.process.exitCode !== null || w.process.signalCode !== null) {
-            if (w.process.exitCode === 0) clean++;
-            return resolve();
-          }
-          w.once('exit', (code, signal) => {
-            if (code === 0 && signal === null) clean++;
-            resolve();
-          });
+          w.once('exit', () => resolve());
           w.process.kill('SIGTERM');
         }),
     );
@@ -105,6 +111,6 @@ export class WorkerSet {
       }
     }
     await all;
-    return { total: children.length, clean, killed };
+    return { total: this.#stopped.total, clean: this.#stopped.clean, killed };
   }
 }
