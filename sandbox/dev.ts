@@ -12,6 +12,7 @@ import type { Config } from '../core/config.js';
 import type { Logger } from '../core/log.js';
 import { generateProfileKeyPair, signProfile } from '../dispatcher/profile.js';
 import { createPool } from '../core/db.js';
+import { ActionLedgerError } from '../core/errors.js';
 import { AuthorizationService } from '../gate/index.js';
 import { loadOrCreateDevPki } from './pki.js';
 import { SandboxProvider } from './provider.js';
@@ -29,7 +30,22 @@ function writeOnce(path: string, make: () => string, mode = 0o644): string {
   return readFileSync(path, 'utf8');
 }
 
-export async function startDevSandbox(config: Config, env: NodeJS.ProcessEnv, log: Logger): Promise<DevSandbox> {
+/** Starts one of the sandbox's servers; a taken port becomes `port_in_use` naming its setting. */
+async function listenOn(server: { start(): Promise<void> }, port: number, setting: string): Promise<void> {
+  try {
+    await server.start();
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'EADDRINUSE') throw err;
+    throw new ActionLedgerError('port_in_use', `port ${port} (${setting}) is in use; set ${setting} in the configuration to a free port`, { cause: err, details: { port, setting } });
+  }
+}
+
+/**
+ * Starts the sandbox on the service's database (`databaseUrl`). All or nothing: on failure whatever it
+ * started is stopped again.
+ * @throws ActionLedgerError `port_in_use` naming `sandbox.provider_port` or `sandbox.authorizer_port`.
+ */
+export async function startDevSandbox(config: Config, env: NodeJS.ProcessEnv, log: Logger, databaseUrl: string): Promise<DevSandbox> {
   const dir = join(config.dataDir, 'sandbox');
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   const pki = await loadOrCreateDevPki(join(dir, 'pki'));
@@ -72,17 +88,18 @@ export async function startDevSandbox(config: Config, env: NodeJS.ProcessEnv, lo
   const paths = [...new Set([...config.tools.values()].map((r) => new URL(r.endpoint)).filter((u) => u.port === String(config.sandbox.providerPort)).map((u) => u.pathname))];
   const [first, ...extraPaths] = paths;
   const provider = new SandboxProvider({ tls, port: config.sandbox.providerPort, ...(first === undefined ? {} : { path: first, extraPaths }), ...(token === undefined ? {} : { token }) });
-  // The service decides from the same database as the fleet: the configured one, or the embedded cluster the
-  // runtime already started (opening it again only connects).
-  let databaseUrl = config.databaseUrl;
-  if (databaseUrl === null) {
-    const { openEmbeddedDatabase } = await import('../core/embedded.js');
-    databaseUrl = (await openEmbeddedDatabase({ dataDir: config.dataDir, port: config.database.embeddedPort })).url;
-  }
+  // The service decides from the same database as the fleet.
   const pool = createPool(databaseUrl, { max: 4, statementTimeoutMs: config.database.statementTimeoutMs, applicationName: 'actionledger:authorizer' });
   const authorizer = new AuthorizationService({ config, pool, tls, port: config.sandbox.authorizerPort });
-  await provider.start();
-  await authorizer.start();
+  try {
+    await listenOn(provider, config.sandbox.providerPort, 'sandbox.provider_port');
+    await listenOn(authorizer, config.sandbox.authorizerPort, 'sandbox.authorizer_port');
+  } catch (err) {
+    await provider.stop().catch(() => undefined);
+    await authorizer.stop().catch(() => undefined);
+    await pool.end().catch(() => undefined);
+    throw err;
+  }
   log.info({ provider: provider.url, authorizer: authorizer.url, pki: pki.dir }, 'sandbox provider and authorizer running (development only)');
   return {
     env: workerEnv,

@@ -1,9 +1,11 @@
 /**
- * The HTTP surface of `npm start` for now: `GET /healthz` (database reachable) and `GET /metrics`.
+ * The HTTP surface of `npm start` for now: `GET /healthz` (the process is sound: database reachable, embedded
+ * cluster not down), `GET /readyz` (healthy and not stopping: route work here) and `GET /metrics`.
  * start()/stop() follow the service contract: stop is safe before start and safe to repeat.
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { ActionLedgerError } from '../core/errors.js';
 import type { Runtime } from '../core/runtime.js';
 import type { Registry } from 'prom-client';
 
@@ -13,6 +15,15 @@ export interface HttpServerOptions {
   metrics?: () => Promise<{ contentType: string; body: string }>;
   /** Refreshes the gauges read at scrape time. */
   beforeScrape?: () => Promise<void>;
+  /**
+   * The service's own view, checked before the database: an error code (`embedded_database_failed` while
+   * the embedded cluster restarts or after it failed) makes both probes 503 without a query.
+   */
+  health?: () => { error: string | null; stopping: boolean };
+}
+
+function sendJson(res: import('node:http').ServerResponse, status: number, body: Record<string, unknown>): void {
+  res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
 }
 
 export class HttpServer {
@@ -31,15 +42,14 @@ export class HttpServer {
       this.#options.metrics ?? (async () => ({ contentType: registry.contentType, body: await registry.metrics() }));
     const server = createServer((req, res) => {
       const path = (req.url ?? '/').split('?')[0];
-      if (req.method === 'GET' && path === '/healthz') {
+      if (req.method === 'GET' && (path === '/healthz' || path === '/readyz')) {
+        const own = this.#options.health?.() ?? { error: null, stopping: false };
+        if (own.error !== null) return sendJson(res, 503, { ok: false, error: own.error });
+        if (path === '/readyz' && own.stopping) return sendJson(res, 503, { ok: false, error: 'stopping' });
         runtime.pool
           .query('SELECT 1')
-          .then(() => {
-            res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}');
-          })
-          .catch(() => {
-            res.writeHead(503, { 'content-type': 'application/json' }).end('{"ok":false,"error":"database_unavailable"}');
-          });
+          .then(() => sendJson(res, 200, { ok: true }))
+          .catch(() => sendJson(res, 503, { ok: false, error: 'database_unavailable' }));
         return;
       }
       if (req.method === 'GET' && path === '/metrics') {
@@ -55,11 +65,19 @@ export class HttpServer {
       }
       res.writeHead(404, { 'content-type': 'application/json' }).end('{"ok":false,"error":"not_found","message":"no such route"}');
     });
-    this.#server = server;
+    const port = runtime.config.http.port;
     await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(runtime.config.http.port, runtime.config.http.host, () => resolve());
+      server.once('error', (err: NodeJS.ErrnoException) => {
+        if (err.code !== 'EADDRINUSE' && err.code !== 'EACCES') return reject(err);
+        reject(
+          new ActionLedgerError('port_in_use', `port ${port} (http.port / PORT) on ${runtime.config.http.host} is ${err.code === 'EACCES' ? 'not permitted' : 'in use'}; set http.port in the configuration or PORT in the environment`, {
+            details: { port, setting: 'http.port', env: 'PORT' },
+          }),
+        );
+      });
+      server.listen(port, runtime.config.http.host, () => resolve());
     });
+    this.#server = server;
     return server.address() as AddressInfo;
   }
 

@@ -2,7 +2,8 @@
  * A real dispatch environment for tests: a PKI generated for the run, the sandbox provider and authorizer
  * over mTLS on loopback, a signed dispatch profile, a migrated database and a config routing tools to them.
  */
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Test } from 'tap';
@@ -169,3 +170,60 @@ export const ctx = (step: string, over: Record<string, string> = {}) => ({
   policy_version: 'policy-1',
   ...over,
 });
+
+/** `actionledger start` as a real child process, leader of its own process group (as a terminal runs it). */
+export interface ServiceProcess {
+  readonly pid: number;
+  /** Everything written so far to stdout (the JSON log) and stderr. */
+  stdout(): string;
+  stderr(): string;
+  /** The JSON log lines so far. */
+  lines(): Record<string, unknown>[];
+  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  /** Resolves once a log line's text matches; rejects after `timeoutMs` or when the process exits first. */
+  waitFor(pattern: RegExp, timeoutMs?: number): Promise<void>;
+}
+
+export function spawnService(bin: string, args: string[], env: NodeJS.ProcessEnv): ServiceProcess {
+  const child = spawn(process.execPath, [bin, 'start', ...args], { env: { PATH: process.env.PATH, ...env }, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  let out = '';
+  let err = '';
+  child.stdout.on('data', (c: Buffer) => (out += c.toString()));
+  child.stderr.on('data', (c: Buffer) => (err += c.toString()));
+  let done = false;
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.once('exit', (code, signal) => {
+      done = true;
+      resolve({ code, signal });
+    }),
+  );
+  return {
+    pid: child.pid ?? -1,
+    stdout: () => out,
+    stderr: () => err,
+    lines: () =>
+      out
+        .split('\n')
+        .filter((l) => l.startsWith('{'))
+        .map((l) => JSON.parse(l) as Record<string, unknown>),
+    exited,
+    async waitFor(pattern, timeoutMs = 60_000) {
+      const deadline = Date.now() + timeoutMs;
+      while (!pattern.test(out)) {
+        if (done) throw new Error(`service exited before ${String(pattern)}:\n${out}\n${err}`);
+        if (Date.now() > deadline) throw new Error(`no ${String(pattern)} within ${timeoutMs} ms:\n${out}\n${err}`);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    },
+  };
+}
+
+/** The postmaster pid recorded in an embedded cluster's folder, or undefined when none runs there. */
+export function postmasterPidIn(dataDir: string): number | undefined {
+  try {
+    const pid = Number(readFileSync(join(dataDir, 'pg', 'postmaster.pid'), 'utf8').split('\n')[0]);
+    return Number.isInteger(pid) && pid > 0 ? pid : undefined;
+  } catch {
+    return undefined;
+  }
+}

@@ -1,0 +1,116 @@
+/**
+ * The service's dispatcher workers (node:cluster children). States of the set:
+ *
+ *   running: a worker that exits is replaced, after 1 s, doubling per worker that dies within 30 s of its
+ *            start (up to 30 s), and not while `canFork()` says no (the embedded cluster is restarting)
+ *   stopping: every worker gets SIGTERM (it stops claiming and finishes in-flight dispatches up to
+ *            dispatcher.shutdown_deadline_ms, then exits 0); none is replaced; one still alive 10 s past the
+ *            deadline, or when the stop is forced, gets SIGKILL
+ */
+import cluster, { type Worker } from 'node:cluster';
+import type { Logger } from '../core/log.js';
+
+const REPLACE_AFTER_MS = 1000;
+const REPLACE_MAX_MS = 30_000;
+const SHORT_LIFE_MS = 30_000;
+const KILL_GRACE_MS = 10_000;
+
+export interface StopResult {
+  total: number;
+  clean: number;
+  killed: number;
+}
+
+export class WorkerSet {
+  readonly #env: Record<string, string>;
+  readonly #log: Logger;
+  readonly #canFork: () => boolean;
+  readonly #children = new Map<Worker, number>();
+  /** Every worker pid this service ran: their claims are this fleet's. */
+  readonly pids: number[] = [];
+  #stopping = false;
+  /** Workers that exited once stopping began, and how many of them with code 0. */
+  #stopped = { total: 0, clean: 0 };
+  #quickDeaths = 0;
+  #timers = new Set<NodeJS.Timeout>();
+
+  constructor(options: { env: Record<string, string>; log: Logger; canFork: () => boolean }) {
+    this.#env = options.env;
+    this.#log = options.log;
+    this.#canFork = options.canFork;
+  }
+
+  start(n: number): void {
+    for (let i = 0; i < n; i++) this.#fork();
+  }
+
+  #fork(): void {
+    if (this.#stopping) return;
+    if (!this.#canFork()) return this.#later(REPLACE_AFTER_MS);
+    const w = cluster.fork(this.#env);
+    const started = Date.now();
+    this.#children.set(w, started);
+    if (w.process.pid !== undefined) this.pids.push(w.process.pid);
+    w.on('exit', (code, signal) => {
+      this.#children.delete(w);
+      if (this.#stopping) {
+        this.#stopped.total++;
+        if (code === 0 && signal === null) this.#stopped.clean++;
+        return;
+      }
+      this.#quickDeaths = Date.now() - started < SHORT_LIFE_MS ? this.#quickDeaths + 1 : 0;
+      const delay = Math.min(REPLACE_MAX_MS, REPLACE_AFTER_MS * 2 ** Math.min(this.#quickDeaths, 5));
+      this.#log.error({ worker_pid: w.process.pid, code, signal, restart_in_ms: delay }, 'dispatcher worker exited; starting another');
+      this.#later(delay);
+    });
+  }
+
+  #later(ms: number): void {
+    const timer = setTimeout(() => {
+      this.#timers.delete(timer);
+      this.#fork();
+    }, ms);
+    this.#timers.add(timer);
+  }
+
+  /**
+   * No worker is replaced from now on. Called the moment a stop is asked for: a terminal's Ctrl-C reaches
+   * the workers too, and one with nothing in flight exits at once, before stop() runs.
+   */
+  halt(): void {
+    this.#stopping = true;
+    for (const t of this.#timers) clearTimeout(t);
+  }
+
+  /**
+   * SIGTERM to every worker; resolves when all exited. `forced` resolving SIGKILLs those still running.
+   * Never rejects.
+   */
+  async stop(deadlineMs: number, forced: Promise<void>): Promise<StopResult> {
+    this.halt();
+    const children = [...this.#children.keys()];
+    let killed = 0;
+    const exits = children.map(
+      (w) =>
+        new Promise<void>((resolve) => {
+          w.once('exit', () => resolve());
+          w.process.kill('SIGTERM');
+        }),
+    );
+    const all = Promise.all(exits);
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, deadlineMs + KILL_GRACE_MS);
+    });
+    await Promise.race([all, late, forced]);
+    clearTimeout(timer);
+    for (const w of children) {
+      if (w.process.exitCode === null && w.process.signalCode === null) {
+        killed++;
+        w.process.kill('SIGKILL');
+      }
+    }
+    await all;
+    return { total: this.#stopped.total, clean: this.#stopped.clean, killed };
+  }
+}
