@@ -138,17 +138,27 @@ export class ReconcileSchedule {
   }
 
   /**
-   * Deployments before the standard queue made `actionledger-reconcile` a singleton queue; deleting it drops
-   * its jobs (a dead pass's `active` one too) and, by cascade, its schedule. A fleet still on the old version
-   * recreates it when it restarts; both then run passes and the advisory lock keeps them apart.
+   * Deployments before the standard queue made `actionledger-reconcile` a singleton queue. Its schedule is
+   * removed (so the cron stops feeding it) and its waiting jobs purged; a dead pass's `active` job there blocks
+   * nothing any more and pg-boss expires it. pg-boss deletes a queue only once its table holds no job at all
+   * (its foreign key is ON DELETE RESTRICT; finished jobs stay until archived, 12 hours by default), so the
+   * queue row itself goes at a later start. A fleet still on the old version recreates the schedule when it
+   * restarts; both then run passes and the advisory lock keeps them apart.
    */
   async #removeLegacyQueue(boss: PgBoss): Promise<void> {
     try {
       if ((await boss.getQueue(LEGACY_RECONCILE_QUEUE)) === null) return;
-      await boss.deleteQueue(LEGACY_RECONCILE_QUEUE);
-      this.#o.log.info({ queue: LEGACY_RECONCILE_QUEUE }, 'removed the legacy singleton reconciliation queue and its schedule');
+      await boss.unschedule(LEGACY_RECONCILE_QUEUE);
+      await boss.purgeQueue(LEGACY_RECONCILE_QUEUE);
+      try {
+        await boss.deleteQueue(LEGACY_RECONCILE_QUEUE);
+        this.#o.log.info({ queue: LEGACY_RECONCILE_QUEUE }, 'removed the legacy singleton reconciliation queue');
+      } catch (err) {
+        if ((err as { code?: string }).code !== '23503') throw err;
+        this.#o.log.info({ queue: LEGACY_RECONCILE_QUEUE }, 'unscheduled the legacy singleton reconciliation queue; it is deleted once pg-boss has archived its jobs');
+      }
     } catch (err) {
-      // Another fleet deleting it at the same moment; it is gone either way, or the next start tries again.
+      // Another fleet cleaning up at the same moment, or a database hiccup: the next start tries again.
       this.#o.log.warn({ err, queue: LEGACY_RECONCILE_QUEUE }, 'could not remove the legacy reconciliation queue');
     }
   }
