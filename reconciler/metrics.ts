@@ -1,14 +1,23 @@
-/** The reconciler's and compensator's Prometheus metrics. */
+/**
+ * The reconciler's and compensator's Prometheus metrics. prom-client refuses a second metric of the same name
+ * in one registry, so a reconciler reopened on the same runtime (stop, then open again) reuses the metrics it
+ * registered the first time: counters keep counting across reopenings, as a scrape expects.
+ */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 
-export class ReconcileMetrics {
-  readonly checks: Counter<'provider' | 'outcome'>;
-  readonly transitions: Counter<'from' | 'to'>;
-  readonly passSeconds: Histogram;
-  readonly lastSuccess: Gauge;
-  readonly compensations: Counter<'event'>;
+const opened = new WeakMap<Registry, ReconcileMetrics>();
 
+export class ReconcileMetrics {
+  readonly checks!: Counter<'provider' | 'outcome'>;
+  readonly transitions!: Counter<'from' | 'to'>;
+  readonly passSeconds!: Histogram;
+  readonly lastSuccess!: Gauge;
+  readonly compensations!: Counter<'event'>;
+
+  /** Registers the metrics in `registry`, or returns the ones this class already registered there. */
   constructor(registry: Registry) {
+    const existing = opened.get(registry);
+    if (existing !== undefined) return existing;
     const registers = [registry];
     this.checks = new Counter({
       name: 'actionledger_reconcile_checks_total',
@@ -39,5 +48,6 @@ export class ReconcileMetrics {
       labelNames: ['event'],
       registers,
     });
+    opened.set(registry, this);
   }
 }

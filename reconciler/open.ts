@@ -5,6 +5,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
+import { ActionLedgerError } from '../core/errors.js';
 import type { Runtime } from '../core/runtime.js';
 import { Compensator, type CompensationSummary } from '../compensator/compensator.js';
 import { CrashPoints } from '../dispatcher/crash-points.js';
@@ -39,14 +40,23 @@ export function openReview(rt: Runtime, actor = `compensator:${hostname()}:${pro
 export interface ReconcileKit extends ReviewKit {
   reconciler: Reconciler;
   metrics: ReconcileMetrics;
-  /** One reconciliation pass then one compensation pass; records the pass metrics. */
-  pass(): Promise<PassSummary>;
+  /**
+   * One reconciliation pass then one compensation pass; records the pass metrics. Once `signal` is aborted the
+   * pass takes no new work. Throws `internal` after close().
+   */
+  pass(signal?: AbortSignal): Promise<PassSummary>;
+  /** Closes the readback agent and the ledger's timers; safe to repeat. openReconciler() may be called again. */
+  close(): void;
 }
 
-/** Throws `tls_verification_disabled`, `profile_invalid`, `config_invalid`. */
+/**
+ * Opens a reconciler on `rt`; may be called again on the same runtime after close() (the metrics registered
+ * the first time are reused). Throws `tls_verification_disabled`, `profile_invalid`, `config_invalid`.
+ */
 export async function openReconciler(rt: Runtime, env: NodeJS.ProcessEnv): Promise<ReconcileKit> {
   const identity = await loadDispatchIdentity(rt, env);
   const metrics = new ReconcileMetrics(rt.metrics.registry);
+  let closed = false;
   const id = `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
   const kit = openReview(rt, `compensator:${id}`, (e) => metrics.compensations.inc({ event: e }));
   const agent = identity.agent();
@@ -65,7 +75,8 @@ export async function openReconciler(rt: Runtime, env: NodeJS.ProcessEnv): Promi
     ...kit,
     reconciler,
     metrics,
-    async pass() {
+    async pass(signal?: AbortSignal) {
+      if (closed) throw new ActionLedgerError('internal', 'this reconciler was closed; open another');
       const end = metrics.passSeconds.startTimer();
       let compensate: CompensationSummary = { minted: 0, completed: 0, escalated: 0 };
       // The compensator runs under the same pass lock, after the reconciliation of this pass.
@@ -74,15 +85,18 @@ export async function openReconciler(rt: Runtime, env: NodeJS.ProcessEnv): Promi
         compensate = await kit.compensator.pass();
         // The gate's expiries (approvals, abandoned proposals, with their cap holds) ride on the same schedule.
         if (rt.config.gate.tools.size > 0) housekeeping = await runGateHousekeeping(rt.config, rt.pool);
-      });
+      }, signal);
       end();
       if (reconcile.ran && reconcile.provider_errors === 0 && reconcile.errors === 0) metrics.lastSuccess.setToCurrentTime();
       rt.log.info({ ...reconcile, compensations: compensate, gate: housekeeping }, 'reconciliation pass');
       return { reconcile, compensate, ...(housekeeping === undefined ? {} : { gate: housekeeping }) };
     },
     close() {
+      if (closed) return;
+      closed = true;
       kit.close();
-      void agent.close();
+      // A readback still in flight fails with the agent closed; nothing waits on the close itself.
+      agent.close().catch(() => undefined);
     },
   };
 }

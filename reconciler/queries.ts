@@ -7,8 +7,17 @@
 const ORPHANED = `(w.worker_id IS NULL OR w.stopped_at IS NOT NULL OR w.heartbeat_at < now() - make_interval(secs => $1::float8 / 1000))`;
 
 export const reconcilerQueries = {
-  /** One pass at a time per schema, across fleets and CronJobs. */
-  passLock: `SELECT pg_try_advisory_lock(hashtext($1)) AS locked`,
+  /**
+   * One pass at a time per schema, across fleets and CronJobs. The server releases the lock when the holding
+   * connection closes: at once when the process dies, but for a host that vanished only once TCP keepalive
+   * gives up (2 hours and more with the usual system defaults). The lock connection therefore sets its own
+   * keepalives (idle 30 s, then 3 probes 10 s apart): a vanished pass frees the lock within about 60 s. The
+   * settings are ignored on Unix-socket connections, whose peer cannot vanish without the server seeing it,
+   * and stay on the pooled connection afterwards, where they only make a dead peer noticed sooner.
+   */
+  passLock: `
+    SELECT set_config('tcp_keepalives_idle', '30', false), set_config('tcp_keepalives_interval', '10', false),
+           set_config('tcp_keepalives_count', '3', false), pg_try_advisory_lock(hashtext($1)) AS locked`,
   passUnlock: `SELECT pg_advisory_unlock(hashtext($1))`,
 
   /** Due `unknown` operations and orphaned `executing` ones; $1 orphan threshold (ms), $2 limit. */

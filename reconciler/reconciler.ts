@@ -86,9 +86,10 @@ export class Reconciler {
   /**
    * One pass over every due candidate (up to batch_size of each kind). Holds the pass lock on a dedicated
    * connection; returns `ran: false` at once when another pass holds it. Throws `database_unavailable`-class
-   * errors from pg when the database cannot be reached.
+   * errors from pg when the database cannot be reached. Once `signal` is aborted (a schedule stopping past its
+   * deadline) the pass takes no new candidate and skips `whileLocked`; rows already being handled finish.
    */
-  async pass(whileLocked?: () => Promise<void>): Promise<ReconcileSummary> {
+  async pass(whileLocked?: () => Promise<void>, signal?: AbortSignal): Promise<ReconcileSummary> {
     const summary: ReconcileSummary = { ran: false, examined: 0, succeeded: 0, still_unknown: 0, escalated: 0, skipped: 0, provider_errors: 0, errors: 0 };
     const lockClient = await this.#o.pool.connect();
     let broken: Error | undefined;
@@ -101,7 +102,7 @@ export class Reconciler {
         const { rows: candidates } = await this.#o.pool.query<Candidate>(this.#q.candidates, [r.orphanAfterMs, r.batchSize]);
         let next = 0;
         const lane = async (): Promise<void> => {
-          while (next < candidates.length) {
+          while (next < candidates.length && signal?.aborted !== true) {
             const c = candidates[next++] as Candidate;
             try {
               await this.#one(c, summary);
@@ -115,7 +116,7 @@ export class Reconciler {
           }
         };
         await Promise.all(Array.from({ length: Math.min(r.concurrency, candidates.length) }, lane));
-        await whileLocked?.();
+        if (signal?.aborted !== true) await whileLocked?.();
       } finally {
         await lockClient.query(this.#q.passUnlock, [this.lockName]);
       }

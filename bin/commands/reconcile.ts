@@ -60,7 +60,7 @@ export const reconcileCommand: Command = {
           if (s.reconcile.errors > 0) return 1;
           return s.reconcile.provider_errors > 0 ? EXIT_PROVIDER_UNREACHABLE : 0;
         }
-        const schedule = new ReconcileSchedule({ databaseUrl: rt.databaseUrl, schema: rt.config.schema, cron: rt.config.reconciler.schedule, log: rt.log, run: () => kit.pass() });
+        const schedule = new ReconcileSchedule({ databaseUrl: rt.databaseUrl, schema: rt.config.schema, cron: rt.config.reconciler.schedule, log: rt.log, run: (signal) => kit.pass(signal) });
         await schedule.start();
         await waitForSignal();
         await schedule.stop();
