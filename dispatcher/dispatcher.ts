@@ -101,6 +101,7 @@ export class Dispatcher {
     this.#claimFailures = new RepeatedFailureLog(options.log, 'claim failed; retrying on the next wake-up');
     this.#heartbeatFailures = new RepeatedFailureLog(options.log, 'heartbeat failed');
     this.#writeFailures = new RepeatedFailureLog(options.log, 'a write this worker owes failed; retrying it');
+    this.#agents = { authorizer: options.agent(), provider: options.agent() };
   }
 
   get inFlight(): number {
@@ -133,7 +134,8 @@ export class Dispatcher {
   async #start(): Promise<void> {
     if (this.#state === 'running') return;
     this.#halt = new AbortController();
-    // Kept from a stop whose deadline passed: operations of that run may still be using them.
+    // The constructor's, or kept from a stop whose deadline passed (operations of that run may still use them);
+    // a clean stop closed them.
     this.#agents ??= { authorizer: this.#o.agent(), provider: this.#o.agent() };
     this.#state = 'running';
     try {
