@@ -4,19 +4,25 @@
  * fenced outcome.
  *
  * Loop states (graphile-worker style):
- *   idle      - no free slot, or the last claim found nothing; woken by NOTIFY, a finished slot, or the poll timer
- *   claiming  - one claim statement in flight for `free slots` (capped at batchSize) operations
- *   stopping  - no more claims; in-flight operations finish (up to the deadline) and record their outcomes
- *   stopped   - LISTEN connection closed, heartbeat marked stopped
- * An `executing` row is never re-claimed because of its age: a worker that dies leaves it for the reconciler.
+ *   idle      - not started, or stopped; `start()` (again) makes it running
+ *   running   - claims when it has free slots: woken by NOTIFY, a finished slot, or the poll timer; one claim
+ *               statement in flight at a time, for `free slots` (capped at batchSize) operations
+ *   stopping  - no more claims; in-flight operations finish (up to the deadline) and record their outcomes,
+ *               then writes still owed are abandoned to the reconciler and the heartbeat marks it stopped
+ *
+ * Every claim it holds is listed in its heartbeat until its last write has landed. A claim it cannot finish
+ * and never sent (a transient database failure at evidence or at the dispatch batch) is released back to
+ * pending; an outcome it cannot write after the provider was called is retried until it lands or the worker
+ * stops (dispatcher/persist.ts). An `executing` row is never re-claimed because of its age: a worker that dies,
+ * stops, or drops a claim from its listing leaves it for the reconciler.
  */
 import { hostname } from 'node:os';
 import type { Agent } from 'undici';
 import type { Config, ToolRoute } from '../core/config.js';
-import { bindQueries, isConnectionError, prepared, isRetryable, sqlState, SQLSTATE, type Pool, type PoolClient } from '../core/db.js';
-import { ActionLedgerError, isActionLedgerError, type ErrorCode } from '../core/errors.js';
+import { bindQueries, databaseErrorCode, isConnectionError, isTransient, prepared, isRetryable, sqlState, SQLSTATE, type Pool, type PoolClient } from '../core/db.js';
+import { ActionLedgerError, asActionLedgerError, isActionLedgerError, type ErrorCode } from '../core/errors.js';
 import { canonicalJson, sha256Hex, type JsonValue } from '../core/json.js';
-import type { Logger } from '../core/log.js';
+import { RepeatedFailureLog, type Logger } from '../core/log.js';
 import type { Secret } from '../core/secret.js';
 import { Batcher, submit, type Settle } from './batcher.js';
 import { authorizationRequest, checkWindows, fetchAuthorization, type AuthorizationDecision } from './authorize.js';
@@ -24,6 +30,7 @@ import type { CrashPoints } from './crash-points.js';
 import { callProvider, classify, type Outcome } from './executor.js';
 import { gate, runGated } from './gate-scope.js';
 import type { DispatchMetrics } from './metrics.js';
+import { pause, untilWritten, WorkerHalted } from './persist.js';
 import type { DispatchProfile } from './profile.js';
 import { dispatcherQueries } from './queries.js';
 import type { ClaimedOperation, DispatchStage } from './types.js';
@@ -34,8 +41,8 @@ export interface DispatcherOptions {
   log: Logger;
   metrics: DispatchMetrics;
   profile: DispatchProfile;
-  authorizerAgent: Agent;
-  providerAgent: Agent;
+  /** Makes a new mTLS agent; each start takes one for the authorizer and one for providers, and stop closes them. */
+  agent: () => Agent;
   /** Provider credentials by tool name, resolved from the environment at start. */
   credentials: ReadonlyMap<string, Secret>;
   crash: CrashPoints;
@@ -46,15 +53,27 @@ export interface DispatcherOptions {
   heartbeatIntervalMs: number;
 }
 
+/** How long a released operation waits in the outbox before it can be claimed again. */
+const RELEASE_BACKOFF_MS = 1_000;
+/** A row another session holds is tried again after 20 ms, doubling to this cap, while its claim holds. */
+const BUSY_RETRY_MAX_MS = 1_000;
+
 export class Dispatcher {
   readonly #o: DispatcherOptions;
   readonly #q: Readonly<typeof dispatcherQueries>;
   /** The per-batch statements, prepared once per connection. */
   readonly #prepared: Record<'evidenceRecordBatch' | 'operationLockForDispatchBatch' | 'operationFinalCheckBatch' | 'operationCompleteBatch', { name: string; text: string }>;
   readonly #inFlight = new Set<Promise<void>>();
+  /** Claim tokens this worker holds: claimed and not yet finished, released, or given up. The heartbeat lists them. */
+  readonly #held = new Set<string>();
   readonly #channel: string;
   readonly #gatedCall: typeof callProvider;
-  #state: 'new' | 'running' | 'stopping' | 'stopped' = 'new';
+  #state: 'idle' | 'running' | 'stopping' = 'idle';
+  /** start() and stop() run one after the other, each after the previous one has finished. */
+  #lifecycle: Promise<void> = Promise.resolve();
+  /** Aborted when a stop's deadline has passed (or the stop found nothing in flight): owed writes give up. */
+  #halt = new AbortController();
+  #agents: { authorizer: Agent; provider: Agent } | undefined;
   #claiming = false;
   #wakeAgain = false;
   #listener: PoolClient | undefined;
@@ -62,6 +81,9 @@ export class Dispatcher {
   #heartbeat: NodeJS.Timeout | undefined;
   readonly #evidence: Batcher<EvidenceItem>;
   readonly #dispatches: Batcher<DispatchItem>;
+  readonly #claimFailures: RepeatedFailureLog;
+  readonly #heartbeatFailures: RepeatedFailureLog;
+  readonly #writeFailures: RepeatedFailureLog;
 
   constructor(options: DispatcherOptions) {
     this.#o = options;
@@ -76,45 +98,100 @@ export class Dispatcher {
     this.#gatedCall = gate(callProvider, () => options.metrics.ungated.inc());
     this.#evidence = new Batcher(options.batchSize, (items) => this.#recordEvidenceBatch(items));
     this.#dispatches = new Batcher(options.batchSize, (items) => this.#openDispatchBatch(items));
+    this.#claimFailures = new RepeatedFailureLog(options.log, 'claim failed; retrying on the next wake-up');
+    this.#heartbeatFailures = new RepeatedFailureLog(options.log, 'heartbeat failed');
+    this.#writeFailures = new RepeatedFailureLog(options.log, 'a write this worker owes failed; retrying it');
+    this.#agents = { authorizer: options.agent(), provider: options.agent() };
   }
 
   get inFlight(): number {
     return this.#inFlight.size;
   }
 
-  async start(): Promise<void> {
-    if (this.#state !== 'new') return;
+  /**
+   * Registers the worker and starts claiming. Resolves once it is running; a no-op when it already runs. After
+   * `stop()` it starts again (with new agents and a new heartbeat). Waits for a start or stop in progress
+   * first. Throws the database failure's code (`database_unavailable`, `storage_full`, ...) when the worker
+   * cannot be registered; it is then not running, and `start()` may be called again.
+   */
+  start(): Promise<void> {
+    const started = this.#lifecycle.then(() => this.#start());
+    this.#lifecycle = started.catch(() => undefined);
+    return started;
+  }
+
+  /**
+   * Stops claiming, lets in-flight operations finish until `deadlineMs`, then gives up the writes still owed
+   * (their claims go to the reconciler) and marks the worker stopped. Safe before `start()` and safe to repeat;
+   * every call, concurrent ones included, resolves only once the worker has fully stopped. Never throws.
+   */
+  stop(deadlineMs = 15_000): Promise<void> {
+    const stopped = this.#lifecycle.then(() => this.#stop(deadlineMs));
+    this.#lifecycle = stopped.catch(() => undefined);
+    return stopped;
+  }
+
+  async #start(): Promise<void> {
+    if (this.#state === 'running') return;
+    this.#halt = new AbortController();
+    // The constructor's, or kept from a stop whose deadline passed (operations of that run may still use them);
+    // a clean stop closed them.
+    this.#agents ??= { authorizer: this.#o.agent(), provider: this.#o.agent() };
     this.#state = 'running';
-    await this.#o.pool.query(this.#q.workerUpsert, [this.#o.workerId, process.pid, hostname()]);
-    this.#heartbeat = setInterval(() => {
-      this.#o.pool.query(this.#q.workerHeartbeat, [this.#o.workerId]).catch((err: unknown) => this.#o.log.warn({ err }, 'heartbeat failed'));
-    }, this.#o.heartbeatIntervalMs);
+    try {
+      await this.#o.pool.query(this.#q.workerUpsert, [this.#o.workerId, process.pid, hostname()]);
+    } catch (err) {
+      this.#state = 'idle';
+      await this.#closeAgents();
+      throw asActionLedgerError(err);
+    }
+    this.#heartbeat = setInterval(() => this.#beat(), this.#o.heartbeatIntervalMs);
     await this.#listen();
     this.#poll = setInterval(() => this.wake(), this.#o.pollIntervalMs);
     this.wake();
   }
 
-  /** Stops claiming, lets in-flight operations finish until `deadlineMs`, then marks the worker stopped. */
-  async stop(deadlineMs = 15_000): Promise<void> {
-    if (this.#state === 'new' || this.#state === 'stopped') {
-      this.#state = 'stopped';
-      return;
-    }
-    if (this.#state === 'stopping') return;
+  async #stop(deadlineMs: number): Promise<void> {
+    if (this.#state !== 'running') return;
     this.#state = 'stopping';
     clearInterval(this.#poll);
     clearInterval(this.#heartbeat);
     const drained = Promise.all([...this.#inFlight]).then(() => true);
-    const timeout = new Promise<boolean>((r) => setTimeout(() => r(false), deadlineMs).unref());
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<boolean>((r) => {
+      timer = setTimeout(() => r(false), deadlineMs);
+    });
     const clean = await Promise.race([drained, timeout]);
-    if (!clean) this.#o.log.warn({ in_flight: this.#inFlight.size }, 'stop deadline passed with operations in flight; they stay executing for the reconciler');
+    clearTimeout(timer);
+    this.#halt.abort();
+    if (!clean) this.#o.log.warn({ in_flight: this.#inFlight.size, claims: this.#held.size }, 'stop deadline passed with operations in flight; they stay executing for the reconciler');
     const listener = this.#listener;
     this.#listener = undefined;
     listener?.release();
-    await this.#o.pool.query(this.#q.workerStopped, [this.#o.workerId]).catch(() => undefined);
+    await this.#o.pool.query(this.#q.workerStopped, [this.#o.workerId]).catch((err: unknown) => this.#o.log.warn({ err }, 'could not mark the worker stopped; the reconciler takes its claims once its heartbeat is stale'));
     // Idle keep-alive connections only: in-flight work has drained or the deadline passed.
-    if (clean) await Promise.all([this.#o.authorizerAgent.close(), this.#o.providerAgent.close()]).catch(() => undefined);
-    this.#state = 'stopped';
+    if (clean) await this.#closeAgents();
+    this.#state = 'idle';
+  }
+
+  async #closeAgents(): Promise<void> {
+    const agents = this.#agents;
+    this.#agents = undefined;
+    if (agents !== undefined) await Promise.all([agents.authorizer.close(), agents.provider.close()]).catch(() => undefined);
+  }
+
+  /** The agents of the current run; an operation still in flight from an earlier run uses the new ones. */
+  #agent(kind: 'authorizer' | 'provider'): Agent {
+    if (this.#agents === undefined) throw new WorkerHalted();
+    return this.#agents[kind];
+  }
+
+  /** One heartbeat, listing the claims this worker holds now. */
+  #beat(): void {
+    this.#o.pool.query(this.#q.workerHeartbeat, [this.#o.workerId, [...this.#held]]).then(
+      () => this.#heartbeatFailures.ok(),
+      (err: unknown) => this.#heartbeatFailures.fail(err),
+    );
   }
 
   async #listen(): Promise<void> {
@@ -130,6 +207,10 @@ export class Dispatcher {
         if (this.#state === 'running') setTimeout(() => void this.#listen(), 1000).unref();
       });
       await client.query(`LISTEN "${this.#channel}"`);
+      if (this.#state !== 'running') {
+        client.release();
+        return;
+      }
       this.#listener = client;
     } catch (err) {
       this.#o.log.warn({ err }, 'LISTEN failed; polling');
@@ -156,6 +237,7 @@ export class Dispatcher {
         if (free <= 0 || this.#state !== 'running') break;
         const limit = Math.min(free, this.#o.batchSize);
         const { rows } = await this.#o.pool.query<ClaimedOperation>(this.#q.outboxClaimBatch, [limit, this.#o.workerId]);
+        this.#claimFailures.ok();
         if (rows.length > 0) {
           this.#o.metrics.claims.inc(rows.length);
           this.#o.metrics.claimBatches.inc();
@@ -164,7 +246,7 @@ export class Dispatcher {
         if (rows.length < limit && !this.#wakeAgain) break;
       }
     } catch (err) {
-      this.#o.log.warn({ err }, 'claim failed; retrying on the next wake-up');
+      this.#claimFailures.fail(err);
     } finally {
       this.#claiming = false;
     }
@@ -172,10 +254,19 @@ export class Dispatcher {
 
   #track(op: ClaimedOperation): void {
     this.#o.metrics.inFlight.inc();
+    this.#held.add(op.claim_token);
     const progress = { sent: false };
     const p = this.#process(op, progress)
-      .catch((err: unknown) => this.#abandon(op, progress.sent, err))
+      .catch((err: unknown) => this.#recover(op, progress.sent, err))
+      .catch((err: unknown) => {
+        if (err instanceof WorkerHalted) {
+          this.#o.log.warn({ operation_id: op.operation_id, sent: progress.sent }, 'worker stopped with a write owed; the operation stays executing for the reconciler');
+          return;
+        }
+        this.#o.log.error({ err, operation_id: op.operation_id, sent: progress.sent }, 'could not record the failure; the claim is no longer listed, so the reconciler takes it');
+      })
       .finally(() => {
+        this.#held.delete(op.claim_token);
         this.#inFlight.delete(p);
         this.#o.metrics.inFlight.dec();
         this.wake();
@@ -184,26 +275,41 @@ export class Dispatcher {
   }
 
   /**
-   * An unexpected error (a database error that outlived its retries, a bug): the claim must not stay
-   * `executing` under a live worker, where the reconciler never looks. Not yet sent: `needs_review`
-   * (`internal:<code>`, provider never called, so a reviewed retry is safe). Possibly sent: `unknown`, for
-   * the reconciler's readback. If even that write fails, the row stays executing and the log says so.
+   * A claim the normal path could not finish. Never sent and the failure transient (a full disk, a lost
+   * connection, a timeout): released back to pending (`released:<code>`), to be claimed again. Possibly sent:
+   * `unknown`, for the reconciler's readback (the provider may have the effect, so it is never released). Not
+   * sent but unexpected (a bug): `needs_review` (`internal:<code>`; a reviewed retry is safe). Each write is
+   * retried while the worker runs; if it cannot be made, the claim leaves the heartbeat listing and the
+   * reconciler takes it.
    */
-  async #abandon(op: ClaimedOperation, sent: boolean, err: unknown): Promise<void> {
+  async #recover(op: ClaimedOperation, sent: boolean, err: unknown): Promise<void> {
+    if (err instanceof WorkerHalted) throw err;
+    if (!sent && isTransient(err)) return this.#release(op, err);
     const code = sqlState(err) ?? (isActionLedgerError(err) ? err.code : isConnectionError(err) ? 'connection_lost' : 'error');
     this.#o.log.error({ err, operation_id: op.operation_id, sent }, 'dispatch failed unexpectedly');
-    try {
-      const wrote = sent
-        ? await this.#complete(op, 'unknown', null, { internal_error: code }, null, `provider_outcome_unknown:internal:${code}`)
-        : await this.#complete(op, 'needs_review', null, { stage: 'internal', code }, `internal:${code}`, `predispatch_refused:internal:${code}`);
-      this.#o.metrics.outcomes.inc({
-        tool: op.tool_name,
-        provider: op.provider_id,
-        outcome: wrote ? (sent ? 'unknown' : 'needs_review') : 'lost',
-      });
-    } catch (again) {
-      this.#o.log.error({ err: again, operation_id: op.operation_id }, 'could not record the failure; the operation stays executing until this worker stops and the reconciler takes it');
-    }
+    const wrote = sent
+      ? await this.#complete(op, 'unknown', null, { internal_error: code }, null, `provider_outcome_unknown:internal:${code}`)
+      : await this.#complete(op, 'needs_review', null, { stage: 'internal', code }, `internal:${code}`, `predispatch_refused:internal:${code}`);
+    this.#o.metrics.outcomes.inc({
+      tool: op.tool_name,
+      provider: op.provider_id,
+      outcome: wrote ? (sent ? 'unknown' : 'needs_review') : 'lost',
+    });
+  }
+
+  /** Gives a never-sent claim back to the queue (see {@link dispatcherQueries.operationRelease}). */
+  async #release(op: ClaimedOperation, err: unknown): Promise<void> {
+    const code = databaseErrorCode(err) ?? 'database_error';
+    const sqlstate = sqlState(err) ?? null;
+    const detail = { sqlstate, code, sent: false, provider_called: false, attempt: op.attempt, claim_token: op.claim_token, available_in_ms: RELEASE_BACKOFF_MS };
+    const n = await untilWritten(
+      async () => (await this.#o.pool.query<{ n: number }>(this.#q.operationRelease, [op.operation_id, op.claim_token, this.#o.workerId, `released:${code}`, RELEASE_BACKOFF_MS, JSON.stringify(detail)])).rows[0]?.n ?? 0,
+      this.#halt.signal,
+      this.#writeFailures,
+      { operation_id: op.operation_id, write: 'release' },
+    );
+    this.#o.metrics.outcomes.inc({ tool: op.tool_name, provider: op.provider_id, outcome: n === 1 ? 'released' : 'lost' });
+    this.#o.log.warn({ operation_id: op.operation_id, code, sqlstate, released: n === 1 }, 'claim released after a database failure; the provider was not called');
   }
 
   async #process(op: ClaimedOperation, progress: { sent: boolean }): Promise<void> {
@@ -220,9 +326,10 @@ export class Dispatcher {
     let decision: AuthorizationDecision;
     const endAuth = this.#o.metrics.authorizationSeconds.startTimer();
     try {
-      decision = await fetchAuthorization(this.#o.authorizerAgent, this.#o.profile, authorizationRequest(op));
+      decision = await fetchAuthorization(this.#agent('authorizer'), this.#o.profile, authorizationRequest(op));
       this.#o.metrics.authorizations.inc({ result: 'allow' });
     } catch (err) {
+      if (err instanceof WorkerHalted) throw err;
       const code = isActionLedgerError(err) ? err.code : 'authorization_unavailable';
       this.#o.metrics.authorizations.inc({ result: code });
       return this.#refuse(op, 'authorization', code, err);
@@ -245,16 +352,19 @@ export class Dispatcher {
   /**
    * Records a batch of decisions in one statement, each judged by the database clock and only while its claim
    * is current. A lost connection or a serialization failure retries the whole batch a few times: the insert
-   * is idempotent per claim, so a statement that landed without its reply is harmless to repeat.
+   * is idempotent per claim, so a statement that landed without its reply is harmless to repeat. Any other
+   * failure rejects the batch's items (a transient one then releases their claims: nothing was sent). An
+   * operation whose row another session holds goes into a later batch (see {@link Dispatcher.#retryBusy}).
    */
   async #recordEvidenceBatch(items: EvidenceItem[]): Promise<void> {
     this.#o.metrics.batchOperations.observe({ stage: 'evidence' }, items.length);
     for (let attempt = 1; ; attempt++) {
       try {
-        const refused = await this.#recordEvidenceOnce(items);
+        const { refused, busy } = await this.#recordEvidenceOnce(items);
         for (const item of items) {
           const err = refused.get(item);
-          if (err === undefined) item.resolve();
+          if (busy.has(item)) this.#retryBusy(this.#evidence, item);
+          else if (err === undefined) item.resolve();
           else item.reject(err);
         }
         return;
@@ -265,11 +375,12 @@ export class Dispatcher {
     }
   }
 
-  async #recordEvidenceOnce(items: EvidenceItem[]): Promise<Map<EvidenceItem, ActionLedgerError>> {
+  async #recordEvidenceOnce(items: EvidenceItem[]): Promise<{ refused: Map<EvidenceItem, ActionLedgerError>; busy: Set<EvidenceItem> }> {
     const { profile } = this.#o;
     const { rows } = await this.#o.pool.query<{
       db_now: Date;
       operation_id: string;
+      locked: boolean;
       current_approval_id: string;
       current_policy_version: string;
       recorded: boolean;
@@ -292,11 +403,14 @@ export class Dispatcher {
     });
     const current = new Map(rows.map((r) => [r.operation_id, r]));
     const refused = new Map<EvidenceItem, ActionLedgerError>();
+    const busy = new Set<EvidenceItem>();
     for (const item of items) {
       const { op, decision: d } = item;
       const row = current.get(op.operation_id);
       if (row === undefined) {
         refused.set(item, new ActionLedgerError('claim_lost', 'claim is no longer current'));
+      } else if (!row.locked) {
+        busy.add(item);
       } else if (row.current_approval_id !== op.current_approval_id || row.current_policy_version !== op.current_policy_version) {
         refused.set(item, new ActionLedgerError('authorization_stale', 'approval or policy version changed after the decision was requested'));
       } else {
@@ -311,20 +425,33 @@ export class Dispatcher {
         }
       }
     }
-    return refused;
+    return { refused, busy };
   }
 
   /**
-   * Opens a dispatch batch: one transaction takes the row locks of every operation in it, then (a second
-   * statement, after any wait for those locks) the final check. Once the locks are held the next batch may
-   * open, and this one sends its requests in parallel and writes all their outcomes before it commits: a
-   * revocation either committed before the check (nothing is sent) or waits for the outcome. A lost
-   * connection, deadlock or serialization failure here retries from the start; nothing has been sent yet.
+   * An item whose row another session holds (a reviewer, a revocation in progress, a migration): it goes into
+   * a later batch after a short wait, 20 ms doubling to 1 s, as long as its claim holds (each try reads the
+   * claim again; a lost one ends as `claim_lost`) and the worker runs. Its authorization ages meanwhile, and a
+   * decision that grew too old is refused as stale, never sent.
+   */
+  #retryBusy<T extends EvidenceItem | DispatchItem>(batcher: Batcher<T>, item: T): void {
+    item.busyRetries = (item.busyRetries ?? 0) + 1;
+    pause(Math.min(BUSY_RETRY_MAX_MS, 10 * 2 ** item.busyRetries), this.#halt.signal).then(
+      () => batcher.add(item),
+      (err: unknown) => item.reject(err),
+    );
+  }
+
+  /**
+   * Opens a dispatch batch: one transaction takes the row locks of its operations that no other session holds
+   * (the others go into a later batch), then (a second statement) the final check over the locked ones. Once
+   * the locks are held the next batch may open, and this one sends its requests in parallel and writes all
+   * their outcomes before it commits: a revocation either committed before the check (nothing is sent) or
+   * waits for the outcome. A lost connection, deadlock or serialization failure here retries from the start;
+   * any other failure rejects the items, none of which has been sent.
    */
   async #openDispatchBatch(items: DispatchItem[]): Promise<void> {
     this.#o.metrics.batchOperations.observe({ stage: 'dispatch' }, items.length);
-    const ids = items.map((i) => i.op.operation_id);
-    const tokens = items.map((i) => i.op.claim_token);
     const maxAgeMs = this.#o.profile.maximumAuthorizationAgeMs + this.#o.profile.maximumClockSkewMs;
     for (let attempt = 1; ; attempt++) {
       let held: HeldConnection | undefined;
@@ -332,13 +459,32 @@ export class Dispatcher {
         held = holdConnection(await this.#o.pool.connect());
         const { client } = held;
         await client.query('BEGIN');
-        await client.query({ ...this.#prepared.operationLockForDispatchBatch, values: [ids, tokens] });
-        const { rows } = await client.query<{ operation_id: string; fresh: boolean; young: boolean; killed: boolean }>({
-          ...this.#prepared.operationFinalCheckBatch,
-          values: [ids, tokens, maxAgeMs],
+        const { rows: claimed } = await client.query<{ operation_id: string; locked: boolean }>({
+          ...this.#prepared.operationLockForDispatchBatch,
+          values: [items.map((i) => i.op.operation_id), items.map((i) => i.op.claim_token)],
         });
-        const checks = new Map<string, FinalCheck>(rows.map((r) => [r.operation_id, r.killed ? 'tool_disabled' : r.fresh && r.young ? 'go' : 'authorization_stale']));
-        void this.#sendBatch(held, items, checks);
+        const state = new Map(claimed.map((r) => [r.operation_id, r.locked]));
+        const locked = items.filter((i) => state.get(i.op.operation_id) === true);
+        let checks = new Map<string, FinalCheck>();
+        if (locked.length > 0) {
+          const { rows } = await client.query<{ operation_id: string; fresh: boolean; young: boolean; killed: boolean }>({
+            ...this.#prepared.operationFinalCheckBatch,
+            values: [locked.map((i) => i.op.operation_id), locked.map((i) => i.op.claim_token), maxAgeMs],
+          });
+          checks = new Map(rows.map((r) => [r.operation_id, r.killed ? 'tool_disabled' : r.fresh && r.young ? 'go' : 'authorization_stale']));
+        }
+        // Only now, with nothing left to retry: an item is settled (or queued again) exactly once.
+        for (const item of items) {
+          const s = state.get(item.op.operation_id);
+          if (s === false) this.#retryBusy(this.#dispatches, item);
+          else if (s === undefined) void this.#settleUnchecked(item, undefined);
+        }
+        if (locked.length === 0) {
+          await client.query('ROLLBACK').catch(() => undefined);
+          held.release();
+          return;
+        }
+        void this.#sendBatch(held, locked, checks);
         return;
       } catch (err) {
         if (held !== undefined) {
@@ -457,7 +603,7 @@ export class Dispatcher {
     let http;
     progress.sent = true;
     try {
-      http = await runGated(() => this.#o.crash.reachWhenSent('after_provider_request_sent', sent, () => this.#gatedCall(this.#o.providerAgent, this.#o.profile, op, credential)), op.operation_id);
+      http = await runGated(() => this.#o.crash.reachWhenSent('after_provider_request_sent', sent, () => this.#gatedCall(this.#agent('provider'), this.#o.profile, op, credential)), op.operation_id);
     } finally {
       endProvider();
     }
@@ -533,24 +679,27 @@ export class Dispatcher {
     this.#o.log.warn({ operation_id: op.operation_id, stage }, 'claim lost; nothing sent by this worker');
   }
 
-  /** A fenced outcome write with its own retry on a broken connection; returns whether it changed the row. */
+  /**
+   * A fenced outcome write; returns whether it changed the row (false: the claim was no longer current). A
+   * transient failure is retried for as long as the worker runs (dispatcher/persist.ts): the claim stays listed
+   * in the heartbeat meanwhile. Throws a non-transient failure, or `WorkerHalted` once the worker has stopped.
+   */
   async #complete(op: ClaimedOperation, status: Outcome['status'], receipt: string | null, result: Record<string, JsonValue>, review: string | null, reason: string): Promise<boolean> {
-    for (let attempt = 0; ; attempt++) {
-      try {
-        const { rows } = await this.#o.pool.query<{ n: number }>(this.#q.operationComplete, [op.operation_id, op.claim_token, status, receipt, JSON.stringify(result), review, this.#o.workerId, reason]);
-        return (rows[0]?.n ?? 0) === 1;
-      } catch (err) {
-        // Connection loss, deadlock, serialization failure or a statement timeout can pass; anything else is a bug.
-        if (!(isConnectionError(err) || isRetryable(err) || sqlState(err) === SQLSTATE.queryCanceled) || attempt >= 20) throw err;
-        await sleep(Math.min(5000, 100 * 2 ** attempt));
-      }
-    }
+    const n = await untilWritten(
+      async () => (await this.#o.pool.query<{ n: number }>(this.#q.operationComplete, [op.operation_id, op.claim_token, status, receipt, JSON.stringify(result), review, this.#o.workerId, reason])).rows[0]?.n ?? 0,
+      this.#halt.signal,
+      this.#writeFailures,
+      { operation_id: op.operation_id, write: status },
+    );
+    return n === 1;
   }
 }
 
 interface EvidenceItem extends Settle {
   op: ClaimedOperation;
   decision: AuthorizationDecision;
+  /** How many times its row was found held by another session. */
+  busyRetries?: number;
 }
 
 /** The final check's verdict on one operation of a dispatch batch. */
@@ -591,6 +740,8 @@ interface DispatchItem extends Settle {
   route: ToolRoute;
   credential: Secret | null;
   progress: { sent: boolean };
+  /** How many times its row was found held by another session. */
+  busyRetries?: number;
 }
 
 function sleep(ms: number): Promise<void> {

@@ -1,7 +1,22 @@
 /** The dispatcher's Prometheus metrics, registered on the process registry. */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 
+const byRegistry = new WeakMap<Registry, DispatchMetrics>();
+
 export class DispatchMetrics {
+  /**
+   * The registry's dispatch metrics, registered on first use: every dispatcher of a process (opened again
+   * after a stop, or several at once) counts on the same ones, where a second registration would throw.
+   */
+  static on(registry: Registry): DispatchMetrics {
+    let m = byRegistry.get(registry);
+    if (m === undefined) {
+      m = new DispatchMetrics(registry);
+      byRegistry.set(registry, m);
+    }
+    return m;
+  }
+
   readonly claims: Counter;
   readonly claimBatches: Counter;
   readonly outcomes: Counter<'tool' | 'provider' | 'outcome'>;
@@ -13,13 +28,14 @@ export class DispatchMetrics {
   readonly ungated: Counter;
   readonly batchOperations: Histogram<'stage'>;
 
+  /** Registers the metrics on `registry`; throws if they are registered there already (see {@link DispatchMetrics.on}). */
   constructor(registry: Registry) {
     const registers = [registry];
     this.claims = new Counter({ name: 'actionledger_claims_total', help: 'Operations claimed by this worker.', registers });
     this.claimBatches = new Counter({ name: 'actionledger_claim_batches_total', help: 'Claim statements that returned at least one operation.', registers });
     this.outcomes = new Counter({
       name: 'actionledger_dispatch_outcomes_total',
-      help: 'Dispatch outcomes by tool, provider and outcome (succeeded, unknown, needs_review, failed).',
+      help: 'Dispatch outcomes by tool, provider and outcome (succeeded, unknown, needs_review, failed; released: a claim given back to pending after a database failure, never sent; lost: no longer this worker\'s claim).',
       labelNames: ['tool', 'provider', 'outcome'],
       registers,
     });

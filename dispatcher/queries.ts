@@ -56,24 +56,32 @@ export const dispatcherQueries = {
 
   /**
    * Records a batch of authorization decisions in one statement (its own transaction). Element i of the arrays
-   * is one decision. Each operation is locked (in key order, so two batches never deadlock on each other) and
-   * its evidence inserted only while it is still executing under that claim with the same approval and policy
-   * version, and with the decision inside the profile's windows by the database clock: $10 maximum TTL, $11
-   * maximum age, $12 clock skew, all in ms (the same rules as `checkWindows`, which the caller applies to
-   * `db_now` for the refusal's code). Returns one row per operation still under its claim; `recorded` says its
+   * is one decision. Each operation is locked (in key order) and its evidence inserted only while it is still
+   * executing under that claim with the same approval and policy version, and with the decision inside the
+   * profile's windows by the database clock: $10 maximum TTL, $11 maximum age, $12 clock skew, all in ms (the
+   * same rules as `checkWindows`, which the caller applies to `db_now` for the refusal's code).
+   *
+   * A row another session holds (a reviewer, a revocation, a migration) is skipped, not waited for: its
+   * batch-mates go on, and it comes back with `locked` false for the caller to try again in a later batch.
+   * Returns one row per operation still under its claim (in this statement's snapshot); `recorded` says its
    * evidence exists, inserted now or by an earlier attempt of this statement whose reply was lost.
    */
   evidenceRecordBatch: `
     WITH input AS (
       SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::timestamptz[])
         AS i(operation_id, claim_token, attempt, approval_id, policy_version, args_sha256, decision_sha256, authorized_at, expires_at)
+    ), claimed AS (
+      SELECT l.operation_id
+      FROM input i
+      JOIN @schema.operations l ON l.operation_id = i.operation_id AND l.claim_token = i.claim_token
+      WHERE l.operation_id = ANY($1::uuid[]) AND l.status || '' = 'executing'
     ), current AS (
       SELECT l.operation_id, l.current_approval_id, l.current_policy_version
       FROM input i
       JOIN @schema.operations l ON l.operation_id = i.operation_id AND l.claim_token = i.claim_token
       WHERE l.operation_id = ANY($1::uuid[]) AND l.status || '' = 'executing'
       ORDER BY l.operation_id
-      FOR UPDATE OF l
+      FOR UPDATE OF l SKIP LOCKED
     ), recorded AS (
       INSERT INTO @schema.authorization_evidence AS e (
         operation_id, attempt, claim_token, approval_id, policy_version, args_sha256, decision_sha256, authorized_at, expires_at)
@@ -88,25 +96,39 @@ export const dispatcherQueries = {
       ON CONFLICT (operation_id, claim_token) DO UPDATE SET decision_sha256 = e.decision_sha256
       RETURNING e.operation_id
     )
-    SELECT now() AS db_now, c.operation_id, c.current_approval_id, c.current_policy_version, r.operation_id IS NOT NULL AS recorded
-    FROM current c LEFT JOIN recorded r ON r.operation_id = c.operation_id`,
+    SELECT now() AS db_now, k.operation_id, c.operation_id IS NOT NULL AS locked, c.current_approval_id,
+           c.current_policy_version, r.operation_id IS NOT NULL AS recorded
+    FROM claimed k
+    LEFT JOIN current c ON c.operation_id = k.operation_id
+    LEFT JOIN recorded r ON r.operation_id = k.operation_id`,
 
   /**
    * A dispatch batch's row locks: the rows of ($1[i], $2[i]) still executing under that claim, locked in key
-   * order (two batches, or a batch and a kill switch being engaged, never deadlock on each other), held until
-   * the batch's outcomes commit. A revocation that updates one of these rows waits for that commit.
+   * order, held until the batch's outcomes commit. A revocation that updates one of these rows waits for that
+   * commit. A row another session holds is skipped (never waited for, so its batch-mates are not stalled by
+   * a stranger); the caller tries it again in a later batch while its claim holds. Returns one row per
+   * operation still under its claim (in this statement's snapshot), `locked` saying whether this batch holds it.
    */
   operationLockForDispatchBatch: `
-    SELECT l.operation_id
-    FROM unnest($1::uuid[], $2::uuid[]) AS i(operation_id, claim_token)
-    JOIN @schema.operations l ON l.operation_id = i.operation_id AND l.claim_token = i.claim_token
-    WHERE l.operation_id = ANY($1::uuid[]) AND l.status || '' = 'executing'
-    ORDER BY l.operation_id
-    FOR UPDATE OF l`,
+    WITH claimed AS (
+      SELECT l.operation_id
+      FROM unnest($1::uuid[], $2::uuid[]) AS i(operation_id, claim_token)
+      JOIN @schema.operations l ON l.operation_id = i.operation_id AND l.claim_token = i.claim_token
+      WHERE l.operation_id = ANY($1::uuid[]) AND l.status || '' = 'executing'
+    ), locked AS (
+      SELECT l.operation_id
+      FROM unnest($1::uuid[], $2::uuid[]) AS i(operation_id, claim_token)
+      JOIN @schema.operations l ON l.operation_id = i.operation_id AND l.claim_token = i.claim_token
+      WHERE l.operation_id = ANY($1::uuid[]) AND l.status || '' = 'executing'
+      ORDER BY l.operation_id
+      FOR UPDATE OF l SKIP LOCKED
+    )
+    SELECT k.operation_id, x.operation_id IS NOT NULL AS locked
+    FROM claimed k LEFT JOIN locked x ON x.operation_id = k.operation_id`,
 
   /**
-   * The final check, a separate statement once every lock of the batch is held (so with a snapshot and a clock
-   * taken after any wait for them): still executing under this claim, same approval and policy version, the
+   * The final check, a separate statement once the batch's locks are held, over the operations it locked (so
+   * with a snapshot and a clock taken after them): still executing under this claim, same approval and policy version, the
    * recorded evidence inside its windows now ($3: maximum age + skew, ms), and no kill switch on the
    * operation's tenant or tool. A row absent from the result lost its claim or its evidence no longer matches.
    */
@@ -155,9 +177,33 @@ export const dispatcherQueries = {
 
   operationSelectClaim: `SELECT status, claim_token FROM @schema.operations WHERE operation_id = $1`,
 
+  /**
+   * Gives a claim a worker can no longer finish back to the queue: executing -> pending under the same attempt
+   * and effect key, its outbox row re-inserted available after $5 ms, the reason ($4) and detail ($6) in the
+   * history. Only for a claim whose provider request was never sent. Fenced on executing + claim token.
+   */
+  operationRelease: `
+    WITH released AS (
+      UPDATE @schema.operations
+      SET status = 'pending', claim_token = NULL, claimed_by = NULL, claimed_at = NULL, updated_at = now()
+      WHERE operation_id = $1 AND status = 'executing' AND claim_token = $2
+      RETURNING operation_id, attempt
+    ), queued AS (
+      INSERT INTO @schema.outbox (operation_id, attempt, available_at)
+      SELECT operation_id, attempt, now() + make_interval(secs => $5::float8 / 1000) FROM released
+      ON CONFLICT (operation_id, attempt) DO UPDATE SET available_at = excluded.available_at
+    ), history AS (
+      INSERT INTO @schema.operation_history (operation_id, from_status, to_status, actor, reason, detail)
+      SELECT operation_id, 'executing', 'pending', $3, $4, $6::jsonb FROM released
+    )
+    SELECT count(*)::int AS n FROM released`,
+
+  /** Registers (or re-registers) a worker: live, holding no claims yet. */
   workerUpsert: `
-    INSERT INTO @schema.workers (worker_id, pid, host) VALUES ($1, $2, $3)
-    ON CONFLICT (worker_id) DO UPDATE SET heartbeat_at = now(), stopped_at = NULL`,
-  workerHeartbeat: `UPDATE @schema.workers SET heartbeat_at = now() WHERE worker_id = $1`,
+    INSERT INTO @schema.workers (worker_id, pid, host, claim_tokens, claims_listed_at) VALUES ($1, $2, $3, '{}', now())
+    ON CONFLICT (worker_id) DO UPDATE
+    SET pid = excluded.pid, host = excluded.host, heartbeat_at = now(), stopped_at = NULL, claim_tokens = '{}', claims_listed_at = now()`,
+  /** A heartbeat with the claims ($2) the worker holds at this moment: the reconciler's view of its liveness. */
+  workerHeartbeat: `UPDATE @schema.workers SET heartbeat_at = now(), claim_tokens = $2::uuid[], claims_listed_at = now() WHERE worker_id = $1`,
   workerStopped: `UPDATE @schema.workers SET stopped_at = now(), heartbeat_at = now() WHERE worker_id = $1`,
 } as const;

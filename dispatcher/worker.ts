@@ -15,7 +15,11 @@ export interface OpenDispatcherOptions {
   workerId?: string;
 }
 
-/** Throws `tls_verification_disabled`, `profile_invalid`, `config_invalid`. */
+/**
+ * Opens a dispatcher that `start()` runs. May be called again on the same runtime (after the previous one
+ * stopped, or alongside it): they share the runtime's dispatch metrics. Throws `tls_verification_disabled`,
+ * `profile_invalid`, `config_invalid`.
+ */
 export async function openDispatcher(rt: Runtime, env: NodeJS.ProcessEnv, options: OpenDispatcherOptions = {}): Promise<Dispatcher> {
   const { profile, credentials, agent } = await loadDispatchIdentity(rt, env);
   const d = rt.config.dispatcher;
@@ -23,10 +27,10 @@ export async function openDispatcher(rt: Runtime, env: NodeJS.ProcessEnv, option
     config: rt.config,
     pool: rt.pool,
     log: rt.log,
-    metrics: new DispatchMetrics(rt.metrics.registry),
+    // One set per registry: a dispatcher opened again on the same runtime counts on the same metrics.
+    metrics: DispatchMetrics.on(rt.metrics.registry),
     profile,
-    authorizerAgent: agent(),
-    providerAgent: agent(),
+    agent,
     credentials,
     crash: new CrashPoints(env),
     workerId: options.workerId ?? `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`,

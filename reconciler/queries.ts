@@ -3,8 +3,15 @@
  * and appends its history row in the same statement; `@schema.` is bound once at start (core/db.ts).
  */
 
-/** A claim is orphaned when its worker is unknown, stopped, or has not heartbeated for $1 ms. */
-const ORPHANED = `(w.worker_id IS NULL OR w.stopped_at IS NOT NULL OR w.heartbeat_at < now() - make_interval(secs => $1::float8 / 1000))`;
+/**
+ * A claim is orphaned when its worker is unknown, stopped, or has not heartbeated for $1 ms; or when its worker
+ * is alive but no longer lists the claim among those it holds, in a listing made at least $1 ms after the claim
+ * (a claim made just before a heartbeat, not yet in its listing, is never taken). The age of a claim alone never
+ * decides: only what its worker says, or its silence. The caller's writes stay fenced on the claim token.
+ */
+const ORPHANED = `(w.worker_id IS NULL OR w.stopped_at IS NOT NULL OR w.heartbeat_at < now() - make_interval(secs => $1::float8 / 1000)
+      OR (w.claims_listed_at IS NOT NULL AND l.claimed_at < w.claims_listed_at - make_interval(secs => $1::float8 / 1000)
+        AND NOT (l.claim_token = ANY (w.claim_tokens))))`;
 
 export const reconcilerQueries = {
   /**
@@ -20,7 +27,10 @@ export const reconcilerQueries = {
            set_config('tcp_keepalives_count', '3', false), pg_try_advisory_lock(hashtext($1)) AS locked`,
   passUnlock: `SELECT pg_advisory_unlock(hashtext($1))`,
 
-  /** Due `unknown` operations and orphaned `executing` ones; $1 orphan threshold (ms), $2 limit. */
+  /**
+   * Due `unknown` operations and orphaned `executing` ones (see ORPHANED: a dead or stopped worker's claims, and
+   * claims a live worker no longer lists); $1 orphan threshold (ms), $2 limit.
+   */
   candidates: `
     (SELECT l.operation_id, l.status, l.claim_token
      FROM @schema.operations l
@@ -36,8 +46,9 @@ export const reconcilerQueries = {
      LIMIT $2)`,
 
   /**
-   * Locks one candidate if it is still what the pass saw and still eligible, skipping a row someone holds
-   * (a dispatcher inside its provider call, another pass). $1 orphan threshold, $2 id, $3 status, $4 claim.
+   * Locks one candidate if it is still what the pass saw and still eligible (ORPHANED read again, under the
+   * lock, against the worker's latest heartbeat and listing), skipping a row someone holds (a dispatcher inside
+   * its provider call, another pass). $1 orphan threshold, $2 id, $3 status, $4 claim.
    */
   lockCandidate: `
     SELECT l.operation_id, l.status, l.claim_token, l.claimed_by, l.attempt, l.effect_key, l.tool_name,

@@ -3,7 +3,8 @@
  *
  * - every operation's canonical arguments hash, recomputed from its stored arguments;
  * - every effect key unique and equal to the HMAC this service mints for its operation id;
- * - every operation's history a legal path (core/types.ts LEGAL_TRANSITIONS) from the reservation to its
+ * - every operation's history a legal path (core/types.ts LEGAL_TRANSITIONS, plus a dispatcher's release of a
+ *   claim it never sent, `executing -> pending` with a `released:` reason) from the reservation to its
  *   current state;
  * - every operation that reached the provider (receipt from dispatch or readback) has authorization evidence
  *   bound to its stored arguments hash;
@@ -133,14 +134,29 @@ export async function verifyLedger(o: VerifyOptions): Promise<VerifyReport> {
   return report;
 }
 
-/** The history of one operation as a legal path ending in its current state. */
-export function historyProblems(h: readonly Pick<HistRow, 'from_status' | 'to_status'>[], status: OperationStatus): { kind: 'illegal_transition' | 'history_broken'; detail: string }[] {
+/**
+ * `executing -> pending`: a dispatcher gave back a claim it could no longer finish (its evidence or batch
+ * write failed) and whose provider request it never sent. Legal only with that reason, so a history that
+ * moves an executing operation back for any other reason is still reported.
+ */
+export const RELEASE_REASON_PREFIX = 'released:';
+
+function legal(r: Pick<HistRow, 'from_status' | 'to_status'> & { reason?: string }): boolean {
+  if (LEGAL_TRANSITIONS.get(r.from_status)?.has(r.to_status) === true) return true;
+  return r.from_status === 'executing' && r.to_status === 'pending' && r.reason?.startsWith(RELEASE_REASON_PREFIX) === true;
+}
+
+/**
+ * The history of one operation as a legal path ending in its current state. A row without its `reason` is
+ * judged by the state table alone (so a release, which needs its reason, counts as illegal there).
+ */
+export function historyProblems(h: readonly (Pick<HistRow, 'from_status' | 'to_status'> & { reason?: string })[], status: OperationStatus): { kind: 'illegal_transition' | 'history_broken'; detail: string }[] {
   const out: { kind: 'illegal_transition' | 'history_broken'; detail: string }[] = [];
   if (h.length === 0) return [{ kind: 'history_broken', detail: 'no history rows' }];
   let at: OperationStatus | null = null;
   h.forEach((r, i) => {
     if (r.from_status !== at) out.push({ kind: 'history_broken', detail: `row ${i + 1} starts from ${r.from_status ?? 'nothing'}, but the previous row ended in ${at ?? 'nothing'}` });
-    if (LEGAL_TRANSITIONS.get(r.from_status)?.has(r.to_status) !== true) {
+    if (!legal(r)) {
       out.push({ kind: 'illegal_transition', detail: `row ${i + 1}: ${r.from_status ?? 'reservation'} -> ${r.to_status} is not a legal transition` });
     }
     at = r.to_status;
