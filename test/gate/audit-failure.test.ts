@@ -69,10 +69,10 @@ t.test('an authorization whose audit row cannot be written is refused: the dispa
   const first = await g.gate.call(gctx({ workflow_step_id: 'before' }), 'transfer_funds', transfer);
   if (!first.ok || first.operation_id === undefined || first.effect_key === undefined) throw new Error(JSON.stringify(first));
   const request = authorizationRequest(await operationRow(e.pool, first.operation_id));
-  t.match((await postJson(await testAgent(t), service.authorizeUrl, { body: JSON.stringify(request), timeoutMs: 2000, maxBytes: 4096 })), { kind: 'response', status: 200, json: { decision: 'allow' } }, 'allowed while audit rows can be written');
+  t.match((await postJson(await testAgent(t), service.authorizeUrl, { body: JSON.stringify(request), timeoutMs: 10_000, maxBytes: 4096 })), { kind: 'response', status: 200, json: { decision: 'allow' } }, 'allowed while audit rows can be written');
 
   await fault.on();
-  const refused = await postJson(await testAgent(t), service.authorizeUrl, { body: JSON.stringify(request), timeoutMs: 2000, maxBytes: 4096 });
+  const refused = await postJson(await testAgent(t), service.authorizeUrl, { body: JSON.stringify(request), timeoutMs: 10_000, maxBytes: 4096 });
   t.match(refused, { kind: 'response', status: 503, json: { error: 'audit_unavailable' } }, 'the same request is refused over mTLS');
   t.equal(await o.lost('authorize'), 1, 'the lost refusal row is counted');
   t.match(o.lines.filter((l) => l.msg === 'gate audit row lost'), [{ level: 50, action: 'authorize', outcome: 'audit_unavailable', sqlstate: '53100', code: 'storage_full', subject_id: first.operation_id }]);
