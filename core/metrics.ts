@@ -12,6 +12,7 @@ export class Metrics {
   readonly operations: Gauge<'status'>;
   readonly outboxDepth: Gauge;
   readonly oldestPendingAge: Gauge;
+  readonly auditLost: Counter<'action'>;
 
   /**
    * `ledger: false` (dispatcher workers) registers no ledger-wide metrics: in the fleet only the parent
@@ -40,6 +41,12 @@ export class Metrics {
     this.oldestPendingAge = new Gauge({
       name: 'actionledger_outbox_oldest_age_seconds',
       help: 'Age of the oldest waiting dispatch attempt, read at scrape time (0 when none waits).',
+      registers,
+    });
+    this.auditLost = new Counter({
+      name: 'actionledger_audit_lost_total',
+      help: 'Gate decisions (all refusals: an allow is never answered unaudited) whose audit row could not be written, even as a fallback row; each is in the log instead.',
+      labelNames: ['action'],
       registers,
     });
   }

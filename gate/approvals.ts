@@ -20,7 +20,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { bindQueries, withTransaction, type Queryable } from '../core/db.js';
-import { ActionLedgerError, toRefusal } from '../core/errors.js';
+import { ActionLedgerError, asActionLedgerError } from '../core/errors.js';
 import { canonicalJson, sha256Hex, type JsonObject } from '../core/json.js';
 import type { GateTool } from '../core/config.js';
 import { GateCore, Refused, refuse, type AuditEntry, type Value } from './core.js';
@@ -117,10 +117,14 @@ export class Approvals {
     };
   }
 
-  /** The stored envelope and its hash, for the person deciding (same tenant only). Throws `not_found`. */
+  /** The stored envelope and its hash, for the person deciding (same tenant only). Throws `not_found`, or a database failure's code. */
   async show(approvalId: string, reviewer: Pick<Reviewer, 'tenant_id'>): Promise<ApprovalView> {
     if (typeof approvalId !== 'string' || !UUID.test(approvalId)) throw new ActionLedgerError('not_found', NOT_FOUND);
-    const row = (await this.core.pool.query<ApprovalRow>(this.core.q.approvalSelect, [approvalId, reviewer.tenant_id])).rows[0];
+    const row = (
+      await this.core.pool.query<ApprovalRow>(this.core.q.approvalSelect, [approvalId, reviewer.tenant_id]).catch((err: unknown) => {
+        throw asActionLedgerError(err);
+      })
+    ).rows[0];
     if (row === undefined) throw new ActionLedgerError('not_found', NOT_FOUND);
     return { approval_id: row.approval_id, status: row.status, envelope: row.envelope_json, envelope_sha256: row.envelope_sha256, approvers: row.approvers, reason: row.reason, operation_id: row.operation_id };
   }
@@ -136,13 +140,13 @@ export class Approvals {
           if (err instanceof Refused && audit.detail?.commit === true) return err.refusal;
           throw err;
         });
-        await core.audit(c, { action, outcome: r.ok ? r.status : r.error, context: reviewer, tool: audit.tool ?? null, subjectId: audit.subjectId ?? null, detail: audit.detail ?? {} });
+        await core.auditDecision(c, { action, outcome: r.ok ? r.status : r.error, context: reviewer, tool: audit.tool ?? null, subjectId: audit.subjectId ?? null, detail: audit.detail ?? {} });
         written = true;
         return r;
       });
     } catch (err) {
       written = false;
-      result = err instanceof Refused ? err.refusal : toRefusal(err);
+      result = err instanceof Refused ? err.refusal : core.failed(err, { action, tool: audit.tool ?? null, subject_id: audit.subjectId ?? null }).toRefusal();
     }
     if (!written) {
       await core.auditAfter({ action, outcome: result.ok ? result.status : result.error, context: reviewer, tool: audit.tool ?? null, subjectId: audit.subjectId ?? null, detail: audit.detail ?? {} });
@@ -291,11 +295,14 @@ export class Approvals {
     return null;
   }
 
-  /** Marks every pending or approved approval past its TTL `expired` (releasing its holds) and audits each. */
+  /**
+   * Marks every pending or approved approval past its TTL `expired` (releasing its holds) and audits each, in
+   * one transaction: all of it or none (`audit_unavailable` when the audit rows cannot be written).
+   */
   async expireDue(): Promise<number> {
     return withTransaction(this.core.pool, async (c) => {
       const { rows } = await c.query<{ approval_id: string; tenant_id: string; tool_name: string }>(this.core.q.approvalExpireDue);
-      for (const r of rows) await this.core.audit(c, { action: 'expire', outcome: 'expired', context: { tenant_id: r.tenant_id }, tool: r.tool_name, subjectId: r.approval_id });
+      for (const r of rows) await this.core.auditDecision(c, { action: 'expire', outcome: 'expired', context: { tenant_id: r.tenant_id }, tool: r.tool_name, subjectId: r.approval_id });
       return rows.length;
     });
   }

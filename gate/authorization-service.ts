@@ -17,7 +17,12 @@
  *     is `compensating`;
  *   - for an operation reserved straight through the ledger (a trusted service, not the gate): only when
  *     `gate.direct_reservations` is `allow`.
- * A decision never outlives the approval it rests on. Every decision is audited (action `authorize`).
+ * A decision never outlives the approval it rests on. Every decision is audited (action `authorize`), and an
+ * allow is answered only after its audit row is written: when it cannot be (a full disk, the database gone)
+ * the answer is 503 `audit_unavailable`, which the dispatcher treats as a refusal (nothing is sent). A deny
+ * whose row cannot be written is still a deny; it is logged and counted (`actionledger_audit_lost_total`).
+ * A decision the database could not make is 503 (or 500 for `internal`) with its code, such as `storage_full`,
+ * and the SQLSTATE in the log; never a stack.
  *
  * What this does not prove: that the resources will not change between this decision and the provider call
  * (a provider-side version precondition closes that window), nor anything about policies outside the gate.
@@ -27,9 +32,11 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { Pool } from '../core/db.js';
 import type { Config } from '../core/config.js';
+import type { Logger } from '../core/log.js';
+import type { Metrics } from '../core/metrics.js';
 import { parseStrictJson, type JsonObject } from '../core/json.js';
 import { authorizationRequest, BINDING_FIELDS } from '../dispatcher/authorize.js';
-import { GateCore } from './core.js';
+import { GateCore, type AuditEntry } from './core.js';
 import type { BoundResource, ResourceResolver } from './types.js';
 
 /** The dispatch contract's binding fields, one list for both sides (dispatcher/authorize.ts). */
@@ -51,6 +58,10 @@ export interface AuthorizationServiceOptions {
   port?: number;
   /** Host name in `url`; default localhost. */
   urlHost?: string;
+  /** Where lost audit rows and database failures are logged; default: warnings and errors to stderr. */
+  log?: Logger;
+  /** Counts lost audit rows (`actionledger_audit_lost_total{action="authorize"}`). */
+  metrics?: Pick<Metrics, 'auditLost'>;
 }
 
 type OperationRow = {
@@ -81,7 +92,15 @@ export class AuthorizationService {
   constructor(options: AuthorizationServiceOptions) {
     this.#options = options;
     // The service never reserves: the ledger slot is unused, validators are irrelevant here.
-    this.#core = new GateCore({ config: options.config, pool: options.pool, ledger: undefined as never, resolvers: options.resolvers ?? {}, withoutValidators: true });
+    this.#core = new GateCore({
+      config: options.config,
+      pool: options.pool,
+      ledger: undefined as never,
+      resolvers: options.resolvers ?? {},
+      withoutValidators: true,
+      ...(options.log === undefined ? {} : { log: options.log }),
+      ...(options.metrics === undefined ? {} : { metrics: options.metrics }),
+    });
   }
 
   get url(): string {
@@ -98,9 +117,12 @@ export class AuthorizationService {
     if (this.#server !== undefined) return;
     const { tls } = this.#options;
     const server = createServer({ cert: tls.cert, key: tls.key, ca: tls.ca, requestCert: true, rejectUnauthorized: true, minVersion: 'TLSv1.2' }, (req, res) => {
-      this.#handle(req, res).catch(() => {
-        if (!res.headersSent) send(res, 500, { error: 'internal' });
-        else res.destroy();
+      this.#handle(req, res).catch((err: unknown) => {
+        // A decision the database could not make: its code (503 while it may pass), never a stack or a server message.
+        const coded = this.#core.failed(err, { action: 'authorize' });
+        if (res.headersSent) res.destroy();
+        else if (coded.code === 'internal') send(res, 500, { error: 'internal' });
+        else send(res, coded.group === 'retryable' ? 503 : 500, { error: coded.code, message: coded.message });
       });
     });
     server.on('connection', (s: Socket) => {
@@ -147,14 +169,22 @@ export class AuthorizationService {
     }
     if (request === null) return send(res, 400, { error: 'invalid_request' });
     const verdict = await this.decide(request);
-    await this.#core.auditAfter({
+    const entry: AuditEntry = {
       action: 'authorize',
       outcome: verdict.allow ? 'allow' : 'deny',
       context: { tenant_id: request.tenant_id, principal_id: request.principal_id },
       tool: request.tool_name,
       subjectId: request.operation_id,
       detail: { approval_id: request.approval_id, reason: verdict.reason },
-    });
+    };
+    if (!verdict.allow) {
+      // A deny is answered even unaudited (it cannot be refused harder); auditAfter logs and counts the loss.
+      await this.#core.auditAfter(entry);
+    } else if ((await this.#core.tryAudit(entry)) !== null) {
+      // Nothing is allowed unaudited: the allow becomes a refusal, itself audited (or logged and counted).
+      await this.#core.auditAfter({ ...entry, outcome: 'audit_unavailable' });
+      return send(res, 503, { error: 'audit_unavailable', message: 'the decision could not be written to the audit log, so it is refused' });
+    }
     const ttlMs = this.#options.config.gate.decisionTtlS * 1000;
     const authorizedAt = verdict.now.getTime();
     const expiresAt = Math.min(authorizedAt + ttlMs, verdict.notAfter?.getTime() ?? Infinity);

@@ -3,9 +3,12 @@
  * and cap counters), the kill switch and role revocations, redaction and the audit writer, and the reservation
  * through the ledger in the gate's own transaction.
  */
+import { Counter } from 'prom-client';
 import type { Config, GateTool } from '../core/config.js';
-import { bindQueries, type Pool, type Queryable } from '../core/db.js';
-import { ActionLedgerError, type ErrorCode } from '../core/errors.js';
+import { bindQueries, sqlState, type Pool, type Queryable } from '../core/db.js';
+import { ActionLedgerError, asActionLedgerError, type ErrorCode } from '../core/errors.js';
+import { createLogger, RepeatedFailureLog, type Logger } from '../core/log.js';
+import type { Metrics } from '../core/metrics.js';
 import { canonicalArguments, sha256Hex, type JsonObject } from '../core/json.js';
 import { IDENTITY_ARGUMENT_NAMES } from '../core/types.js';
 import type { Ledger, Reservation } from '../ledger/index.js';
@@ -28,6 +31,10 @@ export interface GateDeps {
    * `config_invalid` (before the vote is recorded) instead of refusing to start.
    */
   withoutResolvers?: boolean;
+  /** Where lost audit rows and database failures are logged; default: warnings and errors to stderr. */
+  log?: Logger;
+  /** Counts lost audit rows (`actionledger_audit_lost_total`); without it they are counted unexposed. */
+  metrics?: Pick<Metrics, 'auditLost'>;
 }
 
 export interface AuditEntry {
@@ -71,8 +78,14 @@ export class GateCore {
   readonly q: Readonly<typeof gateQueries>;
   readonly validators: Readonly<Record<string, BusinessValidator>>;
   readonly resolvers: Readonly<Record<string, ResourceResolver>>;
+  readonly log: Logger;
+  readonly #auditLost: Counter<'action'>;
+  readonly #databaseFailures: RepeatedFailureLog;
 
   constructor(deps: GateDeps) {
+    this.log = deps.log ?? createLogger({ level: 'warn', name: 'actionledger-gate', destination: process.stderr });
+    this.#auditLost = deps.metrics?.auditLost ?? new Counter({ name: 'actionledger_audit_lost_total', help: 'unexposed', labelNames: ['action'], registers: [] });
+    this.#databaseFailures = new RepeatedFailureLog(this.log, 'gate decision failed on the database; refused with its code');
     this.config = deps.config;
     this.pool = deps.pool;
     this.ledger = deps.ledger;
@@ -311,23 +324,80 @@ export class GateCore {
   }
 
   /**
-   * The audit write after a decision that could not be audited in its own transaction (a refusal rolled it
-   * back). Never drops the row silently: when the full row is refused it writes a fallback row (no arguments,
-   * `audit_fallback` in detail); when even that fails (the database is down) it emits a process warning
-   * `ACTIONLEDGER_AUDIT_LOST`. Never throws: the decision still reaches the caller.
+   * Writes the audit row of a decision in the decision's own transaction. Throws `audit_unavailable` (with
+   * the SQLSTATE and the database code in details) when the row cannot be written: the transaction then
+   * rolls back, so nothing the decision would have recorded is kept and nothing is allowed unaudited.
    */
-  async auditAfter(e: AuditEntry): Promise<void> {
+  async auditDecision(db: Queryable, e: AuditEntry): Promise<void> {
+    try {
+      await this.audit(db, e);
+    } catch (err) {
+      const coded = asActionLedgerError(err);
+      throw new ActionLedgerError('audit_unavailable', 'the decision could not be written to the audit log, so it was refused; nothing was done', {
+        cause: err,
+        details: { ...(coded.details ?? {}), database: coded.code },
+      });
+    }
+  }
+
+  /**
+   * The audit write after a decision that could not be audited in its own transaction (a refusal rolled it
+   * back), or of a decision that records nothing else (an authorization). Never drops the row silently: when
+   * the full row is refused it writes a fallback row (no arguments, `audit_fallback` in detail); when even that
+   * fails (the disk is full, the database is down) it logs the decision at error level with the SQLSTATE and
+   * counts it in `actionledger_audit_lost_total{action}`. Never throws. Returns whether a row was written: a
+   * caller about to allow something must refuse instead when it was not.
+   */
+  async auditAfter(e: AuditEntry): Promise<boolean> {
+    const failed = await this.tryAudit(e);
+    if (failed === null) return true;
+    this.#auditLost.inc({ action: e.action });
+    const c = e.context ?? {};
+    // The log line is then the only record of the decision: it carries what the row would have (no arguments).
+    this.log.error(
+      {
+        action: e.action,
+        outcome: e.outcome,
+        tenant_id: c.tenant_id,
+        principal_id: c.principal_id,
+        tool: e.tool ?? null,
+        subject_id: e.subjectId ?? null,
+        code: asActionLedgerError(failed.fallback).code,
+        sqlstate: sqlState(failed.fallback) ?? null,
+        first_sqlstate: sqlState(failed.full) ?? null,
+      },
+      'gate audit row lost',
+    );
+    return false;
+  }
+
+  /**
+   * Writes the row on the pool, or its fallback row (no arguments, `audit_fallback` in detail) when the full
+   * row is refused. Null when one was written, else both errors; logs nothing (see {@link auditAfter}).
+   */
+  async tryAudit(e: AuditEntry): Promise<{ full: unknown; fallback: unknown } | null> {
     try {
       await this.audit(this.pool, e);
-      return;
-    } catch (err) {
+      return null;
+    } catch (full) {
       try {
-        await this.audit(this.pool, { action: e.action, outcome: e.outcome, context: e.context, tool: e.tool, subjectId: e.subjectId, detail: { audit_fallback: true, error: errorCode(err) } });
-        return;
-      } catch (again) {
-        process.emitWarning(`gate audit row lost (${e.action} ${e.outcome}): ${errorCode(again)}`, { code: 'ACTIONLEDGER_AUDIT_LOST' });
+        await this.audit(this.pool, { action: e.action, outcome: e.outcome, context: e.context, tool: e.tool, subjectId: e.subjectId, detail: { audit_fallback: true, error: errorCode(full) } });
+        return null;
+      } catch (fallback) {
+        return { full, fallback };
       }
     }
+  }
+
+  /**
+   * The coded refusal a failed decision answers with; a database failure is logged with its SQLSTATE (once
+   * per interval per code: an agent retrying against a full disk would otherwise write a line per call).
+   */
+  failed(err: unknown, fields: Record<string, unknown>): ActionLedgerError {
+    const coded = asActionLedgerError(err);
+    if (coded.code === 'internal') this.log.error({ ...fields, err }, 'gate decision failed unexpectedly; refused as internal');
+    else if (DATABASE_CODES.has(coded.code)) this.#databaseFailures.fail(err, { ...fields, error_code: coded.code, sqlstate: coded.details?.sqlstate ?? null });
+    return coded;
   }
 }
 
@@ -343,6 +413,9 @@ export function foreignConflict(err: unknown): Refused | null {
   if (!Array.isArray(changed) || !changed.includes('tenant')) return null;
   return refuse('operation_conflict', 'this workflow step cannot be reserved by you; use another workflow_step_id');
 }
+
+/** The codes of a decision that failed on the database (see {@link GateCore.failed}). */
+const DATABASE_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>(['database_unavailable', 'storage_full', 'statement_timeout', 'database_overloaded', 'database_conflict', 'database_read_only', 'database_error', 'audit_unavailable']);
 
 class Unstorable extends Error {}
 

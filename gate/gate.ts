@@ -8,12 +8,14 @@
  *
  * Budgets, the proposal or approval, the reservation and the audit row of an accepted call commit in one
  * transaction. A refusal rolls that transaction back, so a refused call consumes no rate and no cap, and is
- * then written to the audit log on its own. Every result is a value the model can read; nothing here throws
- * at the agent loop (an unexpected failure is the structured `internal` refusal).
+ * then written to the audit log on its own. An audit row that cannot be written fails the transaction: the call
+ * is refused `audit_unavailable` and nothing it would have recorded is kept. Every result is a value the model
+ * can read; nothing here throws at the agent loop (a database failure is its coded refusal, such as
+ * `storage_full`, logged with the SQLSTATE; anything unexpected is `internal`).
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import { sqlState, SQLSTATE, withTransaction, type Queryable } from '../core/db.js';
-import { toRefusal } from '../core/errors.js';
+import { asActionLedgerError, type ErrorCode } from '../core/errors.js';
 import { canonicalJson, sha256Hex, type JsonObject } from '../core/json.js';
 import type { GateTool } from '../core/config.js';
 import { Approvals } from './approvals.js';
@@ -26,6 +28,11 @@ import type { GateContext, GateResult, Reviewer } from './types.js';
 export interface KillSwitchEngaged {
   executing: number;
   still_in_flight: number;
+  /**
+   * Set when the database failed after the switch committed: the switch is engaged, but the wait (or the list
+   * of operations to wait for) did not complete; the operations it did not wait for are counted in flight.
+   */
+  wait_failed?: ErrorCode;
 }
 
 export interface CallOptions {
@@ -67,7 +74,7 @@ export class Gate {
       checkCallOptions(options);
       result = await withTransaction(core.pool, async (client) => {
         const r = await this.#pipeline(client, ctx, t, args, options);
-        await core.audit(client, {
+        await core.auditDecision(client, {
           action: 'call',
           outcome: r.ok ? 'allowed' : r.error,
           context: ctx,
@@ -81,10 +88,10 @@ export class Gate {
       });
     } catch (err) {
       audited = false;
-      result = err instanceof Refused ? err.refusal : toRefusal(err);
+      result = err instanceof Refused ? err.refusal : core.failed(err, { action: 'call', tool: typeof tool === 'string' ? tool : null }).toRefusal();
     }
     if (!audited) {
-      // Never dropped silently: a fallback row, or a process warning when the database is down.
+      // Never dropped silently: a fallback row, or a logged and counted loss when the database is down.
       await core.auditAfter({ action: 'call', outcome: result.ok ? 'allowed' : result.error, context, tool: typeof tool === 'string' ? tool : null, args, durationMs: performance.now() - started, detail: result.ok ? {} : { message: result.message } });
     }
     return result;
@@ -112,7 +119,7 @@ export class Gate {
     const counters = replay ? [] : await core.reserveCaps(client, t, ctx, value);
     if (ctx.plan_version !== undefined) {
       const invalidated = await client.query<{ approval_id: string }>(core.q.planRecord, [ctx.tenant_id, ctx.task_id, ctx.plan_version]);
-      for (const a of invalidated.rows) await core.audit(client, { action: 'invalidate', outcome: 'plan_changed', context: ctx, subjectId: a.approval_id, detail: { plan_version: ctx.plan_version } });
+      for (const a of invalidated.rows) await core.auditDecision(client, { action: 'invalidate', outcome: 'plan_changed', context: ctx, subjectId: a.approval_id, detail: { plan_version: ctx.plan_version } });
     }
 
     if (mode === 'confirm') return this.#propose(client, ctx, t, checked.args, checked.sha256, counters, value, options);
@@ -181,52 +188,86 @@ export class Gate {
   }
 
   /**
-   * Engages a kill switch ('*' for every tenant or tool): committed first, so from then on new calls are refused,
-   * pending operations held, and claimed ones not yet sent refused at the dispatcher's final check. Then waits,
-   * operation by operation, for the covered requests that were already at the provider to have their outcomes
-   * recorded: each wait is one short statement that holds nothing, so a hanging provider delays only this
-   * call. Returns how many covered operations were executing, and how many were still at the provider when a
-   * wait gave up (the pool's statement timeout); those finish, or go unknown, without the switch's say.
+   * Engages a kill switch ('*' for every tenant or tool): committed first, with its audit row (or not at all:
+   * `audit_unavailable`), so from then on new calls are refused, pending operations held, and claimed ones not
+   * yet sent refused at the dispatcher's final check. Then waits, operation by operation, for the covered
+   * requests that were already at the provider to have their outcomes recorded: each wait is one short
+   * statement that holds nothing, so a hanging provider delays only this call. Returns how many covered
+   * operations were executing, and how many were still at the provider when a wait gave up (the pool's
+   * statement timeout, or the database failing after the switch committed: it is engaged either way); those
+   * finish, or go unknown, without the switch's say. Throws the database's coded error when the switch was not
+   * engaged.
    */
   async engageKillSwitch(tenant: string, tool: string, actor: string, reason: string): Promise<KillSwitchEngaged> {
-    await withTransaction(this.core.pool, async (c) => {
-      await c.query(this.core.q.killSwitchEngage, [tenant, tool, actor, reason]);
-      await this.core.audit(c, { action: 'kill_switch', outcome: 'engaged', context: { tenant_id: tenant, principal_id: actor }, tool, detail: { reason } });
-    });
-    const { rows } = await this.core.pool.query<{ operation_id: string }>(this.core.q.killSwitchInFlight, [tenant, tool]);
+    const core = this.core;
+    await coded(() =>
+      withTransaction(core.pool, async (c) => {
+        await c.query(core.q.killSwitchEngage, [tenant, tool, actor, reason]);
+        await core.auditDecision(c, { action: 'kill_switch', outcome: 'engaged', context: { tenant_id: tenant, principal_id: actor }, tool, detail: { reason } });
+      }),
+    );
+    // From here the switch is engaged: a database failure while waiting is reported, never thrown (a thrown
+    // code would say nothing was written).
+    let rows: { operation_id: string }[];
+    try {
+      rows = (await core.pool.query<{ operation_id: string }>(core.q.killSwitchInFlight, [tenant, tool])).rows;
+    } catch (err) {
+      const code = core.failed(err, { action: 'kill_switch', stage: 'list_in_flight' }).code;
+      return { executing: 0, still_in_flight: 0, wait_failed: code };
+    }
     let stillInFlight = 0;
+    let waitFailed: ErrorCode | undefined;
     for (const { operation_id } of rows) {
       try {
-        await this.core.pool.query(this.core.q.killSwitchAwaitOperation, [operation_id]);
+        await core.pool.query(core.q.killSwitchAwaitOperation, [operation_id]);
       } catch (err) {
-        if (sqlState(err) !== SQLSTATE.queryCanceled) throw err;
+        if (sqlState(err) !== SQLSTATE.queryCanceled) waitFailed = core.failed(err, { action: 'kill_switch', stage: 'await', operation_id }).code;
         stillInFlight++;
       }
     }
-    return { executing: rows.length, still_in_flight: stillInFlight };
+    return { executing: rows.length, still_in_flight: stillInFlight, ...(waitFailed === undefined ? {} : { wait_failed: waitFailed }) };
   }
 
-  /** Lifts a kill switch; held operations are dispatched again. Returns false when none was engaged. */
+  /** Lifts a kill switch; held operations are dispatched again. Returns false when none was engaged. Throws coded errors. */
   async liftKillSwitch(tenant: string, tool: string, actor: string): Promise<boolean> {
-    return withTransaction(this.core.pool, async (c) => {
-      const { rowCount } = await c.query(this.core.q.killSwitchLift, [tenant, tool]);
-      await this.core.audit(c, { action: 'kill_switch', outcome: rowCount === 0 ? 'not_engaged' : 'lifted', context: { tenant_id: tenant, principal_id: actor }, tool });
-      return rowCount !== 0;
-    });
+    return coded(() =>
+      withTransaction(this.core.pool, async (c) => {
+        const { rowCount } = await c.query(this.core.q.killSwitchLift, [tenant, tool]);
+        await this.core.auditDecision(c, { action: 'kill_switch', outcome: rowCount === 0 ? 'not_engaged' : 'lifted', context: { tenant_id: tenant, principal_id: actor }, tool });
+        return rowCount !== 0;
+      }),
+    );
   }
 
-  /** Takes a role from a principal at once: new calls, approvals and dispatch authorization all see it. */
+  /**
+   * Takes a role from a principal at once: new calls, approvals and dispatch authorization all see it.
+   * Committed with its audit row or not at all; throws coded errors (`audit_unavailable`, `storage_full`, ...).
+   */
   async revokeRole(tenant: string, principal: string, role: string, actor: string): Promise<void> {
-    await withTransaction(this.core.pool, async (c) => {
-      await c.query(this.core.q.roleRevoke, [tenant, principal, role, actor]);
-      await this.core.audit(c, { action: 'role', outcome: 'revoked', context: { tenant_id: tenant, principal_id: principal, role }, detail: { by: actor } });
-    });
+    await coded(() =>
+      withTransaction(this.core.pool, async (c) => {
+        await c.query(this.core.q.roleRevoke, [tenant, principal, role, actor]);
+        await this.core.auditDecision(c, { action: 'role', outcome: 'revoked', context: { tenant_id: tenant, principal_id: principal, role }, detail: { by: actor } });
+      }),
+    );
   }
 
+  /** Gives a revoked role back; committed with its audit row or not at all; throws coded errors. */
   async restoreRole(tenant: string, principal: string, role: string, actor: string): Promise<void> {
-    await withTransaction(this.core.pool, async (c) => {
-      await c.query(this.core.q.roleRestore, [tenant, principal, role]);
-      await this.core.audit(c, { action: 'role', outcome: 'restored', context: { tenant_id: tenant, principal_id: principal, role }, detail: { by: actor } });
-    });
+    await coded(() =>
+      withTransaction(this.core.pool, async (c) => {
+        await c.query(this.core.q.roleRestore, [tenant, principal, role]);
+        await this.core.auditDecision(c, { action: 'role', outcome: 'restored', context: { tenant_id: tenant, principal_id: principal, role }, detail: { by: actor } });
+      }),
+    );
+  }
+}
+
+/** Runs `fn`, turning anything it throws into its coded error (a database failure keeps its SQLSTATE in details). */
+async function coded<T>(fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (err) {
+    throw asActionLedgerError(err);
   }
 }

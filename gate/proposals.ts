@@ -18,7 +18,6 @@
  * decision use approval mode `threshold` or `always` instead.
  */
 import { withTransaction, type Queryable } from '../core/db.js';
-import { toRefusal } from '../core/errors.js';
 import { canonicalArguments, sha256Hex, type JsonObject } from '../core/json.js';
 import { checkGateContext, GateCore, Refused, refuse, type AuditEntry } from './core.js';
 import type { GateContext, GateResult } from './types.js';
@@ -65,12 +64,12 @@ export class Proposals {
           if (err instanceof Refused && audit.detail?.commit === true) return err.refusal;
           throw err;
         });
-        await core.audit(c, { action, outcome: r.ok ? r.status : r.error, context: ctx, tool: audit.tool ?? null, subjectId: audit.subjectId ?? null, detail: audit.detail ?? {} });
+        await core.auditDecision(c, { action, outcome: r.ok ? r.status : r.error, context: ctx, tool: audit.tool ?? null, subjectId: audit.subjectId ?? null, detail: audit.detail ?? {} });
         audit.detail = { ...audit.detail, written: true };
         return r;
       });
     } catch (err) {
-      result = err instanceof Refused ? err.refusal : toRefusal(err);
+      result = err instanceof Refused ? err.refusal : core.failed(err, { action, tool: audit.tool ?? null, subject_id: audit.subjectId ?? null }).toRefusal();
     }
     if (audit.detail?.written !== true) {
       await core.auditAfter({ action, outcome: result.ok ? result.status : result.error, context, tool: audit.tool ?? null, subjectId: audit.subjectId ?? null });

@@ -3,8 +3,8 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Config, ToolRoute } from '../core/config.js';
-import { bindQueries, databaseUnavailable, isConnectionError, type Pool, type Queryable } from '../core/db.js';
-import { ActionLedgerError } from '../core/errors.js';
+import { bindQueries, type Pool, type Queryable } from '../core/db.js';
+import { ActionLedgerError, asActionLedgerError } from '../core/errors.js';
 import { canonicalArguments, sha256Hex } from '../core/json.js';
 import { TRUSTED_CONTEXT_FIELDS, type OperationStatus, type TrustedContext } from '../core/types.js';
 import type { EffectKeyer } from './effect-key.js';
@@ -100,10 +100,14 @@ export class Ledger {
    * Guarantees: one operation and one outbox row per (principal, task, step), however many callers race;
    * the same step again returns the same operation id, effect key and current status with `created: false`;
    * a pending operation reserved again with a new approval id or policy version records them. Nothing is
-   * written when it throws.
+   * written when it throws: the operation, its history row and its outbox row are one statement.
    *
    * Throws `invalid_context`, `route_not_approved`, `invalid_arguments`, `operation_conflict` (same step,
-   * different tool / tenant / arguments / provider / endpoint), `database_unavailable`.
+   * different tool / tenant / arguments / provider / endpoint), and for a database failure its code with the
+   * SQLSTATE in `details.sqlstate` (`database_unavailable`, `storage_full`, `statement_timeout`, ...; see
+   * docs/errors.md). With the caller's `client`, a database failure is rethrown as PostgreSQL reported it: the
+   * caller's transaction is failed anyway, and the caller decides (retry a serialization failure, roll back
+   * to a savepoint) from the SQLSTATE.
    */
   async reserve(context: TrustedContext, tool: string, args: unknown, options: ReserveOptions = {}): Promise<Reservation> {
     const ctx = checkTrustedContext(context);
@@ -144,9 +148,8 @@ export class Ledger {
       }
       return await this.#replay(db, ctx, tool, route, argsSha256, actor);
     } catch (err) {
-      if (err instanceof ActionLedgerError) throw err;
-      if (isConnectionError(err)) throw databaseUnavailable(err, 'reserve');
-      throw err;
+      if (err instanceof ActionLedgerError || options.client !== undefined) throw err;
+      throw asActionLedgerError(err);
     }
   }
 
