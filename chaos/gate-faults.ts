@@ -60,10 +60,10 @@ export class GateFaults {
 
   /**
    * Makes `calls` agent calls, each repeated until accepted; `onReserved` sees each operation as it is
-   * accepted. Returns when all are accepted.
+   * accepted. Returns when all are accepted, or at `deadline` (ms since the epoch) with the rest not made.
    */
-  async agent(calls: number, onReserved: (effectKey: string) => void): Promise<void> {
-    for (let i = 0; i < calls; i++) {
+  async agent(calls: number, deadline: number, onReserved: (effectKey: string) => void): Promise<void> {
+    for (let i = 0; i < calls && Date.now() < deadline; i++) {
       const context = {
         tenant_id: AGENT.tenant,
         principal_id: AGENT.principal,
@@ -76,7 +76,7 @@ export class GateFaults {
         workflow_step_id: '1',
       };
       const args = { order_id: `g-${i}`, amount: 1 + (i % 997), currency: 'EUR' };
-      for (;;) {
+      while (Date.now() < deadline) {
         const r = await this.#gate.call(context, this.#tool, args);
         if (r.ok && r.status === 'reserved' && r.operation_id !== undefined && r.effect_key !== undefined) {
           this.stats.accepted++;
@@ -95,10 +95,10 @@ export class GateFaults {
   /** Engages and lifts switches and revokes and restores the role until `active()` is false; ends with none held. */
   async operator(active: () => boolean): Promise<void> {
     while (active()) {
-      await sleep(this.#rng.int(200, 900));
+      await sleep(this.#rng.int(600, 2000));
       if (!active()) break;
       const kind = this.#first.shift() ?? this.#rng.pick(['tenant', 'tool', 'all', 'role'] as const);
-      const holdMs = this.#rng.int(300, 1500);
+      const holdMs = this.#rng.int(200, 900);
       if (kind === 'role') {
         await this.#revoke();
         await sleep(holdMs);
@@ -119,12 +119,11 @@ export class GateFaults {
   }
 
   async #lift(tenant: string, tool: string): Promise<void> {
-    // A lift whose COMMIT was cut returns false when repeated: the switch is gone, but that return is not the
-    // decision the audit row records, so it is not counted as a change.
+    // A lift whose COMMIT was cut returns false when repeated: the switch is gone (lifted), but that return is
+    // not the decision an audit row records, so it is no change the checker looks for.
     const lifted = await untilDone(() => this.#gate.liftKillSwitch(tenant, tool, 'chaos-operator'));
-    if (!lifted) return;
     this.stats.switchesLifted++;
-    this.changes.push({ action: 'kill_switch', outcome: 'lifted', tenant_id: tenant, key: tool });
+    if (lifted) this.changes.push({ action: 'kill_switch', outcome: 'lifted', tenant_id: tenant, key: tool });
   }
 
   async #revoke(): Promise<void> {

@@ -279,7 +279,7 @@ async function main(): Promise<number> {
   const gateFaults = new GateFaults(gate, new Rng(seed ^ 0x5bd1e995), 'issue_refund');
   const agentFaultRng = new Rng(seed ^ 0x27d4eb2d);
   let agentDone = false;
-  const agentLoop = gateFaults.agent(G, (effectKey) => chooseFaults(effectKey, agentFaultRng)).then(() => void (agentDone = true));
+  const agentLoop = gateFaults.agent(G, deadline, (effectKey) => chooseFaults(effectKey, agentFaultRng)).then(() => void (agentDone = true));
   const operatorLoop = gateFaults.operator(() => phase === 'faults');
 
   // Network and server faults on a seeded schedule; PostgreSQL restarts once, a third of the way in.
