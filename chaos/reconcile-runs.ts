@@ -1,6 +1,6 @@
 /**
  * The chaos run's `reconcile --once` processes during the fault phase, one after another, each in one of
- * three seeded modes:
+ * three seeded modes (mid-readback until the first such kill succeeded, so even a short run has one):
  *
  *   crash point  -> SIGKILLs itself at `reconcile_after_readback` or `reconcile_after_commit` (the Nth time)
  *   mid-readback -> the readback relay is paused first, so the run's first readback hangs; the moment the relay
@@ -25,9 +25,6 @@ export interface ReconcileRunStats {
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
-/** How long a mid-readback run is given to start a readback before the relay is let go (a pass with nothing to read back). */
-const MID_PASS_WAIT_MS = 8_000;
-
 export async function reconcileRuns(o: {
   bin: string;
   env: NodeJS.ProcessEnv;
@@ -40,7 +37,7 @@ export async function reconcileRuns(o: {
   while (o.active()) {
     const env: NodeJS.ProcessEnv = { ...o.env };
     const roll = rng.next();
-    const mode = roll < 0.25 ? 'crash point' : roll < 0.65 ? 'mid-readback' : 'plain';
+    const mode = stats.killedMidPass === 0 ? 'mid-readback' : roll < 0.25 ? 'crash point' : roll < 0.65 ? 'mid-readback' : 'plain';
     if (mode === 'crash point') {
       env.ACTIONLEDGER_CRASH_POINTS_ENABLED = '1';
       env.ACTIONLEDGER_CRASH_AT = `${rng.pick(['reconcile_after_readback', 'reconcile_after_commit'])}:${rng.int(1, 5)}`;
@@ -51,10 +48,10 @@ export async function reconcileRuns(o: {
     const exited = new Promise<string | null>((r) => child.once('exit', (_c, s) => r(s)));
     let killedHere = false;
     if (mode === 'mid-readback') {
+      // A pass with nothing to read back ends on its own: no timer, which a loaded machine would outrun.
       let done = false;
       void exited.then(() => (done = true));
-      const until = Date.now() + MID_PASS_WAIT_MS;
-      while (!done && relay.stats.connections === before && Date.now() < until) await sleep(10);
+      while (!done && relay.stats.connections === before) await sleep(10);
       if (!done && relay.stats.connections > before) {
         killedHere = child.kill('SIGKILL');
       }

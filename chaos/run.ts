@@ -280,7 +280,9 @@ async function main(): Promise<number> {
   const agentFaultRng = new Rng(seed ^ 0x27d4eb2d);
   let agentDone = false;
   const agentLoop = gateFaults.agent(G, deadline, (effectKey) => chooseFaults(effectKey, agentFaultRng)).then(() => void (agentDone = true));
-  const operatorLoop = gateFaults.operator(() => phase === 'faults');
+  // The operator works while the agent calls (and until it has made every kind of change): a switch held all
+  // through the fault phase would hold the queue with it, and the phase would last as long as the operator kept on.
+  const operatorLoop = gateFaults.operator(() => phase === 'faults' && !(agentDone && gateFaults.everyKindDone));
 
   // Network and server faults on a seeded schedule; PostgreSQL restarts once, a third of the way in.
   const restartPg = values['no-pg-restart'] !== true;
@@ -321,7 +323,7 @@ async function main(): Promise<number> {
   })();
 
   // The fault phase lasts until the agent's calls are all accepted, the operator has made every kind of change,
-  // and nothing waits (a switch engaged holds operations pending, so this also waits for its lift).
+  // and nothing waits (an engaged switch holds operations pending, so this also waits for its lift).
   while (!(agentDone && gateFaults.everyKindDone && (await waiting()) === 0) && Date.now() < deadline) await sleep(250);
   phase = 'drain';
   await operatorLoop;

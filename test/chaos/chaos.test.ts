@@ -16,6 +16,7 @@ t.test('the short chaos run: a fleet under crashes, provider, authorizer, networ
   child.stderr.on('data', (c: Buffer) => (err += c.toString()));
   const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
   t.equal(code, 0, `exit 0\n${out}\n${err}`);
+  t.comment(out.split('\n').filter((l) => /^(fault phase|reconcile runs|gate:|after the fault|reviewer)/.test(l)).join('\n'));
   t.match(out, /^seed: 7$/m, 'the seed is printed first');
   t.match(out, /\| effect keys with more than one provider effect \| 0 \|/);
   t.match(out, /\| operations lost \| 0 \|/);
