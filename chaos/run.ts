@@ -7,9 +7,9 @@
  * effects), all on loopback over mTLS. Workers and `reconcile --once` runs are SIGKILLed at named crash points
  * and restarted, and some reconcile runs are SIGKILLed while a readback of their pass hangs. An agent reserves
  * part of the operations through the gate while an operator engages and lifts kill switches and revokes and
- * restores the agent's role (chaos/gate-faults.ts). Then faults stop, a reviewer retries what was provably not applied, the fleet drains, the
- * reconciler runs until nothing changes, and the checker prints the invariants table; the last line is
- * `invariants: N violated`, and the exit code is 1 when N > 0.
+ * restores the agent's role (chaos/gate-faults.ts). Then faults stop, a reviewer retries what was provably not
+ * applied, the fleet drains, the reconciler runs until nothing changes, and the checker prints the invariants
+ * table; the last line is `invariants: N violated`, and the exit code is 1 when N > 0.
  *
  * Every random choice (faults per operation, crash points, fault schedule) comes from the seed printed first.
  * The same seed makes the same choices; the interleaving of processes is the machine's.
@@ -35,9 +35,9 @@ import { EffectKeyer } from '../ledger/effect-key.js';
 import { Gate } from '../gate/index.js';
 import { Ledger } from '../ledger/reserve.js';
 import { openReconciler, retryIsSafe } from '../reconciler/index.js';
-import type { ProviderFault } from '../sandbox/index.js';
 import { startDispatchKit } from '../sandbox/kit.js';
 import { checkInvariants } from './checker.js';
+import { FaultPlan } from './faults.js';
 import { AGENT, GateFaults } from './gate-faults.js';
 import { reconcileRuns, type ReconcileRunStats } from './reconcile-runs.js';
 import { Rng } from './rng.js';
@@ -47,26 +47,6 @@ const BIN = join(fileURLToPath(new URL('.', import.meta.url)), '..', 'bin', 'act
 const SECRET = 'chaos-effect-key-secret-0123456789abcdef';
 const TOKEN = 'chaos-provider-token';
 const DISPATCH_POINTS = CRASH_POINTS.filter((p) => !p.startsWith('reconcile_'));
-const PROVIDER_FAULTS = ['timeout', 'status500', 'status429', 'slowDrip', 'oversized', 'duplicateKeyJson', 'commitThenReset', 'resetBeforeCommit', 'hangHeaders'] as const;
-type ProviderFaultName = (typeof PROVIDER_FAULTS)[number];
-const AUTH_FAULTS = ['deny', 'slow', 'stale'] as const;
-type AuthFaultName = (typeof AUTH_FAULTS)[number];
-
-function providerFault(name: ProviderFaultName): ProviderFault {
-  switch (name) {
-    case 'status500':
-      return { kind: 'status', status: 500 };
-    case 'status429':
-      return { kind: 'status', status: 429 };
-    case 'slowDrip':
-      return { kind: 'slowDrip', intervalMs: 5 };
-    case 'oversized':
-      return { kind: 'oversized', bytes: 64 * 1024 };
-    default:
-      return { kind: name };
-  }
-}
-
 async function freePort(): Promise<number> {
   return new Promise((resolve) => {
     const s = createServer().listen(0, '127.0.0.1', () => {
@@ -181,14 +161,7 @@ async function main(): Promise<number> {
   // generator of their own, as its calls are accepted during the fault phase.
   const G = Math.floor(N / 6);
   const reservedIds: string[] = [];
-  const providerFaultOf = new Map<string, ProviderFaultName>();
-  const authFaultOf = new Map<string, AuthFaultName>();
-  const readbackFailures = new Map<string, number>();
-  const chooseFaults = (effectKey: string, r: Rng): void => {
-    if (r.chance(0.35)) providerFaultOf.set(effectKey, r.pick(PROVIDER_FAULTS));
-    if (r.chance(0.1)) authFaultOf.set(effectKey, r.pick(AUTH_FAULTS));
-    if (r.chance(0.15)) readbackFailures.set(effectKey, r.int(1, 3));
-  };
+  const faults = new FaultPlan();
   for (let i = 0; i < N - G; i += 50) {
     const batch = await Promise.all(
       Array.from({ length: Math.min(50, N - G - i) }, (_, j) =>
@@ -201,22 +174,11 @@ async function main(): Promise<number> {
     );
     for (const r of batch) {
       reservedIds.push(r.operation_id);
-      chooseFaults(r.effect_key, rng);
+      faults.choose(r.effect_key, rng);
     }
   }
-  for (const name of PROVIDER_FAULTS) provider.inject(providerFault(name), { times: Infinity, when: (k) => providerFaultOf.get(k) === name });
-  provider.inject({ kind: 'readbackFailing' }, {
-    times: Infinity,
-    when: (k) => {
-      const n = readbackFailures.get(k) ?? 0;
-      if (n > 0) readbackFailures.set(k, n - 1);
-      return n > 0;
-    },
-  });
-  authorizer.inject({ kind: 'deny' }, { times: Infinity, when: (r) => authFaultOf.get(r.effect_key) === 'deny' });
-  authorizer.inject({ kind: 'slow', delayMs: 800 }, { times: Infinity, when: (r) => authFaultOf.get(r.effect_key) === 'slow' });
-  authorizer.inject({ kind: 'stale' }, { times: Infinity, when: (r) => authFaultOf.get(r.effect_key) === 'stale' });
-  say(`faults chosen: provider ${providerFaultOf.size}, authorizer ${authFaultOf.size}, readback failing ${readbackFailures.size}`);
+  faults.install(provider, authorizer);
+  say(`faults chosen: ${faults.summary()}`);
 
   // The fleet, with crash points; every worker that dies is restarted while the fault phase lasts.
   const stats = { workerCrashes: 0, workerStops: 0, pgRestarts: 0, proxyFaults: 0 };
@@ -279,7 +241,7 @@ async function main(): Promise<number> {
   const gateFaults = new GateFaults(gate, new Rng(seed ^ 0x5bd1e995), 'issue_refund');
   const agentFaultRng = new Rng(seed ^ 0x27d4eb2d);
   let agentDone = false;
-  const agentLoop = gateFaults.agent(G, deadline, (effectKey) => chooseFaults(effectKey, agentFaultRng)).then(() => void (agentDone = true));
+  const agentLoop = gateFaults.agent(G, deadline, (effectKey) => faults.choose(effectKey, agentFaultRng)).then(() => void (agentDone = true));
   // The operator works while the agent calls (and until it has made every kind of change): a switch held all
   // through the fault phase would hold the queue with it, and the phase would last as long as the operator kept on.
   const operatorLoop = gateFaults.operator(() => phase === 'faults' && !(agentDone && gateFaults.everyKindDone));
@@ -362,8 +324,7 @@ async function main(): Promise<number> {
   let retried = 0;
   for (const r of review) {
     if (!retryIsSafe(r.review_reason)) continue;
-    providerFaultOf.delete(r.effect_key);
-    authFaultOf.delete(r.effect_key);
+    faults.forget(r.effect_key);
     await kit.review.retry(r.operation_id, { actor: 'chaos-reviewer', reason: `retry after ${r.review_reason}` });
     retried++;
   }
