@@ -9,6 +9,17 @@ import { retryIsSafe } from '../reconciler/review.js';
 import { historyProblems } from '../reconciler/verify.js';
 import type { ProviderEffect, ProviderRequest } from '../sandbox/provider.js';
 
+/**
+ * A gate decision the run saw allow something: a kill switch engaged or lifted (key: the tool name or `*`), a
+ * role revoked or restored (key: `principal/role`).
+ */
+export interface GateChange {
+  action: 'kill_switch' | 'role';
+  outcome: 'engaged' | 'lifted' | 'revoked' | 'restored';
+  tenant_id: string;
+  key: string;
+}
+
 export interface Invariant {
   name: string;
   violations: number;
@@ -32,6 +43,8 @@ export async function checkInvariants(input: {
   reservedIds: readonly string[];
   effects: readonly ProviderEffect[];
   requests: readonly ProviderRequest[];
+  /** The kill-switch and role changes the run's gate calls returned from. */
+  gateChanges?: readonly GateChange[];
 }): Promise<CheckResult> {
   const s = input.schema;
   const { rows: ops } = await input.pool.query<{ operation_id: string; effect_key: string; status: OperationStatus; review_reason: string | null }>(
@@ -55,6 +68,13 @@ export async function checkInvariants(input: {
   add(
     'operations not at an end or in review with a reason',
     ops.filter((o) => !(o.status === 'succeeded' || o.status === 'failed' || o.status === 'compensated' || (o.status === 'needs_review' && o.review_reason !== null))).map((o) => `${o.operation_id}: ${o.status}`),
+  );
+
+  // After the final reconciliation nothing may be left in flight: an executing row is a dispatch nobody
+  // finished or reconciled, an unknown row a readback never settled. Review is an end only with its reason.
+  add(
+    'operations left executing or unknown, or in review without a reason, after the final reconciliation',
+    ops.filter((o) => o.status === 'executing' || o.status === 'unknown' || (o.status === 'needs_review' && (o.review_reason ?? '') === '')).map((o) => `${o.operation_id}: ${o.status}`),
   );
 
   const evByOp = new Map<string, typeof evidence>();
@@ -85,6 +105,8 @@ export async function checkInvariants(input: {
   );
   add('succeeded operations without a provider effect', ops.filter((o) => o.status === 'succeeded' && !effectsPerKey.has(o.effect_key)).map((o) => o.operation_id));
 
+  add('allowing gate decisions without their audit row', await unauditedDecisions(input.pool, s, input.gateChanges ?? []));
+
   const byStatus: Record<string, number> = {};
   for (const o of ops) {
     const k = o.status === 'needs_review' ? `needs_review (${(o.review_reason ?? '').split(':').slice(0, 2).join(':')})` : o.status;
@@ -97,4 +119,35 @@ export async function checkInvariants(input: {
     providerRequests: input.requests.filter((r) => r.method === 'POST').length,
     providerEffects: input.effects.length,
   };
+}
+
+/**
+ * Allowing gate decisions that have no `gate_audit` row. The run's authorizer is the sandbox one (it keeps its
+ * deny, slow and stale faults), so no built-in `authorize` decision is taken and there is none to look for;
+ * the gate decisions that allow something here are the agent's accepted calls and the operator's kill-switch
+ * and role changes. So: every operation the gate reserved (a `gate_operations` row) has an allowed `call`
+ * row naming it, and each (action, outcome, tenant, tool or principal/role) has at least as many audit rows as
+ * the run saw such calls return (a call repeated after a cut COMMIT may leave one more row, never one fewer).
+ */
+async function unauditedDecisions(pool: Pool, s: string, changes: readonly GateChange[]): Promise<string[]> {
+  const { rows: calls } = await pool.query<{ operation_id: string }>(
+    `SELECT g.operation_id FROM ${s}.gate_operations g
+     WHERE NOT EXISTS (SELECT 1 FROM ${s}.gate_audit a WHERE a.action = 'call' AND a.outcome = 'allowed' AND a.subject_id = g.operation_id::text)
+     ORDER BY g.operation_id`,
+  );
+  const out = calls.map((r) => `call allowed for ${r.operation_id}`);
+  const { rows: audited } = await pool.query<{ k: string; n: number }>(
+    `SELECT action || ' ' || outcome || ' ' || coalesce(tenant_id, '') || ' ' ||
+            CASE WHEN action = 'role' THEN coalesce(principal_id, '') || '/' || coalesce(role, '') ELSE coalesce(tool_name, '') END AS k,
+            count(*)::int AS n
+     FROM ${s}.gate_audit WHERE action IN ('kill_switch', 'role') GROUP BY 1`,
+  );
+  const have = new Map(audited.map((r) => [r.k, r.n]));
+  const want = new Map<string, number>();
+  for (const c of changes) {
+    const k = `${c.action} ${c.outcome} ${c.tenant_id} ${c.key}`;
+    want.set(k, (want.get(k) ?? 0) + 1);
+  }
+  for (const [k, n] of want) if ((have.get(k) ?? 0) < n) out.push(`${k}: ${n} returned, ${have.get(k) ?? 0} audited`);
+  return out;
 }

@@ -5,9 +5,11 @@
  * that delays, pauses and resets connections, mid-COMMIT included, and restarted once mid-run), the sandbox
  * authorizer and a provider that does NOT honour idempotency keys (so a duplicate dispatch would show as two
  * effects), all on loopback over mTLS. Workers and `reconcile --once` runs are SIGKILLed at named crash points
- * and restarted. Then faults stop, a reviewer retries what was provably not applied, the fleet drains, the
- * reconciler runs until nothing changes, and the checker prints the invariants table; the last line is
- * `invariants: N violated`, and the exit code is 1 when N > 0.
+ * and restarted, and some reconcile runs are SIGKILLed while a readback of their pass hangs. An agent reserves
+ * part of the operations through the gate while an operator engages and lifts kill switches and revokes and
+ * restores the agent's role (chaos/gate-faults.ts). Then faults stop, a reviewer retries what was provably not
+ * applied, the fleet drains, the reconciler runs until nothing changes, and the checker prints the invariants
+ * table; the last line is `invariants: N violated`, and the exit code is 1 when N > 0.
  *
  * Every random choice (faults per operation, crash points, fault schedule) comes from the seed printed first.
  * The same seed makes the same choices; the interleaving of processes is the machine's.
@@ -30,11 +32,14 @@ import type { Runtime } from '../core/runtime.js';
 import { Secret } from '../core/secret.js';
 import { CRASH_POINTS } from '../dispatcher/crash-points.js';
 import { EffectKeyer } from '../ledger/effect-key.js';
+import { Gate } from '../gate/index.js';
 import { Ledger } from '../ledger/reserve.js';
 import { openReconciler, retryIsSafe } from '../reconciler/index.js';
-import type { ProviderFault } from '../sandbox/index.js';
 import { startDispatchKit } from '../sandbox/kit.js';
 import { checkInvariants } from './checker.js';
+import { FaultPlan } from './faults.js';
+import { AGENT, GateFaults } from './gate-faults.js';
+import { reconcileRuns, type ReconcileRunStats } from './reconcile-runs.js';
 import { Rng } from './rng.js';
 import { TcpProxy } from './tcp-proxy.js';
 
@@ -42,26 +47,6 @@ const BIN = join(fileURLToPath(new URL('.', import.meta.url)), '..', 'bin', 'act
 const SECRET = 'chaos-effect-key-secret-0123456789abcdef';
 const TOKEN = 'chaos-provider-token';
 const DISPATCH_POINTS = CRASH_POINTS.filter((p) => !p.startsWith('reconcile_'));
-const PROVIDER_FAULTS = ['timeout', 'status500', 'status429', 'slowDrip', 'oversized', 'duplicateKeyJson', 'commitThenReset', 'resetBeforeCommit', 'hangHeaders'] as const;
-type ProviderFaultName = (typeof PROVIDER_FAULTS)[number];
-const AUTH_FAULTS = ['deny', 'slow', 'stale'] as const;
-type AuthFaultName = (typeof AUTH_FAULTS)[number];
-
-function providerFault(name: ProviderFaultName): ProviderFault {
-  switch (name) {
-    case 'status500':
-      return { kind: 'status', status: 500 };
-    case 'status429':
-      return { kind: 'status', status: 429 };
-    case 'slowDrip':
-      return { kind: 'slowDrip', intervalMs: 5 };
-    case 'oversized':
-      return { kind: 'oversized', bytes: 64 * 1024 };
-    default:
-      return { kind: name };
-  }
-}
-
 async function freePort(): Promise<number> {
   return new Promise((resolve) => {
     const s = createServer().listen(0, '127.0.0.1', () => {
@@ -122,17 +107,35 @@ async function main(): Promise<number> {
     profile: { profile_id: 'chaos', authorization_http_timeout_seconds: 3 },
   });
   const { provider, authorizer } = sandbox;
+  // Readbacks go through a relay of their own, so a reconcile run can be caught (and killed) in the middle of one.
+  const providerUrl = new URL(provider.endpoint);
+  const relay = new TcpProxy({ host: '127.0.0.1', port: Number(providerUrl.port) });
+  const relayPort = await relay.listen();
+  const readbackBase = `${providerUrl.protocol}//${providerUrl.hostname}:${relayPort}${providerUrl.pathname}`;
   const raw = {
     database: { pool_max: 8, statement_timeout_ms: 10_000 },
     tools: {
       issue_refund: {
         provider_id: 'chaos-billing',
         endpoint: provider.endpoint,
-        allowed_tenants: ['tenant-a'],
+        allowed_tenants: ['tenant-a', 'tenant-b'],
         credential_env: 'CHAOS_BILLING_TOKEN',
         idempotency: { mechanism: 'header', name: 'Idempotency-Key' },
         definitive_failure_statuses: [400, 422],
-        readback: { url: `${provider.endpoint}/by-key/{effect_key}` },
+        readback: { url: `${readbackBase}/by-key/{effect_key}` },
+      },
+    },
+    gate: {
+      tools: {
+        issue_refund: {
+          schema: {
+            type: 'object',
+            additionalProperties: false,
+            required: ['order_id', 'amount', 'currency'],
+            properties: { order_id: { type: 'string' }, amount: { type: 'number' }, currency: { type: 'string' } },
+          },
+          roles: [AGENT.role],
+        },
       },
     },
     dispatcher: {
@@ -153,16 +156,17 @@ async function main(): Promise<number> {
   const secrets = { active: 'k1', secrets: new Map([['k1', new Secret(Buffer.from(SECRET))]]) };
   const ledger = new Ledger(config, pool, new EffectKeyer(secrets));
 
-  // Reserve everything, and choose each operation's faults from the seed.
+  // Reserve all but the agent's share up front (two tenants, so a tenant's kill switch holds part of the
+  // queue), and choose each operation's faults from the seed; the agent's operations get theirs, from a
+  // generator of their own, as its calls are accepted during the fault phase.
+  const G = Math.floor(N / 6);
   const reservedIds: string[] = [];
-  const providerFaultOf = new Map<string, ProviderFaultName>();
-  const authFaultOf = new Map<string, AuthFaultName>();
-  const readbackFailures = new Map<string, number>();
-  for (let i = 0; i < N; i += 50) {
+  const faults = new FaultPlan();
+  for (let i = 0; i < N - G; i += 50) {
     const batch = await Promise.all(
-      Array.from({ length: Math.min(50, N - i) }, (_, j) =>
+      Array.from({ length: Math.min(50, N - G - i) }, (_, j) =>
         ledger.reserve(
-          { tenant_id: 'tenant-a', principal_id: 'chaos', task_id: `task-${i + j}`, workflow_step_id: '1', approval_id: 'approval-1', policy_version: 'policy-1' },
+          { tenant_id: (i + j) % 2 === 0 ? 'tenant-a' : 'tenant-b', principal_id: 'chaos', task_id: `task-${i + j}`, workflow_step_id: '1', approval_id: 'approval-1', policy_version: 'policy-1' },
           'issue_refund',
           { order_id: `o-${i + j}`, amount: 1 + ((i + j) % 997), currency: 'EUR' },
         ),
@@ -170,27 +174,14 @@ async function main(): Promise<number> {
     );
     for (const r of batch) {
       reservedIds.push(r.operation_id);
-      if (rng.chance(0.35)) providerFaultOf.set(r.effect_key, rng.pick(PROVIDER_FAULTS));
-      if (rng.chance(0.1)) authFaultOf.set(r.effect_key, rng.pick(AUTH_FAULTS));
-      if (rng.chance(0.15)) readbackFailures.set(r.effect_key, rng.int(1, 3));
+      faults.choose(r.effect_key, rng);
     }
   }
-  for (const name of PROVIDER_FAULTS) provider.inject(providerFault(name), { times: Infinity, when: (k) => providerFaultOf.get(k) === name });
-  provider.inject({ kind: 'readbackFailing' }, {
-    times: Infinity,
-    when: (k) => {
-      const n = readbackFailures.get(k) ?? 0;
-      if (n > 0) readbackFailures.set(k, n - 1);
-      return n > 0;
-    },
-  });
-  authorizer.inject({ kind: 'deny' }, { times: Infinity, when: (r) => authFaultOf.get(r.effect_key) === 'deny' });
-  authorizer.inject({ kind: 'slow', delayMs: 800 }, { times: Infinity, when: (r) => authFaultOf.get(r.effect_key) === 'slow' });
-  authorizer.inject({ kind: 'stale' }, { times: Infinity, when: (r) => authFaultOf.get(r.effect_key) === 'stale' });
-  say(`faults chosen: provider ${providerFaultOf.size}, authorizer ${authFaultOf.size}, readback failing ${readbackFailures.size}`);
+  faults.install(provider, authorizer);
+  say(`faults chosen: ${faults.summary()}`);
 
   // The fleet, with crash points; every worker that dies is restarted while the fault phase lasts.
-  const stats = { workerCrashes: 0, workerStops: 0, reconcilerCrashes: 0, reconcileRuns: 0, pgRestarts: 0, proxyFaults: 0 };
+  const stats = { workerCrashes: 0, workerStops: 0, pgRestarts: 0, proxyFaults: 0 };
   let phase: 'faults' | 'drain' | 'done' = 'faults';
   const live = new Set<ChildProcess>();
   const spawnWorker = (withCrash: boolean): void => {
@@ -229,20 +220,31 @@ async function main(): Promise<number> {
   const waiting = (): Promise<number> => count(`SELECT count(*)::int AS n FROM actionledger.operations WHERE status = 'pending'`);
 
   // Reconciliation runs as separate processes during the fault phase, some of them SIGKILLed mid-pass.
-  const reconcileLoop = (async () => {
-    while (phase === 'faults') {
-      const env: NodeJS.ProcessEnv = { PATH: process.env.PATH, ...baseEnv, DATABASE_URL: proxiedUrl };
-      if (rng.chance(0.3)) {
-        env.ACTIONLEDGER_CRASH_POINTS_ENABLED = '1';
-        env.ACTIONLEDGER_CRASH_AT = `${rng.pick(['reconcile_after_readback', 'reconcile_after_commit'])}:${rng.int(1, 5)}`;
-      }
-      const child = spawn(process.execPath, [BIN, 'reconcile', '--once', '--json'], { env, stdio: ['ignore', 'ignore', 'ignore'] });
-      const signal = await new Promise<string | null>((r) => child.once('exit', (_c, s) => r(s)));
-      stats.reconcileRuns++;
-      if (signal === 'SIGKILL') stats.reconcilerCrashes++;
-      await sleep(rng.int(500, 1500));
-    }
-  })();
+  const reconcileStats: ReconcileRunStats = { runs: 0, killed: 0, killedMidPass: 0 };
+  const reconcileLoop = reconcileRuns({
+    bin: BIN,
+    env: { PATH: process.env.PATH, ...baseEnv, DATABASE_URL: proxiedUrl },
+    rng: new Rng(seed ^ 0x165667b1),
+    relay,
+    active: () => phase === 'faults',
+    stats: reconcileStats,
+  });
+
+  // The gate: an agent's calls, and an operator's kill switches and role revocations, while everything else goes on.
+  // Its connections go through the proxy too, so its commits are cut and its calls repeated like the workers'.
+  const gatePool = createPool(proxiedUrl, { max: 4, statementTimeoutMs: 30_000, applicationName: 'chaos-gate' });
+  // withTransaction (core/db.ts) leaves no 'error' listener on the client it holds, so a connection cut in the
+  // middle of a gate transaction is an unhandled 'error' event that ends this process; the run listens itself.
+  gatePool.on('connect', (client) => void client.on('error', () => undefined));
+  const gateLedger = new Ledger(config, gatePool, new EffectKeyer(secrets));
+  const gate = new Gate({ config, pool: gatePool, ledger: gateLedger });
+  const gateFaults = new GateFaults(gate, new Rng(seed ^ 0x5bd1e995), 'issue_refund');
+  const agentFaultRng = new Rng(seed ^ 0x27d4eb2d);
+  let agentDone = false;
+  const agentLoop = gateFaults.agent(G, deadline, (effectKey) => faults.choose(effectKey, agentFaultRng)).then(() => void (agentDone = true));
+  // The operator works while the agent calls (and until it has made every kind of change): a switch held all
+  // through the fault phase would hold the queue with it, and the phase would last as long as the operator kept on.
+  const operatorLoop = gateFaults.operator(() => phase === 'faults' && !(agentDone && gateFaults.everyKindDone));
 
   // Network and server faults on a seeded schedule; PostgreSQL restarts once, a third of the way in.
   const restartPg = values['no-pg-restart'] !== true;
@@ -282,14 +284,22 @@ async function main(): Promise<number> {
     }
   })();
 
-  while ((await waiting()) > 0 && Date.now() < deadline) await sleep(250);
+  // The fault phase lasts until the agent's calls are all accepted, the operator has made every kind of change,
+  // and nothing waits (an engaged switch holds operations pending, so this also waits for its lift).
+  while (!(agentDone && gateFaults.everyKindDone && (await waiting()) === 0) && Date.now() < deadline) await sleep(250);
   phase = 'drain';
+  await operatorLoop;
+  await agentLoop;
   await faultLoop;
   proxy.setDelay(0);
   proxy.resume();
   await reconcileLoop;
   await stopAll(live);
-  say(`fault phase over: ${stats.workerCrashes} worker crashes, ${stats.workerStops} graceful worker stops, ${stats.reconcilerCrashes}/${stats.reconcileRuns} reconcile runs crashed, ${stats.pgRestarts} PostgreSQL restart, ${stats.proxyFaults} proxy faults, ${proxy.stats.commitResets} connections cut mid-COMMIT`);
+  say(`fault phase over: ${stats.workerCrashes} worker crashes, ${stats.workerStops} graceful worker stops, ${reconcileStats.killed}/${reconcileStats.runs} reconcile runs crashed, ${stats.pgRestarts} PostgreSQL restart, ${stats.proxyFaults} proxy faults, ${proxy.stats.commitResets} connections cut mid-COMMIT`);
+  say(`reconcile runs killed mid-pass (during a readback): ${reconcileStats.killedMidPass}`);
+  const g = gateFaults.stats;
+  const refusals = Object.entries(g.refused).sort().map(([k, n]) => `${k} ${n}`).join(', ') || 'none';
+  say(`gate: ${g.accepted} agent calls accepted after refusals (${refusals}); kill switches engaged ${g.switchesEngaged.tenant} per tenant, ${g.switchesEngaged.tool} per tool, ${g.switchesEngaged.all} for everything, ${g.switchesLifted} lifted; role revoked ${g.rolesRevoked}, restored ${g.rolesRestored}`);
 
   // Settle: reconcile until nothing changes, let a reviewer retry what provably never reached the provider,
   // drain that with a fault-free fleet, and reconcile again.
@@ -314,8 +324,7 @@ async function main(): Promise<number> {
   let retried = 0;
   for (const r of review) {
     if (!retryIsSafe(r.review_reason)) continue;
-    providerFaultOf.delete(r.effect_key);
-    authFaultOf.delete(r.effect_key);
+    faults.forget(r.effect_key);
     await kit.review.retry(r.operation_id, { actor: 'chaos-reviewer', reason: `retry after ${r.review_reason}` });
     retried++;
   }
@@ -326,7 +335,14 @@ async function main(): Promise<number> {
   phase = 'done';
   say(`reviewer retried ${retried} operations that never reached the provider`);
 
-  const result = await checkInvariants({ pool, schema: 'actionledger', reservedIds, effects: provider.allEffects(), requests: provider.requests() });
+  const result = await checkInvariants({
+    pool,
+    schema: 'actionledger',
+    reservedIds: [...reservedIds, ...gateFaults.reserved.map((r) => r.operation_id)],
+    effects: provider.allEffects(),
+    requests: provider.requests(),
+    gateChanges: gateFaults.changes,
+  });
   say('');
   say('| invariant | violations |');
   say('|---|---|');
@@ -341,9 +357,12 @@ async function main(): Promise<number> {
 
   kit.close();
   ledger.stop();
+  gateLedger.stop();
+  await gatePool.end();
   await pool.end();
   await sandbox.stop();
   await proxy.close();
+  await relay.close();
   await db.stop();
   rmSync(dir, { recursive: true, force: true });
   say(`invariants: ${result.violated} violated`);
