@@ -50,8 +50,9 @@ export async function checkInvariants(input: {
   const { rows: ops } = await input.pool.query<{ operation_id: string; effect_key: string; status: OperationStatus; review_reason: string | null }>(
     `SELECT operation_id, effect_key, status, review_reason FROM ${s}.operations`,
   );
-  const { rows: hist } = await input.pool.query<{ operation_id: string; from_status: OperationStatus | null; to_status: OperationStatus }>(
-    `SELECT operation_id, from_status, to_status FROM ${s}.operation_history ORDER BY operation_id, id`,
+  // The reason too: a dispatcher's release (executing -> pending) is legal only with its `released:` reason.
+  const { rows: hist } = await input.pool.query<{ operation_id: string; from_status: OperationStatus | null; to_status: OperationStatus; reason: string }>(
+    `SELECT operation_id, from_status, to_status, reason FROM ${s}.operation_history ORDER BY operation_id, id`,
   );
   const { rows: evidence } = await input.pool.query<{ operation_id: string; args_sha256: string; authorized_at: Date; expires_at: Date; recorded_at: Date }>(
     `SELECT operation_id, args_sha256, authorized_at, expires_at, recorded_at FROM ${s}.authorization_evidence`,
