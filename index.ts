@@ -1,12 +1,38 @@
 /** The library: `import { ... } from 'actionledger'`. */
-export { ActionLedgerError, ERROR_CODES, isActionLedgerError, toRefusal, type ErrorCode, type Refusal } from './core/errors.js';
+export {
+  ActionLedgerError,
+  ERROR_CODES,
+  isActionLedgerError,
+  toRefusal,
+  type ErrorCode,
+  type Refusal,
+} from './core/errors.js';
 export { loadConfig, compileConfig, type Config, type ToolRoute } from './core/config.js';
 export { openRuntime, type Runtime } from './core/runtime.js';
 export { migrate, readMigrations } from './core/migrate.js';
 export { OPERATION_STATUSES, type OperationStatus, type TrustedContext } from './core/types.js';
-export { EffectKeyer, Ledger, ledgerStatus, showOperation, type Reservation, type ReserveOptions } from './ledger/index.js';
+export {
+  EffectKeyer,
+  Ledger,
+  ledgerStatus,
+  showOperation,
+  type Reservation,
+  type ReserveOptions,
+} from './ledger/index.js';
 export { openDispatcher, Dispatcher } from './dispatcher/index.js';
-export { openReconciler, openReview, Reconciler, Review, verifyLedger, ReconcileSchedule, type PassSummary, type ReconcileSummary, type ReviewResult, type VerifyReport, type Discrepancy } from './reconciler/index.js';
+export {
+  openReconciler,
+  openReview,
+  Reconciler,
+  Review,
+  verifyLedger,
+  ReconcileSchedule,
+  type PassSummary,
+  type ReconcileSummary,
+  type ReviewResult,
+  type VerifyReport,
+  type Discrepancy,
+} from './reconciler/index.js';
 export { Compensator, type CompensationSummary } from './compensator/index.js';
 export {
   Gate,

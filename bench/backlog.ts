@@ -24,7 +24,14 @@ export interface BacklogRow {
   reserve: Run;
 }
 
-export async function backlogCell(adminUrl: string, pki: BenchPki, queued: number, concurrency: number, reserveCallers: number, reserveMs: number): Promise<BacklogRow> {
+export async function backlogCell(
+  adminUrl: string,
+  pki: BenchPki,
+  queued: number,
+  concurrency: number,
+  reserveCallers: number,
+  reserveMs: number,
+): Promise<BacklogRow> {
   const name = `al_bench_backlog_${queued}`;
   const url = await migratedDatabase(adminUrl, name);
   const env = await openDispatchBench(pki, url, concurrency, concurrency + 4, false);
@@ -57,9 +64,12 @@ export async function backlogCell(adminUrl: string, pki: BenchPki, queued: numbe
     await env.dispatcher.stop(10_000);
     const drainSeconds = (lastAt - start) / 1000;
     const drainOpsPerS = (last - markCount) / ((lastAt - (markAt ?? start)) / 1000);
-    const { rows } = await env.producerPool.query<{ status: string; n: number }>('SELECT status, count(*)::int AS n FROM actionledger.operations GROUP BY status ORDER BY status');
+    const { rows } = await env.producerPool.query<{ status: string; n: number }>(
+      'SELECT status, count(*)::int AS n FROM actionledger.operations GROUP BY status ORDER BY status',
+    );
     const states = rows.map((r) => `${r.status}=${r.n}`).join(' ');
-    if (last < queued || rows.length !== 1 || rows[0]?.status !== 'succeeded') process.stderr.write(`WARNING backlog ${queued}: ${last} outcomes seen; ${states}\n`);
+    if (last < queued || rows.length !== 1 || rows[0]?.status !== 'succeeded')
+      process.stderr.write(`WARNING backlog ${queued}: ${last} outcomes seen; ${states}\n`);
     const reserve = await closedLoopOps(
       reserveCallers,
       Number.MAX_SAFE_INTEGER,
@@ -67,7 +77,14 @@ export async function backlogCell(adminUrl: string, pki: BenchPki, queued: numbe
       async (w, i) => {
         const t0 = performance.now();
         await env.ledger.reserve(
-          { tenant_id: 'tenant-a', principal_id: `producer-${w}`, task_id: `after-backlog-${i}`, workflow_step_id: 's1', approval_id: 'a1', policy_version: 'v1' },
+          {
+            tenant_id: 'tenant-a',
+            principal_id: `producer-${w}`,
+            task_id: `after-backlog-${i}`,
+            workflow_step_id: 's1',
+            approval_id: 'a1',
+            policy_version: 'v1',
+          },
           'issue_refund',
           { order_id: `ord-${i}`, amount: 100, currency: 'EUR' },
         );

@@ -33,7 +33,10 @@ import { freshDatabase, percentiles } from './harness.js';
  * Where the cells read CPU from: the PostgreSQL postmaster (bench/cpu.ts), set once by the runner, and the
  * sandbox servers' thread while an actionledger cell runs (their CPU is the provider's, not ours).
  */
-export const cellContext: { postmaster: number | null; sandboxThread: number | null } = { postmaster: null, sandboxThread: null };
+export const cellContext: { postmaster: number | null; sandboxThread: number | null } = {
+  postmaster: null,
+  sandboxThread: null,
+};
 
 /** How long a cell runs: at least `ops` operations and `minMs`, none started after `capMs`. */
 export interface CellLimits {
@@ -66,7 +69,13 @@ export interface Run {
  * `concurrency` closed loops running `cycle` (which returns its own latency): at least `total` ops and
  * `minMs`, whichever takes longer, but no op is started after `capMs`.
  */
-export async function closedLoopOps(concurrency: number, total: number, capMs: number, cycle: (worker: number, i: number) => Promise<number>, minMs = 0): Promise<Run> {
+export async function closedLoopOps(
+  concurrency: number,
+  total: number,
+  capMs: number,
+  cycle: (worker: number, i: number) => Promise<number>,
+  minMs = 0,
+): Promise<Run> {
   const latencies: number[] = [];
   const load = nodeLoad();
   const start = performance.now();
@@ -119,10 +128,23 @@ export async function migratedDatabase(adminUrl: string, name: string): Promise<
 /** A Ledger on `pool` with the benchmark's one tool and a fixed effect-key secret. */
 export function benchLedger(url: string, pool: Pool): Ledger {
   const config = compileConfig(
-    { tools: { issue_refund: { provider_id: 'billing', endpoint: 'https://localhost:9443/v1/refunds', allowed_tenants: ['tenant-a'], idempotency: { mechanism: 'header', name: 'Idempotency-Key' } } } },
+    {
+      tools: {
+        issue_refund: {
+          provider_id: 'billing',
+          endpoint: 'https://localhost:9443/v1/refunds',
+          allowed_tenants: ['tenant-a'],
+          idempotency: { mechanism: 'header', name: 'Idempotency-Key' },
+        },
+      },
+    },
     { DATABASE_URL: url },
   );
-  return new Ledger(config, pool, new EffectKeyer({ active: 'k1', secrets: new Map([['k1', new Secret(Buffer.alloc(32, 7))]]) }));
+  return new Ledger(
+    config,
+    pool,
+    new EffectKeyer({ active: 'k1', secrets: new Map([['k1', new Secret(Buffer.alloc(32, 7))]]) }),
+  );
 }
 
 /** Drops a cell's database, then checkpoints so the next cell does not pay for this one's dirty pages. */
@@ -154,7 +176,12 @@ export interface AlResult extends Run {
   check: string;
 }
 
-export async function actionledgerCell(adminUrl: string, pki: BenchPki, n: number, limits: CellLimits): Promise<AlResult> {
+export async function actionledgerCell(
+  adminUrl: string,
+  pki: BenchPki,
+  n: number,
+  limits: CellLimits,
+): Promise<AlResult> {
   const name = `al_bench_dispatch_al_${n}`;
   const url = await migratedDatabase(adminUrl, name);
   // LISTEN + one connection per operation in flight (evidence or the locked dispatch) + claim + heartbeat.
@@ -201,13 +228,20 @@ export async function actionledgerCell(adminUrl: string, pki: BenchPki, n: numbe
       status: string;
       n: number;
     }>('SELECT status, count(*)::int AS n FROM actionledger.operations GROUP BY status ORDER BY status');
-    const { rows: outbox } = await env.producerPool.query<{ n: number }>('SELECT count(*)::int AS n FROM actionledger.outbox');
+    const { rows: outbox } = await env.producerPool.query<{ n: number }>(
+      'SELECT count(*)::int AS n FROM actionledger.outbox',
+    );
     const stats = await env.sandbox.stats();
     const total = rows.reduce((s, r) => s + r.n, 0);
     const byStatus = rows.map((r) => `${r.status}=${r.n}`).join(' ');
     const check = `operations ${byStatus}; outbox ${outbox[0]?.n}; provider POSTs ${stats.posts} (${stats.distinctKeys} keys, ${stats.effects} effects); authorizations ${stats.authorizations}`;
     const ok =
-      rows.length === 1 && rows[0]?.status === 'succeeded' && outbox[0]?.n === 0 && stats.posts === total && stats.distinctKeys === total && stats.authorizations === total;
+      rows.length === 1 &&
+      rows[0]?.status === 'succeeded' &&
+      outbox[0]?.n === 0 &&
+      stats.posts === total &&
+      stats.distinctKeys === total &&
+      stats.authorizations === total;
     if (!ok) process.stderr.write(`WARNING actionledger N=${n}: ${check}\n`);
     return {
       ...run,
@@ -240,7 +274,12 @@ export async function actionledgerCell(adminUrl: string, pki: BenchPki, n: numbe
  * no evidence, no row lock, no outcome write. The reservation and the two requests are work every dispatch
  * needs; this cell's rate is the most any dispatcher could reach here.
  */
-export async function floorCell(adminUrl: string, pki: BenchPki, n: number, limits: CellLimits): Promise<Run & { notSucceeded: number }> {
+export async function floorCell(
+  adminUrl: string,
+  pki: BenchPki,
+  n: number,
+  limits: CellLimits,
+): Promise<Run & { notSucceeded: number }> {
   const name = `al_bench_floor_${n}`;
   const url = await migratedDatabase(adminUrl, name);
   const env = await openDispatchBench(pki, url, n, 2, false);
@@ -257,7 +296,14 @@ export async function floorCell(adminUrl: string, pki: BenchPki, n: number, limi
       (tag: string) =>
       async (w: number, i: number): Promise<number> => {
         const t0 = performance.now();
-        const context = { tenant_id: 'tenant-a', principal_id: `producer-${w}`, task_id: `${tag}-${i}`, workflow_step_id: 's1', approval_id: 'a1', policy_version: 'v1' };
+        const context = {
+          tenant_id: 'tenant-a',
+          principal_id: `producer-${w}`,
+          task_id: `${tag}-${i}`,
+          workflow_step_id: 's1',
+          approval_id: 'a1',
+          policy_version: 'v1',
+        };
         const r = await env.ledger.reserve(context, 'issue_refund', ARGS);
         const op: ClaimedOperation = {
           operation_id: r.operation_id,
@@ -285,7 +331,8 @@ export async function floorCell(adminUrl: string, pki: BenchPki, n: number, limi
     await closedLoopOps(n, Math.max(20, 2 * n), limits.capMs, cycle('warm'));
     notSucceeded = 0;
     const run = await closedLoopOps(n, limits.ops, limits.capMs, cycle('run'), limits.minMs);
-    if (notSucceeded > 0) process.stderr.write(`WARNING floor N=${n}: ${notSucceeded} provider calls did not succeed\n`);
+    if (notSucceeded > 0)
+      process.stderr.write(`WARNING floor N=${n}: ${notSucceeded} provider calls did not succeed\n`);
     return { ...run, notSucceeded };
   } finally {
     cellContext.sandboxThread = null;
@@ -322,7 +369,13 @@ export interface SqlResult extends Run {
   check: string;
 }
 
-export async function sqlCell(adminUrl: string, n: number, variant: SqlVariant, requestMs: number, limits: CellLimits): Promise<SqlResult> {
+export async function sqlCell(
+  adminUrl: string,
+  n: number,
+  variant: SqlVariant,
+  requestMs: number,
+  limits: CellLimits,
+): Promise<SqlResult> {
   const name = `al_bench_dispatch_sql_${n}`;
   const url = await freshDatabase(adminUrl, name);
   const pool = createPool(url, {
@@ -371,9 +424,12 @@ export async function sqlCell(adminUrl: string, n: number, variant: SqlVariant, 
     sampler.start();
     const run = await closedLoopOps(n, limits.ops, limits.capMs, cycle, limits.minMs);
     const conns = sampler.stop();
-    const { rows } = await pool.query<{ status: string; n: number }>('SELECT status, count(*)::int AS n FROM ledger GROUP BY status ORDER BY status');
+    const { rows } = await pool.query<{ status: string; n: number }>(
+      'SELECT status, count(*)::int AS n FROM ledger GROUP BY status ORDER BY status',
+    );
     const check = rows.map((r) => `${r.status}=${r.n}`).join(' ');
-    if (rows.length !== 1 || rows[0]?.status !== 'succeeded') process.stderr.write(`WARNING sql ${variant} N=${n}: ${check}\n`);
+    if (rows.length !== 1 || rows[0]?.status !== 'succeeded')
+      process.stderr.write(`WARNING sql ${variant} N=${n}: ${check}\n`);
     return { ...run, connAvg: conns.avgInUse, emptyClaims, check };
   } finally {
     await pool.end();
@@ -452,9 +508,18 @@ async function openBoss(adminUrl: string, name: string, n: number): Promise<Benc
   };
 }
 
-async function jobStates(pool: ReturnType<typeof createPool>, queue: string): Promise<{ check: string; allCompleted: boolean }> {
-  const { rows } = await pool.query<{ state: string; n: number }>('SELECT state, count(*)::int AS n FROM pgboss.job WHERE name = $1 GROUP BY state ORDER BY state', [queue]);
-  return { check: rows.map((r) => `${r.state}=${r.n}`).join(' '), allCompleted: rows.length === 1 && rows[0]?.state === 'completed' };
+async function jobStates(
+  pool: ReturnType<typeof createPool>,
+  queue: string,
+): Promise<{ check: string; allCompleted: boolean }> {
+  const { rows } = await pool.query<{ state: string; n: number }>(
+    'SELECT state, count(*)::int AS n FROM pgboss.job WHERE name = $1 GROUP BY state ORDER BY state',
+    [queue],
+  );
+  return {
+    check: rows.map((r) => `${r.state}=${r.n}`).join(' '),
+    allCompleted: rows.length === 1 && rows[0]?.state === 'completed',
+  };
 }
 
 export async function pgBossCell(adminUrl: string, n: number, mode: BossMode, limits: CellLimits): Promise<BossResult> {
@@ -495,19 +560,25 @@ export interface BossEnqueueDrainResult {
  * fastest pg-boss drains a backlog with one worker. The drain's rate is jobs / (first fetch started -> last
  * `complete` acknowledged).
  */
-export async function pgBossEnqueueDrainCell(adminUrl: string, n: number, limits: CellLimits): Promise<BossEnqueueDrainResult> {
+export async function pgBossEnqueueDrainCell(
+  adminUrl: string,
+  n: number,
+  limits: CellLimits,
+): Promise<BossEnqueueDrainResult> {
   const b = await openBoss(adminUrl, `al_bench_run_boss_${n}`, n);
   const { boss } = b;
   try {
     await boss.start();
     await boss.createQueue('bench');
     await boss.createQueue('warm');
-    const send = (queue: string) => async (_w: number, i: number): Promise<number> => {
-      const t0 = performance.now();
-      const id = await boss.send(queue, { i });
-      if (id === null) throw new Error('pg-boss send returned null');
-      return performance.now() - t0;
-    };
+    const send =
+      (queue: string) =>
+      async (_w: number, i: number): Promise<number> => {
+        const t0 = performance.now();
+        const id = await boss.send(queue, { i });
+        if (id === null) throw new Error('pg-boss send returned null');
+        return performance.now() - t0;
+      };
     await closedLoopOps(n, Math.max(20, 2 * n), limits.capMs, send('warm'));
     const enqueue = await closedLoopOps(n, limits.ops, limits.capMs, send('bench'), limits.minMs);
 
@@ -524,8 +595,17 @@ export async function pgBossEnqueueDrainCell(adminUrl: string, n: number, limits
     const drained = b.completed();
     await boss.offWork('bench');
     const { check, allCompleted } = await jobStates(b.pool, 'bench');
-    if (!allCompleted || drained !== target) process.stderr.write(`WARNING pg-boss drain N=${n}: ${check}; ${drained} of ${target} completed\n`);
-    const drain: BossResult = { ops: drained, seconds, opsPerS: drained / seconds, p50Ms: NaN, p99Ms: NaN, ...load(), check };
+    if (!allCompleted || drained !== target)
+      process.stderr.write(`WARNING pg-boss drain N=${n}: ${check}; ${drained} of ${target} completed\n`);
+    const drain: BossResult = {
+      ops: drained,
+      seconds,
+      opsPerS: drained / seconds,
+      p50Ms: NaN,
+      p99Ms: NaN,
+      ...load(),
+      check,
+    };
     return { enqueue: { ...enqueue, check: `${target} sent` }, drain };
   } finally {
     await b.close();
@@ -546,20 +626,31 @@ export async function insertReserveCell(adminUrl: string, n: number, limits: Cel
   const pool = createPool(url, { max: n + 2, statementTimeoutMs: 60_000, applicationName: 'bench-reserve' });
   const client = await pool.connect();
   await migrate(client, 'actionledger', '"actionledger"');
-  await client.query('CREATE TABLE public.plain_insert (id bigserial PRIMARY KEY, payload text NOT NULL, at timestamptz NOT NULL DEFAULT now())');
+  await client.query(
+    'CREATE TABLE public.plain_insert (id bigserial PRIMARY KEY, payload text NOT NULL, at timestamptz NOT NULL DEFAULT now())',
+  );
   client.release();
   const ledger = benchLedger(url, pool);
   const payload = JSON.stringify(ARGS);
-  const timed = (fn: (w: number, i: number) => Promise<unknown>) => async (w: number, i: number): Promise<number> => {
-    const t0 = performance.now();
-    await fn(w, i);
-    return performance.now() - t0;
-  };
+  const timed =
+    (fn: (w: number, i: number) => Promise<unknown>) =>
+    async (w: number, i: number): Promise<number> => {
+      const t0 = performance.now();
+      await fn(w, i);
+      return performance.now() - t0;
+    };
   const insertOne = timed(() => pool.query('INSERT INTO public.plain_insert (payload) VALUES ($1)', [payload]));
   const reserveOne = (tag: string) =>
     timed((w, i) =>
       ledger.reserve(
-        { tenant_id: 'tenant-a', principal_id: `producer-${w}`, task_id: `${tag}-${i}`, workflow_step_id: 's1', approval_id: 'a1', policy_version: 'v1' },
+        {
+          tenant_id: 'tenant-a',
+          principal_id: `producer-${w}`,
+          task_id: `${tag}-${i}`,
+          workflow_step_id: 's1',
+          approval_id: 'a1',
+          policy_version: 'v1',
+        },
         'issue_refund',
         ARGS,
       ),
@@ -584,7 +675,11 @@ export function gitHead(): string {
     const head = execFileSync('git', ['rev-parse', '--short', 'HEAD'], {
       encoding: 'utf8',
     }).trim();
-    const status = execFileSync('git', ['status', '--porcelain', '--untracked-files=no', '--', 'core', 'ledger', 'dispatcher', 'sandbox', 'sql'], { encoding: 'utf8' });
+    const status = execFileSync(
+      'git',
+      ['status', '--porcelain', '--untracked-files=no', '--', 'core', 'ledger', 'dispatcher', 'sandbox', 'sql'],
+      { encoding: 'utf8' },
+    );
     const dirty = status
       .split('\n')
       .filter((l) => l.length > 3)
@@ -625,7 +720,9 @@ export function ratioOf(a: Run[], b: Run[]): number {
 }
 
 /** Node + PostgreSQL CPU per operation, in ms; the sandbox provider's and authorizer's thread and other processes excluded. */
-export const cpuMsPerOp = (r: Run): number => ((r.cpu.nodeCores - (Number.isNaN(r.cpu.threadCores) ? 0 : r.cpu.threadCores) + r.cpu.postgresCores) * 1000) / r.opsPerS;
+export const cpuMsPerOp = (r: Run): number =>
+  ((r.cpu.nodeCores - (Number.isNaN(r.cpu.threadCores) ? 0 : r.cpu.threadCores) + r.cpu.postgresCores) * 1000) /
+  r.opsPerS;
 
 export const list = (runs: Run[]): string => runs.map((r) => r.opsPerS.toFixed(0)).join(', ');
 export const round2 = (x: number): number | null => (Number.isFinite(x) ? Number(x.toFixed(2)) : null);

@@ -46,7 +46,12 @@ export const DEFAULT_CASES: ScalingCase[] = [
   { name: 'queued 1,000 + finished 100,000', queued: 1_000, finished: 100_000 },
 ];
 
-export type ClaimVariant = 'shipped' | 'previous' | 'previous, kill switches analyzed' | 'shipped, 1 kill switch, analyzed' | 'previous, 1 kill switch, analyzed';
+export type ClaimVariant =
+  | 'shipped'
+  | 'previous'
+  | 'previous, kill switches analyzed'
+  | 'shipped, 1 kill switch, analyzed'
+  | 'previous, 1 kill switch, analyzed';
 
 /**
  * The shipped claim's kill-switch test, `(no switch at all OR none for this row)`, and the plain NOT EXISTS it
@@ -61,7 +66,9 @@ const PREVIOUS_KILL_SWITCH_TEST = 'AND NOT EXISTS (\n          SELECT 1 FROM $1 
 
 /** The claim as it was before the fix, or null when the shipped claim no longer has the shape this rewrites. */
 export function previousClaim(shipped: string = q.outboxClaimBatch): string | null {
-  return SHIPPED_KILL_SWITCH_TEST.test(shipped) ? shipped.replace(SHIPPED_KILL_SWITCH_TEST, PREVIOUS_KILL_SWITCH_TEST) : null;
+  return SHIPPED_KILL_SWITCH_TEST.test(shipped)
+    ? shipped.replace(SHIPPED_KILL_SWITCH_TEST, PREVIOUS_KILL_SWITCH_TEST)
+    : null;
 }
 
 export interface ScalingRow {
@@ -98,7 +105,10 @@ export async function loadOperations(
   n: number,
   status: 'pending' | 'succeeded',
   tenant = 'tenant-a',
-  route: { providerId: string; endpoint: string } = { providerId: 'billing', endpoint: 'https://localhost:9443/v1/refunds' },
+  route: { providerId: string; endpoint: string } = {
+    providerId: 'billing',
+    endpoint: 'https://localhost:9443/v1/refunds',
+  },
 ): Promise<void> {
   const salt = randomBytes(4).toString('hex');
   for (let done = 0; done < n; done += 20_000) {
@@ -146,13 +156,26 @@ async function claimTimes(pool: Pool, text: string, maxClaims: number, maxMs: nu
  * The claim table's rows and the results entries for `rows`: each claim's p50 beside the same claim's p50 on
  * the first ledger of the run (`base`).
  */
-export function scalingReport(rows: ScalingRow[], base: ScalingCase | undefined): { table: (string | number)[][]; entries: ResultEntry[] } {
+export function scalingReport(
+  rows: ScalingRow[],
+  base: ScalingCase | undefined,
+): { table: (string | number)[][]; entries: ResultEntry[] } {
   const table: (string | number)[][] = [];
   const entries: ResultEntry[] = [];
   for (const r of rows) {
     const first = rows.find((b) => b.variant === r.variant && b.ledger === base);
     const ratio = first === undefined ? NaN : r.p50Ms / first.p50Ms;
-    table.push([r.ledger.name, r.variant, String(r.claims), r.p50Ms, r.p99Ms, ratio, String(r.rowsRead), String(r.buffers), r.scans]);
+    table.push([
+      r.ledger.name,
+      r.variant,
+      String(r.claims),
+      r.p50Ms,
+      r.p99Ms,
+      ratio,
+      String(r.rowsRead),
+      String(r.buffers),
+      r.scans,
+    ]);
     entries.push({
       name: `claim_32 ${r.variant}`,
       concurrency: 1,
@@ -186,7 +209,10 @@ export async function explainClaim(pool: Pool, text: string): Promise<PlanSummar
   const client = await pool.connect();
   try {
     await client.query('BEGIN');
-    const { rows } = await client.query<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, BUFFERS) ${text}`, [BATCH, 'bench-worker']);
+    const { rows } = await client.query<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, BUFFERS) ${text}`, [
+      BATCH,
+      'bench-worker',
+    ]);
     await client.query('ROLLBACK');
     return summarizePlan(rows.map((r) => r['QUERY PLAN']).join('\n'));
   } finally {
@@ -203,7 +229,10 @@ export function summarizePlan(text: string): PlanSummary {
   const scans: string[] = [];
   let rowsRead = 0;
   for (const line of lines) {
-    const m = /((?:Seq|Index Only|Index|Bitmap Heap) Scan)(?: using (\S+))? on (operations|outbox) (l|o)\s.*actual time=\S+ rows=([\d.]+) loops=(\d+)/.exec(line);
+    const m =
+      /((?:Seq|Index Only|Index|Bitmap Heap) Scan)(?: using (\S+))? on (operations|outbox) (l|o)\s.*actual time=\S+ rows=([\d.]+) loops=(\d+)/.exec(
+        line,
+      );
     if (m === null) continue;
     scans.push(`${m[1]}${m[2] === undefined ? '' : ` using ${m[2]}`} on ${m[3]}`);
     rowsRead += Number(m[5]) * Number(m[6]);
@@ -261,7 +290,10 @@ export async function runClaimScaling(adminUrl: string, options: ScalingOptions 
   const previous = previousClaim();
   const rows: ScalingRow[] = [];
   const notes: string[] = [];
-  if (previous === null) notes.push('The shipped claim no longer has the kill-switch test this benchmark rewrites: the previous claim was not measured.');
+  if (previous === null)
+    notes.push(
+      'The shipped claim no longer has the kill-switch test this benchmark rewrites: the previous claim was not measured.',
+    );
   for (const [i, c] of cases.entries()) {
     const name = `al_bench_scaling_${i}`;
     const url = await freshDatabase(adminUrl, name);
@@ -278,7 +310,9 @@ export async function runClaimScaling(adminUrl: string, options: ScalingOptions 
       const settings = await pool.query<{ mode: string; prepared: number }>(
         `SELECT current_setting('plan_cache_mode') AS mode, (SELECT count(*)::int FROM pg_prepared_statements) AS prepared`,
       );
-      notes.push(`${c.name}, after load + ANALYZE: ${await tableStats(pool)}; plan_cache_mode ${settings.rows[0]?.mode}, prepared statements in the session ${settings.rows[0]?.prepared}`);
+      notes.push(
+        `${c.name}, after load + ANALYZE: ${await tableStats(pool)}; plan_cache_mode ${settings.rows[0]?.mode}, prepared statements in the session ${settings.rows[0]?.prepared}`,
+      );
       const variants: [ClaimVariant, string | null][] = [
         ['shipped', q.outboxClaimBatch],
         ['previous', previous],
@@ -292,7 +326,9 @@ export async function runClaimScaling(adminUrl: string, options: ScalingOptions 
         if (variant === 'shipped, 1 kill switch, analyzed') {
           // One kill switch for a tenant with no queued work: the claim still takes 32, but the statistics now
           // say the table has a row, which is what a kill switch engaged once (or left on) leaves behind.
-          await pool.query(`INSERT INTO actionledger.gate_kill_switches (tenant_id, tool_name, engaged_by, reason) VALUES ('tenant-z', '*', 'bench', 'bench')`);
+          await pool.query(
+            `INSERT INTO actionledger.gate_kill_switches (tenant_id, tool_name, engaged_by, reason) VALUES ('tenant-z', '*', 'bench', 'bench')`,
+          );
           await pool.query('ANALYZE actionledger.gate_kill_switches');
         }
         const before = await explainClaim(pool, text);
@@ -312,7 +348,9 @@ export async function runClaimScaling(adminUrl: string, options: ScalingOptions 
           planStable: before.scans === after.scans,
           plan: after.text,
         });
-        log(`  ${c.name}, ${variant}: claim p50 ${p.p50Ms.toFixed(2)} ms, p99 ${p.p99Ms.toFixed(2)} ms over ${times.length} claims; ${after.scans}; rows read ${after.rowsRead}`);
+        log(
+          `  ${c.name}, ${variant}: claim p50 ${p.p50Ms.toFixed(2)} ms, p99 ${p.p99Ms.toFixed(2)} ms over ${times.length} claims; ${after.scans}; rows read ${after.rowsRead}`,
+        );
       }
       notes.push(`${c.name}, after the claims: ${await tableStats(pool)}`);
     } finally {

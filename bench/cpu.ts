@@ -82,13 +82,20 @@ export function cpuSplit(postmaster: number | null, thread: number | null = null
   const pg0 = postmaster === null ? NaN : treeTicks(postmaster);
   return () => {
     const m1 = machineTicks();
-    if (m0 === null || m1 === null || m1.total === m0.total) return { machineCores: NaN, nodeCores: NaN, threadCores: NaN, postgresCores: NaN, otherCores: NaN };
+    if (m0 === null || m1 === null || m1.total === m0.total)
+      return { machineCores: NaN, nodeCores: NaN, threadCores: NaN, postgresCores: NaN, otherCores: NaN };
     const perCore = (m1.total - m0.total) / n; // elapsed ticks of one core
     const machineCores = (m1.busy - m0.busy) / perCore;
     const nodeCores = ((procTicks('self')?.ticks ?? NaN) - node0) / perCore;
     const threadCores = (threadTicks() - thread0) / perCore;
     const postgresCores = postmaster === null ? NaN : (treeTicks(postmaster) - pg0) / perCore;
-    return { machineCores, nodeCores, threadCores, postgresCores, otherCores: machineCores - nodeCores - (Number.isNaN(postgresCores) ? 0 : postgresCores) };
+    return {
+      machineCores,
+      nodeCores,
+      threadCores,
+      postgresCores,
+      otherCores: machineCores - nodeCores - (Number.isNaN(postgresCores) ? 0 : postgresCores),
+    };
   };
 }
 

@@ -20,7 +20,13 @@ import { createLogger } from '../core/log.js';
 import { Metrics } from '../core/metrics.js';
 import type { Runtime } from '../core/runtime.js';
 import { Secret } from '../core/secret.js';
-import { dispatcherQueries, generateProfileKeyPair, openDispatcher, signProfile, type Dispatcher } from '../dispatcher/index.js';
+import {
+  dispatcherQueries,
+  generateProfileKeyPair,
+  openDispatcher,
+  signProfile,
+  type Dispatcher,
+} from '../dispatcher/index.js';
 import { EffectKeyer, Ledger } from '../ledger/index.js';
 import { createCa, issueClientCert, issueServerCert, type ServerTls } from '../sandbox/index.js';
 import type { SandboxThreadData, SandboxThreadMessage } from './dispatch-sandbox.js';
@@ -38,7 +44,11 @@ export async function createBenchPki(): Promise<BenchPki> {
   const ca = await createCa('bench-ca');
   const server = await issueServerCert(ca, { hosts: ['localhost', '127.0.0.1'] });
   const client = await issueClientCert(ca, 'dispatcher');
-  return { serverTls: { cert: server.cert, key: server.key, ca: ca.cert }, clientCert: client.cert, clientKey: client.key };
+  return {
+    serverTls: { cert: server.cert, key: server.key, ca: ca.cert },
+    clientCert: client.cert,
+    clientKey: client.key,
+  };
 }
 
 /** The sandbox servers in a worker thread. */
@@ -57,7 +67,9 @@ export class SandboxThread {
   }
 
   static async start(tls: ServerTls): Promise<SandboxThread> {
-    const worker = new Worker(new URL('./dispatch-sandbox.js', import.meta.url), { workerData: { tls, token: PROVIDER_TOKEN } satisfies SandboxThreadData });
+    const worker = new Worker(new URL('./dispatch-sandbox.js', import.meta.url), {
+      workerData: { tls, token: PROVIDER_TOKEN } satisfies SandboxThreadData,
+    });
     const ready = await next(worker, 'ready');
     if (ready.type !== 'ready') throw new Error('sandbox thread did not start');
     return new SandboxThread(worker, ready.endpoint, ready.authorizeUrl, ready.tid);
@@ -145,7 +157,10 @@ type QueryFn = (...args: unknown[]) => unknown;
 type After = (result: pg.QueryResult) => void;
 
 /** Wraps `query` on every client the pool creates; `observe` may return a callback run on success. */
-export function instrumentPool(pool: Pool, observe: (client: pg.PoolClient, text: string, values: unknown[] | undefined) => After | undefined): void {
+export function instrumentPool(
+  pool: Pool,
+  observe: (client: pg.PoolClient, text: string, values: unknown[] | undefined) => After | undefined,
+): void {
   pool.on('connect', (client: pg.PoolClient) => {
     const target = client as unknown as { query: QueryFn };
     const original = target.query.bind(client) as QueryFn;
@@ -153,7 +168,11 @@ export function instrumentPool(pool: Pool, observe: (client: pg.PoolClient, text
       const first = args[0];
       const text = typeof first === 'string' ? first : (first as { text?: unknown } | null)?.text;
       const inline = (first as { values?: unknown } | null)?.values;
-      const values = Array.isArray(args[1]) ? (args[1] as unknown[]) : Array.isArray(inline) ? (inline as unknown[]) : undefined;
+      const values = Array.isArray(args[1])
+        ? (args[1] as unknown[])
+        : Array.isArray(inline)
+          ? (inline as unknown[])
+          : undefined;
       const after = typeof text === 'string' ? observe(client, text, values) : undefined;
       if (after === undefined) return original(...args);
       const last = args[args.length - 1];
@@ -225,7 +244,9 @@ export class DispatchProbe {
 
   constructor(pool: Pool, config: Config) {
     const q = bindQueries(dispatcherQueries, config.schemaQuoted);
-    pool.on('acquire', (client: pg.PoolClient) => this.#state.set(client, { inTxn: false, lockedAt: undefined, pending: undefined }));
+    pool.on('acquire', (client: pg.PoolClient) =>
+      this.#state.set(client, { inTxn: false, lockedAt: undefined, pending: undefined }),
+    );
     instrumentPool(pool, (client, text, values) => {
       let st = this.#state.get(client);
       if (st === undefined) {
@@ -261,8 +282,12 @@ export class DispatchProbe {
         }
         return (res) => {
           const t = performance.now();
-          const changed = batch ? new Set((res.rows as { operation_id: string }[]).map((r) => r.operation_id)) : undefined;
-          for (const d of done) if (changed?.has(d.op) ?? (res.rows[0] as { n?: number } | undefined)?.n === 1) this.#finish(d.op, d.status, t);
+          const changed = batch
+            ? new Set((res.rows as { operation_id: string }[]).map((r) => r.operation_id))
+            : undefined;
+          for (const d of done)
+            if (changed?.has(d.op) ?? (res.rows[0] as { n?: number } | undefined)?.n === 1)
+              this.#finish(d.op, d.status, t);
         };
       }
       if (text === 'COMMIT') {
@@ -323,7 +348,13 @@ process.once('exit', () => {
   for (const dir of tempDirs) rmSync(dir, { recursive: true, force: true });
 });
 
-export async function openDispatchBench(pki: BenchPki, url: string, concurrency: number, dispatcherPoolMax: number, startDispatcher = true): Promise<DispatchBench> {
+export async function openDispatchBench(
+  pki: BenchPki,
+  url: string,
+  concurrency: number,
+  dispatcherPoolMax: number,
+  startDispatcher = true,
+): Promise<DispatchBench> {
   const dir = mkdtempSync(join(tmpdir(), 'al-bench-dispatch-'));
   tempDirs.add(dir);
   const sandbox = await SandboxThread.start(pki.serverTls);
@@ -350,7 +381,11 @@ export async function openDispatchBench(pki: BenchPki, url: string, concurrency:
   const raw = {
     dispatcher: {
       concurrency,
-      profile: { path: join(dir, 'profile.json'), signature_path: join(dir, 'profile.sig'), public_key_path: join(dir, 'profile.pub') },
+      profile: {
+        path: join(dir, 'profile.json'),
+        signature_path: join(dir, 'profile.sig'),
+        public_key_path: join(dir, 'profile.pub'),
+      },
       tls: { ca_file: join(dir, 'ca.crt'), cert_file: join(dir, 'client.crt'), key_file: join(dir, 'client.key') },
     },
     tools: {
@@ -366,10 +401,22 @@ export async function openDispatchBench(pki: BenchPki, url: string, concurrency:
   };
   const env: NodeJS.ProcessEnv = { DATABASE_URL: url, [CREDENTIAL_ENV]: PROVIDER_TOKEN, LOG_LEVEL: 'warn' };
   const config = compileConfig(raw, env);
-  const producerPool = createPool(url, { max: concurrency + 2, statementTimeoutMs: 60_000, applicationName: 'bench-producer' });
-  const dispatcherPool = createPool(url, { max: dispatcherPoolMax, statementTimeoutMs: 60_000, applicationName: 'bench-dispatcher' });
+  const producerPool = createPool(url, {
+    max: concurrency + 2,
+    statementTimeoutMs: 60_000,
+    applicationName: 'bench-producer',
+  });
+  const dispatcherPool = createPool(url, {
+    max: dispatcherPoolMax,
+    statementTimeoutMs: 60_000,
+    applicationName: 'bench-dispatcher',
+  });
   const probe = new DispatchProbe(dispatcherPool, config);
-  const ledger = new Ledger(config, producerPool, new EffectKeyer({ active: 'k1', secrets: new Map([['k1', new Secret(Buffer.alloc(32, 7))]]) }));
+  const ledger = new Ledger(
+    config,
+    producerPool,
+    new EffectKeyer({ active: 'k1', secrets: new Map([['k1', new Secret(Buffer.alloc(32, 7))]]) }),
+  );
   const runtime: Runtime = {
     config,
     log: createLogger({ level: 'warn', name: 'bench-dispatcher' }),

@@ -54,4 +54,9 @@ function threadId(): number | null {
   }
 }
 
-main().catch((err: unknown) => parentPort?.postMessage({ type: 'error', message: (err as Error)?.stack ?? String(err) } satisfies SandboxThreadMessage));
+main().catch((err: unknown) =>
+  parentPort?.postMessage({
+    type: 'error',
+    message: (err as Error)?.stack ?? String(err),
+  } satisfies SandboxThreadMessage),
+);

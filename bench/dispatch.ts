@@ -70,7 +70,9 @@ async function main(): Promise<void> {
   stopOnSignal(db);
   cellContext.postmaster = await findPostmaster(db.adminUrl).catch(() => null);
   const pki = await createBenchPki();
-  process.stdout.write(`# PostgreSQL ${db.version}; ${machine()}; ${ROUNDS} rounds; per cell at least ${OPS} ops and ${MIN_MS / 1000} s, none started after ${CELL_MS / 1000} s\n`);
+  process.stdout.write(
+    `# PostgreSQL ${db.version}; ${machine()}; ${ROUNDS} rounds; per cell at least ${OPS} ops and ${MIN_MS / 1000} s, none started after ${CELL_MS / 1000} s\n`,
+  );
   const entries: ResultEntry[] = [];
   const throughput: (string | number)[][] = [];
   const latency: (string | number)[][] = [];
@@ -88,7 +90,10 @@ async function main(): Promise<void> {
       let discarded = 0;
       for (let round = 1; als.length < ROUNDS; round++) {
         const quiet = await waitForQuiet(cellContext.postmaster, QUIET_MAX_MS, NOISY_CORES);
-        if (quiet >= NOISY_CORES) process.stdout.write(`  (other processes still used ${quiet.toFixed(2)} cores after ${QUIET_MAX_MS / 1000} s; measuring anyway)\n`);
+        if (quiet >= NOISY_CORES)
+          process.stdout.write(
+            `  (other processes still used ${quiet.toFixed(2)} cores after ${QUIET_MAX_MS / 1000} s; measuring anyway)\n`,
+          );
         const al = await actionledgerCell(db.adminUrl, pki, n, LIMITS);
         // The simulated request lasts as long as the first round's measured provider call (whole ms).
         const reqMs = requestMs ?? Math.max(1, Math.round(al.providerP50Ms));
@@ -96,7 +101,9 @@ async function main(): Promise<void> {
         const outside = await sqlCell(db.adminUrl, n, 'request_outside_lock', reqMs, LIMITS);
         const under = await sqlCell(db.adminUrl, n, 'request_under_lock', reqMs, LIMITS);
         const notify = await pgBossCell(db.adminUrl, n, 'notify', LIMITS);
-        const other = Math.max(...[al, sql, outside, under, notify].map((r) => (Number.isNaN(r.cpu.otherCores) ? 0 : r.cpu.otherCores)));
+        const other = Math.max(
+          ...[al, sql, outside, under, notify].map((r) => (Number.isNaN(r.cpu.otherCores) ? 0 : r.cpu.otherCores)),
+        );
         const keep = other < NOISY_CORES || discarded >= ROUNDS;
         process.stdout.write(
           `  N=${n} round ${round}${keep ? '' : ' DISCARDED'}: actionledger ${al.opsPerS.toFixed(0)} ops/s (main-thread ELU ${al.elu.toFixed(2)}; cores: Node ${al.cpu.nodeCores.toFixed(2)}, PostgreSQL ${al.cpu.postgresCores.toFixed(2)}); ` +
@@ -127,9 +134,41 @@ async function main(): Promise<void> {
       const alNotify = ratioOf(als, notifies);
       const underOutside = ratioOf(unders, outsides);
 
-      throughput.push([String(n), al.opsPerS, sql.opsPerS, alSql, poll.opsPerS, al.opsPerS / poll.opsPerS, notify.opsPerS, alNotify, al.cpu.otherCores]);
-      latency.push([String(n), al.p50Ms, al.p99Ms, al.wakeP50Ms, poll.p50Ms, poll.p99Ms, notify.p50Ms, notify.p99Ms, sql.p50Ms, sql.p99Ms]);
-      locks.push([String(n), al.providerP50Ms, al.lockHeldP50Ms, al.connAvg, String(reqMs), outside.opsPerS, under.opsPerS, underOutside, outside.connAvg, under.connAvg]);
+      throughput.push([
+        String(n),
+        al.opsPerS,
+        sql.opsPerS,
+        alSql,
+        poll.opsPerS,
+        al.opsPerS / poll.opsPerS,
+        notify.opsPerS,
+        alNotify,
+        al.cpu.otherCores,
+      ]);
+      latency.push([
+        String(n),
+        al.p50Ms,
+        al.p99Ms,
+        al.wakeP50Ms,
+        poll.p50Ms,
+        poll.p99Ms,
+        notify.p50Ms,
+        notify.p99Ms,
+        sql.p50Ms,
+        sql.p99Ms,
+      ]);
+      locks.push([
+        String(n),
+        al.providerP50Ms,
+        al.lockHeldP50Ms,
+        al.connAvg,
+        String(reqMs),
+        outside.opsPerS,
+        under.opsPerS,
+        underOutside,
+        outside.connAvg,
+        under.connAvg,
+      ]);
 
       cpu.push([
         String(n),
@@ -228,7 +267,9 @@ async function main(): Promise<void> {
   } finally {
     await db.close();
   }
-  process.stdout.write(`\nThroughput (operations/s with N in flight; medians of ${ROUNDS} rounds, ratios: median of per-round ratios; pg-boss poll 1 round):\n`);
+  process.stdout.write(
+    `\nThroughput (operations/s with N in flight; medians of ${ROUNDS} rounds, ratios: median of per-round ratios; pg-boss poll 1 round):\n`,
+  );
   const t1 = printTable(
     [
       'N',
@@ -245,7 +286,18 @@ async function main(): Promise<void> {
   );
   process.stdout.write('\nLatency (ms): enqueue commit acknowledged -> completion commit acknowledged:\n');
   const t2 = printTable(
-    ['N', 'AL p50', 'AL p99', 'AL commit->claim p50', 'pg-boss poll p50', 'pg-boss poll p99', 'pg-boss notify p50', 'pg-boss notify p99', 'SQL cycle p50', 'SQL cycle p99'],
+    [
+      'N',
+      'AL p50',
+      'AL p99',
+      'AL commit->claim p50',
+      'pg-boss poll p50',
+      'pg-boss poll p99',
+      'pg-boss notify p50',
+      'pg-boss notify p99',
+      'SQL cycle p50',
+      'SQL cycle p99',
+    ],
     latency,
   );
   process.stdout.write('\nRow lock across the provider call:\n');
@@ -264,7 +316,9 @@ async function main(): Promise<void> {
     ],
     locks,
   );
-  process.stdout.write('\nWhere the CPU goes (cores; ms of Node + PostgreSQL CPU per operation, sandbox servers excluded):\n');
+  process.stdout.write(
+    '\nWhere the CPU goes (cores; ms of Node + PostgreSQL CPU per operation, sandbox servers excluded):\n',
+  );
   const t4 = printTable(
     [
       'N',

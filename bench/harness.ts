@@ -77,7 +77,11 @@ export interface LoadResult {
 }
 
 /** Runs `fn(worker, i)` from `concurrency` closed loops for `durationMs`; latency per call. */
-export async function closedLoop(concurrency: number, durationMs: number, fn: (worker: number, i: number) => Promise<void>): Promise<LoadResult> {
+export async function closedLoop(
+  concurrency: number,
+  durationMs: number,
+  fn: (worker: number, i: number) => Promise<void>,
+): Promise<LoadResult> {
   const latencies: number[] = [];
   const start = performance.now();
   const deadline = start + durationMs;
@@ -110,8 +114,13 @@ export function machine(): string {
 export function printTable(header: string[], rows: (string | number)[][]): string {
   const cells = [header, ...rows.map((r) => r.map((c) => (typeof c === 'number' ? formatNumber(c) : c)))];
   const widths = header.map((_, i) => Math.max(...cells.map((r) => String(r[i] ?? '').length)));
-  const line = (r: (string | number)[]): string => `| ${r.map((c, i) => String(c).padEnd(widths[i] ?? 0)).join(' | ')} |`;
-  const out = [line(cells[0] ?? []), `|${widths.map((w) => '-'.repeat(w + 2)).join('|')}|`, ...cells.slice(1).map(line)].join('\n');
+  const line = (r: (string | number)[]): string =>
+    `| ${r.map((c, i) => String(c).padEnd(widths[i] ?? 0)).join(' | ')} |`;
+  const out = [
+    line(cells[0] ?? []),
+    `|${widths.map((w) => '-'.repeat(w + 2)).join('|')}|`,
+    ...cells.slice(1).map(line),
+  ].join('\n');
   process.stdout.write(out + '\n');
   return out;
 }
@@ -135,7 +144,9 @@ export interface ResultEntry {
 /** Replaces this benchmark's entries in bench/results.json, keeping the others'. */
 export function saveResults(bench: string, entries: ResultEntry[], meta: Record<string, string>): void {
   const path = join('bench', 'results.json');
-  const all = existsSync(path) ? (JSON.parse(readFileSync(path, 'utf8')) as { runs: Record<string, unknown> }) : { runs: {} };
+  const all = existsSync(path)
+    ? (JSON.parse(readFileSync(path, 'utf8')) as { runs: Record<string, unknown> })
+    : { runs: {} };
   all.runs[bench] = { ...meta, at: new Date().toISOString(), entries };
   writeFileSync(path, JSON.stringify(all, null, 2) + '\n');
 }

@@ -5,7 +5,15 @@
 import { createPool } from '../core/db.js';
 import { migrate } from '../core/migrate.js';
 import { benchLedger } from './cells.js';
-import { closedLoop, freshDatabase, machine, openBenchDatabase, printTable, saveResults, type ResultEntry } from './harness.js';
+import {
+  closedLoop,
+  freshDatabase,
+  machine,
+  openBenchDatabase,
+  printTable,
+  saveResults,
+  type ResultEntry,
+} from './harness.js';
 
 const DURATION_MS = Number(process.env.BENCH_SECONDS ?? 4) * 1000;
 const LEVELS = [1, 4, 16];
@@ -16,7 +24,9 @@ async function main(): Promise<void> {
   const pool = createPool(url, { max: 20, statementTimeoutMs: 60_000, applicationName: 'bench' });
   const client = await pool.connect();
   await migrate(client, 'actionledger', '"actionledger"');
-  await client.query('CREATE TABLE public.plain_insert (id bigserial PRIMARY KEY, payload text NOT NULL, at timestamptz NOT NULL DEFAULT now())');
+  await client.query(
+    'CREATE TABLE public.plain_insert (id bigserial PRIMARY KEY, payload text NOT NULL, at timestamptz NOT NULL DEFAULT now())',
+  );
   client.release();
 
   const ledger = benchLedger(url, pool);
@@ -31,7 +41,14 @@ async function main(): Promise<void> {
     });
     const reserve = await closedLoop(c, DURATION_MS, async (w, i) => {
       await ledger.reserve(
-        { tenant_id: 'tenant-a', principal_id: `p-${w}`, task_id: `task-${c}-${i}`, workflow_step_id: 's1', approval_id: 'a1', policy_version: 'v1' },
+        {
+          tenant_id: 'tenant-a',
+          principal_id: `p-${w}`,
+          task_id: `task-${c}-${i}`,
+          workflow_step_id: 's1',
+          approval_id: 'a1',
+          policy_version: 'v1',
+        },
         'issue_refund',
         args,
       );
@@ -39,11 +56,27 @@ async function main(): Promise<void> {
     const ratio = reserve.opsPerS / plain.opsPerS;
     rows.push([String(c), plain.opsPerS, reserve.opsPerS, ratio, reserve.p50Ms, reserve.p99Ms]);
     entries.push(
-      { name: 'plain_insert_commit', concurrency: c, ops_per_s: plain.opsPerS, p50_ms: plain.p50Ms, p99_ms: plain.p99Ms },
-      { name: 'reserve', concurrency: c, ops_per_s: reserve.opsPerS, p50_ms: reserve.p50Ms, p99_ms: reserve.p99Ms, ratio_to_plain_insert: ratio },
+      {
+        name: 'plain_insert_commit',
+        concurrency: c,
+        ops_per_s: plain.opsPerS,
+        p50_ms: plain.p50Ms,
+        p99_ms: plain.p99Ms,
+      },
+      {
+        name: 'reserve',
+        concurrency: c,
+        ops_per_s: reserve.opsPerS,
+        p50_ms: reserve.p50Ms,
+        p99_ms: reserve.p99Ms,
+        ratio_to_plain_insert: ratio,
+      },
     );
   }
-  printTable(['clients', 'plain INSERT commits/s', 'reserve/s', 'reserve / INSERT', 'reserve p50 ms', 'reserve p99 ms'], rows);
+  printTable(
+    ['clients', 'plain INSERT commits/s', 'reserve/s', 'reserve / INSERT', 'reserve p50 ms', 'reserve p99 ms'],
+    rows,
+  );
   saveResults('reserve', entries, { machine: machine(), postgres: db.version });
   ledger.stop();
   await pool.end();

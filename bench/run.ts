@@ -113,7 +113,14 @@ async function serverFacts(url: string): Promise<Record<string, string>> {
   await c.connect();
   try {
     const out: Record<string, string> = {};
-    for (const name of ['server_version', 'fsync', 'synchronous_commit', 'full_page_writes', 'shared_buffers', 'wal_level']) {
+    for (const name of [
+      'server_version',
+      'fsync',
+      'synchronous_commit',
+      'full_page_writes',
+      'shared_buffers',
+      'wal_level',
+    ]) {
       const { rows } = await c.query<Record<string, string>>(`SHOW ${name}`);
       out[name] = Object.values(rows[0] ?? {})[0] ?? '?';
     }
@@ -136,7 +143,9 @@ async function main(): Promise<void> {
     `PostgreSQL ${server.server_version} (${process.env.DATABASE_URL ? 'DATABASE_URL' : 'embedded'}), fsync ${server.fsync}, ` +
     `synchronous_commit ${server.synchronous_commit}, full_page_writes ${server.full_page_writes}, shared_buffers ${server.shared_buffers}, at ${tree}`;
   log(`# ${machineLine}`);
-  log(`# ${QUICK ? 'QUICK smoke run; ' : ''}${ROUNDS} round(s) at N = ${LEVELS.join(', ')}; throughput cells ${THROUGHPUT_MS / 1000} s; lifecycle cells >= ${LIFECYCLE.ops} ops and ${LIFECYCLE.minMs / 1000} s, none started after ${LIFECYCLE.capMs / 1000} s`);
+  log(
+    `# ${QUICK ? 'QUICK smoke run; ' : ''}${ROUNDS} round(s) at N = ${LEVELS.join(', ')}; throughput cells ${THROUGHPUT_MS / 1000} s; lifecycle cells >= ${LIFECYCLE.ops} ops and ${LIFECYCLE.minMs / 1000} s, none started after ${LIFECYCLE.capMs / 1000} s`,
+  );
   const pki = await createBenchPki();
 
   const byLevel = new Map<number, Round[]>();
@@ -152,7 +161,10 @@ async function main(): Promise<void> {
       for (const n of LEVELS) {
         if ((byLevel.get(n)?.length ?? 0) >= ROUNDS) continue;
         const quiet = await waitForQuiet(cellContext.postmaster, QUIET_MAX_MS, NOISY_CORES);
-        if (quiet >= NOISY_CORES) log(`  (other processes still used ${quiet.toFixed(2)} cores after ${QUIET_MAX_MS / 1000} s; measuring anyway)`);
+        if (quiet >= NOISY_CORES)
+          log(
+            `  (other processes still used ${quiet.toFixed(2)} cores after ${QUIET_MAX_MS / 1000} s; measuring anyway)`,
+          );
         const { insert, reserve } = await insertReserveCell(db.adminUrl, n, THROUGHPUT);
         const sql = await sqlCell(db.adminUrl, n, 'plain', 0, LIFECYCLE);
         const { enqueue: bossSend, drain: bossDrain } = await pgBossEnqueueDrainCell(db.adminUrl, n, THROUGHPUT);
@@ -171,7 +183,10 @@ async function main(): Promise<void> {
           discarded.set(n, (discarded.get(n) ?? 0) + 1);
           continue;
         }
-        byLevel.set(n, [...(byLevel.get(n) ?? []), { insert, reserve, sql, bossSend, bossDrain, bossLive, al, floor, otherCores }]);
+        byLevel.set(n, [
+          ...(byLevel.get(n) ?? []),
+          { insert, reserve, sql, bossSend, bossDrain, bossLive, al, floor, otherCores },
+        ]);
       }
     }
     if (flags['no-scaling'] !== true) {
@@ -191,7 +206,9 @@ async function main(): Promise<void> {
         await waitForQuiet(cellContext.postmaster, QUIET_MAX_MS, NOISY_CORES);
         const b = await backlogCell(db.adminUrl, pki, queued, BACKLOG_CONCURRENCY, 8, QUICK ? 500 : 3000);
         backlog.push(b);
-        log(`  ${queued} queued: drained at ${b.drainOpsPerS.toFixed(0)}/s in ${b.drainSeconds.toFixed(1)} s (${b.states}); then reserve ${b.reserve.opsPerS.toFixed(0)}/s`);
+        log(
+          `  ${queued} queued: drained at ${b.drainOpsPerS.toFixed(0)}/s in ${b.drainSeconds.toFixed(1)} s (${b.states}); then reserve ${b.reserve.opsPerS.toFixed(0)}/s`,
+        );
       }
     }
   } finally {
@@ -218,28 +235,97 @@ async function main(): Promise<void> {
     const al = m((r) => r.al);
     const floor = m((r) => r.floor);
     const other = medianOf(rs.map((r) => r.otherCores));
-    loads.push(`N = ${n}: ${rs.map((r) => r.otherCores.toFixed(2)).join(' / ')} cores (${discarded.get(n) ?? 0} round(s) discarded)`);
-    const sqlToInsert = ratio(rs, (r) => r.sql.opsPerS, (r) => r.insert.opsPerS);
-    const sendToInsert = ratio(rs, (r) => r.bossSend.opsPerS, (r) => r.insert.opsPerS);
-    const liveToSql = ratio(rs, (r) => r.bossLive.opsPerS, (r) => r.sql.opsPerS);
-    const reserveToInsert = ratio(rs, (r) => r.reserve.opsPerS, (r) => r.insert.opsPerS);
-    const reserveToSend = ratio(rs, (r) => r.reserve.opsPerS, (r) => r.bossSend.opsPerS);
-    const alToSql = ratio(rs, (r) => r.al.opsPerS, (r) => r.sql.opsPerS);
-    const alToLive = ratio(rs, (r) => r.al.opsPerS, (r) => r.bossLive.opsPerS);
-    const alToDrain = ratio(rs, (r) => r.al.opsPerS, (r) => r.bossDrain.opsPerS);
-    const floorToSql = ratio(rs, (r) => r.floor.opsPerS, (r) => r.sql.opsPerS);
-    const alToFloor = ratio(rs, (r) => r.al.opsPerS, (r) => r.floor.opsPerS);
+    loads.push(
+      `N = ${n}: ${rs.map((r) => r.otherCores.toFixed(2)).join(' / ')} cores (${discarded.get(n) ?? 0} round(s) discarded)`,
+    );
+    const sqlToInsert = ratio(
+      rs,
+      (r) => r.sql.opsPerS,
+      (r) => r.insert.opsPerS,
+    );
+    const sendToInsert = ratio(
+      rs,
+      (r) => r.bossSend.opsPerS,
+      (r) => r.insert.opsPerS,
+    );
+    const liveToSql = ratio(
+      rs,
+      (r) => r.bossLive.opsPerS,
+      (r) => r.sql.opsPerS,
+    );
+    const reserveToInsert = ratio(
+      rs,
+      (r) => r.reserve.opsPerS,
+      (r) => r.insert.opsPerS,
+    );
+    const reserveToSend = ratio(
+      rs,
+      (r) => r.reserve.opsPerS,
+      (r) => r.bossSend.opsPerS,
+    );
+    const alToSql = ratio(
+      rs,
+      (r) => r.al.opsPerS,
+      (r) => r.sql.opsPerS,
+    );
+    const alToLive = ratio(
+      rs,
+      (r) => r.al.opsPerS,
+      (r) => r.bossLive.opsPerS,
+    );
+    const alToDrain = ratio(
+      rs,
+      (r) => r.al.opsPerS,
+      (r) => r.bossDrain.opsPerS,
+    );
+    const floorToSql = ratio(
+      rs,
+      (r) => r.floor.opsPerS,
+      (r) => r.sql.opsPerS,
+    );
+    const alToFloor = ratio(
+      rs,
+      (r) => r.al.opsPerS,
+      (r) => r.floor.opsPerS,
+    );
     const N = String(n);
     rows.push(
       [N, 'INSERT one row, commit', insert.opsPerS, insert.p50Ms, insert.p99Ms, 1, dash, dash],
       [N, 'SQL outbox lifecycle, 3 commits (ceiling)', sql.opsPerS, sql.p50Ms, sql.p99Ms, sqlToInsert, 1, dash],
       [N, 'pg-boss send', bossSend.opsPerS, bossSend.p50Ms, bossSend.p99Ms, sendToInsert, dash, 1],
       [N, `pg-boss no-op processing of those jobs (batch ${n})`, bossDrain.opsPerS, dash, dash, dash, dash, dash],
-      [N, 'pg-boss send -> completed, N in flight', bossLive.opsPerS, bossLive.p50Ms, bossLive.p99Ms, dash, liveToSql, 1],
+      [
+        N,
+        'pg-boss send -> completed, N in flight',
+        bossLive.opsPerS,
+        bossLive.p50Ms,
+        bossLive.p99Ms,
+        dash,
+        liveToSql,
+        1,
+      ],
       [N, 'actionledger reserve', reserve.opsPerS, reserve.p50Ms, reserve.p99Ms, reserveToInsert, dash, reserveToSend],
-      [N, 'actionledger reserve -> succeeded (mTLS), N in flight', al.opsPerS, al.p50Ms, al.p99Ms, dash, alToSql, alToLive],
+      [
+        N,
+        'actionledger reserve -> succeeded (mTLS), N in flight',
+        al.opsPerS,
+        al.p50Ms,
+        al.p99Ms,
+        dash,
+        alToSql,
+        alToLive,
+      ],
       [N, 'actionledger reserve commit -> claimed', dash, al.wakeP50Ms, al.wakeP99Ms, dash, dash, dash],
-      [N, `floor: reserve + the two mTLS calls, no dispatch bookkeeping (end to end / floor ${alToFloor.toFixed(2)})`, floor.opsPerS, floor.p50Ms, floor.p99Ms, dash, floorToSql, dash],
+      [
+        N,
+        `floor: reserve + the two mTLS calls, no dispatch bookkeeping (end to end / floor ${alToFloor.toFixed(2)})`,
+        floor.opsPerS,
+        floor.p50Ms,
+        floor.p99Ms,
+        dash,
+        floorToSql,
+        dash,
+      ],
     );
     const rounds = (f: (r: Round) => Run): string => list(rs.map(f));
     const e = (name: string, r: Run, extra: Record<string, string | number | null>): ResultEntry => ({
@@ -255,9 +341,21 @@ async function main(): Promise<void> {
       e('plain_insert_commit', insert, { ops_per_s_rounds: rounds((r) => r.insert) }),
       e('sql_lifecycle_3_commits', sql, { ratio_to_insert: sqlToInsert, ops_per_s_rounds: rounds((r) => r.sql) }),
       e('pgboss_send', bossSend, { ratio_to_insert: sendToInsert, ops_per_s_rounds: rounds((r) => r.bossSend) }),
-      e('pgboss_noop_drain', bossDrain, { batch_size: n, jobs: bossDrain.ops, ops_per_s_rounds: rounds((r) => r.bossDrain) }),
-      e('pgboss_send_to_completed', bossLive, { ratio_to_sql_lifecycle: liveToSql, ops_per_s_rounds: rounds((r) => r.bossLive) }),
-      e('actionledger_reserve', reserve, { ratio_to_insert: reserveToInsert, ratio_to_pgboss: reserveToSend, ratio_to_pgboss_send: reserveToSend, ops_per_s_rounds: rounds((r) => r.reserve) }),
+      e('pgboss_noop_drain', bossDrain, {
+        batch_size: n,
+        jobs: bossDrain.ops,
+        ops_per_s_rounds: rounds((r) => r.bossDrain),
+      }),
+      e('pgboss_send_to_completed', bossLive, {
+        ratio_to_sql_lifecycle: liveToSql,
+        ops_per_s_rounds: rounds((r) => r.bossLive),
+      }),
+      e('actionledger_reserve', reserve, {
+        ratio_to_insert: reserveToInsert,
+        ratio_to_pgboss: reserveToSend,
+        ratio_to_pgboss_send: reserveToSend,
+        ops_per_s_rounds: rounds((r) => r.reserve),
+      }),
       e('actionledger_end_to_end', al, {
         ratio_to_sql_lifecycle: alToSql,
         ratio_to_pgboss: alToLive,
@@ -275,21 +373,43 @@ async function main(): Promise<void> {
         rounds_discarded_for_other_load: discarded.get(n) ?? 0,
         check: al.check,
       }),
-      e('floor_reserve_and_two_mtls_calls', floor, { ratio_to_sql_lifecycle: floorToSql, ops_per_s_rounds: rounds((r) => r.floor) }),
+      e('floor_reserve_and_two_mtls_calls', floor, {
+        ratio_to_sql_lifecycle: floorToSql,
+        ops_per_s_rounds: rounds((r) => r.floor),
+      }),
     );
   }
-  log('\nThroughput and latency (medians over rounds; ratios are medians of per-round ratios; latency per operation, ms):');
-  const t1 = printTable(['N', 'measurement', 'ops/s', 'p50 ms', 'p99 ms', '/ INSERT', '/ SQL lifecycle', '/ pg-boss'], rows);
+  log(
+    '\nThroughput and latency (medians over rounds; ratios are medians of per-round ratios; latency per operation, ms):',
+  );
+  const t1 = printTable(
+    ['N', 'measurement', 'ops/s', 'p50 ms', 'p99 ms', '/ INSERT', '/ SQL lifecycle', '/ pg-boss'],
+    rows,
+  );
   log(`Other processes, most cores in any cell of each kept round: ${loads.join('; ')}`);
 
   const { table: scalingRows, entries: scalingEntries } = scalingReport(scaling, SCALING_CASES[0]);
   entries.push(...scalingEntries);
   let t2 = '';
   if (scaling.length > 0) {
-    for (const r of scaling) log(`\n== ${r.ledger.name}, ${r.variant} claim: EXPLAIN (ANALYZE, BUFFERS) after ${r.claims} claims\n${r.plan}`);
+    for (const r of scaling)
+      log(`\n== ${r.ledger.name}, ${r.variant} claim: EXPLAIN (ANALYZE, BUFFERS) after ${r.claims} claims\n${r.plan}`);
     log('\n' + scalingNotes.map((x) => `- ${x}`).join('\n'));
     log(`\nClaim of 32 as the queue grows (each claim rolled back; p50 / first ledger's p50 of the same claim):`);
-    t2 = printTable(['ledger', 'claim', 'claims', 'p50 ms', 'p99 ms', `p50 / ${SCALING_CASES[0]?.name}`, 'rows read by the pick', 'shared buffers', 'scans in the pick'], scalingRows);
+    t2 = printTable(
+      [
+        'ledger',
+        'claim',
+        'claims',
+        'p50 ms',
+        'p99 ms',
+        `p50 / ${SCALING_CASES[0]?.name}`,
+        'rows read by the pick',
+        'shared buffers',
+        'scans in the pick',
+      ],
+      scalingRows,
+    );
   }
   let t3 = '';
   if (backlog.length > 0) {
@@ -327,9 +447,21 @@ async function main(): Promise<void> {
         ratio_to_first_backlog: b.reserve.opsPerS / first.reserve.opsPerS,
       });
     }
-    log(`\nBacklog drained by one dispatcher (concurrency ${BACKLOG_CONCURRENCY}), then reservations into that ledger (8 in flight):`);
+    log(
+      `\nBacklog drained by one dispatcher (concurrency ${BACKLOG_CONCURRENCY}), then reservations into that ledger (8 in flight):`,
+    );
     t3 = printTable(
-      ['queued', 'drain ops/s', `/ ${first.queued.toLocaleString('en-US')} queued`, 'drain s', 'after the drain', 'reserve ops/s after', `/ after ${first.queued.toLocaleString('en-US')}`, 'reserve p50 ms', 'reserve p99 ms'],
+      [
+        'queued',
+        'drain ops/s',
+        `/ ${first.queued.toLocaleString('en-US')} queued`,
+        'drain s',
+        'after the drain',
+        'reserve ops/s after',
+        `/ after ${first.queued.toLocaleString('en-US')}`,
+        'reserve p50 ms',
+        'reserve p99 ms',
+      ],
       backlogRows,
     );
   }

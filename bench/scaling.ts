@@ -16,13 +16,29 @@ const CLAIM_MS = Number(process.env.BENCH_CLAIM_SECONDS ?? 10) * 1000;
 
 async function main(): Promise<void> {
   const db = await openBenchDatabase();
-  process.stdout.write(`# PostgreSQL ${db.version}; ${machine()}; at most ${CLAIMS} claims of 32 (and ${CLAIM_MS / 1000} s) per claim and ledger, each rolled back\n`);
+  process.stdout.write(
+    `# PostgreSQL ${db.version}; ${machine()}; at most ${CLAIMS} claims of 32 (and ${CLAIM_MS / 1000} s) per claim and ledger, each rolled back\n`,
+  );
   try {
     const { rows, notes } = await runClaimScaling(db.adminUrl, { maxClaims: CLAIMS, maxMsPerVariant: CLAIM_MS });
     const { table, entries } = scalingReport(rows, rows[0]?.ledger);
-    for (const r of rows) process.stdout.write(`\n== ${r.ledger.name}, ${r.variant}: EXPLAIN (ANALYZE, BUFFERS)\n${r.plan}\n`);
+    for (const r of rows)
+      process.stdout.write(`\n== ${r.ledger.name}, ${r.variant}: EXPLAIN (ANALYZE, BUFFERS)\n${r.plan}\n`);
     process.stdout.write('\n' + notes.map((n) => `- ${n}`).join('\n') + '\n\n');
-    printTable(['ledger', 'claim', 'claims', 'p50 ms', 'p99 ms', 'p50 / 1,000 queued', 'rows read by the pick', 'shared buffers', 'scans in the pick'], table);
+    printTable(
+      [
+        'ledger',
+        'claim',
+        'claims',
+        'p50 ms',
+        'p99 ms',
+        'p50 / 1,000 queued',
+        'rows read by the pick',
+        'shared buffers',
+        'scans in the pick',
+      ],
+      table,
+    );
     saveResults('scaling', entries, { machine: machine(), postgres: db.version, claims_per_row: String(CLAIMS) });
   } finally {
     await db.close();

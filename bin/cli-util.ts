@@ -18,7 +18,10 @@ export function printRefusal(err: unknown): number {
   printJson(coded.toRefusal());
   // A coded failure is explained by its code and message; only the unexpected ones need their stack.
   if (coded.code === 'internal') process.stderr.write(`${(err as Error)?.stack ?? String(err)}\n`);
-  else if (coded !== err) process.stderr.write(`actionledger: ${coded.code}${coded.details?.sqlstate === undefined ? '' : ` (SQLSTATE ${String(coded.details.sqlstate)})`}: ${(err as Error)?.message ?? String(err)}\n`);
+  else if (coded !== err)
+    process.stderr.write(
+      `actionledger: ${coded.code}${coded.details?.sqlstate === undefined ? '' : ` (SQLSTATE ${String(coded.details.sqlstate)})`}: ${(err as Error)?.message ?? String(err)}\n`,
+    );
   return 1;
 }
 
@@ -29,7 +32,14 @@ export function usageError(command: string, message: string, usage: string): num
 
 export function table(rows: (string | number)[][]): string {
   const widths = rows[0]?.map((_, i) => Math.max(...rows.map((r) => String(r[i] ?? '').length))) ?? [];
-  return rows.map((r) => r.map((c, i) => (typeof c === 'number' ? String(c).padStart(widths[i] ?? 0) : String(c).padEnd(widths[i] ?? 0))).join('  ').trimEnd()).join('\n');
+  return rows
+    .map((r) =>
+      r
+        .map((c, i) => (typeof c === 'number' ? String(c).padStart(widths[i] ?? 0) : String(c).padEnd(widths[i] ?? 0)))
+        .join('  ')
+        .trimEnd(),
+    )
+    .join('\n');
 }
 
 /** CLI commands log to stderr, so stdout carries only their result. */

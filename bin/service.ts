@@ -47,7 +47,9 @@ export function quietConnectionErrors(log: Logger, repeated: RepeatedFailureLog)
           return (target[prop] as (...args: unknown[]) => void).call(target, obj, ...rest);
         };
       }
-      if (prop === 'child') return (...args: Parameters<Logger['child']>) => quietConnectionErrors(target.child(...args) as unknown as Logger, repeated);
+      if (prop === 'child')
+        return (...args: Parameters<Logger['child']>) =>
+          quietConnectionErrors(target.child(...args) as unknown as Logger, repeated);
       const value: unknown = Reflect.get(target, prop, target);
       return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
     },
@@ -78,7 +80,12 @@ export async function runService(options: ServiceOptions): Promise<number> {
   const repeated = new RepeatedFailureLog(log, 'database unreachable', { intervalMs: REPEAT_LOG_INTERVAL_MS });
   const quietLog = quietConnectionErrors(log, repeated);
 
-  const fleet = { workers: undefined as WorkerSet | undefined, inFlightAtStop: null as number | null, result: null as StopResult | null, left: null as number | null };
+  const fleet = {
+    workers: undefined as WorkerSet | undefined,
+    inFlightAtStop: null as number | null,
+    result: null as StopResult | null,
+    left: null as number | null,
+  };
   let failure: ActionLedgerError | null = null;
   let startError: unknown;
   let stopReason: string | null = null;
@@ -118,8 +125,11 @@ export async function runService(options: ServiceOptions): Promise<number> {
   let stopping = false;
   const q = bindQueries(SERVICE_QUERIES, config.schemaQuoted);
   const countExecuting = async (): Promise<number | null> => {
-    if (runtime === undefined || fleet.workers === undefined || fleet.workers.pids.length === 0) return fleet.workers === undefined ? null : 0;
-    const { rows } = await runtime.pool.query<{ n: number }>(q.executingUnderWorkers, [hostname(), fleet.workers.pids]).catch(() => ({ rows: [] as { n: number }[] }));
+    if (runtime === undefined || fleet.workers === undefined || fleet.workers.pids.length === 0)
+      return fleet.workers === undefined ? null : 0;
+    const { rows } = await runtime.pool
+      .query<{ n: number }>(q.executingUnderWorkers, [hostname(), fleet.workers.pids])
+      .catch(() => ({ rows: [] as { n: number }[] }));
     return rows[0]?.n ?? null;
   };
 
@@ -135,7 +145,17 @@ export async function runService(options: ServiceOptions): Promise<number> {
       logDestination: destination,
       embedded: {
         supervise: {
-          onDied: (info) => log.error({ code: 'embedded_database_failed', postmaster_pid: info.pid, exit_code: info.code, signal: info.signal, last_lines: info.tail.slice(-5) }, 'embedded PostgreSQL died; restarting it'),
+          onDied: (info) =>
+            log.error(
+              {
+                code: 'embedded_database_failed',
+                postmaster_pid: info.pid,
+                exit_code: info.code,
+                signal: info.signal,
+                last_lines: info.tail.slice(-5),
+              },
+              'embedded PostgreSQL died; restarting it',
+            ),
           onRestarted: (info) => {
             log.warn({ postmaster_pid: info.pid, tries: info.tries }, 'embedded PostgreSQL restarted');
             repeated.ok();
@@ -169,7 +189,15 @@ export async function runService(options: ServiceOptions): Promise<number> {
     const aggregator = new AggregatorRegistry();
     const http = new HttpServer({
       runtime: rt,
-      health: () => ({ error: embeddedState() === 'failed' ? 'embedded_database_failed' : embeddedState() === 'restarting' ? 'database_unavailable' : null, stopping }),
+      health: () => ({
+        error:
+          embeddedState() === 'failed'
+            ? 'embedded_database_failed'
+            : embeddedState() === 'restarting'
+              ? 'database_unavailable'
+              : null,
+        stopping,
+      }),
       metrics: async () => {
         const own = await rt.metrics.registry.metrics();
         const fleetMetrics = workers > 0 ? await aggregator.clusterMetrics() : '';
@@ -192,7 +220,13 @@ export async function runService(options: ServiceOptions): Promise<number> {
         const { openReconciler, ReconcileSchedule } = await import('../reconciler/index.js');
         const kit = await openReconciler({ ...rt, log: quietLog }, { ...options.env, ...sandboxEnv });
         stops.push({ name: 'reconciler', run: async () => kit.close() });
-        const schedule = new ReconcileSchedule({ databaseUrl: rt.databaseUrl, schema: rt.config.schema, cron: rt.config.reconciler.schedule, log: quietLog, run: () => kit.pass() });
+        const schedule = new ReconcileSchedule({
+          databaseUrl: rt.databaseUrl,
+          schema: rt.config.schema,
+          cron: rt.config.reconciler.schedule,
+          log: quietLog,
+          run: () => kit.pass(),
+        });
         stops.push({ name: 'schedule', run: () => schedule.stop() });
         await schedule.start();
       } catch (err) {
@@ -202,7 +236,11 @@ export async function runService(options: ServiceOptions): Promise<number> {
       }
     }
     if (stopReason === null) {
-      const set = new WorkerSet({ env: { ...sandboxEnv, ACTIONLEDGER_WORKER_DATABASE_URL: rt.databaseUrl }, log: rt.log, canFork: () => embeddedState() === 'running' });
+      const set = new WorkerSet({
+        env: { ...sandboxEnv, ACTIONLEDGER_WORKER_DATABASE_URL: rt.databaseUrl },
+        log: rt.log,
+        canFork: () => embeddedState() === 'running',
+      });
       fleet.workers = set;
       stops.push({
         name: 'workers',
@@ -219,7 +257,10 @@ export async function runService(options: ServiceOptions): Promise<number> {
   } catch (err) {
     const coded = asActionLedgerError(err);
     failure = coded;
-    log.error({ code: coded.code, details: coded.details, ...(coded.code === 'internal' ? { err } : {}) }, `start failed: ${coded.message}`);
+    log.error(
+      { code: coded.code, details: coded.details, ...(coded.code === 'internal' ? { err } : {}) },
+      `start failed: ${coded.message}`,
+    );
     startError = err;
   }
 
@@ -245,10 +286,19 @@ export async function runService(options: ServiceOptions): Promise<number> {
     executing_left: fleet.left,
   };
   if (fleet.workers === undefined) {
-    log.info(summary, `actionledger stopped before its workers started; stopped what it had started (${stops.map((s) => s.name).join(', ') || 'nothing'})`);
+    log.info(
+      summary,
+      `actionledger stopped before its workers started; stopped what it had started (${stops.map((s) => s.name).join(', ') || 'nothing'})`,
+    );
   } else {
-    const drained = fleet.inFlightAtStop === null || fleet.left === null ? 'unknown' : String(Math.max(0, fleet.inFlightAtStop - fleet.left));
-    log.info(summary, `actionledger stopped: drained ${drained} in-flight operations, ${fleet.left ?? 'unknown'} left executing; ${summary.workers_clean}/${summary.workers} workers exited cleanly`);
+    const drained =
+      fleet.inFlightAtStop === null || fleet.left === null
+        ? 'unknown'
+        : String(Math.max(0, fleet.inFlightAtStop - fleet.left));
+    log.info(
+      summary,
+      `actionledger stopped: drained ${drained} in-flight operations, ${fleet.left ?? 'unknown'} left executing; ${summary.workers_clean}/${summary.workers} workers exited cleanly`,
+    );
   }
   // The refusal last, after everything stopped: the line scripts read.
   if (startError !== undefined) printRefusal(startError);

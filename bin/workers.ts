@@ -60,7 +60,10 @@ export class WorkerSet {
       }
       this.#quickDeaths = Date.now() - started < SHORT_LIFE_MS ? this.#quickDeaths + 1 : 0;
       const delay = Math.min(REPLACE_MAX_MS, REPLACE_AFTER_MS * 2 ** Math.min(this.#quickDeaths, 5));
-      this.#log.error({ worker_pid: w.process.pid, code, signal, restart_in_ms: delay }, 'dispatcher worker exited; starting another');
+      this.#log.error(
+        { worker_pid: w.process.pid, code, signal, restart_in_ms: delay },
+        'dispatcher worker exited; starting another',
+      );
       this.#later(delay);
     });
   }

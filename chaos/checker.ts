@@ -47,35 +47,69 @@ export async function checkInvariants(input: {
   gateChanges?: readonly GateChange[];
 }): Promise<CheckResult> {
   const s = input.schema;
-  const { rows: ops } = await input.pool.query<{ operation_id: string; effect_key: string; status: OperationStatus; review_reason: string | null }>(
-    `SELECT operation_id, effect_key, status, review_reason FROM ${s}.operations`,
-  );
+  const { rows: ops } = await input.pool.query<{
+    operation_id: string;
+    effect_key: string;
+    status: OperationStatus;
+    review_reason: string | null;
+  }>(`SELECT operation_id, effect_key, status, review_reason FROM ${s}.operations`);
   // The reason too: a dispatcher's release (executing -> pending) is legal only with its `released:` reason.
-  const { rows: hist } = await input.pool.query<{ operation_id: string; from_status: OperationStatus | null; to_status: OperationStatus; reason: string }>(
-    `SELECT operation_id, from_status, to_status, reason FROM ${s}.operation_history ORDER BY operation_id, id`,
-  );
-  const { rows: evidence } = await input.pool.query<{ operation_id: string; args_sha256: string; authorized_at: Date; expires_at: Date; recorded_at: Date }>(
-    `SELECT operation_id, args_sha256, authorized_at, expires_at, recorded_at FROM ${s}.authorization_evidence`,
-  );
+  const { rows: hist } = await input.pool.query<{
+    operation_id: string;
+    from_status: OperationStatus | null;
+    to_status: OperationStatus;
+    reason: string;
+  }>(`SELECT operation_id, from_status, to_status, reason FROM ${s}.operation_history ORDER BY operation_id, id`);
+  const { rows: evidence } = await input.pool.query<{
+    operation_id: string;
+    args_sha256: string;
+    authorized_at: Date;
+    expires_at: Date;
+    recorded_at: Date;
+  }>(`SELECT operation_id, args_sha256, authorized_at, expires_at, recorded_at FROM ${s}.authorization_evidence`);
   const byId = new Map(ops.map((o) => [o.operation_id, o]));
   const byKey = new Map(ops.map((o) => [o.effect_key, o]));
   const invariants: Invariant[] = [];
-  const add = (name: string, examples: string[]): void => void invariants.push({ name, violations: examples.length, examples: examples.slice(0, 5) });
+  const add = (name: string, examples: string[]): void =>
+    void invariants.push({ name, violations: examples.length, examples: examples.slice(0, 5) });
 
   const effectsPerKey = new Map<string, number>();
   for (const e of input.effects) effectsPerKey.set(e.key, (effectsPerKey.get(e.key) ?? 0) + 1);
-  add('effect keys with more than one provider effect', [...effectsPerKey].filter(([, n]) => n > 1).map(([k, n]) => `${k}: ${n}`));
-  add('operations lost', input.reservedIds.filter((id) => !byId.has(id)));
+  add(
+    'effect keys with more than one provider effect',
+    [...effectsPerKey].filter(([, n]) => n > 1).map(([k, n]) => `${k}: ${n}`),
+  );
+  add(
+    'operations lost',
+    input.reservedIds.filter((id) => !byId.has(id)),
+  );
   add(
     'operations not at an end or in review with a reason',
-    ops.filter((o) => !(o.status === 'succeeded' || o.status === 'failed' || o.status === 'compensated' || (o.status === 'needs_review' && o.review_reason !== null))).map((o) => `${o.operation_id}: ${o.status}`),
+    ops
+      .filter(
+        (o) =>
+          !(
+            o.status === 'succeeded' ||
+            o.status === 'failed' ||
+            o.status === 'compensated' ||
+            (o.status === 'needs_review' && o.review_reason !== null)
+          ),
+      )
+      .map((o) => `${o.operation_id}: ${o.status}`),
   );
 
   // After the final reconciliation nothing may be left in flight: an executing row is a dispatch nobody
   // finished or reconciled, an unknown row a readback never settled. Review is an end only with its reason.
   add(
     'operations left executing or unknown, or in review without a reason, after the final reconciliation',
-    ops.filter((o) => o.status === 'executing' || o.status === 'unknown' || (o.status === 'needs_review' && (o.review_reason ?? '') === '')).map((o) => `${o.operation_id}: ${o.status}`),
+    ops
+      .filter(
+        (o) =>
+          o.status === 'executing' ||
+          o.status === 'unknown' ||
+          (o.status === 'needs_review' && (o.review_reason ?? '') === ''),
+      )
+      .map((o) => `${o.operation_id}: ${o.status}`),
   );
 
   const evByOp = new Map<string, typeof evidence>();
@@ -86,16 +120,27 @@ export async function checkInvariants(input: {
     const op = byKey.get(r.key);
     const bodySha = createHash('sha256').update(r.body).digest('hex');
     const at = r.at.getTime();
-    const ok = op !== undefined && (evByOp.get(op.operation_id) ?? []).some(
-      (e) => e.args_sha256 === bodySha && e.recorded_at.getTime() <= at + SKEW_MS && e.authorized_at.getTime() <= at + SKEW_MS && e.expires_at.getTime() >= at - SKEW_MS,
-    );
+    const ok =
+      op !== undefined &&
+      (evByOp.get(op.operation_id) ?? []).some(
+        (e) =>
+          e.args_sha256 === bodySha &&
+          e.recorded_at.getTime() <= at + SKEW_MS &&
+          e.authorized_at.getTime() <= at + SKEW_MS &&
+          e.expires_at.getTime() >= at - SKEW_MS,
+      );
     if (!ok) unauthorized.push(`${r.key} at ${r.at.toISOString()}`);
   }
   add('dispatches without a fresh authorization bound to the sent bytes', unauthorized);
 
   const histByOp = new Map<string, typeof hist>();
   for (const h of hist) (histByOp.get(h.operation_id) ?? histByOp.set(h.operation_id, []).get(h.operation_id))?.push(h);
-  add('illegal transitions or broken histories', ops.flatMap((o) => historyProblems(histByOp.get(o.operation_id) ?? [], o.status).map((p) => `${o.operation_id}: ${p.detail}`)));
+  add(
+    'illegal transitions or broken histories',
+    ops.flatMap((o) =>
+      historyProblems(histByOp.get(o.operation_id) ?? [], o.status).map((p) => `${o.operation_id}: ${p.detail}`),
+    ),
+  );
 
   add(
     'provider effects the ledger denies (failed, or in review as never applied)',
@@ -104,13 +149,22 @@ export async function checkInvariants(input: {
       return o === undefined || o.status === 'failed' || (o.status === 'needs_review' && retryIsSafe(o.review_reason));
     }),
   );
-  add('succeeded operations without a provider effect', ops.filter((o) => o.status === 'succeeded' && !effectsPerKey.has(o.effect_key)).map((o) => o.operation_id));
+  add(
+    'succeeded operations without a provider effect',
+    ops.filter((o) => o.status === 'succeeded' && !effectsPerKey.has(o.effect_key)).map((o) => o.operation_id),
+  );
 
-  add('allowing gate decisions without their audit row', await unauditedDecisions(input.pool, s, input.gateChanges ?? []));
+  add(
+    'allowing gate decisions without their audit row',
+    await unauditedDecisions(input.pool, s, input.gateChanges ?? []),
+  );
 
   const byStatus: Record<string, number> = {};
   for (const o of ops) {
-    const k = o.status === 'needs_review' ? `needs_review (${(o.review_reason ?? '').split(':').slice(0, 2).join(':')})` : o.status;
+    const k =
+      o.status === 'needs_review'
+        ? `needs_review (${(o.review_reason ?? '').split(':').slice(0, 2).join(':')})`
+        : o.status;
     byStatus[k] = (byStatus[k] ?? 0) + 1;
   }
   return {

@@ -6,7 +6,17 @@
 import type { ProviderFault, SandboxAuthorizer, SandboxProvider } from '../sandbox/index.js';
 import type { Rng } from './rng.js';
 
-const PROVIDER_FAULTS = ['timeout', 'status500', 'status429', 'slowDrip', 'oversized', 'duplicateKeyJson', 'commitThenReset', 'resetBeforeCommit', 'hangHeaders'] as const;
+const PROVIDER_FAULTS = [
+  'timeout',
+  'status500',
+  'status429',
+  'slowDrip',
+  'oversized',
+  'duplicateKeyJson',
+  'commitThenReset',
+  'resetBeforeCommit',
+  'hangHeaders',
+] as const;
 type ProviderFaultName = (typeof PROVIDER_FAULTS)[number];
 const AUTH_FAULTS = ['deny', 'slow', 'stale'] as const;
 type AuthFaultName = (typeof AUTH_FAULTS)[number];
@@ -46,17 +56,24 @@ export class FaultPlan {
   }
 
   install(provider: SandboxProvider, authorizer: SandboxAuthorizer): void {
-    for (const name of PROVIDER_FAULTS) provider.inject(providerFault(name), { times: Infinity, when: (k) => this.#provider.get(k) === name });
-    provider.inject({ kind: 'readbackFailing' }, {
-      times: Infinity,
-      when: (k) => {
-        const n = this.#readback.get(k) ?? 0;
-        if (n > 0) this.#readback.set(k, n - 1);
-        return n > 0;
+    for (const name of PROVIDER_FAULTS)
+      provider.inject(providerFault(name), { times: Infinity, when: (k) => this.#provider.get(k) === name });
+    provider.inject(
+      { kind: 'readbackFailing' },
+      {
+        times: Infinity,
+        when: (k) => {
+          const n = this.#readback.get(k) ?? 0;
+          if (n > 0) this.#readback.set(k, n - 1);
+          return n > 0;
+        },
       },
-    });
+    );
     authorizer.inject({ kind: 'deny' }, { times: Infinity, when: (r) => this.#auth.get(r.effect_key) === 'deny' });
-    authorizer.inject({ kind: 'slow', delayMs: 800 }, { times: Infinity, when: (r) => this.#auth.get(r.effect_key) === 'slow' });
+    authorizer.inject(
+      { kind: 'slow', delayMs: 800 },
+      { times: Infinity, when: (r) => this.#auth.get(r.effect_key) === 'slow' },
+    );
     authorizer.inject({ kind: 'stale' }, { times: Infinity, when: (r) => this.#auth.get(r.effect_key) === 'stale' });
   }
 

@@ -35,7 +35,14 @@ export interface GateFaultStats {
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 export class GateFaults {
-  readonly stats: GateFaultStats = { accepted: 0, refused: {}, switchesEngaged: { tenant: 0, tool: 0, all: 0 }, switchesLifted: 0, rolesRevoked: 0, rolesRestored: 0 };
+  readonly stats: GateFaultStats = {
+    accepted: 0,
+    refused: {},
+    switchesEngaged: { tenant: 0, tool: 0, all: 0 },
+    switchesLifted: 0,
+    rolesRevoked: 0,
+    rolesRestored: 0,
+  };
   /** Every change a gate call returned from: what the audit must hold. */
   readonly changes: GateChange[] = [];
   /** The operations the agent's accepted calls reserved, in call order. */
@@ -50,7 +57,10 @@ export class GateFaults {
     this.#rng = rng;
     this.#tool = tool;
     const kinds: ChangeKind[] = ['tenant', 'tool', 'all', 'role'];
-    this.#first = kinds.map((k) => [rng.next(), k] as const).sort((a, b) => a[0] - b[0]).map(([, k]) => k);
+    this.#first = kinds
+      .map((k) => [rng.next(), k] as const)
+      .sort((a, b) => a[0] - b[0])
+      .map(([, k]) => k);
   }
 
   /** True once every kind of change has been made at least once. */
@@ -104,7 +114,8 @@ export class GateFaults {
         await sleep(holdMs);
         await this.#restore();
       } else {
-        const [tenant, tool] = kind === 'tenant' ? [AGENT.tenant, '*'] : kind === 'tool' ? ['*', this.#tool] : ['*', '*'];
+        const [tenant, tool] =
+          kind === 'tenant' ? [AGENT.tenant, '*'] : kind === 'tool' ? ['*', this.#tool] : ['*', '*'];
         await this.#engage(kind, tenant, tool);
         await sleep(holdMs);
         await this.#lift(tenant, tool);
@@ -130,7 +141,9 @@ export class GateFaults {
   }
 
   async #engaged(tenant: string, tool: string): Promise<boolean> {
-    const { rows } = await this.#gate.core.pool.query<{ tenant_id: string; tool_name: string }>(this.#gate.core.q.killSwitchList);
+    const { rows } = await this.#gate.core.pool.query<{ tenant_id: string; tool_name: string }>(
+      this.#gate.core.q.killSwitchList,
+    );
     return rows.some((r) => r.tenant_id === tenant && r.tool_name === tool);
   }
 
@@ -145,13 +158,23 @@ export class GateFaults {
   async #revoke(): Promise<void> {
     await untilDone(() => this.#gate.revokeRole(AGENT.tenant, AGENT.principal, AGENT.role, 'chaos-operator'));
     this.stats.rolesRevoked++;
-    this.changes.push({ action: 'role', outcome: 'revoked', tenant_id: AGENT.tenant, key: `${AGENT.principal}/${AGENT.role}` });
+    this.changes.push({
+      action: 'role',
+      outcome: 'revoked',
+      tenant_id: AGENT.tenant,
+      key: `${AGENT.principal}/${AGENT.role}`,
+    });
   }
 
   async #restore(): Promise<void> {
     await untilDone(() => this.#gate.restoreRole(AGENT.tenant, AGENT.principal, AGENT.role, 'chaos-operator'));
     this.stats.rolesRestored++;
-    this.changes.push({ action: 'role', outcome: 'restored', tenant_id: AGENT.tenant, key: `${AGENT.principal}/${AGENT.role}` });
+    this.changes.push({
+      action: 'role',
+      outcome: 'restored',
+      tenant_id: AGENT.tenant,
+      key: `${AGENT.principal}/${AGENT.role}`,
+    });
   }
 }
 

@@ -37,14 +37,18 @@ export async function reconcileRuns(o: {
   while (o.active()) {
     const env: NodeJS.ProcessEnv = { ...o.env };
     const roll = rng.next();
-    const mode = stats.killedMidPass === 0 ? 'mid-readback' : roll < 0.25 ? 'crash point' : roll < 0.65 ? 'mid-readback' : 'plain';
+    const mode =
+      stats.killedMidPass === 0 ? 'mid-readback' : roll < 0.25 ? 'crash point' : roll < 0.65 ? 'mid-readback' : 'plain';
     if (mode === 'crash point') {
       env.ACTIONLEDGER_CRASH_POINTS_ENABLED = '1';
       env.ACTIONLEDGER_CRASH_AT = `${rng.pick(['reconcile_after_readback', 'reconcile_after_commit'])}:${rng.int(1, 5)}`;
     }
     const before = relay.stats.connections;
     if (mode === 'mid-readback') relay.pause();
-    const child = spawn(process.execPath, [o.bin, 'reconcile', '--once', '--json'], { env, stdio: ['ignore', 'ignore', 'ignore'] });
+    const child = spawn(process.execPath, [o.bin, 'reconcile', '--once', '--json'], {
+      env,
+      stdio: ['ignore', 'ignore', 'ignore'],
+    });
     const exited = new Promise<string | null>((r) => child.once('exit', (_c, s) => r(s)));
     let killedHere = false;
     if (mode === 'mid-readback') {

@@ -78,7 +78,9 @@ async function main(): Promise<number> {
   const C = Number(values.concurrency);
   const deadline = Date.now() + Number(values['deadline-s']) * 1000;
   if (![seed, N, W, C].every((n) => Number.isInteger(n) && n >= 0) || N < 1 || W < 1 || C < 1) {
-    process.stderr.write('usage: chaos --seed S --ops N --workers W [--concurrency C] [--no-pg-restart] [--deadline-s S]\n');
+    process.stderr.write(
+      'usage: chaos --seed S --ops N --workers W [--concurrency C] [--no-pg-restart] [--deadline-s S]\n',
+    );
     return 2;
   }
   say(`seed: ${seed}`);
@@ -145,12 +147,23 @@ async function main(): Promise<number> {
       shutdown_deadline_ms: 5000,
       ...sandbox.dispatcherConfig,
     },
-    reconciler: { orphan_after_ms: 1500, backoff_initial_ms: 100, backoff_max_ms: 400, max_attempts: 6, concurrency: 4 },
+    reconciler: {
+      orphan_after_ms: 1500,
+      backoff_initial_ms: 100,
+      backoff_max_ms: 400,
+      max_attempts: 6,
+      concurrency: 4,
+    },
   };
   const configPath = join(dir, 'config.json');
   writeFileSync(configPath, JSON.stringify(raw));
   const workerLog = values['worker-log'] === undefined ? 'ignore' : openSync(values['worker-log'], 'a');
-  const baseEnv = { ACTIONLEDGER_CONFIG: configPath, ACTIONLEDGER_EFFECT_KEY_SECRET: SECRET, CHAOS_BILLING_TOKEN: TOKEN, LOG_LEVEL: workerLog === 'ignore' ? 'fatal' : 'error' };
+  const baseEnv = {
+    ACTIONLEDGER_CONFIG: configPath,
+    ACTIONLEDGER_EFFECT_KEY_SECRET: SECRET,
+    CHAOS_BILLING_TOKEN: TOKEN,
+    LOG_LEVEL: workerLog === 'ignore' ? 'fatal' : 'error',
+  };
   const config = compileConfig(raw, { ...baseEnv, DATABASE_URL: url });
   const pool = createPool(url, { max: 12, statementTimeoutMs: 30_000, applicationName: 'chaos' });
   const secrets = { active: 'k1', secrets: new Map([['k1', new Secret(Buffer.from(SECRET))]]) };
@@ -166,7 +179,14 @@ async function main(): Promise<number> {
     const batch = await Promise.all(
       Array.from({ length: Math.min(50, N - G - i) }, (_, j) =>
         ledger.reserve(
-          { tenant_id: (i + j) % 2 === 0 ? 'tenant-a' : 'tenant-b', principal_id: 'chaos', task_id: `task-${i + j}`, workflow_step_id: '1', approval_id: 'approval-1', policy_version: 'policy-1' },
+          {
+            tenant_id: (i + j) % 2 === 0 ? 'tenant-a' : 'tenant-b',
+            principal_id: 'chaos',
+            task_id: `task-${i + j}`,
+            workflow_step_id: '1',
+            approval_id: 'approval-1',
+            policy_version: 'policy-1',
+          },
           'issue_refund',
           { order_id: `o-${i + j}`, amount: 1 + ((i + j) % 997), currency: 'EUR' },
         ),
@@ -194,9 +214,13 @@ async function main(): Promise<number> {
       env.ACTIONLEDGER_CRASH_POINTS_ENABLED = '1';
       env.ACTIONLEDGER_CRASH_AT = `${rng.pick(DISPATCH_POINTS)}:${rng.int(1, 40)}`;
     }
-    const child = spawn(process.execPath, [BIN, 'dispatcher', '--concurrency', String(C)], { env, stdio: ['ignore', workerLog, workerLog] });
+    const child = spawn(process.execPath, [BIN, 'dispatcher', '--concurrency', String(C)], {
+      env,
+      stdio: ['ignore', workerLog, workerLog],
+    });
     live.add(child);
-    const stopAfter = withCrash && !crashes ? setTimeout(() => child.kill('SIGTERM'), rng.int(3_000, 10_000)) : undefined;
+    const stopAfter =
+      withCrash && !crashes ? setTimeout(() => child.kill('SIGTERM'), rng.int(3_000, 10_000)) : undefined;
     child.once('exit', (_code, signal) => {
       clearTimeout(stopAfter);
       live.delete(child);
@@ -217,7 +241,8 @@ async function main(): Promise<number> {
       }
     }
   };
-  const waiting = (): Promise<number> => count(`SELECT count(*)::int AS n FROM actionledger.operations WHERE status = 'pending'`);
+  const waiting = (): Promise<number> =>
+    count(`SELECT count(*)::int AS n FROM actionledger.operations WHERE status = 'pending'`);
 
   // Reconciliation runs as separate processes during the fault phase, some of them SIGKILLed mid-pass.
   const reconcileStats: ReconcileRunStats = { runs: 0, killed: 0, killedMidPass: 0 };
@@ -241,7 +266,9 @@ async function main(): Promise<number> {
   const gateFaults = new GateFaults(gate, new Rng(seed ^ 0x5bd1e995), 'issue_refund');
   const agentFaultRng = new Rng(seed ^ 0x27d4eb2d);
   let agentDone = false;
-  const agentLoop = gateFaults.agent(G, deadline, (effectKey) => faults.choose(effectKey, agentFaultRng)).then(() => void (agentDone = true));
+  const agentLoop = gateFaults
+    .agent(G, deadline, (effectKey) => faults.choose(effectKey, agentFaultRng))
+    .then(() => void (agentDone = true));
   // The operator works while the agent calls (and until it has made every kind of change): a switch held all
   // through the fault phase would hold the queue with it, and the phase would last as long as the operator kept on.
   const operatorLoop = gateFaults.operator(() => phase === 'faults' && !(agentDone && gateFaults.everyKindDone));
@@ -295,11 +322,19 @@ async function main(): Promise<number> {
   proxy.resume();
   await reconcileLoop;
   await stopAll(live);
-  say(`fault phase over: ${stats.workerCrashes} worker crashes, ${stats.workerStops} graceful worker stops, ${reconcileStats.killed}/${reconcileStats.runs} reconcile runs crashed, ${stats.pgRestarts} PostgreSQL restart, ${stats.proxyFaults} proxy faults, ${proxy.stats.commitResets} connections cut mid-COMMIT`);
+  say(
+    `fault phase over: ${stats.workerCrashes} worker crashes, ${stats.workerStops} graceful worker stops, ${reconcileStats.killed}/${reconcileStats.runs} reconcile runs crashed, ${stats.pgRestarts} PostgreSQL restart, ${stats.proxyFaults} proxy faults, ${proxy.stats.commitResets} connections cut mid-COMMIT`,
+  );
   say(`reconcile runs killed mid-pass (during a readback): ${reconcileStats.killedMidPass}`);
   const g = gateFaults.stats;
-  const refusals = Object.entries(g.refused).sort().map(([k, n]) => `${k} ${n}`).join(', ') || 'none';
-  say(`gate: ${g.accepted} agent calls accepted after refusals (${refusals}); kill switches engaged ${g.switchesEngaged.tenant} per tenant, ${g.switchesEngaged.tool} per tool, ${g.switchesEngaged.all} for everything, ${g.switchesLifted} lifted; role revoked ${g.rolesRevoked}, restored ${g.rolesRestored}`);
+  const refusals =
+    Object.entries(g.refused)
+      .sort()
+      .map(([k, n]) => `${k} ${n}`)
+      .join(', ') || 'none';
+  say(
+    `gate: ${g.accepted} agent calls accepted after refusals (${refusals}); kill switches engaged ${g.switchesEngaged.tenant} per tenant, ${g.switchesEngaged.tool} per tool, ${g.switchesEngaged.all} for everything, ${g.switchesLifted} lifted; role revoked ${g.rolesRevoked}, restored ${g.rolesRestored}`,
+  );
 
   // Settle: reconcile until nothing changes, let a reviewer retry what provably never reached the provider,
   // drain that with a fault-free fleet, and reconcile again.
@@ -320,7 +355,9 @@ async function main(): Promise<number> {
      FROM actionledger.operations GROUP BY 1 ORDER BY 1`,
   );
   say(`after the fault phase and reconciliation: ${before.map((r) => `${r.state} ${r.n}`).join(', ')}`);
-  const { rows: review } = await pool.query<{ operation_id: string; effect_key: string; review_reason: string }>(`SELECT operation_id, effect_key, review_reason FROM actionledger.operations WHERE status = 'needs_review'`);
+  const { rows: review } = await pool.query<{ operation_id: string; effect_key: string; review_reason: string }>(
+    `SELECT operation_id, effect_key, review_reason FROM actionledger.operations WHERE status = 'needs_review'`,
+  );
   let retried = 0;
   for (const r of review) {
     if (!retryIsSafe(r.review_reason)) continue;
@@ -353,7 +390,8 @@ async function main(): Promise<number> {
   for (const [k, v] of Object.entries(result.byStatus).sort()) say(`| ${k} | ${v} |`);
   say('');
   say(`provider: ${result.providerRequests} requests, ${result.providerEffects} effects for ${N} operations`);
-  for (const inv of result.invariants) for (const ex of inv.examples) process.stderr.write(`violation: ${inv.name}: ${ex}\n`);
+  for (const inv of result.invariants)
+    for (const ex of inv.examples) process.stderr.write(`violation: ${inv.name}: ${ex}\n`);
 
   kit.close();
   ledger.stop();
@@ -386,10 +424,16 @@ async function stopAll(children: Set<ChildProcess>): Promise<void> {
   );
 }
 
-async function reconcileUntilStable(kit: Awaited<ReturnType<typeof openReconciler>>, count: (sql: string) => Promise<number>, deadline: number): Promise<void> {
+async function reconcileUntilStable(
+  kit: Awaited<ReturnType<typeof openReconciler>>,
+  count: (sql: string) => Promise<number>,
+  deadline: number,
+): Promise<void> {
   for (;;) {
     const s = await kit.pass();
-    const open = await count(`SELECT count(*)::int AS n FROM actionledger.operations WHERE status IN ('unknown', 'executing')`);
+    const open = await count(
+      `SELECT count(*)::int AS n FROM actionledger.operations WHERE status IN ('unknown', 'executing')`,
+    );
     if (open === 0 || Date.now() > deadline) return;
     if (s.reconcile.examined === 0) await sleep(200);
   }

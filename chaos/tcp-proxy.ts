@@ -118,7 +118,8 @@ export function carriesCommit(chunk: Buffer): boolean {
     const len = chunk.readUInt32BE(i + 1);
     if (len < 4) return false;
     if (type === 0x51 /* Q */) {
-      if (/^\s*COMMIT\b/i.test(chunk.subarray(i + 5, Math.min(chunk.length, i + 1 + len)).toString('utf8'))) return true;
+      if (/^\s*COMMIT\b/i.test(chunk.subarray(i + 5, Math.min(chunk.length, i + 1 + len)).toString('utf8')))
+        return true;
     } else if (type === 0x50 /* P */) {
       const body = chunk.subarray(i + 5, Math.min(chunk.length, i + 1 + len));
       const nul = body.indexOf(0);

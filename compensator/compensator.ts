@@ -84,10 +84,19 @@ export class Compensator {
     for (const e of ended) {
       const to = e.status === 'succeeded' ? 'compensated' : 'needs_review';
       const review = to === 'needs_review' ? `compensation_${e.status}` : null;
-      const detail = JSON.stringify({ compensation_operation_id: e.compensation_operation_id, compensation_status: e.status, compensation_receipt: e.provider_receipt });
+      const detail = JSON.stringify({
+        compensation_operation_id: e.compensation_operation_id,
+        compensation_status: e.status,
+        compensation_receipt: e.provider_receipt,
+      });
       const { rows } =
         e.original_status === 'needs_review'
-          ? await this.#o.pool.query<{ n: number }>(this.#q.finishFromReview, [e.original_operation_id, e.original_review_reason, this.#o.actor, detail])
+          ? await this.#o.pool.query<{ n: number }>(this.#q.finishFromReview, [
+              e.original_operation_id,
+              e.original_review_reason,
+              this.#o.actor,
+              detail,
+            ])
           : await this.#o.pool.query<{ n: number }>(this.#q.finish, [
               e.original_operation_id,
               to,
@@ -100,10 +109,15 @@ export class Compensator {
       if (to === 'compensated') summary.completed++;
       else summary.escalated++;
       this.#emit(to === 'compensated' ? 'completed' : 'escalated');
-      this.#o.log.info({ operation_id: e.original_operation_id, compensation_operation_id: e.compensation_operation_id, to }, 'compensation ended');
+      this.#o.log.info(
+        { operation_id: e.original_operation_id, compensation_operation_id: e.compensation_operation_id, to },
+        'compensation ended',
+      );
     }
 
-    const { rows: tasks } = await this.#o.pool.query<{ principal_id: string; task_id: string }>(this.#q.tasksWithFailedStep);
+    const { rows: tasks } = await this.#o.pool.query<{ principal_id: string; task_id: string }>(
+      this.#q.tasksWithFailedStep,
+    );
     for (const t of tasks) {
       const { rows: steps } = await this.#o.pool.query<StepRow>(this.#q.taskSteps, [t.principal_id, t.task_id]);
       const next = nextToCompensate(steps);
@@ -138,15 +152,24 @@ export class Compensator {
       const { rows: isCompensation } = await c.query(this.#q.isCompensation, [operationId]);
       if (isCompensation.length > 0) {
         // A compensation is not itself compensated: its original would be stranded in `compensating`.
-        if (strict) throw new ActionLedgerError('invalid_state_transition', 'this operation is a compensation; resolve or retry it, it is not compensated itself', { details: { status: op.status } });
+        if (strict)
+          throw new ActionLedgerError(
+            'invalid_state_transition',
+            'this operation is a compensation; resolve or retry it, it is not compensated itself',
+            { details: { status: op.status } },
+          );
         return 'unchanged' as const;
       }
       const { rows: already } = await c.query(this.#q.compensationOf, [operationId]);
       if (!from.includes(op.status) || already.length > 0) {
         if (strict) {
-          throw new ActionLedgerError('invalid_state_transition', `cannot compensate an operation in ${op.status}${already.length > 0 ? ' that already has a compensation' : ''}`, {
-            details: { status: op.status },
-          });
+          throw new ActionLedgerError(
+            'invalid_state_transition',
+            `cannot compensate an operation in ${op.status}${already.length > 0 ? ' that already has a compensation' : ''}`,
+            {
+              details: { status: op.status },
+            },
+          );
         }
         return 'unchanged' as const;
       }
@@ -190,16 +213,48 @@ export class Compensator {
       }
     }
     if (problem !== null) {
-      await this.#move(c, op.operation_id, 'compensating', 'needs_review', `compensation_refused:${problem.code}`, this.#o.actor, `compensation_refused:${problem.code}`, problem as unknown as Record<string, JsonValue>);
-      this.#o.log.warn({ operation_id: op.operation_id, tool: op.tool_name, code: problem.code }, 'no compensation could be minted; sent to review');
+      await this.#move(
+        c,
+        op.operation_id,
+        'compensating',
+        'needs_review',
+        `compensation_refused:${problem.code}`,
+        this.#o.actor,
+        `compensation_refused:${problem.code}`,
+        problem as unknown as Record<string, JsonValue>,
+      );
+      this.#o.log.warn(
+        { operation_id: op.operation_id, tool: op.tool_name, code: problem.code },
+        'no compensation could be minted; sent to review',
+      );
       return 'escalated';
     }
-    this.#o.log.info({ operation_id: op.operation_id, compensation_operation_id: compensationId, tool: route?.compensation?.tool }, 'compensation minted');
+    this.#o.log.info(
+      { operation_id: op.operation_id, compensation_operation_id: compensationId, tool: route?.compensation?.tool },
+      'compensation minted',
+    );
     return 'minted';
   }
 
-  async #move(c: PoolClient, id: string, from: string, to: string, review: string | null, actor: string, reason: string, detail: Record<string, JsonValue>): Promise<void> {
-    const { rows } = await c.query<{ n: number }>(this.#q.move, [id, from, to, review, actor, reason, JSON.stringify(detail)]);
+  async #move(
+    c: PoolClient,
+    id: string,
+    from: string,
+    to: string,
+    review: string | null,
+    actor: string,
+    reason: string,
+    detail: Record<string, JsonValue>,
+  ): Promise<void> {
+    const { rows } = await c.query<{ n: number }>(this.#q.move, [
+      id,
+      from,
+      to,
+      review,
+      actor,
+      reason,
+      JSON.stringify(detail),
+    ]);
     if (rows[0]?.n !== 1) throw new Error(`operation ${id} left ${from} under its row lock`);
   }
 
@@ -220,7 +275,8 @@ export function nextToCompensate(steps: StepRow[]): { target: string; failedStep
   for (let i = failedAt - 1; i >= 0; i--) {
     const s = sorted[i] as StepRow;
     if (s.status === 'compensated' || s.status === 'failed') continue;
-    if (s.status === 'succeeded') return { target: s.operation_id, failedStep: (sorted[failedAt] as StepRow).workflow_step_id };
+    if (s.status === 'succeeded')
+      return { target: s.operation_id, failedStep: (sorted[failedAt] as StepRow).workflow_step_id };
     return null;
   }
   return null;

@@ -32,7 +32,10 @@ export function resolvePointer(doc: JsonValue, pointer: string): JsonValue | und
 }
 
 /** Throws `compensation_unmapped` naming every argument it could not source. */
-export function compensationArguments(mapping: CompensationMapping, original: CompensationSourceRow): Record<string, JsonValue> {
+export function compensationArguments(
+  mapping: CompensationMapping,
+  original: CompensationSourceRow,
+): Record<string, JsonValue> {
   const out: Record<string, JsonValue> = {};
   const missing: string[] = [];
   for (const [name, src] of Object.entries(mapping.arguments)) {
@@ -46,7 +49,11 @@ export function compensationArguments(mapping: CompensationMapping, original: Co
     else out[name] = v;
   }
   if (missing.length > 0) {
-    throw new ActionLedgerError('compensation_unmapped', `the compensation mapping has no source value for: ${missing.join(', ')}`, { details: { missing } });
+    throw new ActionLedgerError(
+      'compensation_unmapped',
+      `the compensation mapping has no source value for: ${missing.join(', ')}`,
+      { details: { missing } },
+    );
   }
   return out;
 }

@@ -81,7 +81,11 @@ export const configSchema = {
           type: 'object',
           additionalProperties: false,
           required: ['path', 'signature_path', 'public_key_path'],
-          properties: { path: { type: 'string' }, signature_path: { type: 'string' }, public_key_path: { type: 'string' } },
+          properties: {
+            path: { type: 'string' },
+            signature_path: { type: 'string' },
+            public_key_path: { type: 'string' },
+          },
         },
         tls: {
           type: 'object',
@@ -146,9 +150,18 @@ export const configSchema = {
               /** JSON Schema of the arguments, compiled with ajv in strict mode; objects must be closed. */
               schema: { type: 'object' },
               /** Roles that may call the tool. A tool nobody listed is callable by nobody. */
-              roles: { type: 'array', items: { type: 'string', pattern: '^[a-z][a-z0-9_-]{0,63}$' }, uniqueItems: true },
+              roles: {
+                type: 'array',
+                items: { type: 'string', pattern: '^[a-z][a-z0-9_-]{0,63}$' },
+                uniqueItems: true,
+              },
               /** Roles that may approve its approval requests (never the requester). */
-              approver_roles: { type: 'array', items: { type: 'string', pattern: '^[a-z][a-z0-9_-]{0,63}$' }, uniqueItems: true, default: ['approver'] },
+              approver_roles: {
+                type: 'array',
+                items: { type: 'string', pattern: '^[a-z][a-z0-9_-]{0,63}$' },
+                uniqueItems: true,
+                default: ['approver'],
+              },
               value: {
                 type: 'object',
                 additionalProperties: false,
@@ -199,7 +212,12 @@ export const configSchema = {
                 },
               },
               /** Top-level arguments written to the audit log as "[redacted]". */
-              redact: { type: 'array', items: { type: 'string', minLength: 1, maxLength: 64 }, uniqueItems: true, default: [] },
+              redact: {
+                type: 'array',
+                items: { type: 'string', minLength: 1, maxLength: 64 },
+                uniqueItems: true,
+                default: [],
+              },
               /** The human-readable effect shown to approvers; {name} takes a top-level argument. */
               effect: { type: 'string', maxLength: 500 },
               rate: {

@@ -64,7 +64,10 @@ export interface Config {
   readonly databaseUrl: string | null;
   readonly database: { readonly poolMax: number; readonly statementTimeoutMs: number; readonly embeddedPort: number };
   readonly dataDir: string;
-  readonly effectKeys: { readonly active: string; readonly keys: Readonly<Record<string, { readonly secretEnv: string }>> };
+  readonly effectKeys: {
+    readonly active: string;
+    readonly keys: Readonly<Record<string, { readonly secretEnv: string }>>;
+  };
   readonly argumentBounds: JsonBounds;
   readonly tools: ReadonlyMap<string, ToolRoute>;
   readonly dispatcher: DispatcherConfig;
@@ -94,15 +97,30 @@ export interface GateTool {
    * the declared `limits_currency`); a call naming another one is refused. `valueCapped`: the tool has a
    * threshold or a max_value, so it needs one (without it the gate refuses its calls, `config_invalid`).
    */
-  readonly value: { readonly argument: string; readonly currencyArgument: string | null; readonly currency: string | null; readonly limitsCurrency: string | null; readonly valueCapped: boolean } | null;
-  readonly approval: { readonly mode: ApprovalMode; readonly threshold: number | null; readonly approvers: number; readonly ttlS: number };
+  readonly value: {
+    readonly argument: string;
+    readonly currencyArgument: string | null;
+    readonly currency: string | null;
+    readonly limitsCurrency: string | null;
+    readonly valueCapped: boolean;
+  } | null;
+  readonly approval: {
+    readonly mode: ApprovalMode;
+    readonly threshold: number | null;
+    readonly approvers: number;
+    readonly ttlS: number;
+  };
   readonly irreversible: boolean;
   readonly validator: string | null;
   readonly resources: readonly { readonly type: string; readonly idArgument: string }[];
   readonly redact: ReadonlySet<string>;
   readonly effect: string | null;
   readonly rate: { readonly limit: number; readonly windowS: number } | null;
-  readonly limits: { readonly perPrincipalDay: GateCap | null; readonly perAccountDay: GateCap | null; readonly perConversation: GateCap | null };
+  readonly limits: {
+    readonly perPrincipalDay: GateCap | null;
+    readonly perAccountDay: GateCap | null;
+    readonly perConversation: GateCap | null;
+  };
 }
 
 export interface GateConfig {
@@ -135,7 +153,10 @@ const toolAjv = new Ajv({ allErrors: true, strict: true });
 /** Validates a schema name and returns it quoted; throws `schema_name_invalid`. */
 export function quoteSchemaName(name: string): string {
   if (!SCHEMA_NAME.test(name) || name.startsWith('pg_')) {
-    throw new ActionLedgerError('schema_name_invalid', `schema name ${JSON.stringify(name)} must match ${SCHEMA_NAME.source} and not start with pg_`);
+    throw new ActionLedgerError(
+      'schema_name_invalid',
+      `schema name ${JSON.stringify(name)} must match ${SCHEMA_NAME.source} and not start with pg_`,
+    );
   }
   return escapeIdentifier(name);
 }
@@ -150,13 +171,20 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
   try {
     text = readFileSync(path, 'utf8');
   } catch (cause) {
-    throw new ActionLedgerError('config_invalid', `cannot read configuration file ${path}`, { cause, details: { problems: [`cannot read ${path}`] } });
+    throw new ActionLedgerError('config_invalid', `cannot read configuration file ${path}`, {
+      cause,
+      details: { problems: [`cannot read ${path}`] },
+    });
   }
   let raw: unknown;
   try {
     raw = parseStrictJson(text, { requireObject: true });
   } catch (cause) {
-    throw new ActionLedgerError('config_invalid', `configuration file ${path} is not strict JSON: ${(cause as Error).message}`, { cause });
+    throw new ActionLedgerError(
+      'config_invalid',
+      `configuration file ${path} is not strict JSON: ${(cause as Error).message}`,
+      { cause },
+    );
   }
   return compileConfig(raw, env, { configPath: path, cwd });
 }
@@ -246,7 +274,8 @@ function schemaProblems(node: unknown, path: string, out: string[]): void {
   }
   if (o.properties !== null && typeof o.properties === 'object') {
     for (const name of Object.keys(o.properties)) {
-      if ((IDENTITY_ARGUMENT_NAMES as readonly string[]).includes(name)) out.push(`${path}/properties/${name} declares an identity argument (authority comes from the trusted context)`);
+      if ((IDENTITY_ARGUMENT_NAMES as readonly string[]).includes(name))
+        out.push(`${path}/properties/${name} declares an identity argument (authority comes from the trusted context)`);
     }
   }
   for (const [k, v] of Object.entries(o)) {
@@ -273,21 +302,36 @@ function compileGate(raw: RawGate, routes: Record<string, RawTool>, problems: st
     }
     const props = (t.schema.properties ?? {}) as Record<string, unknown>;
     if (t.value !== undefined) {
-      if (!(t.value.argument in props)) problems.push(`${where}/value/argument names ${t.value.argument}, which the schema does not declare`);
-      if ((t.value.currency_argument === undefined) === (t.value.currency === undefined)) problems.push(`${where}/value needs exactly one of currency_argument and currency`);
-      if (t.value.currency_argument !== undefined && !(t.value.currency_argument in props)) problems.push(`${where}/value/currency_argument names ${t.value.currency_argument}, which the schema does not declare`);
+      if (!(t.value.argument in props))
+        problems.push(`${where}/value/argument names ${t.value.argument}, which the schema does not declare`);
+      if ((t.value.currency_argument === undefined) === (t.value.currency === undefined))
+        problems.push(`${where}/value needs exactly one of currency_argument and currency`);
+      if (t.value.currency_argument !== undefined && !(t.value.currency_argument in props))
+        problems.push(
+          `${where}/value/currency_argument names ${t.value.currency_argument}, which the schema does not declare`,
+        );
     }
-    if (t.approval.mode === 'threshold' && (t.approval.threshold === undefined || t.value === undefined)) problems.push(`${where}/approval mode threshold needs a threshold and a value argument`);
+    if (t.approval.mode === 'threshold' && (t.approval.threshold === undefined || t.value === undefined))
+      problems.push(`${where}/approval mode threshold needs a threshold and a value argument`);
     // Caps and the threshold are amounts in one currency: a call in another is refused, never counted apart.
-    const valueCapped = t.approval.mode === 'threshold' || Object.values(t.limits).some((c) => c?.max_value !== undefined);
-    if (t.value?.currency !== undefined && t.value.limits_currency !== undefined && t.value.limits_currency !== t.value.currency) problems.push(`${where}/value/limits_currency differs from the fixed currency`);
+    const valueCapped =
+      t.approval.mode === 'threshold' || Object.values(t.limits).some((c) => c?.max_value !== undefined);
+    if (
+      t.value?.currency !== undefined &&
+      t.value.limits_currency !== undefined &&
+      t.value.limits_currency !== t.value.currency
+    )
+      problems.push(`${where}/value/limits_currency differs from the fixed currency`);
     // Without limits_currency such a tool still loads (configurations written before it existed), but the gate
     // refuses its calls with config_invalid (fail closed) until one is declared.
     for (const [k, cap] of Object.entries(t.limits)) {
-      if (cap?.max_value !== undefined && t.value === undefined) problems.push(`${where}/limits/${k}/max_value needs a value argument`);
+      if (cap?.max_value !== undefined && t.value === undefined)
+        problems.push(`${where}/limits/${k}/max_value needs a value argument`);
     }
-    for (const r of t.resources) if (!(r.id_argument in props)) problems.push(`${where}/resources: ${r.id_argument} is not a declared argument`);
-    const cap = (c: RawCap | undefined): GateCap | null => (c === undefined ? null : Object.freeze({ maxCount: c.max_count ?? null, maxValue: c.max_value ?? null }));
+    for (const r of t.resources)
+      if (!(r.id_argument in props)) problems.push(`${where}/resources: ${r.id_argument} is not a declared argument`);
+    const cap = (c: RawCap | undefined): GateCap | null =>
+      c === undefined ? null : Object.freeze({ maxCount: c.max_count ?? null, maxValue: c.max_value ?? null });
     tools.set(
       name,
       Object.freeze({
@@ -300,7 +344,13 @@ function compileGate(raw: RawGate, routes: Record<string, RawTool>, problems: st
         value:
           t.value === undefined
             ? null
-            : Object.freeze({ argument: t.value.argument, currencyArgument: t.value.currency_argument ?? null, currency: t.value.currency ?? null, limitsCurrency: t.value.currency ?? t.value.limits_currency ?? null, valueCapped }),
+            : Object.freeze({
+                argument: t.value.argument,
+                currencyArgument: t.value.currency_argument ?? null,
+                currency: t.value.currency ?? null,
+                limitsCurrency: t.value.currency ?? t.value.limits_currency ?? null,
+                valueCapped,
+              }),
         approval: Object.freeze({
           mode: t.approval.mode,
           threshold: t.approval.threshold ?? null,
@@ -313,7 +363,11 @@ function compileGate(raw: RawGate, routes: Record<string, RawTool>, problems: st
         redact: Object.freeze(new Set(t.redact)),
         effect: t.effect ?? null,
         rate: t.rate === undefined ? null : Object.freeze({ limit: t.rate.limit, windowS: t.rate.window_s }),
-        limits: Object.freeze({ perPrincipalDay: cap(t.limits.per_principal_day), perAccountDay: cap(t.limits.per_account_day), perConversation: cap(t.limits.per_conversation) }),
+        limits: Object.freeze({
+          perPrincipalDay: cap(t.limits.per_principal_day),
+          perAccountDay: cap(t.limits.per_account_day),
+          perConversation: cap(t.limits.per_conversation),
+        }),
       }),
     );
   }
@@ -337,7 +391,10 @@ export function compileConfig(
   if (!validate(raw)) {
     for (const e of validate.errors ?? []) {
       const where = e.instancePath === '' ? '(root)' : e.instancePath;
-      const extra = e.keyword === 'additionalProperties' ? ` (${String((e.params as { additionalProperty: string }).additionalProperty)})` : '';
+      const extra =
+        e.keyword === 'additionalProperties'
+          ? ` (${String((e.params as { additionalProperty: string }).additionalProperty)})`
+          : '';
       problems.push(`${where} ${e.message ?? 'is invalid'}${extra}`);
     }
     throw configInvalid(problems);
@@ -351,7 +408,9 @@ export function compileConfig(
     problems.push(`/schema ${(err as Error).message}`);
   }
   if (!(cfg.effect_keys.active in cfg.effect_keys.keys)) {
-    problems.push(`/effect_keys/active names key ${JSON.stringify(cfg.effect_keys.active)}, which /effect_keys/keys does not declare`);
+    problems.push(
+      `/effect_keys/active names key ${JSON.stringify(cfg.effect_keys.active)}, which /effect_keys/keys does not declare`,
+    );
   }
 
   const tools = new Map<string, ToolRoute>();
@@ -360,7 +419,10 @@ export function compileConfig(
     if (problem !== null) problems.push(`/tools/${name}/endpoint ${problem}`);
     if (t.readback !== undefined) {
       const parts = t.readback.url.split(EFFECT_KEY_PLACEHOLDER);
-      const p = parts.length !== 2 ? `must contain ${EFFECT_KEY_PLACEHOLDER} exactly once` : canonicalHttpsProblem(parts.join('k'));
+      const p =
+        parts.length !== 2
+          ? `must contain ${EFFECT_KEY_PLACEHOLDER} exactly once`
+          : canonicalHttpsProblem(parts.join('k'));
       if (p !== null) problems.push(`/tools/${name}/readback/url ${p}`);
     }
     if (t.effects_listing_url !== undefined) {
@@ -370,16 +432,21 @@ export function compileConfig(
     let compensation: CompensationMapping | null = null;
     if (t.compensation !== undefined) {
       const target = cfg.tools[t.compensation.tool];
-      if (target === undefined) problems.push(`/tools/${name}/compensation/tool names ${JSON.stringify(t.compensation.tool)}, which /tools does not declare`);
+      if (target === undefined)
+        problems.push(
+          `/tools/${name}/compensation/tool names ${JSON.stringify(t.compensation.tool)}, which /tools does not declare`,
+        );
       else if (t.compensation.tool === name) problems.push(`/tools/${name}/compensation/tool must be another tool`);
       const args: Record<string, CompensationSource> = {};
       for (const [arg, src] of Object.entries(t.compensation.arguments)) {
         if ('value' in src) args[arg] = Object.freeze({ value: src.value });
         else if (src.from === 'arguments') {
-          if (src.pointer === undefined) problems.push(`/tools/${name}/compensation/arguments/${arg} needs a pointer into the original arguments`);
+          if (src.pointer === undefined)
+            problems.push(`/tools/${name}/compensation/arguments/${arg} needs a pointer into the original arguments`);
           args[arg] = Object.freeze({ from: 'arguments', pointer: src.pointer ?? '' });
         } else {
-          if (src.pointer !== undefined) problems.push(`/tools/${name}/compensation/arguments/${arg} takes a pointer only with from: arguments`);
+          if (src.pointer !== undefined)
+            problems.push(`/tools/${name}/compensation/arguments/${arg} takes a pointer only with from: arguments`);
           args[arg] = Object.freeze({ from: src.from as 'receipt' | 'operation_id' | 'effect_key' });
         }
       }
@@ -405,14 +472,19 @@ export function compileConfig(
   const gate = compileGate(cfg.gate, cfg.tools, problems);
 
   const r = cfg.reconciler;
-  if (r.backoff_max_ms < r.backoff_initial_ms) problems.push('/reconciler/backoff_max_ms must be at least backoff_initial_ms');
+  if (r.backoff_max_ms < r.backoff_initial_ms)
+    problems.push('/reconciler/backoff_max_ms must be at least backoff_initial_ms');
   if (r.orphan_after_ms < 2 * cfg.dispatcher.heartbeat_interval_ms) {
-    problems.push('/reconciler/orphan_after_ms must be at least twice /dispatcher/heartbeat_interval_ms (a live worker must never look dead)');
+    problems.push(
+      '/reconciler/orphan_after_ms must be at least twice /dispatcher/heartbeat_interval_ms (a live worker must never look dead)',
+    );
   }
-  if (!/^\S+( \S+){4,5}$/.test(r.schedule)) problems.push('/reconciler/schedule must be a cron expression of 5 or 6 fields');
+  if (!/^\S+( \S+){4,5}$/.test(r.schedule))
+    problems.push('/reconciler/schedule must be a cron expression of 5 or 6 fields');
 
   const port = env.PORT === undefined || env.PORT === '' ? cfg.http.port : Number(env.PORT);
-  if (!Number.isInteger(port) || port < 0 || port > 65535) problems.push(`PORT ${JSON.stringify(env.PORT)} is not a port number`);
+  if (!Number.isInteger(port) || port < 0 || port > 65535)
+    problems.push(`PORT ${JSON.stringify(env.PORT)} is not a port number`);
   const url = env[cfg.database.url_env];
   if (problems.length > 0) throw configInvalid(problems);
 
@@ -420,16 +492,34 @@ export function compileConfig(
   const dataDir = resolve(cwd, env.ACTIONLEDGER_DATA_DIR ?? '.actionledger');
   const sandboxDir = resolve(dataDir, 'sandbox');
   const d = cfg.dispatcher;
-  const profile = d.profile !== undefined
-    ? { path: resolve(cwd, d.profile.path), signaturePath: resolve(cwd, d.profile.signature_path), publicKeyPath: resolve(cwd, d.profile.public_key_path) }
-    : cfg.sandbox.enabled
-      ? { path: resolve(sandboxDir, 'dispatch-profile.json'), signaturePath: resolve(sandboxDir, 'dispatch-profile.sig'), publicKeyPath: resolve(sandboxDir, 'profile-signing.pub') }
-      : null;
-  const tls = d.tls !== undefined
-    ? { caFile: resolve(cwd, d.tls.ca_file), certFile: resolve(cwd, d.tls.cert_file), keyFile: resolve(cwd, d.tls.key_file) }
-    : cfg.sandbox.enabled
-      ? { caFile: resolve(sandboxDir, 'pki', 'ca.crt'), certFile: resolve(sandboxDir, 'pki', 'client.crt'), keyFile: resolve(sandboxDir, 'pki', 'client.key') }
-      : null;
+  const profile =
+    d.profile !== undefined
+      ? {
+          path: resolve(cwd, d.profile.path),
+          signaturePath: resolve(cwd, d.profile.signature_path),
+          publicKeyPath: resolve(cwd, d.profile.public_key_path),
+        }
+      : cfg.sandbox.enabled
+        ? {
+            path: resolve(sandboxDir, 'dispatch-profile.json'),
+            signaturePath: resolve(sandboxDir, 'dispatch-profile.sig'),
+            publicKeyPath: resolve(sandboxDir, 'profile-signing.pub'),
+          }
+        : null;
+  const tls =
+    d.tls !== undefined
+      ? {
+          caFile: resolve(cwd, d.tls.ca_file),
+          certFile: resolve(cwd, d.tls.cert_file),
+          keyFile: resolve(cwd, d.tls.key_file),
+        }
+      : cfg.sandbox.enabled
+        ? {
+            caFile: resolve(sandboxDir, 'pki', 'ca.crt'),
+            certFile: resolve(sandboxDir, 'pki', 'client.crt'),
+            keyFile: resolve(sandboxDir, 'pki', 'client.key'),
+          }
+        : null;
 
   const keys: Record<string, { secretEnv: string }> = {};
   for (const [id, k] of Object.entries(cfg.effect_keys.keys)) keys[id] = Object.freeze({ secretEnv: k.secret_env });
@@ -469,7 +559,11 @@ export function compileConfig(
       concurrency: r.concurrency,
       batchSize: r.batch_size,
     }),
-    sandbox: Object.freeze({ enabled: cfg.sandbox.enabled, providerPort: cfg.sandbox.provider_port, authorizerPort: cfg.sandbox.authorizer_port }),
+    sandbox: Object.freeze({
+      enabled: cfg.sandbox.enabled,
+      providerPort: cfg.sandbox.provider_port,
+      authorizerPort: cfg.sandbox.authorizer_port,
+    }),
     gate,
     logLevel: env.LOG_LEVEL ?? 'info',
   });

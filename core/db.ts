@@ -14,9 +14,20 @@ export type Queryable = Pick<pg.ClientBase, 'query'>;
 export type Pool = pg.Pool;
 export type PoolClient = pg.PoolClient;
 
-export { SQLSTATE, sqlState, isRetryable, isConnectionError, isTransient, databaseErrorCode, type DatabaseErrorCode } from './sqlstate.js';
+export {
+  SQLSTATE,
+  sqlState,
+  isRetryable,
+  isConnectionError,
+  isTransient,
+  databaseErrorCode,
+  type DatabaseErrorCode,
+} from './sqlstate.js';
 
-export function createPool(url: string, options: { max: number; statementTimeoutMs: number; applicationName: string }): pg.Pool {
+export function createPool(
+  url: string,
+  options: { max: number; statementTimeoutMs: number; applicationName: string },
+): pg.Pool {
   const pool = new pg.Pool({
     connectionString: url,
     max: options.max,
@@ -77,5 +88,9 @@ export function bindQueries<T extends Record<string, string>>(queries: T, schema
 
 /** Wraps a failure to reach the database in `database_unavailable`. */
 export function databaseUnavailable(cause: unknown, what: string): ActionLedgerError {
-  return new ActionLedgerError('database_unavailable', `cannot reach PostgreSQL (${what}): ${(cause as Error).message}`, { cause });
+  return new ActionLedgerError(
+    'database_unavailable',
+    `cannot reach PostgreSQL (${what}): ${(cause as Error).message}`,
+    { cause },
+  );
 }

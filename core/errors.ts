@@ -90,11 +90,7 @@ export class ActionLedgerError extends Error {
   readonly code: ErrorCode;
   readonly details: Record<string, unknown> | undefined;
 
-  constructor(
-    code: ErrorCode,
-    message: string,
-    options: { cause?: unknown; details?: Record<string, unknown> } = {},
-  ) {
+  constructor(code: ErrorCode, message: string, options: { cause?: unknown; details?: Record<string, unknown> } = {}) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
     this.code = code;
     this.details = options.details;
@@ -124,7 +120,10 @@ export function asActionLedgerError(err: unknown): ActionLedgerError {
   const code = databaseErrorCode(err);
   if (code !== undefined) {
     const state = sqlState(err);
-    return new ActionLedgerError(code, DATABASE_MESSAGES[code], { cause: err, ...(state === undefined ? {} : { details: { sqlstate: state } }) });
+    return new ActionLedgerError(code, DATABASE_MESSAGES[code], {
+      cause: err,
+      ...(state === undefined ? {} : { details: { sqlstate: state } }),
+    });
   }
   return new ActionLedgerError('internal', 'internal error', { cause: err });
 }
@@ -134,7 +133,8 @@ const DATABASE_MESSAGES: Record<DatabaseErrorCode, string> = {
   storage_full: 'PostgreSQL is out of disk space; nothing was written',
   statement_timeout: 'a database statement ran past the statement timeout; nothing was written',
   database_overloaded: 'PostgreSQL is out of a resource (memory, connections); nothing was written',
-  database_conflict: 'a database conflict (serialization failure or deadlock) outlived its retries; nothing was written',
+  database_conflict:
+    'a database conflict (serialization failure or deadlock) outlived its retries; nothing was written',
   database_read_only: 'PostgreSQL is read-only (a standby or a failover in progress); nothing was written',
   database_error: 'the database refused the statement; nothing was written',
 };

@@ -44,15 +44,21 @@ export function resolveEffectKeySecrets(
     }
     const bytes = Buffer.from(value, 'utf8');
     if (bytes.byteLength < MIN_SECRET_BYTES) {
-      problems.push(`effect key ${id}: ${secretEnv} holds ${bytes.byteLength} bytes, at least ${MIN_SECRET_BYTES} are required`);
+      problems.push(
+        `effect key ${id}: ${secretEnv} holds ${bytes.byteLength} bytes, at least ${MIN_SECRET_BYTES} are required`,
+      );
       continue;
     }
     secrets.set(id, new Secret(bytes));
   }
   if (problems.length > 0) {
-    throw new ActionLedgerError('secret_missing', `effect-key secrets are missing or too short:\n  - ${problems.join('\n  - ')}`, {
-      details: { problems },
-    });
+    throw new ActionLedgerError(
+      'secret_missing',
+      `effect-key secrets are missing or too short:\n  - ${problems.join('\n  - ')}`,
+      {
+        details: { problems },
+      },
+    );
   }
   return { active: config.effectKeys.active, secrets };
 }

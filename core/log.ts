@@ -78,7 +78,11 @@ export class RepeatedFailureLog {
     const message = (err as Error | null)?.message ?? String(err);
     // The first line of a run carries the error (and its stack); repeats carry its code, message and count.
     if (seen === undefined) this.#log.warn({ ...fields, err, code }, this.#msg);
-    else this.#log.warn({ ...fields, code, error: message, repeated: seen.suppressed + 1, interval_ms: this.#intervalMs }, this.#msg);
+    else
+      this.#log.warn(
+        { ...fields, code, error: message, repeated: seen.suppressed + 1, interval_ms: this.#intervalMs },
+        this.#msg,
+      );
   }
 
   /** Records a success: after failures, logs once that it recovered and how many failures there were. */

@@ -19,7 +19,8 @@ export class Metrics {
    * exposes those, so the aggregated exposition never holds one name twice.
    */
   constructor(options: { defaultMetrics?: boolean; ledger?: boolean } = {}) {
-    if (options.defaultMetrics !== false) collectDefaultMetrics({ register: this.registry, prefix: 'actionledger_process_' });
+    if (options.defaultMetrics !== false)
+      collectDefaultMetrics({ register: this.registry, prefix: 'actionledger_process_' });
     const registers = options.ledger === false ? [] : [this.registry];
     this.reservations = new Counter({
       name: 'actionledger_reservations_total',

@@ -37,12 +37,19 @@ export function defaultMigrationsDir(): string {
 }
 
 export function readMigrations(dir = defaultMigrationsDir()): Migration[] {
-  const files = readdirSync(dir).filter((f) => f.endsWith('.sql')).sort();
+  const files = readdirSync(dir)
+    .filter((f) => f.endsWith('.sql'))
+    .sort();
   return files.map((file, i) => {
     const m = FILE.exec(file);
-    if (m === null) throw new ActionLedgerError('migration_history_mismatch', `migration file name ${file} is not NNNN_name.sql`);
+    if (m === null)
+      throw new ActionLedgerError('migration_history_mismatch', `migration file name ${file} is not NNNN_name.sql`);
     const version = Number(m[1]);
-    if (version !== i + 1) throw new ActionLedgerError('migration_history_mismatch', `migration ${file} breaks the numbering: expected ${String(i + 1).padStart(4, '0')}`);
+    if (version !== i + 1)
+      throw new ActionLedgerError(
+        'migration_history_mismatch',
+        `migration ${file} breaks the numbering: expected ${String(i + 1).padStart(4, '0')}`,
+      );
     const sql = readFileSync(join(dir, file), 'utf8');
     return { version, name: m[2] ?? '', sql, sha256: sha256Hex(sql) };
   });
@@ -80,7 +87,8 @@ export async function migrate(
     );
     rows.forEach((row, i) => {
       const file = migrations[i];
-      if (row.version !== i + 1) throw mismatch(`applied history has version ${row.version} where ${i + 1} was expected`);
+      if (row.version !== i + 1)
+        throw mismatch(`applied history has version ${row.version} where ${i + 1} was expected`);
       if (file === undefined) throw mismatch(`database has migration ${row.version} (${row.name}) that sql/ does not`);
       if (file.name !== row.name || file.sha256 !== row.sha256) {
         throw mismatch(`migration ${row.version} (${row.name}) was edited after it was applied`);
@@ -92,11 +100,10 @@ export async function migrate(
       try {
         await client.query(`SET LOCAL search_path TO ${schemaQuoted}`);
         await client.query(m.sql);
-        await client.query(`INSERT INTO ${schemaQuoted}.schema_migrations (version, name, sha256) VALUES ($1, $2, $3)`, [
-          m.version,
-          m.name,
-          m.sha256,
-        ]);
+        await client.query(
+          `INSERT INTO ${schemaQuoted}.schema_migrations (version, name, sha256) VALUES ($1, $2, $3)`,
+          [m.version, m.name, m.sha256],
+        );
         await client.query('COMMIT');
       } catch (err) {
         await client.query('ROLLBACK').catch(() => undefined);
@@ -106,7 +113,9 @@ export async function migrate(
     }
     return { applied, current: migrations.length };
   } finally {
-    await client.query('SELECT pg_advisory_unlock(hashtextextended($1, 0))', [`actionledger:migrate:${schema}`]).catch(() => undefined);
+    await client
+      .query('SELECT pg_advisory_unlock(hashtextextended($1, 0))', [`actionledger:migrate:${schema}`])
+      .catch(() => undefined);
   }
 }
 

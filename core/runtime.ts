@@ -51,7 +51,11 @@ export async function openRuntime(options: OpenOptions): Promise<Runtime> {
   const isEmbedded = url === null;
   const wantKeys = options.effectKeys !== false;
   // Secrets before the database: a misconfigured production start must fail before it touches anything.
-  const effectKeys = !wantKeys ? NO_KEYS : isEmbedded ? null : resolveEffectKeySecrets(config, env, { embedded: false });
+  const effectKeys = !wantKeys
+    ? NO_KEYS
+    : isEmbedded
+      ? null
+      : resolveEffectKeySecrets(config, env, { embedded: false });
   let embedded: EmbeddedDatabase | null = null;
   if (url === null) {
     const { openEmbeddedDatabase } = await import('./embedded.js');
@@ -63,8 +67,17 @@ export async function openRuntime(options: OpenOptions): Promise<Runtime> {
     });
     url = embedded.url;
     log.info(
-      { data_dir: embedded.dataDir, started_here: embedded.startedHere, owned: embedded.owned, port: config.database.embeddedPort },
-      embedded.startedHere ? 'started embedded PostgreSQL' : embedded.owned ? 'adopted running embedded PostgreSQL (stopped on shutdown)' : 'connected to running embedded PostgreSQL',
+      {
+        data_dir: embedded.dataDir,
+        started_here: embedded.startedHere,
+        owned: embedded.owned,
+        port: config.database.embeddedPort,
+      },
+      embedded.startedHere
+        ? 'started embedded PostgreSQL'
+        : embedded.owned
+          ? 'adopted running embedded PostgreSQL (stopped on shutdown)'
+          : 'connected to running embedded PostgreSQL',
     );
   }
   let keys: EffectKeySecrets;
@@ -73,14 +86,19 @@ export async function openRuntime(options: OpenOptions): Promise<Runtime> {
       effectKeys ??
       resolveEffectKeySecrets(config, env, {
         embedded: true,
-        onGenerated: (path, keyId) => log.warn({ path, key_id: keyId }, 'generated a development effect-key secret (embedded default only)'),
+        onGenerated: (path, keyId) =>
+          log.warn({ path, key_id: keyId }, 'generated a development effect-key secret (embedded default only)'),
       });
   } catch (err) {
     // Start is all or nothing: a cluster started for this runtime does not outlive its failure.
     await embedded?.stop();
     throw err;
   }
-  const pool = createPool(url, { max: options.poolMax ?? config.database.poolMax, statementTimeoutMs: config.database.statementTimeoutMs, applicationName: `actionledger:${options.name}` });
+  const pool = createPool(url, {
+    max: options.poolMax ?? config.database.poolMax,
+    statementTimeoutMs: config.database.statementTimeoutMs,
+    applicationName: `actionledger:${options.name}`,
+  });
   const close = async (): Promise<void> => {
     await pool.end().catch(() => undefined);
     await embedded?.stop();
@@ -102,5 +120,14 @@ export async function openRuntime(options: OpenOptions): Promise<Runtime> {
     await close();
     throw err;
   }
-  return { config, log, metrics: new Metrics({ defaultMetrics: options.defaultMetrics, ledger: options.ledgerMetrics }), pool, databaseUrl: url, embedded, effectKeys: keys, close };
+  return {
+    config,
+    log,
+    metrics: new Metrics({ defaultMetrics: options.defaultMetrics, ledger: options.ledgerMetrics }),
+    pool,
+    databaseUrl: url,
+    embedded,
+    effectKeys: keys,
+    close,
+  };
 }

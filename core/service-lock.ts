@@ -65,7 +65,11 @@ export function acquireServiceLock(dataDir: string): ServiceLock {
   mkdirSync(dataDir, { recursive: true, mode: 0o711 });
   const path = join(dataDir, FILE);
   let address: string | null = null;
-  const write = (flag: 'wx' | 'w'): void => writeFileSync(path, JSON.stringify({ pid: process.pid, address, started_at: new Date().toISOString() }) + '\n', { flag, mode: 0o644 });
+  const write = (flag: 'wx' | 'w'): void =>
+    writeFileSync(path, JSON.stringify({ pid: process.pid, address, started_at: new Date().toISOString() }) + '\n', {
+      flag,
+      mode: 0o644,
+    });
   for (let attempt = 0; ; attempt++) {
     try {
       write('wx');
@@ -76,9 +80,13 @@ export function acquireServiceLock(dataDir: string): ServiceLock {
     const holder = read(path);
     if (holder !== null && holder.pid !== process.pid && isAlive(holder.pid)) {
       const where = holder.address === null ? 'still starting' : `listening on ${holder.address}`;
-      throw new ActionLedgerError('already_running', `actionledger is already running on data folder ${dataDir} (pid ${holder.pid}, ${where})`, {
-        details: { pid: holder.pid, address: holder.address, data_dir: dataDir },
-      });
+      throw new ActionLedgerError(
+        'already_running',
+        `actionledger is already running on data folder ${dataDir} (pid ${holder.pid}, ${where})`,
+        {
+          details: { pid: holder.pid, address: holder.address, data_dir: dataDir },
+        },
+      );
     }
     try {
       renameSync(path, `${path}.stale-${process.pid}`);

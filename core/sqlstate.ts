@@ -38,16 +38,33 @@ export function isRetryable(err: unknown): boolean {
   return state === SQLSTATE.serializationFailure || state === SQLSTATE.deadlockDetected;
 }
 
-const SOCKET_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ENOTFOUND', 'EHOSTUNREACH', 'EAI_AGAIN']);
+const SOCKET_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'EPIPE',
+  'ETIMEDOUT',
+  'ENOTFOUND',
+  'EHOSTUNREACH',
+  'EAI_AGAIN',
+]);
 
 /** Connection-level failures: the statement's outcome may be unknown, so callers re-read, never assume. */
 export function isConnectionError(err: unknown): boolean {
   const code = (err as { code?: unknown } | null)?.code;
   if (typeof code === 'string' && SOCKET_CODES.has(code)) return true;
   const state = sqlState(err);
-  if (state !== undefined && (state.startsWith('08') || state === SQLSTATE.adminShutdown || state === SQLSTATE.crashShutdown || state === SQLSTATE.cannotConnectNow)) return true;
+  if (
+    state !== undefined &&
+    (state.startsWith('08') ||
+      state === SQLSTATE.adminShutdown ||
+      state === SQLSTATE.crashShutdown ||
+      state === SQLSTATE.cannotConnectNow)
+  )
+    return true;
   const message = (err as Error | null)?.message ?? '';
-  return /Connection terminated|connection timeout|Client has encountered a connection error|timeout exceeded when trying to connect/.test(message);
+  return /Connection terminated|connection timeout|Client has encountered a connection error|timeout exceeded when trying to connect/.test(
+    message,
+  );
 }
 
 /**
@@ -59,11 +76,23 @@ export function isConnectionError(err: unknown): boolean {
 export function isTransient(err: unknown): boolean {
   if (isConnectionError(err) || isRetryable(err)) return true;
   const state = sqlState(err);
-  return state === SQLSTATE.queryCanceled || state === SQLSTATE.readOnlyTransaction || state === SQLSTATE.ioError || (state !== undefined && state.startsWith('53'));
+  return (
+    state === SQLSTATE.queryCanceled ||
+    state === SQLSTATE.readOnlyTransaction ||
+    state === SQLSTATE.ioError ||
+    (state !== undefined && state.startsWith('53'))
+  );
 }
 
 /** The coded error a database failure becomes; see docs/errors.md. */
-export type DatabaseErrorCode = 'database_unavailable' | 'storage_full' | 'statement_timeout' | 'database_overloaded' | 'database_conflict' | 'database_read_only' | 'database_error';
+export type DatabaseErrorCode =
+  | 'database_unavailable'
+  | 'storage_full'
+  | 'statement_timeout'
+  | 'database_overloaded'
+  | 'database_conflict'
+  | 'database_read_only'
+  | 'database_error';
 
 /**
  * Names a database failure by what an operator does about it, or undefined when `err` is not one (not a pg

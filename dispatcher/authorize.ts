@@ -42,8 +42,17 @@ export interface AuthorizationDecision {
 /** The ledger columns a binding is made of; both the dispatcher and the built-in authorization service map them the same way. */
 export type BindingColumns = Pick<
   ClaimedOperation,
-  | 'operation_id' | 'effect_key' | 'principal_id' | 'task_id' | 'workflow_step_id' | 'tool_name' | 'tenant_id' | 'provider_id'
-  | 'canonical_args_sha256' | 'current_approval_id' | 'current_policy_version'
+  | 'operation_id'
+  | 'effect_key'
+  | 'principal_id'
+  | 'task_id'
+  | 'workflow_step_id'
+  | 'tool_name'
+  | 'tenant_id'
+  | 'provider_id'
+  | 'canonical_args_sha256'
+  | 'current_approval_id'
+  | 'current_policy_version'
 >;
 
 export function authorizationRequest(op: BindingColumns): AuthorizationRequest {
@@ -62,24 +71,42 @@ export function authorizationRequest(op: BindingColumns): AuthorizationRequest {
   };
 }
 
-function fail(code: 'authorization_denied' | 'authorization_invalid' | 'authorization_unavailable' | 'authorization_stale', message: string, details?: Record<string, unknown>): ActionLedgerError {
+function fail(
+  code: 'authorization_denied' | 'authorization_invalid' | 'authorization_unavailable' | 'authorization_stale',
+  message: string,
+  details?: Record<string, unknown>,
+): ActionLedgerError {
   return new ActionLedgerError(code, message, details === undefined ? {} : { details });
 }
 
 /** Asks for a decision; throws `authorization_*` for every way it can fail (the provider is never called then). */
-export async function fetchAuthorization(agent: Agent, profile: DispatchProfile, request: AuthorizationRequest, signal?: AbortSignal): Promise<AuthorizationDecision> {
+export async function fetchAuthorization(
+  agent: Agent,
+  profile: DispatchProfile,
+  request: AuthorizationRequest,
+  signal?: AbortSignal,
+): Promise<AuthorizationDecision> {
   const outcome = await postJson(agent, profile.authorizationUrl, {
     body: JSON.stringify(request),
     timeoutMs: profile.authorizationHttpTimeoutMs,
     maxBytes: profile.authorizationResponseMaxBytes,
     ...(signal === undefined ? {} : { signal }),
   });
-  if (outcome.kind === 'not_sent') throw fail('authorization_unavailable', `authorization service unreachable (${outcome.code})`, { transport: outcome.code });
+  if (outcome.kind === 'not_sent')
+    throw fail('authorization_unavailable', `authorization service unreachable (${outcome.code})`, {
+      transport: outcome.code,
+    });
   if (outcome.kind === 'unknown') {
-    const code = outcome.code === 'oversized' || outcome.code === 'malformed_json' || outcome.code === 'redirect' ? 'authorization_invalid' : 'authorization_unavailable';
+    const code =
+      outcome.code === 'oversized' || outcome.code === 'malformed_json' || outcome.code === 'redirect'
+        ? 'authorization_invalid'
+        : 'authorization_unavailable';
     throw fail(code, `authorization response unusable (${outcome.code})`, { transport: outcome.code });
   }
-  if (outcome.status !== 200) throw fail('authorization_unavailable', `authorization service answered ${outcome.status}`, { status: outcome.status });
+  if (outcome.status !== 200)
+    throw fail('authorization_unavailable', `authorization service answered ${outcome.status}`, {
+      status: outcome.status,
+    });
   if (outcome.json === null) throw fail('authorization_invalid', 'authorization response has no body');
   return checkDecision(outcome.json, request, profile, new Date());
 }
@@ -88,12 +115,18 @@ export async function fetchAuthorization(agent: Agent, profile: DispatchProfile,
  * Validates a decision against its request: exact field set, `allow`, every binding echoed, times inside the
  * windows by `now` (the worker's clock; the database clock judges again when the evidence is recorded).
  */
-export function checkDecision(body: JsonObject, request: AuthorizationRequest, profile: DispatchProfile, now: Date): AuthorizationDecision {
+export function checkDecision(
+  body: JsonObject,
+  request: AuthorizationRequest,
+  profile: DispatchProfile,
+  now: Date,
+): AuthorizationDecision {
   const expected = new Set<string>([...BINDING_FIELDS, ...DECISION_FIELDS]);
   const keys = Object.keys(body);
   const missing = [...expected].filter((k) => !(k in body));
   const extra = keys.filter((k) => !expected.has(k));
-  if (missing.length > 0 || extra.length > 0) throw fail('authorization_invalid', 'decision has the wrong field set', { missing, extra });
+  if (missing.length > 0 || extra.length > 0)
+    throw fail('authorization_invalid', 'decision has the wrong field set', { missing, extra });
   if (body.decision !== 'allow') {
     if (body.decision === 'deny') throw fail('authorization_denied', 'authorization service denied this operation');
     throw fail('authorization_invalid', 'decision is neither allow nor deny');
@@ -102,7 +135,8 @@ export function checkDecision(body: JsonObject, request: AuthorizationRequest, p
   if (mismatched.length > 0) throw fail('authorization_invalid', 'decision does not echo the request', { mismatched });
   const authorizedAt = parseTime(body.authorized_at);
   const expiresAt = parseTime(body.expires_at);
-  if (authorizedAt === null || expiresAt === null) throw fail('authorization_invalid', 'decision times are not ISO 8601 UTC');
+  if (authorizedAt === null || expiresAt === null)
+    throw fail('authorization_invalid', 'decision times are not ISO 8601 UTC');
   checkWindows(authorizedAt, expiresAt, now, profile);
   return { authorizedAt, expiresAt, decisionSha256: sha256Canonical(body) };
 }
@@ -114,9 +148,11 @@ export function checkWindows(authorizedAt: Date, expiresAt: Date, now: Date, pro
   const e = expiresAt.getTime();
   const n = now.getTime();
   if (e <= a) throw fail('authorization_invalid', 'decision expires before it was authorized');
-  if (e - a > profile.maximumAuthorizationTtlMs) throw fail('authorization_stale', 'decision TTL exceeds the profile maximum', { ttl_ms: e - a });
+  if (e - a > profile.maximumAuthorizationTtlMs)
+    throw fail('authorization_stale', 'decision TTL exceeds the profile maximum', { ttl_ms: e - a });
   if (a > n + skew) throw fail('authorization_stale', 'decision is dated in the future beyond the skew allowance');
-  if (n - a > profile.maximumAuthorizationAgeMs + skew) throw fail('authorization_stale', 'decision is older than the profile allows', { age_ms: n - a });
+  if (n - a > profile.maximumAuthorizationAgeMs + skew)
+    throw fail('authorization_stale', 'decision is older than the profile allows', { age_ms: n - a });
   if (e <= n - skew) throw fail('authorization_stale', 'decision has expired');
 }
 

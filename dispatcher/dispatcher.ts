@@ -19,7 +19,18 @@
 import { hostname } from 'node:os';
 import type { Agent } from 'undici';
 import type { Config, ToolRoute } from '../core/config.js';
-import { bindQueries, databaseErrorCode, isConnectionError, isTransient, prepared, isRetryable, sqlState, SQLSTATE, type Pool, type PoolClient } from '../core/db.js';
+import {
+  bindQueries,
+  databaseErrorCode,
+  isConnectionError,
+  isTransient,
+  prepared,
+  isRetryable,
+  sqlState,
+  SQLSTATE,
+  type Pool,
+  type PoolClient,
+} from '../core/db.js';
 import { ActionLedgerError, asActionLedgerError, isActionLedgerError, type ErrorCode } from '../core/errors.js';
 import { canonicalJson, sha256Hex, type JsonValue } from '../core/json.js';
 import { RepeatedFailureLog, type Logger } from '../core/log.js';
@@ -62,7 +73,10 @@ export class Dispatcher {
   readonly #o: DispatcherOptions;
   readonly #q: Readonly<typeof dispatcherQueries>;
   /** The per-batch statements, prepared once per connection. */
-  readonly #prepared: Record<'evidenceRecordBatch' | 'operationLockForDispatchBatch' | 'operationFinalCheckBatch' | 'operationCompleteBatch', { name: string; text: string }>;
+  readonly #prepared: Record<
+    'evidenceRecordBatch' | 'operationLockForDispatchBatch' | 'operationFinalCheckBatch' | 'operationCompleteBatch',
+    { name: string; text: string }
+  >;
   readonly #inFlight = new Set<Promise<void>>();
   /** Claim tokens this worker holds: claimed and not yet finished, released, or given up. The heartbeat lists them. */
   readonly #held = new Set<string>();
@@ -164,11 +178,22 @@ export class Dispatcher {
     const clean = await Promise.race([drained, timeout]);
     clearTimeout(timer);
     this.#halt.abort();
-    if (!clean) this.#o.log.warn({ in_flight: this.#inFlight.size, claims: this.#held.size }, 'stop deadline passed with operations in flight; they stay executing for the reconciler');
+    if (!clean)
+      this.#o.log.warn(
+        { in_flight: this.#inFlight.size, claims: this.#held.size },
+        'stop deadline passed with operations in flight; they stay executing for the reconciler',
+      );
     const listener = this.#listener;
     this.#listener = undefined;
     listener?.release();
-    await this.#o.pool.query(this.#q.workerStopped, [this.#o.workerId]).catch((err: unknown) => this.#o.log.warn({ err }, 'could not mark the worker stopped; the reconciler takes its claims once its heartbeat is stale'));
+    await this.#o.pool
+      .query(this.#q.workerStopped, [this.#o.workerId])
+      .catch((err: unknown) =>
+        this.#o.log.warn(
+          { err },
+          'could not mark the worker stopped; the reconciler takes its claims once its heartbeat is stale',
+        ),
+      );
     // Idle keep-alive connections only: in-flight work has drained or the deadline passed.
     if (clean) await this.#closeAgents();
     this.#state = 'idle';
@@ -177,7 +202,8 @@ export class Dispatcher {
   async #closeAgents(): Promise<void> {
     const agents = this.#agents;
     this.#agents = undefined;
-    if (agents !== undefined) await Promise.all([agents.authorizer.close(), agents.provider.close()]).catch(() => undefined);
+    if (agents !== undefined)
+      await Promise.all([agents.authorizer.close(), agents.provider.close()]).catch(() => undefined);
   }
 
   /** The agents of the current run; an operation still in flight from an earlier run uses the new ones. */
@@ -236,7 +262,10 @@ export class Dispatcher {
         const free = this.#o.concurrency - this.#inFlight.size;
         if (free <= 0 || this.#state !== 'running') break;
         const limit = Math.min(free, this.#o.batchSize);
-        const { rows } = await this.#o.pool.query<ClaimedOperation>(this.#q.outboxClaimBatch, [limit, this.#o.workerId]);
+        const { rows } = await this.#o.pool.query<ClaimedOperation>(this.#q.outboxClaimBatch, [
+          limit,
+          this.#o.workerId,
+        ]);
         this.#claimFailures.ok();
         if (rows.length > 0) {
           this.#o.metrics.claims.inc(rows.length);
@@ -260,10 +289,16 @@ export class Dispatcher {
       .catch((err: unknown) => this.#recover(op, progress.sent, err))
       .catch((err: unknown) => {
         if (err instanceof WorkerHalted) {
-          this.#o.log.warn({ operation_id: op.operation_id, sent: progress.sent }, 'worker stopped with a write owed; the operation stays executing for the reconciler');
+          this.#o.log.warn(
+            { operation_id: op.operation_id, sent: progress.sent },
+            'worker stopped with a write owed; the operation stays executing for the reconciler',
+          );
           return;
         }
-        this.#o.log.error({ err, operation_id: op.operation_id, sent: progress.sent }, 'could not record the failure; the claim is no longer listed, so the reconciler takes it');
+        this.#o.log.error(
+          { err, operation_id: op.operation_id, sent: progress.sent },
+          'could not record the failure; the claim is no longer listed, so the reconciler takes it',
+        );
       })
       .finally(() => {
         this.#held.delete(op.claim_token);
@@ -285,11 +320,26 @@ export class Dispatcher {
   async #recover(op: ClaimedOperation, sent: boolean, err: unknown): Promise<void> {
     if (err instanceof WorkerHalted) throw err;
     if (!sent && isTransient(err)) return this.#release(op, err);
-    const code = sqlState(err) ?? (isActionLedgerError(err) ? err.code : isConnectionError(err) ? 'connection_lost' : 'error');
+    const code =
+      sqlState(err) ?? (isActionLedgerError(err) ? err.code : isConnectionError(err) ? 'connection_lost' : 'error');
     this.#o.log.error({ err, operation_id: op.operation_id, sent }, 'dispatch failed unexpectedly');
     const wrote = sent
-      ? await this.#complete(op, 'unknown', null, { internal_error: code }, null, `provider_outcome_unknown:internal:${code}`)
-      : await this.#complete(op, 'needs_review', null, { stage: 'internal', code }, `internal:${code}`, `predispatch_refused:internal:${code}`);
+      ? await this.#complete(
+          op,
+          'unknown',
+          null,
+          { internal_error: code },
+          null,
+          `provider_outcome_unknown:internal:${code}`,
+        )
+      : await this.#complete(
+          op,
+          'needs_review',
+          null,
+          { stage: 'internal', code },
+          `internal:${code}`,
+          `predispatch_refused:internal:${code}`,
+        );
     this.#o.metrics.outcomes.inc({
       tool: op.tool_name,
       provider: op.provider_id,
@@ -301,27 +351,60 @@ export class Dispatcher {
   async #release(op: ClaimedOperation, err: unknown): Promise<void> {
     const code = databaseErrorCode(err) ?? 'database_error';
     const sqlstate = sqlState(err) ?? null;
-    const detail = { sqlstate, code, sent: false, provider_called: false, attempt: op.attempt, claim_token: op.claim_token, available_in_ms: RELEASE_BACKOFF_MS };
+    const detail = {
+      sqlstate,
+      code,
+      sent: false,
+      provider_called: false,
+      attempt: op.attempt,
+      claim_token: op.claim_token,
+      available_in_ms: RELEASE_BACKOFF_MS,
+    };
     const n = await untilWritten(
-      async () => (await this.#o.pool.query<{ n: number }>(this.#q.operationRelease, [op.operation_id, op.claim_token, this.#o.workerId, `released:${code}`, RELEASE_BACKOFF_MS, JSON.stringify(detail)])).rows[0]?.n ?? 0,
+      async () =>
+        (
+          await this.#o.pool.query<{ n: number }>(this.#q.operationRelease, [
+            op.operation_id,
+            op.claim_token,
+            this.#o.workerId,
+            `released:${code}`,
+            RELEASE_BACKOFF_MS,
+            JSON.stringify(detail),
+          ])
+        ).rows[0]?.n ?? 0,
       this.#halt.signal,
       this.#writeFailures,
       { operation_id: op.operation_id, write: 'release' },
     );
-    this.#o.metrics.outcomes.inc({ tool: op.tool_name, provider: op.provider_id, outcome: n === 1 ? 'released' : 'lost' });
-    this.#o.log.warn({ operation_id: op.operation_id, code, sqlstate, released: n === 1 }, 'claim released after a database failure; the provider was not called');
+    this.#o.metrics.outcomes.inc({
+      tool: op.tool_name,
+      provider: op.provider_id,
+      outcome: n === 1 ? 'released' : 'lost',
+    });
+    this.#o.log.warn(
+      { operation_id: op.operation_id, code, sqlstate, released: n === 1 },
+      'claim released after a database failure; the provider was not called',
+    );
   }
 
   async #process(op: ClaimedOperation, progress: { sent: boolean }): Promise<void> {
     const { crash } = this.#o;
     crash.reach('after_claim');
     const route = this.#o.config.tools.get(op.tool_name);
-    if (route === undefined || route.providerId !== op.provider_id || route.endpoint !== op.provider_endpoint || route.idempotencyHeader !== op.idempotency_header || !route.allowedTenants.has(op.tenant_id)) {
+    if (
+      route === undefined ||
+      route.providerId !== op.provider_id ||
+      route.endpoint !== op.provider_endpoint ||
+      route.idempotencyHeader !== op.idempotency_header ||
+      !route.allowedTenants.has(op.tenant_id)
+    ) {
       return this.#refuse(op, 'route', 'route_changed');
     }
-    if (sha256Hex(canonicalJson(op.arguments_json as JsonValue)) !== op.canonical_args_sha256) return this.#refuse(op, 'arguments', 'args_hash_mismatch');
+    if (sha256Hex(canonicalJson(op.arguments_json as JsonValue)) !== op.canonical_args_sha256)
+      return this.#refuse(op, 'arguments', 'args_hash_mismatch');
     const credential = route.credentialEnv === null ? null : (this.#o.credentials.get(op.tool_name) ?? null);
-    if (route.credentialEnv !== null && credential === null) return this.#refuse(op, 'credential', 'credential_missing');
+    if (route.credentialEnv !== null && credential === null)
+      return this.#refuse(op, 'credential', 'credential_missing');
 
     let decision: AuthorizationDecision;
     const endAuth = this.#o.metrics.authorizationSeconds.startTimer();
@@ -375,7 +458,9 @@ export class Dispatcher {
     }
   }
 
-  async #recordEvidenceOnce(items: EvidenceItem[]): Promise<{ refused: Map<EvidenceItem, ActionLedgerError>; busy: Set<EvidenceItem> }> {
+  async #recordEvidenceOnce(
+    items: EvidenceItem[],
+  ): Promise<{ refused: Map<EvidenceItem, ActionLedgerError>; busy: Set<EvidenceItem> }> {
     const { profile } = this.#o;
     const { rows } = await this.#o.pool.query<{
       db_now: Date;
@@ -411,14 +496,30 @@ export class Dispatcher {
         refused.set(item, new ActionLedgerError('claim_lost', 'claim is no longer current'));
       } else if (!row.locked) {
         busy.add(item);
-      } else if (row.current_approval_id !== op.current_approval_id || row.current_policy_version !== op.current_policy_version) {
-        refused.set(item, new ActionLedgerError('authorization_stale', 'approval or policy version changed after the decision was requested'));
+      } else if (
+        row.current_approval_id !== op.current_approval_id ||
+        row.current_policy_version !== op.current_policy_version
+      ) {
+        refused.set(
+          item,
+          new ActionLedgerError(
+            'authorization_stale',
+            'approval or policy version changed after the decision was requested',
+          ),
+        );
       } else {
         // The statement applied the windows; this names the rule that failed. Either refusing is enough: a
         // decision the two disagree on is refused too (evidence recorded or not, nothing is sent).
         try {
           checkWindows(d.authorizedAt, d.expiresAt, row.db_now, profile);
-          if (!row.recorded) refused.set(item, new ActionLedgerError('authorization_stale', 'decision is outside the profile windows by the database clock'));
+          if (!row.recorded)
+            refused.set(
+              item,
+              new ActionLedgerError(
+                'authorization_stale',
+                'decision is outside the profile windows by the database clock',
+              ),
+            );
         } catch (err) {
           if (!isActionLedgerError(err)) throw err;
           refused.set(item, err);
@@ -467,11 +568,21 @@ export class Dispatcher {
         const locked = items.filter((i) => state.get(i.op.operation_id) === true);
         let checks = new Map<string, FinalCheck>();
         if (locked.length > 0) {
-          const { rows } = await client.query<{ operation_id: string; fresh: boolean; young: boolean; killed: boolean }>({
+          const { rows } = await client.query<{
+            operation_id: string;
+            fresh: boolean;
+            young: boolean;
+            killed: boolean;
+          }>({
             ...this.#prepared.operationFinalCheckBatch,
             values: [locked.map((i) => i.op.operation_id), locked.map((i) => i.op.claim_token), maxAgeMs],
           });
-          checks = new Map(rows.map((r) => [r.operation_id, r.killed ? 'tool_disabled' : r.fresh && r.young ? 'go' : 'authorization_stale']));
+          checks = new Map(
+            rows.map((r) => [
+              r.operation_id,
+              r.killed ? 'tool_disabled' : r.fresh && r.young ? 'go' : 'authorization_stale',
+            ]),
+          );
         }
         // Only now, with nothing left to retry: an item is settled (or queued again) exactly once.
         for (const item of items) {
@@ -502,10 +613,15 @@ export class Dispatcher {
    * commits; then settles every item. An operation that failed the check is handled after the commit, as
    * before any send: its claim was lost, or it goes to review (`authorization_stale`, `tool_disabled`).
    */
-  async #sendBatch(held: HeldConnection, items: DispatchItem[], checks: ReadonlyMap<string, FinalCheck>): Promise<void> {
+  async #sendBatch(
+    held: HeldConnection,
+    items: DispatchItem[],
+    checks: ReadonlyMap<string, FinalCheck>,
+  ): Promise<void> {
     const go = items.filter((i) => checks.get(i.op.operation_id) === 'go');
     // The savepoint the outcome write may fall back to travels while the requests are out, not after them.
-    const savepoint = go.length === 0 ? Promise.resolve() : held.client.query('SAVEPOINT outcomes').then(() => undefined);
+    const savepoint =
+      go.length === 0 ? Promise.resolve() : held.client.query('SAVEPOINT outcomes').then(() => undefined);
     savepoint.catch(() => undefined); // awaited below; a failure there is the commit's failure
     const sends = await Promise.allSettled(go.map((i) => this.#send(i)));
     const written: Written[] = [];
@@ -532,7 +648,9 @@ export class Dispatcher {
     }
     await Promise.all([
       ...written.map(({ item, outcome }) => this.#settleOutcome(item, outcome, committed && !unwritten.has(item))),
-      ...go.map((item, n) => (sends[n]!.status === 'rejected' ? item.reject((sends[n] as PromiseRejectedResult).reason) : undefined)),
+      ...go.map((item, n) =>
+        sends[n]!.status === 'rejected' ? item.reject((sends[n] as PromiseRejectedResult).reason) : undefined,
+      ),
       ...items.flatMap((item) => {
         const check = checks.get(item.op.operation_id);
         return check === 'go' ? [] : [this.#settleUnchecked(item, check)];
@@ -565,7 +683,10 @@ export class Dispatcher {
       return;
     } catch (err) {
       if (isConnectionError(err)) throw err;
-      this.#o.log.warn({ err, operations: written.length }, 'batch outcome write failed; writing each under the same locks');
+      this.#o.log.warn(
+        { err, operations: written.length },
+        'batch outcome write failed; writing each under the same locks',
+      );
       await client.query('ROLLBACK TO SAVEPOINT outcomes');
     }
     for (const { item, outcome } of written) {
@@ -573,13 +694,25 @@ export class Dispatcher {
       await client.query('SAVEPOINT outcome');
       for (let attempt = 1; ; attempt++) {
         try {
-          await client.query(this.#q.operationComplete, [op.operation_id, op.claim_token, outcome.status, outcome.receipt, JSON.stringify(outcome.result), reviewReason(outcome), this.#o.workerId, outcome.reason]);
+          await client.query(this.#q.operationComplete, [
+            op.operation_id,
+            op.claim_token,
+            outcome.status,
+            outcome.receipt,
+            JSON.stringify(outcome.result),
+            reviewReason(outcome),
+            this.#o.workerId,
+            outcome.reason,
+          ]);
           break;
         } catch (err) {
           if (isConnectionError(err)) throw err;
           await client.query('ROLLBACK TO SAVEPOINT outcome');
           if (!(isRetryable(err) || sqlState(err) === SQLSTATE.queryCanceled) || attempt >= 5) {
-            this.#o.log.warn({ err, operation_id: op.operation_id }, 'outcome write failed under the batch locks; writing it after the commit');
+            this.#o.log.warn(
+              { err, operation_id: op.operation_id },
+              'outcome write failed under the batch locks; writing it after the commit',
+            );
             unwritten.add(item);
             break;
           }
@@ -603,7 +736,13 @@ export class Dispatcher {
     let http;
     progress.sent = true;
     try {
-      http = await runGated(() => this.#o.crash.reachWhenSent('after_provider_request_sent', sent, () => this.#gatedCall(this.#agent('provider'), this.#o.profile, op, credential)), op.operation_id);
+      http = await runGated(
+        () =>
+          this.#o.crash.reachWhenSent('after_provider_request_sent', sent, () =>
+            this.#gatedCall(this.#agent('provider'), this.#o.profile, op, credential),
+          ),
+        op.operation_id,
+      );
     } finally {
       endProvider();
     }
@@ -616,7 +755,15 @@ export class Dispatcher {
     try {
       // The batch's write failed, or its COMMIT's fate is unknown: write again on another connection, fenced on
       // the claim (a no-op if it landed). If this throws, the row stays executing for the reconciler.
-      if (!committed) await this.#complete(op, outcome.status, outcome.receipt, outcome.result, reviewReason(outcome), outcome.reason);
+      if (!committed)
+        await this.#complete(
+          op,
+          outcome.status,
+          outcome.receipt,
+          outcome.result,
+          reviewReason(outcome),
+          outcome.reason,
+        );
       this.#o.metrics.outcomes.inc({
         tool: op.tool_name,
         provider: op.provider_id,
@@ -644,7 +791,10 @@ export class Dispatcher {
     const { op } = item;
     try {
       if (check === undefined) {
-        const { rows: now } = await this.#o.pool.query<{ status: string; claim_token: string }>(this.#q.operationSelectClaim, [op.operation_id]);
+        const { rows: now } = await this.#o.pool.query<{ status: string; claim_token: string }>(
+          this.#q.operationSelectClaim,
+          [op.operation_id],
+        );
         if (now[0]?.status !== 'executing' || now[0]?.claim_token !== op.claim_token) {
           this.#lost(op, 'final_check');
           item.resolve();
@@ -661,7 +811,14 @@ export class Dispatcher {
   async #refuse(op: ClaimedOperation, stage: DispatchStage, code: ErrorCode, err?: unknown): Promise<void> {
     this.#o.metrics.refusals.inc({ stage, code });
     const details = isActionLedgerError(err) && err.details !== undefined ? err.details : {};
-    const wrote = await this.#complete(op, 'needs_review', null, { stage, code, ...(details as Record<string, JsonValue>) }, `${stage}:${code}`, `predispatch_refused:${stage}:${code}`);
+    const wrote = await this.#complete(
+      op,
+      'needs_review',
+      null,
+      { stage, code, ...(details as Record<string, JsonValue>) },
+      `${stage}:${code}`,
+      `predispatch_refused:${stage}:${code}`,
+    );
     this.#o.log.warn(
       {
         operation_id: op.operation_id,
@@ -684,9 +841,28 @@ export class Dispatcher {
    * transient failure is retried for as long as the worker runs (dispatcher/persist.ts): the claim stays listed
    * in the heartbeat meanwhile. Throws a non-transient failure, or `WorkerHalted` once the worker has stopped.
    */
-  async #complete(op: ClaimedOperation, status: Outcome['status'], receipt: string | null, result: Record<string, JsonValue>, review: string | null, reason: string): Promise<boolean> {
+  async #complete(
+    op: ClaimedOperation,
+    status: Outcome['status'],
+    receipt: string | null,
+    result: Record<string, JsonValue>,
+    review: string | null,
+    reason: string,
+  ): Promise<boolean> {
     const n = await untilWritten(
-      async () => (await this.#o.pool.query<{ n: number }>(this.#q.operationComplete, [op.operation_id, op.claim_token, status, receipt, JSON.stringify(result), review, this.#o.workerId, reason])).rows[0]?.n ?? 0,
+      async () =>
+        (
+          await this.#o.pool.query<{ n: number }>(this.#q.operationComplete, [
+            op.operation_id,
+            op.claim_token,
+            status,
+            receipt,
+            JSON.stringify(result),
+            review,
+            this.#o.workerId,
+            reason,
+          ])
+        ).rows[0]?.n ?? 0,
       this.#halt.signal,
       this.#writeFailures,
       { operation_id: op.operation_id, write: status },

@@ -47,24 +47,60 @@ export async function callProvider(
 
 export function classify(outcome: HttpOutcome, route: Pick<ToolRoute, 'definitiveFailureStatuses'>): Outcome {
   if (outcome.kind === 'not_sent') {
-    return { status: 'needs_review', receipt: null, result: { transport: outcome.code }, code: 'provider_unreachable', reason: `provider:provider_unreachable:${outcome.code}` };
+    return {
+      status: 'needs_review',
+      receipt: null,
+      result: { transport: outcome.code },
+      code: 'provider_unreachable',
+      reason: `provider:provider_unreachable:${outcome.code}`,
+    };
   }
   if (outcome.kind === 'unknown') {
     const result: Record<string, JsonValue> = { transport: outcome.code };
     if (outcome.status !== undefined) result.http_status = outcome.status;
-    return { status: 'unknown', receipt: null, result, code: 'provider_outcome_unknown', reason: `provider_outcome_unknown:${outcome.code}` };
+    return {
+      status: 'unknown',
+      receipt: null,
+      result,
+      code: 'provider_outcome_unknown',
+      reason: `provider_outcome_unknown:${outcome.code}`,
+    };
   }
   const result: Record<string, JsonValue> = { http_status: outcome.status, body_sha256: outcome.bodySha256 };
   if (outcome.status >= 200 && outcome.status < 300) {
     const fromBody = outcome.json?.operation_id;
     const fromHeader = outcome.headers['x-request-id'];
-    const receipt = typeof fromBody === 'string' && RECEIPT.test(fromBody) ? fromBody : fromHeader !== undefined && RECEIPT.test(fromHeader) ? fromHeader : null;
-    if (receipt === null) return { status: 'needs_review', receipt: null, result, code: 'provider_no_receipt', reason: 'provider:provider_no_receipt' };
+    const receipt =
+      typeof fromBody === 'string' && RECEIPT.test(fromBody)
+        ? fromBody
+        : fromHeader !== undefined && RECEIPT.test(fromHeader)
+          ? fromHeader
+          : null;
+    if (receipt === null)
+      return {
+        status: 'needs_review',
+        receipt: null,
+        result,
+        code: 'provider_no_receipt',
+        reason: 'provider:provider_no_receipt',
+      };
     result.receipt_source = receipt === fromBody ? 'body' : 'header';
     return { status: 'succeeded', receipt, result, code: null, reason: 'provider_receipt' };
   }
   if (route.definitiveFailureStatuses.has(outcome.status)) {
-    return { status: 'failed', receipt: null, result, code: 'provider_rejected', reason: `provider_rejected:${outcome.status}` };
+    return {
+      status: 'failed',
+      receipt: null,
+      result,
+      code: 'provider_rejected',
+      reason: `provider_rejected:${outcome.status}`,
+    };
   }
-  return { status: 'unknown', receipt: null, result, code: 'provider_outcome_unknown', reason: `provider_outcome_unknown:http_${outcome.status}` };
+  return {
+    status: 'unknown',
+    receipt: null,
+    result,
+    code: 'provider_outcome_unknown',
+    reason: `provider_outcome_unknown:http_${outcome.status}`,
+  };
 }

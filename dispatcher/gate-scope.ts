@@ -77,7 +77,10 @@ export function assertGated(onRefused?: () => void): void {
       ? 'external write outside the dispatcher gated scope'
       : 'external write from work that outlived its gated scope (a timer or detached promise started inside it)';
   throw new ActionLedgerError('ungated_external_write', message, {
-    details: token === undefined ? { scope: 'none' } : { scope: 'closed', ...(token.label === undefined ? {} : { label: token.label }) },
+    details:
+      token === undefined
+        ? { scope: 'none' }
+        : { scope: 'closed', ...(token.label === undefined ? {} : { label: token.label }) },
   });
 }
 

@@ -58,8 +58,10 @@ export interface RequestOptions {
   signal?: AbortSignal;
 }
 
-export type NotSentCode = 'refused' | 'dns' | 'connect_timeout' | 'tls' | 'connect_failed' | 'invalid_request' | 'aborted';
-export type UnknownCode = 'timeout' | 'reset' | 'oversized' | 'malformed_json' | 'redirect' | 'protocol' | 'aborted' | 'error';
+export type NotSentCode =
+  'refused' | 'dns' | 'connect_timeout' | 'tls' | 'connect_failed' | 'invalid_request' | 'aborted';
+export type UnknownCode =
+  'timeout' | 'reset' | 'oversized' | 'malformed_json' | 'redirect' | 'protocol' | 'aborted' | 'error';
 
 export interface HttpResponse {
   kind: 'response';
@@ -120,7 +122,13 @@ const CLIENT_CERT_ALERTS = new Set([
   'ERR_SSL_SSLV3_ALERT_UNSUPPORTED_CERTIFICATE',
   'ERR_SSL_TLSV1_ALERT_UNKNOWN_CA',
 ]);
-const RESET_CODES = new Set(['ECONNRESET', 'EPIPE', 'ECONNABORTED', 'UND_ERR_SOCKET', 'UND_ERR_RES_CONTENT_LENGTH_MISMATCH']);
+const RESET_CODES = new Set([
+  'ECONNRESET',
+  'EPIPE',
+  'ECONNABORTED',
+  'UND_ERR_SOCKET',
+  'UND_ERR_RES_CONTENT_LENGTH_MISMATCH',
+]);
 const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT']);
 
 function errorCode(err: unknown): string | undefined {
@@ -156,7 +164,8 @@ function classifyConnectError(err: unknown): HttpNotSent {
 
 /** Classifies an error from undici. `afterHeaders`: a status line had arrived, so nothing is "not sent". */
 function classifyError(err: unknown, afterHeaders: boolean, status?: number): HttpOutcome {
-  if (!afterHeaders && err !== null && typeof err === 'object' && connectPhase.has(err)) return classifyConnectError(err);
+  if (!afterHeaders && err !== null && typeof err === 'object' && connectPhase.has(err))
+    return classifyConnectError(err);
   const code = errorCode(err) ?? '';
   if (!afterHeaders && CLIENT_CERT_ALERTS.has(code)) return notSent('tls', err);
   if (!afterHeaders && code === 'UND_ERR_INVALID_ARG') return notSent('invalid_request', err);
@@ -309,7 +318,11 @@ async function exchange(agent: Agent, url: string, ex: Exchange, opts: RequestOp
       origin: target.origin,
       path: `${target.pathname}${target.search}`,
       method: ex.method,
-      headers: { accept: 'application/json', ...(ex.body === undefined ? {} : { 'content-type': 'application/json' }), ...opts.headers },
+      headers: {
+        accept: 'application/json',
+        ...(ex.body === undefined ? {} : { 'content-type': 'application/json' }),
+        ...opts.headers,
+      },
       ...(ex.body === undefined ? {} : { body: ex.body }),
       signal: controller.signal,
       headersTimeout: opts.timeoutMs,

@@ -25,28 +25,46 @@ export async function loadDispatchIdentity(rt: Runtime, env: NodeJS.ProcessEnv):
   assertTlsVerificationEnabled(env);
   const d = rt.config.dispatcher;
   if (d.profile === null || d.tls === null) {
-    throw new ActionLedgerError('config_invalid', 'dispatcher.profile and dispatcher.tls are required unless the sandbox is enabled');
+    throw new ActionLedgerError(
+      'config_invalid',
+      'dispatcher.profile and dispatcher.tls are required unless the sandbox is enabled',
+    );
   }
-  const profile = await loadVerifiedProfile({ profilePath: d.profile.path, signaturePath: d.profile.signaturePath, publicKeyPath: d.profile.publicKeyPath });
+  const profile = await loadVerifiedProfile({
+    profilePath: d.profile.path,
+    signaturePath: d.profile.signaturePath,
+    publicKeyPath: d.profile.publicKeyPath,
+  });
   let ca: string, cert: string, key: Secret;
   try {
     ca = readFileSync(d.tls.caFile, 'utf8');
     cert = readFileSync(d.tls.certFile, 'utf8');
     key = new Secret(readFileSync(d.tls.keyFile));
   } catch (cause) {
-    throw new ActionLedgerError('config_invalid', `cannot read the dispatcher TLS files: ${(cause as Error).message}`, { cause });
+    throw new ActionLedgerError('config_invalid', `cannot read the dispatcher TLS files: ${(cause as Error).message}`, {
+      cause,
+    });
   }
   const connectTimeoutMs = Math.min(profile.authorizationHttpTimeoutMs, profile.providerHttpTimeoutMs);
   const credentials = new Map<string, Secret>();
   // The development sandbox generates its provider token once into the data folder (sandbox/dev.ts); CLI
   // processes (reconcile, verify) read it there, as the fleet's workers get it from their parent.
-  const sandboxToken = rt.config.sandbox.enabled ? readOptional(join(rt.config.dataDir, 'sandbox', 'provider-token')) : undefined;
+  const sandboxToken = rt.config.sandbox.enabled
+    ? readOptional(join(rt.config.dataDir, 'sandbox', 'provider-token'))
+    : undefined;
   for (const route of rt.config.tools.values()) {
-    const value = route.credentialEnv === null ? undefined : (env[route.credentialEnv] || sandboxToken);
+    const value = route.credentialEnv === null ? undefined : env[route.credentialEnv] || sandboxToken;
     if (value !== undefined && value !== '') credentials.set(route.tool, new Secret(Buffer.from(value, 'utf8')));
-    else if (route.credentialEnv !== null) rt.log.warn({ tool: route.tool, env: route.credentialEnv }, 'provider credential not set; its operations will go to review');
+    else if (route.credentialEnv !== null)
+      rt.log.warn(
+        { tool: route.tool, env: route.credentialEnv },
+        'provider credential not set; its operations will go to review',
+      );
   }
-  rt.log.info({ profile_id: profile.profileId, profile_sha256: profile.sha256, algorithm: profile.signatureAlgorithm }, 'dispatch profile verified');
+  rt.log.info(
+    { profile_id: profile.profileId, profile_sha256: profile.sha256, algorithm: profile.signatureAlgorithm },
+    'dispatch profile verified',
+  );
   return { profile, credentials, agent: () => createMtlsAgent({ ca, cert, key, connectTimeoutMs }) };
 }
 

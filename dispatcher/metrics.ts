@@ -31,11 +31,19 @@ export class DispatchMetrics {
   /** Registers the metrics on `registry`; throws if they are registered there already (see {@link DispatchMetrics.on}). */
   constructor(registry: Registry) {
     const registers = [registry];
-    this.claims = new Counter({ name: 'actionledger_claims_total', help: 'Operations claimed by this worker.', registers });
-    this.claimBatches = new Counter({ name: 'actionledger_claim_batches_total', help: 'Claim statements that returned at least one operation.', registers });
+    this.claims = new Counter({
+      name: 'actionledger_claims_total',
+      help: 'Operations claimed by this worker.',
+      registers,
+    });
+    this.claimBatches = new Counter({
+      name: 'actionledger_claim_batches_total',
+      help: 'Claim statements that returned at least one operation.',
+      registers,
+    });
     this.outcomes = new Counter({
       name: 'actionledger_dispatch_outcomes_total',
-      help: 'Dispatch outcomes by tool, provider and outcome (succeeded, unknown, needs_review, failed; released: a claim given back to pending after a database failure, never sent; lost: no longer this worker\'s claim).',
+      help: "Dispatch outcomes by tool, provider and outcome (succeeded, unknown, needs_review, failed; released: a claim given back to pending after a database failure, never sent; lost: no longer this worker's claim).",
       labelNames: ['tool', 'provider', 'outcome'],
       registers,
     });
@@ -64,7 +72,11 @@ export class DispatchMetrics {
       buckets: [0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
       registers,
     });
-    this.inFlight = new Gauge({ name: 'actionledger_dispatch_in_flight', help: 'Operations this worker is dispatching now.', registers });
+    this.inFlight = new Gauge({
+      name: 'actionledger_dispatch_in_flight',
+      help: 'Operations this worker is dispatching now.',
+      registers,
+    });
     this.ungated = new Counter({
       name: 'actionledger_ungated_external_write_total',
       help: 'Provider calls refused because they came from outside the dispatcher gated scope.',

@@ -24,7 +24,12 @@ export const OWED_WRITE_MAX_BACKOFF_MS = 5_000;
  * and code) and retried after a backoff; a non-transient one is thrown. Throws {@link WorkerHalted} as soon as
  * `halt` aborts, between attempts or during a backoff (never interrupting a statement in flight).
  */
-export async function untilWritten<T>(write: () => Promise<T>, halt: AbortSignal, failures: RepeatedFailureLog, fields: Record<string, unknown>): Promise<T> {
+export async function untilWritten<T>(
+  write: () => Promise<T>,
+  halt: AbortSignal,
+  failures: RepeatedFailureLog,
+  fields: Record<string, unknown>,
+): Promise<T> {
   for (let attempt = 0; ; attempt++) {
     if (halt.aborted) throw new WorkerHalted();
     try {

@@ -109,7 +109,9 @@ function publicKeyFromPem(publicKeyPem: string): VerifyKey {
     throw invalid('the public key could not be read', cause);
   }
   const algorithm = algorithmOf(key);
-  const spkiSha256 = createHash('sha256').update(key.export({ type: 'spki', format: 'der' })).digest('hex');
+  const spkiSha256 = createHash('sha256')
+    .update(key.export({ type: 'spki', format: 'der' }))
+    .digest('hex');
   return { key, algorithm, spkiSha256 };
 }
 
@@ -161,7 +163,11 @@ function signatureMatches(bytes: Buffer, signature: Buffer, key: VerifyKey): boo
  * integers up to 64 MiB) and a canonical https authorization URL; it is deeply frozen. Does not prove the key is still trusted or that this is the latest profile (see
  * the module comment). Throws `profile_invalid` naming the problem for every failure.
  */
-export function verifyProfile(input: { profileBytes: Buffer; signature: string; publicKeyPem: string }): DispatchProfile {
+export function verifyProfile(input: {
+  profileBytes: Buffer;
+  signature: string;
+  publicKeyPem: string;
+}): DispatchProfile {
   const { profileBytes } = input;
   if (!Buffer.isBuffer(profileBytes)) throw invalid('the profile must be given as bytes');
   if (profileBytes.length > PROFILE_MAX_BYTES) throw invalid(`the profile exceeds ${PROFILE_MAX_BYTES} bytes`);
@@ -303,7 +309,10 @@ async function readProfileBytes(profilePath: string): Promise<Buffer> {
   try {
     handle = await open(profilePath, 'r');
   } catch (cause) {
-    throw invalid(`cannot open the profile file ${profilePath}: ${(cause as NodeJS.ErrnoException).code ?? 'error'}`, cause);
+    throw invalid(
+      `cannot open the profile file ${profilePath}: ${(cause as NodeJS.ErrnoException).code ?? 'error'}`,
+      cause,
+    );
   }
   try {
     const { size } = await handle.stat();

@@ -19,4 +19,5 @@ export interface ClaimedOperation {
 }
 
 /** Where a pre-dispatch refusal happened (a metric label and the review reason's prefix). */
-export type DispatchStage = 'route' | 'arguments' | 'credential' | 'authorization' | 'evidence' | 'final_check' | 'provider';
+export type DispatchStage =
+  'route' | 'arguments' | 'credential' | 'authorization' | 'evidence' | 'final_check' | 'provider';

@@ -20,7 +20,11 @@ export interface OpenDispatcherOptions {
  * stopped, or alongside it): they share the runtime's dispatch metrics. Throws `tls_verification_disabled`,
  * `profile_invalid`, `config_invalid`.
  */
-export async function openDispatcher(rt: Runtime, env: NodeJS.ProcessEnv, options: OpenDispatcherOptions = {}): Promise<Dispatcher> {
+export async function openDispatcher(
+  rt: Runtime,
+  env: NodeJS.ProcessEnv,
+  options: OpenDispatcherOptions = {},
+): Promise<Dispatcher> {
   const { profile, credentials, agent } = await loadDispatchIdentity(rt, env);
   const d = rt.config.dispatcher;
   return new Dispatcher({

@@ -77,14 +77,26 @@ export class Approvals {
   }
 
   /** Builds, stores and returns the envelope of a call that needs approval (inside the pipeline's transaction). */
-  async request(c: Queryable, ctx: GateContext, t: GateTool, args: JsonObject, sha: string, counters: string[], value: Value | null): Promise<GateResult> {
+  async request(
+    c: Queryable,
+    ctx: GateContext,
+    t: GateTool,
+    args: JsonObject,
+    sha: string,
+    counters: string[],
+    value: Value | null,
+  ): Promise<GateResult> {
     const core = this.core;
     const resources = await core.resolveResources(c, t, ctx.tenant_id, args);
     if (resources === null) throw refuse('not_found', 'not found');
     const id = randomUUID();
     const created = new Date();
     const expires = new Date(created.getTime() + t.approval.ttlS * 1000);
-    const plan = ctx.plan_version ?? ((await c.query<{ plan_version: string }>(core.q.planCurrent, [ctx.tenant_id, ctx.task_id])).rows[0]?.plan_version ?? DEFAULT_PLAN);
+    const plan =
+      ctx.plan_version ??
+      (await c.query<{ plan_version: string }>(core.q.planCurrent, [ctx.tenant_id, ctx.task_id])).rows[0]
+        ?.plan_version ??
+      DEFAULT_PLAN;
     const envelope: JsonObject = {
       approval_id: id,
       requester: { tenant_id: ctx.tenant_id, principal_id: ctx.principal_id, role: ctx.role },
@@ -103,9 +115,26 @@ export class Approvals {
     };
     const envelopeSha = sha256Hex(canonicalJson(envelope));
     await c.query(core.q.approvalInsert, [
-      id, ctx.tenant_id, ctx.principal_id, ctx.role, ctx.account_id, ctx.conversation_id, ctx.trace_id, ctx.task_id, ctx.workflow_step_id,
-      t.name, canonicalJson(args), sha, JSON.stringify(resources), plan, core.config.gate.policyVersion, canonicalJson(envelope), envelopeSha,
-      t.approval.approvers, created, expires,
+      id,
+      ctx.tenant_id,
+      ctx.principal_id,
+      ctx.role,
+      ctx.account_id,
+      ctx.conversation_id,
+      ctx.trace_id,
+      ctx.task_id,
+      ctx.workflow_step_id,
+      t.name,
+      canonicalJson(args),
+      sha,
+      JSON.stringify(resources),
+      plan,
+      core.config.gate.policyVersion,
+      canonicalJson(envelope),
+      envelopeSha,
+      t.approval.approvers,
+      created,
+      expires,
     ]);
     await core.hold(c, counters, value, { approval: id });
     return {
@@ -121,15 +150,29 @@ export class Approvals {
   async show(approvalId: string, reviewer: Pick<Reviewer, 'tenant_id'>): Promise<ApprovalView> {
     if (typeof approvalId !== 'string' || !UUID.test(approvalId)) throw new ActionLedgerError('not_found', NOT_FOUND);
     const row = (
-      await this.core.pool.query<ApprovalRow>(this.core.q.approvalSelect, [approvalId, reviewer.tenant_id]).catch((err: unknown) => {
-        throw asActionLedgerError(err);
-      })
+      await this.core.pool
+        .query<ApprovalRow>(this.core.q.approvalSelect, [approvalId, reviewer.tenant_id])
+        .catch((err: unknown) => {
+          throw asActionLedgerError(err);
+        })
     ).rows[0];
     if (row === undefined) throw new ActionLedgerError('not_found', NOT_FOUND);
-    return { approval_id: row.approval_id, status: row.status, envelope: row.envelope_json, envelope_sha256: row.envelope_sha256, approvers: row.approvers, reason: row.reason, operation_id: row.operation_id };
+    return {
+      approval_id: row.approval_id,
+      status: row.status,
+      envelope: row.envelope_json,
+      envelope_sha256: row.envelope_sha256,
+      approvers: row.approvers,
+      reason: row.reason,
+      operation_id: row.operation_id,
+    };
   }
 
-  async #run(action: AuditEntry['action'], reviewer: Partial<Reviewer>, step: (c: Queryable, audit: Partial<AuditEntry>) => Promise<GateResult>): Promise<GateResult> {
+  async #run(
+    action: AuditEntry['action'],
+    reviewer: Partial<Reviewer>,
+    step: (c: Queryable, audit: Partial<AuditEntry>) => Promise<GateResult>,
+  ): Promise<GateResult> {
     const core = this.core;
     const audit: Partial<AuditEntry> = {};
     let written = false;
@@ -140,23 +183,42 @@ export class Approvals {
           if (err instanceof Refused && audit.detail?.commit === true) return err.refusal;
           throw err;
         });
-        await core.auditDecision(c, { action, outcome: r.ok ? r.status : r.error, context: reviewer, tool: audit.tool ?? null, subjectId: audit.subjectId ?? null, detail: audit.detail ?? {} });
+        await core.auditDecision(c, {
+          action,
+          outcome: r.ok ? r.status : r.error,
+          context: reviewer,
+          tool: audit.tool ?? null,
+          subjectId: audit.subjectId ?? null,
+          detail: audit.detail ?? {},
+        });
         written = true;
         return r;
       });
     } catch (err) {
       written = false;
-      result = err instanceof Refused ? err.refusal : core.failed(err, { action, tool: audit.tool ?? null, subject_id: audit.subjectId ?? null }).toRefusal();
+      result =
+        err instanceof Refused
+          ? err.refusal
+          : core.failed(err, { action, tool: audit.tool ?? null, subject_id: audit.subjectId ?? null }).toRefusal();
     }
     if (!written) {
-      await core.auditAfter({ action, outcome: result.ok ? result.status : result.error, context: reviewer, tool: audit.tool ?? null, subjectId: audit.subjectId ?? null, detail: audit.detail ?? {} });
+      await core.auditAfter({
+        action,
+        outcome: result.ok ? result.status : result.error,
+        context: reviewer,
+        tool: audit.tool ?? null,
+        subjectId: audit.subjectId ?? null,
+        detail: audit.detail ?? {},
+      });
     }
     return result;
   }
 
   async #row(c: Queryable, id: string, tenant: string, lock = false): Promise<ApprovalRow> {
     if (typeof id !== 'string' || !UUID.test(id)) throw refuse('not_found', NOT_FOUND);
-    const row = (await c.query<ApprovalRow>(lock ? this.core.q.approvalSelectForUpdate : this.core.q.approvalSelect, [id, tenant])).rows[0];
+    const row = (
+      await c.query<ApprovalRow>(lock ? this.core.q.approvalSelectForUpdate : this.core.q.approvalSelect, [id, tenant])
+    ).rows[0];
     if (row === undefined) throw refuse('not_found', NOT_FOUND);
     return row;
   }
@@ -169,8 +231,11 @@ export class Approvals {
 
   async #reviewerMay(c: Queryable, row: ApprovalRow, reviewer: Reviewer): Promise<void> {
     const tool = this.core.tool(row.tool_name);
-    const revoked = (await c.query(this.core.q.roleRevoked, [reviewer.tenant_id, reviewer.principal_id, reviewer.role])).rowCount !== 0;
-    if (tool === undefined || !tool.approverRoles.has(reviewer.role) || revoked) throw refuse('permission_denied', 'your role may not decide this approval');
+    const revoked =
+      (await c.query(this.core.q.roleRevoked, [reviewer.tenant_id, reviewer.principal_id, reviewer.role])).rowCount !==
+      0;
+    if (tool === undefined || !tool.approverRoles.has(reviewer.role) || revoked)
+      throw refuse('permission_denied', 'your role may not decide this approval');
   }
 
   /**
@@ -189,27 +254,59 @@ export class Approvals {
       await this.#reviewerMay(c, row, reviewer);
       // Refused before the vote is recorded: approving here could never execute (the operator CLI has no
       // resolvers), and an approval committed without its execution is a decision nobody carried out.
-      const missing = (this.core.tool(row.tool_name)?.resources ?? []).filter((r) => this.core.resolvers[r.type] === undefined).map((r) => r.type);
+      const missing = (this.core.tool(row.tool_name)?.resources ?? [])
+        .filter((r) => this.core.resolvers[r.type] === undefined)
+        .map((r) => r.type);
       if (missing.length > 0) {
-        throw refuse('config_invalid', `${row.tool_name} binds resources (${missing.join(', ')}) this process cannot resolve; nothing was recorded: approve it through the service that registers them`, { request_id: row.approval_id });
+        throw refuse(
+          'config_invalid',
+          `${row.tool_name} binds resources (${missing.join(', ')}) this process cannot resolve; nothing was recorded: approve it through the service that registers them`,
+          { request_id: row.approval_id },
+        );
       }
-      const upd = await c.query<{ status: string }>(this.core.q.approvalApprove, [row.approval_id, reviewer.tenant_id, String(displayedHash), reviewer.principal_id]);
+      const upd = await c.query<{ status: string }>(this.core.q.approvalApprove, [
+        row.approval_id,
+        reviewer.tenant_id,
+        String(displayedHash),
+        reviewer.principal_id,
+      ]);
       const status = upd.rows[0]?.status;
-      if (status === 'approved') return { ok: true, status: 'approved', request_id: row.approval_id, message: 'approved' };
+      if (status === 'approved')
+        return { ok: true, status: 'approved', request_id: row.approval_id, message: 'approved' };
       if (status === 'pending') {
         audit.detail = { approvers_needed: row.required_approvals };
-        return { ok: true, status: 'pending_approvals', request_id: row.approval_id, message: 'recorded; more approvers are needed' };
+        return {
+          ok: true,
+          status: 'pending_approvals',
+          request_id: row.approval_id,
+          message: 'recorded; more approvers are needed',
+        };
       }
       // Refused: say exactly why, from the row as it is now.
       const now = await this.#row(c, approvalId, reviewer.tenant_id);
       if ((now.status === 'pending' || now.status === 'approved') && now.expired) await this.#expire(c, now, audit);
-      if (now.status === 'expired') throw refuse('approval_expired', 'this approval expired; request a new one', { request_id: now.approval_id });
-      if (now.status !== 'pending') throw refuse('invalid_state_transition', `this approval is already ${now.status}`, { request_id: now.approval_id });
-      if (now.envelope_sha256 !== displayedHash) throw refuse('approval_hash_mismatch', 'the approval you were shown is not the one stored; reload it and review again', { request_id: now.approval_id });
+      if (now.status === 'expired')
+        throw refuse('approval_expired', 'this approval expired; request a new one', { request_id: now.approval_id });
+      if (now.status !== 'pending')
+        throw refuse('invalid_state_transition', `this approval is already ${now.status}`, {
+          request_id: now.approval_id,
+        });
+      if (now.envelope_sha256 !== displayedHash)
+        throw refuse(
+          'approval_hash_mismatch',
+          'the approval you were shown is not the one stored; reload it and review again',
+          { request_id: now.approval_id },
+        );
       if (now.requester_id === reviewer.principal_id || now.approvers.includes(reviewer.principal_id)) {
-        throw refuse('self_approval_forbidden', 'another person must approve this (the requester never approves, and nobody counts twice)', { request_id: now.approval_id });
+        throw refuse(
+          'self_approval_forbidden',
+          'another person must approve this (the requester never approves, and nobody counts twice)',
+          { request_id: now.approval_id },
+        );
       }
-      throw refuse('invalid_state_transition', 'this approval changed while approving', { request_id: now.approval_id });
+      throw refuse('invalid_state_transition', 'this approval changed while approving', {
+        request_id: now.approval_id,
+      });
     });
     if (!first.ok && first.error !== undefined) return first;
     if (first.ok && first.status === 'pending_approvals') return first;
@@ -223,10 +320,14 @@ export class Approvals {
       audit.tool = row.tool_name;
       audit.subjectId = row.approval_id;
       await this.#reviewerMay(c, row, reviewer);
-      if (typeof reason !== 'string' || reason.trim() === '' || reason.length > 1000) throw refuse('invalid_request', 'a rejection needs a reason (at most 1000 characters)');
+      if (typeof reason !== 'string' || reason.trim() === '' || reason.length > 1000)
+        throw refuse('invalid_request', 'a rejection needs a reason (at most 1000 characters)');
       if ((row.status === 'pending' || row.status === 'approved') && row.expired) await this.#expire(c, row, audit);
       const upd = await c.query(this.core.q.approvalReject, [row.approval_id, reviewer.tenant_id, reason]);
-      if (upd.rowCount !== 1) throw refuse('invalid_state_transition', `this approval is already ${row.status}`, { request_id: row.approval_id });
+      if (upd.rowCount !== 1)
+        throw refuse('invalid_state_transition', `this approval is already ${row.status}`, {
+          request_id: row.approval_id,
+        });
       audit.detail = { reason };
       return { ok: true, status: 'rejected', request_id: row.approval_id, message: 'rejected' };
     });
@@ -247,50 +348,112 @@ export class Approvals {
       audit.subjectId = row.approval_id;
       await this.#reviewerMay(c, row, actor); // the same rule as approving: an approver role, not revoked
       if (row.status === 'executed' && row.operation_id !== null) {
-        const op = (await c.query<{ operation_id: string; effect_key: string; status: never }>(this.#oq.operationSelect, [row.operation_id])).rows[0];
-        return { ok: true, status: 'reserved', operation_id: row.operation_id, effect_key: op?.effect_key ?? '', created: false, request_id: row.approval_id, message: 'already executed' };
+        const op = (
+          await c.query<{ operation_id: string; effect_key: string; status: never }>(this.#oq.operationSelect, [
+            row.operation_id,
+          ])
+        ).rows[0];
+        return {
+          ok: true,
+          status: 'reserved',
+          operation_id: row.operation_id,
+          effect_key: op?.effect_key ?? '',
+          created: false,
+          request_id: row.approval_id,
+          message: 'already executed',
+        };
       }
       if ((row.status === 'pending' || row.status === 'approved') && row.expired) await this.#expire(c, row, audit);
-      if (row.status !== 'approved') throw refuse('invalid_state_transition', `this approval is ${row.status}`, { request_id: row.approval_id });
+      if (row.status !== 'approved')
+        throw refuse('invalid_state_transition', `this approval is ${row.status}`, { request_id: row.approval_id });
       const killed = await core.killSwitch(c, row.tenant_id, row.tool_name);
-      if (killed !== null) throw refuse('tool_disabled', `${row.tool_name} is disabled for now (${killed.reason}); the approval stays valid until it expires`, { request_id: row.approval_id });
+      if (killed !== null)
+        throw refuse(
+          'tool_disabled',
+          `${row.tool_name} is disabled for now (${killed.reason}); the approval stays valid until it expires`,
+          { request_id: row.approval_id },
+        );
 
       const stale = await this.#staleness(c, row);
       if (stale !== null) {
         await c.query(core.q.approvalInvalidate, [row.approval_id, stale.reason]);
         audit.detail = { commit: true, ...stale };
-        throw refuse('reapproval_required', `what was approved no longer holds (${stale.reason}); nothing was done, a new approval is needed`, { request_id: row.approval_id, details: stale });
+        throw refuse(
+          'reapproval_required',
+          `what was approved no longer holds (${stale.reason}); nothing was done, a new approval is needed`,
+          { request_id: row.approval_id, details: stale },
+        );
       }
       const r = await core.reserve(
         c,
-        { tenant_id: row.tenant_id, principal_id: row.requester_id, task_id: row.task_id, workflow_step_id: row.workflow_step_id, role: row.requester_role },
+        {
+          tenant_id: row.tenant_id,
+          principal_id: row.requester_id,
+          task_id: row.task_id,
+          workflow_step_id: row.workflow_step_id,
+          role: row.requester_role,
+        },
         row.tool_name,
         row.arguments_json,
         { kind: 'approval', id: row.approval_id, policyVersion: row.policy_version },
         { counters: [], value: null, subject: { approval: row.approval_id } },
       );
       const upd = await c.query(core.q.approvalExecuted, [row.approval_id, r.operation_id]);
-      if (upd.rowCount !== 1) throw refuse('invalid_state_transition', 'this approval changed while executing', { request_id: row.approval_id });
+      if (upd.rowCount !== 1)
+        throw refuse('invalid_state_transition', 'this approval changed while executing', {
+          request_id: row.approval_id,
+        });
       audit.detail = { operation_id: r.operation_id, created: r.created };
-      return { ok: true, status: 'reserved', operation_id: r.operation_id, effect_key: r.effect_key, created: r.created, operation_status: r.status, request_id: row.approval_id, message: 'approved and reserved' };
+      return {
+        ok: true,
+        status: 'reserved',
+        operation_id: r.operation_id,
+        effect_key: r.effect_key,
+        created: r.created,
+        operation_status: r.status,
+        request_id: row.approval_id,
+        message: 'approved and reserved',
+      };
     });
   }
 
-  async #staleness(c: Queryable, row: ApprovalRow): Promise<Record<string, unknown> & { reason: string } | null> {
+  async #staleness(c: Queryable, row: ApprovalRow): Promise<(Record<string, unknown> & { reason: string }) | null> {
     const core = this.core;
-    const plan = (await c.query<{ plan_version: string }>(core.q.planCurrent, [row.tenant_id, row.task_id])).rows[0]?.plan_version ?? DEFAULT_PLAN;
+    const plan =
+      (await c.query<{ plan_version: string }>(core.q.planCurrent, [row.tenant_id, row.task_id])).rows[0]
+        ?.plan_version ?? DEFAULT_PLAN;
     if (plan !== row.plan_version) return { reason: 'plan_changed', approved: row.plan_version, current: plan };
-    if (row.policy_version !== core.config.gate.policyVersion) return { reason: 'policy_changed', approved: row.policy_version, current: core.config.gate.policyVersion };
+    if (row.policy_version !== core.config.gate.policyVersion)
+      return { reason: 'policy_changed', approved: row.policy_version, current: core.config.gate.policyVersion };
     const tool = core.tool(row.tool_name);
-    if (tool === undefined || !(await core.permitted(c, tool, row.tenant_id, row.requester_id, row.requester_role))) return { reason: 'permission_denied' };
-    const held = await c.query<{ scope: string; used_count: number; used_value: string }>(core.q.holdCountersOf, [row.approval_id]);
+    if (tool === undefined || !(await core.permitted(c, tool, row.tenant_id, row.requester_id, row.requester_role)))
+      return { reason: 'permission_denied' };
+    const held = await c.query<{ scope: string; used_count: number; used_value: string }>(core.q.holdCountersOf, [
+      row.approval_id,
+    ]);
     for (const h of held.rows) {
-      const cap = h.scope === 'principal_day' ? tool.limits.perPrincipalDay : h.scope === 'account_day' ? tool.limits.perAccountDay : tool.limits.perConversation;
+      const cap =
+        h.scope === 'principal_day'
+          ? tool.limits.perPrincipalDay
+          : h.scope === 'account_day'
+            ? tool.limits.perAccountDay
+            : tool.limits.perConversation;
       if (cap === null) continue;
-      if ((cap.maxCount !== null && h.used_count > cap.maxCount) || (cap.maxValue !== null && Number(h.used_value) > cap.maxValue)) return { reason: 'limit_exceeded', scope: h.scope };
+      if (
+        (cap.maxCount !== null && h.used_count > cap.maxCount) ||
+        (cap.maxValue !== null && Number(h.used_value) > cap.maxValue)
+      )
+        return { reason: 'limit_exceeded', scope: h.scope };
     }
     const now = await core.resolveResources(c, tool, row.tenant_id, row.arguments_json);
-    const changed = row.resources.filter((r, i) => now?.[i]?.version !== r.version).map((r, i) => ({ type: r.type, id: r.id, approved_version: r.version, current_version: now?.[i]?.version ?? null }));
+    const changed = row.resources
+      .filter((r, i) => now?.[i]?.version !== r.version)
+      .map((r, i) => ({
+        type: r.type,
+        id: r.id,
+        approved_version: r.version,
+        current_version: now?.[i]?.version ?? null,
+      }));
     if (now === null || changed.length > 0) return { reason: 'stale_resource', resources: changed };
     return null;
   }
@@ -301,8 +464,17 @@ export class Approvals {
    */
   async expireDue(): Promise<number> {
     return withTransaction(this.core.pool, async (c) => {
-      const { rows } = await c.query<{ approval_id: string; tenant_id: string; tool_name: string }>(this.core.q.approvalExpireDue);
-      for (const r of rows) await this.core.auditDecision(c, { action: 'expire', outcome: 'expired', context: { tenant_id: r.tenant_id }, tool: r.tool_name, subjectId: r.approval_id });
+      const { rows } = await c.query<{ approval_id: string; tenant_id: string; tool_name: string }>(
+        this.core.q.approvalExpireDue,
+      );
+      for (const r of rows)
+        await this.core.auditDecision(c, {
+          action: 'expire',
+          outcome: 'expired',
+          context: { tenant_id: r.tenant_id },
+          tool: r.tool_name,
+          subjectId: r.approval_id,
+        });
       return rows.length;
     });
   }

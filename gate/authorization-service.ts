@@ -116,15 +116,18 @@ export class AuthorizationService {
   async start(): Promise<void> {
     if (this.#server !== undefined) return;
     const { tls } = this.#options;
-    const server = createServer({ cert: tls.cert, key: tls.key, ca: tls.ca, requestCert: true, rejectUnauthorized: true, minVersion: 'TLSv1.2' }, (req, res) => {
-      this.#handle(req, res).catch((err: unknown) => {
-        // A decision the database could not make: its code (503 while it may pass), never a stack or a server message.
-        const coded = this.#core.failed(err, { action: 'authorize' });
-        if (res.headersSent) res.destroy();
-        else if (coded.code === 'internal') send(res, 500, { error: 'internal' });
-        else send(res, coded.group === 'retryable' ? 503 : 500, { error: coded.code, message: coded.message });
-      });
-    });
+    const server = createServer(
+      { cert: tls.cert, key: tls.key, ca: tls.ca, requestCert: true, rejectUnauthorized: true, minVersion: 'TLSv1.2' },
+      (req, res) => {
+        this.#handle(req, res).catch((err: unknown) => {
+          // A decision the database could not make: its code (503 while it may pass), never a stack or a server message.
+          const coded = this.#core.failed(err, { action: 'authorize' });
+          if (res.headersSent) res.destroy();
+          else if (coded.code === 'internal') send(res, 500, { error: 'internal' });
+          else send(res, coded.group === 'retryable' ? 503 : 500, { error: coded.code, message: coded.message });
+        });
+      },
+    );
     server.on('connection', (s: Socket) => {
       this.#sockets.add(s);
       s.once('close', () => this.#sockets.delete(s));
@@ -183,7 +186,10 @@ export class AuthorizationService {
     } else if ((await this.#core.tryAudit(entry)) !== null) {
       // Nothing is allowed unaudited: the allow becomes a refusal, itself audited (or logged and counted).
       await this.#core.auditAfter({ ...entry, outcome: 'audit_unavailable' });
-      return send(res, 503, { error: 'audit_unavailable', message: 'the decision could not be written to the audit log, so it is refused' });
+      return send(res, 503, {
+        error: 'audit_unavailable',
+        message: 'the decision could not be written to the audit log, so it is refused',
+      });
     }
     const ttlMs = this.#options.config.gate.decisionTtlS * 1000;
     const authorizedAt = verdict.now.getTime();
@@ -218,35 +224,64 @@ export class AuthorizationService {
     const ledgerView: AuthorizationRequest = authorizationRequest(op);
     const mismatched = AUTHORIZATION_FIELDS.filter((f) => ledgerView[f] !== request[f]);
     if (mismatched.length > 0) return { allow: false, reason: `binding_mismatch:${mismatched.join(',')}`, now };
-    if ((await core.killSwitch(core.pool, op.tenant_id, op.tool_name)) !== null) return { allow: false, reason: 'kill_switch', now };
-    if (op.approval_kind === null && op.current_approval_id === `compensation:${await this.#compensationOriginal(op.operation_id)}`) {
+    if ((await core.killSwitch(core.pool, op.tenant_id, op.tool_name)) !== null)
+      return { allow: false, reason: 'kill_switch', now };
+    if (
+      op.approval_kind === null &&
+      op.current_approval_id === `compensation:${await this.#compensationOriginal(op.operation_id)}`
+    ) {
       // A server-minted compensation (compensator/): allowed while its original is being compensated.
       return { allow: true, reason: 'compensation', now };
     }
     if (op.approval_kind === null || op.role === null) {
-      return this.#options.config.gate.directReservations === 'allow' ? { allow: true, reason: 'direct_reservation', now } : { allow: false, reason: 'not_reserved_through_gate', now };
+      return this.#options.config.gate.directReservations === 'allow'
+        ? { allow: true, reason: 'direct_reservation', now }
+        : { allow: false, reason: 'not_reserved_through_gate', now };
     }
-    if (op.current_policy_version !== this.#options.config.gate.policyVersion) return { allow: false, reason: 'policy_version', now };
+    if (op.current_policy_version !== this.#options.config.gate.policyVersion)
+      return { allow: false, reason: 'policy_version', now };
     const tool = core.tool(op.tool_name);
-    if (tool === undefined || !(await core.permitted(core.pool, tool, op.tenant_id, op.principal_id, op.role))) return { allow: false, reason: 'role_not_held', now };
+    if (tool === undefined || !(await core.permitted(core.pool, tool, op.tenant_id, op.principal_id, op.role)))
+      return { allow: false, reason: 'role_not_held', now };
     if (op.approval_kind === 'proposal') {
-      const p = (await core.pool.query<{ status: string; operation_id: string | null }>(core.q.authorizeSelectProposal, [op.current_approval_id.replace(/^proposal:/, ''), op.tenant_id])).rows[0];
-      if (p === undefined || p.status !== 'executed' || p.operation_id !== op.operation_id) return { allow: false, reason: 'proposal', now };
+      const p = (
+        await core.pool.query<{ status: string; operation_id: string | null }>(core.q.authorizeSelectProposal, [
+          op.current_approval_id.replace(/^proposal:/, ''),
+          op.tenant_id,
+        ])
+      ).rows[0];
+      if (p === undefined || p.status !== 'executed' || p.operation_id !== op.operation_id)
+        return { allow: false, reason: 'proposal', now };
       return { allow: true, reason: 'proposal', now };
     }
     if (op.approval_kind === 'approval') {
       if (!UUID.test(op.current_approval_id)) return { allow: false, reason: 'approval_not_found', now };
-      type ApprovalRow = { status: string; operation_id: string | null; args_sha256: string; resources: BoundResource[]; expires_at: Date; live: boolean; plan_version: string; current_plan_version: string };
-      const a = (await core.pool.query<ApprovalRow>(core.q.authorizeSelectApproval, [op.current_approval_id, op.tenant_id])).rows[0];
+      type ApprovalRow = {
+        status: string;
+        operation_id: string | null;
+        args_sha256: string;
+        resources: BoundResource[];
+        expires_at: Date;
+        live: boolean;
+        plan_version: string;
+        current_plan_version: string;
+      };
+      const a = (
+        await core.pool.query<ApprovalRow>(core.q.authorizeSelectApproval, [op.current_approval_id, op.tenant_id])
+      ).rows[0];
       if (a === undefined) return { allow: false, reason: 'approval_not_found', now };
-      if (!(a.status === 'approved' || (a.status === 'executed' && a.operation_id === op.operation_id))) return { allow: false, reason: `approval_${a.status}`, now };
+      if (!(a.status === 'approved' || (a.status === 'executed' && a.operation_id === op.operation_id)))
+        return { allow: false, reason: `approval_${a.status}`, now };
       if (!a.live) return { allow: false, reason: 'approval_expired', now };
       // The plan the approver saw must still be the task's plan: a change after execution (which the gate's
       // invalidation no longer reaches: executed is final) stops dispatch here.
       if (a.plan_version !== a.current_plan_version) return { allow: false, reason: 'plan_version', now };
       if (a.args_sha256 !== op.canonical_args_sha256) return { allow: false, reason: 'approval_arguments', now };
       const current = await core.resolveResources(core.pool, tool, op.tenant_id, op.arguments_json);
-      const stale = current === null || a.resources.length !== current.length || a.resources.some((r, i) => current[i]?.version !== r.version || current[i]?.id !== r.id);
+      const stale =
+        current === null ||
+        a.resources.length !== current.length ||
+        a.resources.some((r, i) => current[i]?.version !== r.version || current[i]?.id !== r.id);
       if (stale) return { allow: false, reason: 'stale_resource', now };
       return { allow: true, reason: 'approval', now, notAfter: a.expires_at };
     }

@@ -13,7 +13,14 @@ import { canonicalArguments, sha256Hex, type JsonObject } from '../core/json.js'
 import { IDENTITY_ARGUMENT_NAMES } from '../core/types.js';
 import type { Ledger, Reservation } from '../ledger/index.js';
 import { gateQueries } from './queries.js';
-import { GATE_CONTEXT_FIELDS, type BoundResource, type BusinessValidator, type GateContext, type GateRefusal, type ResourceResolver } from './types.js';
+import {
+  GATE_CONTEXT_FIELDS,
+  type BoundResource,
+  type BusinessValidator,
+  type GateContext,
+  type GateRefusal,
+  type ResourceResolver,
+} from './types.js';
 
 const MAX_CONTEXT_FIELD = 256;
 export const REDACTED = '[redacted]';
@@ -38,7 +45,18 @@ export interface GateDeps {
 }
 
 export interface AuditEntry {
-  action: 'call' | 'confirm' | 'cancel' | 'execute' | 'approve' | 'reject' | 'expire' | 'invalidate' | 'authorize' | 'kill_switch' | 'role';
+  action:
+    | 'call'
+    | 'confirm'
+    | 'cancel'
+    | 'execute'
+    | 'approve'
+    | 'reject'
+    | 'expire'
+    | 'invalidate'
+    | 'authorize'
+    | 'kill_switch'
+    | 'role';
   outcome: string;
   context?: Partial<GateContext> | undefined;
   tool?: string | null;
@@ -56,7 +74,11 @@ export class Refused extends Error {
   }
 }
 
-export function refuse(error: ErrorCode, message: string, extra: Omit<GateRefusal, 'ok' | 'error' | 'message'> = {}): Refused {
+export function refuse(
+  error: ErrorCode,
+  message: string,
+  extra: Omit<GateRefusal, 'ok' | 'error' | 'message'> = {},
+): Refused {
   return new Refused({ ok: false, error, message, ...extra });
 }
 
@@ -84,8 +106,13 @@ export class GateCore {
 
   constructor(deps: GateDeps) {
     this.log = deps.log ?? createLogger({ level: 'warn', name: 'actionledger-gate', destination: process.stderr });
-    this.#auditLost = deps.metrics?.auditLost ?? new Counter({ name: 'actionledger_audit_lost_total', help: 'unexposed', labelNames: ['action'], registers: [] });
-    this.#databaseFailures = new RepeatedFailureLog(this.log, 'gate decision failed on the database; refused with its code');
+    this.#auditLost =
+      deps.metrics?.auditLost ??
+      new Counter({ name: 'actionledger_audit_lost_total', help: 'unexposed', labelNames: ['action'], registers: [] });
+    this.#databaseFailures = new RepeatedFailureLog(
+      this.log,
+      'gate decision failed on the database; refused with its code',
+    );
     this.config = deps.config;
     this.pool = deps.pool;
     this.ledger = deps.ledger;
@@ -94,10 +121,16 @@ export class GateCore {
     this.resolvers = deps.resolvers ?? {};
     const problems: string[] = [];
     for (const tool of deps.config.gate.tools.values()) {
-      if (deps.withoutValidators !== true && tool.validator !== null && this.validators[tool.validator] === undefined) problems.push(`/gate/tools/${tool.name}/validator names ${tool.validator}, which is not registered`);
-      for (const r of tool.resources) if (deps.withoutResolvers !== true && this.resolvers[r.type] === undefined) problems.push(`/gate/tools/${tool.name}/resources: no resolver registered for type ${r.type}`);
+      if (deps.withoutValidators !== true && tool.validator !== null && this.validators[tool.validator] === undefined)
+        problems.push(`/gate/tools/${tool.name}/validator names ${tool.validator}, which is not registered`);
+      for (const r of tool.resources)
+        if (deps.withoutResolvers !== true && this.resolvers[r.type] === undefined)
+          problems.push(`/gate/tools/${tool.name}/resources: no resolver registered for type ${r.type}`);
     }
-    if (problems.length > 0) throw new ActionLedgerError('config_invalid', `gate registry is incomplete:\n  - ${problems.join('\n  - ')}`, { details: { problems } });
+    if (problems.length > 0)
+      throw new ActionLedgerError('config_invalid', `gate registry is incomplete:\n  - ${problems.join('\n  - ')}`, {
+        details: { problems },
+      });
   }
 
   tool(name: string): GateTool | undefined {
@@ -112,46 +145,78 @@ export class GateCore {
     return (await db.query(this.q.roleRevoked, [tenant, principal, role])).rowCount === 0;
   }
 
-  async killSwitch(db: Queryable, tenant: string, tool: string): Promise<{ tenant_id: string; tool_name: string; reason: string } | null> {
-    const { rows } = await db.query<{ tenant_id: string; tool_name: string; reason: string }>(this.q.killSwitchEngaged, [tenant, tool]);
+  async killSwitch(
+    db: Queryable,
+    tenant: string,
+    tool: string,
+  ): Promise<{ tenant_id: string; tool_name: string; reason: string } | null> {
+    const { rows } = await db.query<{ tenant_id: string; tool_name: string; reason: string }>(
+      this.q.killSwitchEngaged,
+      [tenant, tool],
+    );
     return rows[0] ?? null;
   }
 
   /** Takes one call from the principal's window; throws `rate_limited` with `retry_after_s` when spent. */
   async takeRate(db: Queryable, tool: GateTool, ctx: GateContext): Promise<void> {
     if (tool.rate === null) return;
-    const { rows } = await db.query(this.q.rateWindowIncrement, [ctx.tenant_id, ctx.principal_id, tool.name, tool.rate.windowS, tool.rate.limit]);
+    const { rows } = await db.query(this.q.rateWindowIncrement, [
+      ctx.tenant_id,
+      ctx.principal_id,
+      tool.name,
+      tool.rate.windowS,
+      tool.rate.limit,
+    ]);
     if (rows.length > 0) return;
     const after = await db.query<{ retry_after_s: number }>(this.q.rateWindowRetryAfter, [tool.rate.windowS]);
     const retry = after.rows[0]?.retry_after_s ?? tool.rate.windowS;
-    throw refuse('rate_limited', `rate limit of ${tool.rate.limit} calls per ${tool.rate.windowS} s reached for ${tool.name}; try again in ${retry} s`, {
-      retry_after_s: retry,
-      details: { limit: tool.rate.limit, window_s: tool.rate.windowS },
-    });
+    throw refuse(
+      'rate_limited',
+      `rate limit of ${tool.rate.limit} calls per ${tool.rate.windowS} s reached for ${tool.name}; try again in ${retry} s`,
+      {
+        retry_after_s: retry,
+        details: { limit: tool.rate.limit, window_s: tool.rate.windowS },
+      },
+    );
   }
 
   /** Schema (ajv strict), identity fields, then plain-JSON bounds; throws `invalid_arguments` naming the violation. */
   checkArguments(tool: GateTool, args: unknown): CheckedArgs {
     // Bounds first: the walk below (and ajv) must never meet nesting deeper than the argument bound.
     const tooDeep = depthExceeds(args, this.config.argumentBounds.maxDepth);
-    if (tooDeep !== null) throw refuse('invalid_arguments', `arguments nest deeper than the bound of ${this.config.argumentBounds.maxDepth} at ${tooDeep}`, { details: { path: tooDeep, problem: 'nest deeper than the bound' } });
+    if (tooDeep !== null)
+      throw refuse(
+        'invalid_arguments',
+        `arguments nest deeper than the bound of ${this.config.argumentBounds.maxDepth} at ${tooDeep}`,
+        { details: { path: tooDeep, problem: 'nest deeper than the bound' } },
+      );
     const identity = findIdentityField(args, '$');
     if (identity !== null) {
-      throw refuse('invalid_arguments', `argument ${identity} names an identity; authority comes from the session, not from arguments`, { details: { path: identity } });
+      throw refuse(
+        'invalid_arguments',
+        `argument ${identity} names an identity; authority comes from the session, not from arguments`,
+        { details: { path: identity } },
+      );
     }
     if (!tool.validate(args)) {
       const errors = (tool.validate.errors ?? []).map((e) => {
         const at = e.instancePath === '' ? '(arguments)' : e.instancePath;
-        const extra = e.keyword === 'additionalProperties' ? ` (${String((e.params as { additionalProperty: string }).additionalProperty)})` : '';
+        const extra =
+          e.keyword === 'additionalProperties'
+            ? ` (${String((e.params as { additionalProperty: string }).additionalProperty)})`
+            : '';
         return `${at} ${e.message ?? 'is invalid'}${extra}`;
       });
-      throw refuse('invalid_arguments', `arguments do not match the ${tool.name} schema: ${errors.join('; ')}`, { details: { violations: errors } });
+      throw refuse('invalid_arguments', `arguments do not match the ${tool.name} schema: ${errors.join('; ')}`, {
+        details: { violations: errors },
+      });
     }
     let canonical: string;
     try {
       canonical = canonicalArguments(args, this.config.argumentBounds);
     } catch (err) {
-      if (err instanceof ActionLedgerError) throw refuse('invalid_arguments', err.message, err.details === undefined ? {} : { details: err.details });
+      if (err instanceof ActionLedgerError)
+        throw refuse('invalid_arguments', err.message, err.details === undefined ? {} : { details: err.details });
       throw err;
     }
     return { args: JSON.parse(canonical) as JsonObject, canonical, sha256: sha256Hex(canonical) };
@@ -160,8 +225,14 @@ export class GateCore {
   async validateBusiness(db: Queryable, tool: GateTool, ctx: GateContext, args: JsonObject): Promise<void> {
     if (tool.validator === null) return;
     const validator = this.validators[tool.validator];
-    if (validator === undefined) throw new ActionLedgerError('config_invalid', `validator ${tool.validator} is not registered`);
-    const verdict = await validator({ context: Object.freeze({ ...ctx }), tool: tool.name, args: Object.freeze({ ...args }), db });
+    if (validator === undefined)
+      throw new ActionLedgerError('config_invalid', `validator ${tool.validator} is not registered`);
+    const verdict = await validator({
+      context: Object.freeze({ ...ctx }),
+      tool: tool.name,
+      args: Object.freeze({ ...args }),
+      db,
+    });
     if (!verdict.ok) throw refuse(verdict.error, verdict.message);
   }
 
@@ -169,20 +240,30 @@ export class GateCore {
     if (tool.value === null) return null;
     const amount = args[tool.value.argument];
     if (typeof amount !== 'number' || !Number.isFinite(amount) || amount < 0) {
-      throw refuse('invalid_arguments', `argument ${tool.value.argument} must be a non-negative number`, { details: { path: `$.${tool.value.argument}` } });
+      throw refuse('invalid_arguments', `argument ${tool.value.argument} must be a non-negative number`, {
+        details: { path: `$.${tool.value.argument}` },
+      });
     }
     const currency = tool.value.currency ?? args[tool.value.currencyArgument ?? ''];
-    if (typeof currency !== 'string' || currency === '') throw refuse('invalid_arguments', `argument ${tool.value.currencyArgument ?? 'currency'} must name a currency`);
+    if (typeof currency !== 'string' || currency === '')
+      throw refuse('invalid_arguments', `argument ${tool.value.currencyArgument ?? 'currency'} must name a currency`);
     // Caps and the approval threshold are amounts in ONE currency: a value in another one is refused, never
     // counted in a bucket of its own (that doubled every cap for a caller alternating two currencies).
     const limits = tool.value.limitsCurrency;
     if (limits === null && tool.value.valueCapped) {
-      throw refuse('config_invalid', `${tool.name} has value caps or an approval threshold but no value.limits_currency; its calls are refused until the operator declares one`);
+      throw refuse(
+        'config_invalid',
+        `${tool.name} has value caps or an approval threshold but no value.limits_currency; its calls are refused until the operator declares one`,
+      );
     }
     if (limits !== null && currency !== limits) {
-      throw refuse('invalid_arguments', `${tool.name} accepts values in ${limits} only: its value caps and approval threshold are in ${limits}`, {
-        details: { path: `$.${tool.value.currencyArgument ?? tool.value.argument}`, currency: limits },
-      });
+      throw refuse(
+        'invalid_arguments',
+        `${tool.name} accepts values in ${limits} only: its value caps and approval threshold are in ${limits}`,
+        {
+          details: { path: `$.${tool.value.currencyArgument ?? tool.value.argument}`, currency: limits },
+        },
+      );
     }
     return { amount: String(amount), currency };
   }
@@ -214,7 +295,12 @@ export class GateCore {
       const row = rows[0];
       if (row === undefined) {
         throw refuse('limit_exceeded', `the ${scope.replace('_', ' per ')} cap for ${tool.name} would be exceeded`, {
-          details: { scope, max_count: cap.maxCount, max_value: cap.maxValue, currency: tool.value?.limitsCurrency ?? null },
+          details: {
+            scope,
+            max_count: cap.maxCount,
+            max_value: cap.maxValue,
+            currency: tool.value?.limitsCurrency ?? null,
+          },
         });
       }
       ids.push(row.counter_id);
@@ -222,18 +308,37 @@ export class GateCore {
     return ids;
   }
 
-  async hold(db: Queryable, counters: string[], value: Value | null, subject: { proposal?: string; approval?: string; operation?: string }): Promise<void> {
+  async hold(
+    db: Queryable,
+    counters: string[],
+    value: Value | null,
+    subject: { proposal?: string; approval?: string; operation?: string },
+  ): Promise<void> {
     if (counters.length === 0) return;
-    await db.query(this.q.holdInsert, [counters, value?.amount ?? '0', subject.proposal ?? null, subject.approval ?? null, subject.operation ?? null]);
+    await db.query(this.q.holdInsert, [
+      counters,
+      value?.amount ?? '0',
+      subject.proposal ?? null,
+      subject.approval ?? null,
+      subject.operation ?? null,
+    ]);
   }
 
-  async resolveResources(db: Queryable, tool: GateTool, tenant: string, args: JsonObject): Promise<BoundResource[] | null> {
+  async resolveResources(
+    db: Queryable,
+    tool: GateTool,
+    tenant: string,
+    args: JsonObject,
+  ): Promise<BoundResource[] | null> {
     const out: BoundResource[] = [];
     for (const r of tool.resources) {
       const id = args[r.idArgument];
       const resolver = this.resolvers[r.type];
       if (resolver === undefined) throw new ActionLedgerError('config_invalid', `no resolver for ${r.type}`);
-      const version = typeof id === 'string' || typeof id === 'number' ? await resolver({ tenant_id: tenant, id: String(id), db }) : null;
+      const version =
+        typeof id === 'string' || typeof id === 'number'
+          ? await resolver({ tenant_id: tenant, id: String(id), db })
+          : null;
       if (version === null) return null;
       out.push({ type: r.type, id: String(id), version: String(version) });
     }
@@ -255,7 +360,14 @@ export class GateCore {
   ): Promise<Reservation> {
     const r = await this.ledger
       .reserve(
-        { tenant_id: ctx.tenant_id, principal_id: ctx.principal_id, task_id: ctx.task_id, workflow_step_id: ctx.workflow_step_id, approval_id: approval.id, policy_version: approval.policyVersion },
+        {
+          tenant_id: ctx.tenant_id,
+          principal_id: ctx.principal_id,
+          task_id: ctx.task_id,
+          workflow_step_id: ctx.workflow_step_id,
+          approval_id: approval.id,
+          policy_version: approval.policyVersion,
+        },
         tool,
         args,
         { client: db, actor: `gate:${ctx.principal_id}` },
@@ -263,13 +375,24 @@ export class GateCore {
       .catch((err: unknown) => {
         throw foreignConflict(err) ?? err;
       });
-    await db.query(this.q.gateOperationInsert, [r.operation_id, ctx.tenant_id, ctx.principal_id, ctx.role, approval.kind]);
+    await db.query(this.q.gateOperationInsert, [
+      r.operation_id,
+      ctx.tenant_id,
+      ctx.principal_id,
+      ctx.role,
+      approval.kind,
+    ]);
     const subject = taken.subject;
     if (r.created) {
-      if (subject !== undefined) await db.query(this.q.holdTransfer, [subject.proposal ?? null, subject.approval ?? null, r.operation_id]);
+      if (subject !== undefined)
+        await db.query(this.q.holdTransfer, [subject.proposal ?? null, subject.approval ?? null, r.operation_id]);
       else await this.hold(db, taken.counters, taken.value, { operation: r.operation_id });
     } else if (subject !== undefined) {
-      await db.query(this.q.holdRelease, [subject.approval !== undefined ? 'approval' : 'proposal', subject.approval ?? subject.proposal, 'replayed_step']);
+      await db.query(this.q.holdRelease, [
+        subject.approval !== undefined ? 'approval' : 'proposal',
+        subject.approval ?? subject.proposal,
+        'replayed_step',
+      ]);
     } else if (taken.counters.length > 0) {
       await db.query(this.q.counterGiveBack, [taken.counters, taken.value?.amount ?? '0']);
     }
@@ -287,7 +410,8 @@ export class GateCore {
     if (tool === undefined || args === undefined) return { value: null };
     try {
       const value = auditCopy(args, tool.redact, 1, this.config.argumentBounds.maxDepth, new Set());
-      if (Buffer.byteLength(JSON.stringify(value), 'utf8') > this.config.argumentBounds.maxBytes) return { value: null, omitted: 'too_large' };
+      if (Buffer.byteLength(JSON.stringify(value), 'utf8') > this.config.argumentBounds.maxBytes)
+        return { value: null, omitted: 'too_large' };
       return { value };
     } catch (err) {
       if (err instanceof Unstorable) return { value: null, omitted: err.message };
@@ -303,7 +427,10 @@ export class GateCore {
   async audit(db: Queryable, e: AuditEntry): Promise<void> {
     const c = e.context ?? {};
     const toolName = typeof e.tool === 'string' ? e.tool : null;
-    const copy = e.args === undefined ? { value: null } : this.auditArguments(toolName === null ? undefined : this.tool(toolName), e.args);
+    const copy =
+      e.args === undefined
+        ? { value: null }
+        : this.auditArguments(toolName === null ? undefined : this.tool(toolName), e.args);
     const detail = copy.omitted === undefined ? (e.detail ?? {}) : { ...e.detail, arguments_omitted: copy.omitted };
     await db.query(this.q.auditInsert, [
       safeText(e.action),
@@ -316,7 +443,9 @@ export class GateCore {
       str(c.turn_id),
       str(c.trace_id),
       toolName === null ? null : safeText(toolName.slice(0, MAX_CONTEXT_FIELD)),
-      e.subjectId === undefined || e.subjectId === null ? null : safeText(String(e.subjectId).slice(0, MAX_CONTEXT_FIELD)),
+      e.subjectId === undefined || e.subjectId === null
+        ? null
+        : safeText(String(e.subjectId).slice(0, MAX_CONTEXT_FIELD)),
       copy.value === null ? null : JSON.stringify(copy.value),
       JSON.stringify(safeDetail(detail, 0)),
       e.durationMs ?? null,
@@ -333,10 +462,14 @@ export class GateCore {
       await this.audit(db, e);
     } catch (err) {
       const coded = asActionLedgerError(err);
-      throw new ActionLedgerError('audit_unavailable', 'the decision could not be written to the audit log, so it was refused; nothing was done', {
-        cause: err,
-        details: { ...(coded.details ?? {}), database: coded.code },
-      });
+      throw new ActionLedgerError(
+        'audit_unavailable',
+        'the decision could not be written to the audit log, so it was refused; nothing was done',
+        {
+          cause: err,
+          details: { ...(coded.details ?? {}), database: coded.code },
+        },
+      );
     }
   }
 
@@ -381,7 +514,14 @@ export class GateCore {
       return null;
     } catch (full) {
       try {
-        await this.audit(this.pool, { action: e.action, outcome: e.outcome, context: e.context, tool: e.tool, subjectId: e.subjectId, detail: { audit_fallback: true, error: errorCode(full) } });
+        await this.audit(this.pool, {
+          action: e.action,
+          outcome: e.outcome,
+          context: e.context,
+          tool: e.tool,
+          subjectId: e.subjectId,
+          detail: { audit_fallback: true, error: errorCode(full) },
+        });
         return null;
       } catch (fallback) {
         return { full, fallback };
@@ -395,8 +535,14 @@ export class GateCore {
    */
   failed(err: unknown, fields: Record<string, unknown>): ActionLedgerError {
     const coded = asActionLedgerError(err);
-    if (coded.code === 'internal') this.log.error({ ...fields, err }, 'gate decision failed unexpectedly; refused as internal');
-    else if (DATABASE_CODES.has(coded.code)) this.#databaseFailures.fail(err, { ...fields, error_code: coded.code, sqlstate: coded.details?.sqlstate ?? null });
+    if (coded.code === 'internal')
+      this.log.error({ ...fields, err }, 'gate decision failed unexpectedly; refused as internal');
+    else if (DATABASE_CODES.has(coded.code))
+      this.#databaseFailures.fail(err, {
+        ...fields,
+        error_code: coded.code,
+        sqlstate: coded.details?.sqlstate ?? null,
+      });
     return coded;
   }
 }
@@ -415,11 +561,26 @@ export function foreignConflict(err: unknown): Refused | null {
 }
 
 /** The codes of a decision that failed on the database (see {@link GateCore.failed}). */
-const DATABASE_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>(['database_unavailable', 'storage_full', 'statement_timeout', 'database_overloaded', 'database_conflict', 'database_read_only', 'database_error', 'audit_unavailable']);
+const DATABASE_CODES: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
+  'database_unavailable',
+  'storage_full',
+  'statement_timeout',
+  'database_overloaded',
+  'database_conflict',
+  'database_read_only',
+  'database_error',
+  'audit_unavailable',
+]);
 
 class Unstorable extends Error {}
 
-function auditCopy(value: unknown, redact: ReadonlySet<string>, depth: number, maxDepth: number, seen: Set<object>): unknown {
+function auditCopy(
+  value: unknown,
+  redact: ReadonlySet<string>,
+  depth: number,
+  maxDepth: number,
+  seen: Set<object>,
+): unknown {
   switch (typeof value) {
     case 'string':
       if (!value.isWellFormed() || value.includes('\u0000')) throw new Unstorable('unstorable_text');
@@ -471,7 +632,9 @@ function safeDetail(v: unknown, depth: number): unknown {
   if (typeof v !== 'object') return v === undefined ? null : safeText(String(v));
   if (depth >= 8) return '[too deep]';
   if (Array.isArray(v)) return v.map((x) => safeDetail(x, depth + 1));
-  return Object.fromEntries(Object.entries(v as Record<string, unknown>).map(([k, x]) => [safeText(k), safeDetail(x, depth + 1)]));
+  return Object.fromEntries(
+    Object.entries(v as Record<string, unknown>).map(([k, x]) => [safeText(k), safeDetail(x, depth + 1)]),
+  );
 }
 
 function errorCode(err: unknown): string {
@@ -498,7 +661,8 @@ function depthExceeds(root: unknown, maxDepth: number): string | null {
     if (depth > maxDepth) return path;
     seen.add(value);
     if (Array.isArray(value)) value.forEach((v, i) => stack.push([v, depth + 1, `${path}[${i}]`]));
-    else for (const [k, v] of Object.entries(value as Record<string, unknown>)) stack.push([v, depth + 1, `${path}.${k}`]);
+    else
+      for (const [k, v] of Object.entries(value as Record<string, unknown>)) stack.push([v, depth + 1, `${path}.${k}`]);
   }
   return null;
 }
@@ -528,8 +692,18 @@ export function checkGateContext(ctx: unknown): GateContext {
   if ((ctx as Record<string, unknown>).plan_version !== undefined) fields.push('plan_version');
   for (const f of fields) {
     const v = (ctx as Record<string, unknown>)[f];
-    if (typeof v !== 'string' || v.length === 0 || v.length > MAX_CONTEXT_FIELD || !v.isWellFormed() || /[\u0000-\u001f\u007f]/.test(v)) bad.push(f);
+    if (
+      typeof v !== 'string' ||
+      v.length === 0 ||
+      v.length > MAX_CONTEXT_FIELD ||
+      !v.isWellFormed() ||
+      /[\u0000-\u001f\u007f]/.test(v)
+    )
+      bad.push(f);
   }
-  if (bad.length > 0) throw refuse('invalid_context', `trusted context fields missing or malformed: ${bad.join(', ')}`, { details: { fields: bad } });
+  if (bad.length > 0)
+    throw refuse('invalid_context', `trusted context fields missing or malformed: ${bad.join(', ')}`, {
+      details: { fields: bad },
+    });
   return ctx as GateContext;
 }

@@ -44,7 +44,9 @@ export interface CallOptions {
 function checkCallOptions(options: unknown): void {
   const ttl = (options as CallOptions | null | undefined)?.ttl_s;
   if (ttl !== undefined && !(typeof ttl === 'number' && Number.isSafeInteger(ttl) && ttl >= 1)) {
-    throw refuse('invalid_request', 'ttl_s must be a whole number of seconds, at least 1', { details: { field: 'ttl_s' } });
+    throw refuse('invalid_request', 'ttl_s must be a whole number of seconds, at least 1', {
+      details: { field: 'ttl_s' },
+    });
   }
 }
 
@@ -88,16 +90,33 @@ export class Gate {
       });
     } catch (err) {
       audited = false;
-      result = err instanceof Refused ? err.refusal : core.failed(err, { action: 'call', tool: typeof tool === 'string' ? tool : null }).toRefusal();
+      result =
+        err instanceof Refused
+          ? err.refusal
+          : core.failed(err, { action: 'call', tool: typeof tool === 'string' ? tool : null }).toRefusal();
     }
     if (!audited) {
       // Never dropped silently: a fallback row, or a logged and counted loss when the database is down.
-      await core.auditAfter({ action: 'call', outcome: result.ok ? 'allowed' : result.error, context, tool: typeof tool === 'string' ? tool : null, args, durationMs: performance.now() - started, detail: result.ok ? {} : { message: result.message } });
+      await core.auditAfter({
+        action: 'call',
+        outcome: result.ok ? 'allowed' : result.error,
+        context,
+        tool: typeof tool === 'string' ? tool : null,
+        args,
+        durationMs: performance.now() - started,
+        detail: result.ok ? {} : { message: result.message },
+      });
     }
     return result;
   }
 
-  async #pipeline(client: Queryable, ctx: GateContext, t: GateTool, args: unknown, options: CallOptions): Promise<GateResult> {
+  async #pipeline(
+    client: Queryable,
+    ctx: GateContext,
+    t: GateTool,
+    args: unknown,
+    options: CallOptions,
+  ): Promise<GateResult> {
     const core = this.core;
     if (!(await core.permitted(client, t, ctx.tenant_id, ctx.principal_id, ctx.role))) {
       throw refuse('permission_denied', `your role may not call ${t.name}`);
@@ -109,38 +128,102 @@ export class Gate {
     await core.validateBusiness(client, t, ctx, checked.args);
     const value = core.valueOf(t, checked.args);
     const mode = t.approval.mode;
-    const needsApproval = mode === 'always' || (mode === 'threshold' && value !== null && Number(value.amount) > (t.approval.threshold ?? Infinity));
+    const needsApproval =
+      mode === 'always' ||
+      (mode === 'threshold' && value !== null && Number(value.amount) > (t.approval.threshold ?? Infinity));
     // A retried call of a step already reserved with these arguments is the same effect: it answers with the
     // existing operation and takes nothing from the caps a second time.
     // Only the caller's own tenant's operation counts as a replay (identity has no tenant): another tenant's
     // step must be refused exactly like a wrong guess of its arguments (see foreignConflict).
-    const prior = mode === 'confirm' || needsApproval ? undefined : (await client.query<{ canonical_args_sha256: string; tenant_id: string; tool_name: string }>(core.ledger.q.ledgerSelectByIdentity, [ctx.principal_id, ctx.task_id, ctx.workflow_step_id])).rows[0];
-    const replay = prior !== undefined && prior.tenant_id === ctx.tenant_id && prior.tool_name === t.name && prior.canonical_args_sha256 === checked.sha256;
+    const prior =
+      mode === 'confirm' || needsApproval
+        ? undefined
+        : (
+            await client.query<{ canonical_args_sha256: string; tenant_id: string; tool_name: string }>(
+              core.ledger.q.ledgerSelectByIdentity,
+              [ctx.principal_id, ctx.task_id, ctx.workflow_step_id],
+            )
+          ).rows[0];
+    const replay =
+      prior !== undefined &&
+      prior.tenant_id === ctx.tenant_id &&
+      prior.tool_name === t.name &&
+      prior.canonical_args_sha256 === checked.sha256;
     const counters = replay ? [] : await core.reserveCaps(client, t, ctx, value);
     if (ctx.plan_version !== undefined) {
-      const invalidated = await client.query<{ approval_id: string }>(core.q.planRecord, [ctx.tenant_id, ctx.task_id, ctx.plan_version]);
-      for (const a of invalidated.rows) await core.auditDecision(client, { action: 'invalidate', outcome: 'plan_changed', context: ctx, subjectId: a.approval_id, detail: { plan_version: ctx.plan_version } });
+      const invalidated = await client.query<{ approval_id: string }>(core.q.planRecord, [
+        ctx.tenant_id,
+        ctx.task_id,
+        ctx.plan_version,
+      ]);
+      for (const a of invalidated.rows)
+        await core.auditDecision(client, {
+          action: 'invalidate',
+          outcome: 'plan_changed',
+          context: ctx,
+          subjectId: a.approval_id,
+          detail: { plan_version: ctx.plan_version },
+        });
     }
 
-    if (mode === 'confirm') return this.#propose(client, ctx, t, checked.args, checked.sha256, counters, value, options);
+    if (mode === 'confirm')
+      return this.#propose(client, ctx, t, checked.args, checked.sha256, counters, value, options);
     if (needsApproval) return this.approvals.request(client, ctx, t, checked.args, checked.sha256, counters, value);
-    const r = await core.reserve(client, ctx, t.name, checked.args, { kind: 'auto', id: 'auto', policyVersion: core.config.gate.policyVersion }, { counters, value });
-    return { ok: true, status: 'reserved', operation_id: r.operation_id, effect_key: r.effect_key, created: r.created, operation_status: r.status, message: `${t.name} accepted` };
+    const r = await core.reserve(
+      client,
+      ctx,
+      t.name,
+      checked.args,
+      { kind: 'auto', id: 'auto', policyVersion: core.config.gate.policyVersion },
+      { counters, value },
+    );
+    return {
+      ok: true,
+      status: 'reserved',
+      operation_id: r.operation_id,
+      effect_key: r.effect_key,
+      created: r.created,
+      operation_status: r.status,
+      message: `${t.name} accepted`,
+    };
   }
 
   /**
    * Stores the exact arguments and their hash and returns a confirm token exactly once (only its sha256 is
    * kept). TTL is min(requested, configured).
    */
-  async #propose(client: Queryable, ctx: GateContext, t: GateTool, args: JsonObject, sha: string, counters: string[], value: Value | null, options: CallOptions): Promise<GateResult> {
+  async #propose(
+    client: Queryable,
+    ctx: GateContext,
+    t: GateTool,
+    args: JsonObject,
+    sha: string,
+    counters: string[],
+    value: Value | null,
+    options: CallOptions,
+  ): Promise<GateResult> {
     const core = this.core;
     const configured = core.config.gate.confirmationTtlS;
     const ttl = options.ttl_s === undefined ? configured : Math.min(options.ttl_s, configured);
     const id = randomUUID();
     const token = randomBytes(32).toString('base64url');
     const { rows } = await client.query<{ expires_at: Date }>(core.q.proposalInsert, [
-      id, ctx.tenant_id, ctx.principal_id, ctx.role, ctx.account_id, ctx.conversation_id, ctx.turn_id, ctx.trace_id, ctx.task_id, ctx.workflow_step_id,
-      t.name, canonicalJson(args), sha, sha256Hex(token), core.config.gate.policyVersion, ttl,
+      id,
+      ctx.tenant_id,
+      ctx.principal_id,
+      ctx.role,
+      ctx.account_id,
+      ctx.conversation_id,
+      ctx.turn_id,
+      ctx.trace_id,
+      ctx.task_id,
+      ctx.workflow_step_id,
+      t.name,
+      canonicalJson(args),
+      sha,
+      sha256Hex(token),
+      core.config.gate.policyVersion,
+      ttl,
     ]);
     await core.hold(client, counters, value, { proposal: id });
     return {
@@ -203,7 +286,13 @@ export class Gate {
     await coded(() =>
       withTransaction(core.pool, async (c) => {
         await c.query(core.q.killSwitchEngage, [tenant, tool, actor, reason]);
-        await core.auditDecision(c, { action: 'kill_switch', outcome: 'engaged', context: { tenant_id: tenant, principal_id: actor }, tool, detail: { reason } });
+        await core.auditDecision(c, {
+          action: 'kill_switch',
+          outcome: 'engaged',
+          context: { tenant_id: tenant, principal_id: actor },
+          tool,
+          detail: { reason },
+        });
       }),
     );
     // From here the switch is engaged: a database failure while waiting is reported, never thrown (a thrown
@@ -221,11 +310,16 @@ export class Gate {
       try {
         await core.pool.query(core.q.killSwitchAwaitOperation, [operation_id]);
       } catch (err) {
-        if (sqlState(err) !== SQLSTATE.queryCanceled) waitFailed = core.failed(err, { action: 'kill_switch', stage: 'await', operation_id }).code;
+        if (sqlState(err) !== SQLSTATE.queryCanceled)
+          waitFailed = core.failed(err, { action: 'kill_switch', stage: 'await', operation_id }).code;
         stillInFlight++;
       }
     }
-    return { executing: rows.length, still_in_flight: stillInFlight, ...(waitFailed === undefined ? {} : { wait_failed: waitFailed }) };
+    return {
+      executing: rows.length,
+      still_in_flight: stillInFlight,
+      ...(waitFailed === undefined ? {} : { wait_failed: waitFailed }),
+    };
   }
 
   /** Lifts a kill switch; held operations are dispatched again. Returns false when none was engaged. Throws coded errors. */
@@ -233,7 +327,12 @@ export class Gate {
     return coded(() =>
       withTransaction(this.core.pool, async (c) => {
         const { rowCount } = await c.query(this.core.q.killSwitchLift, [tenant, tool]);
-        await this.core.auditDecision(c, { action: 'kill_switch', outcome: rowCount === 0 ? 'not_engaged' : 'lifted', context: { tenant_id: tenant, principal_id: actor }, tool });
+        await this.core.auditDecision(c, {
+          action: 'kill_switch',
+          outcome: rowCount === 0 ? 'not_engaged' : 'lifted',
+          context: { tenant_id: tenant, principal_id: actor },
+          tool,
+        });
         return rowCount !== 0;
       }),
     );
@@ -247,7 +346,12 @@ export class Gate {
     await coded(() =>
       withTransaction(this.core.pool, async (c) => {
         await c.query(this.core.q.roleRevoke, [tenant, principal, role, actor]);
-        await this.core.auditDecision(c, { action: 'role', outcome: 'revoked', context: { tenant_id: tenant, principal_id: principal, role }, detail: { by: actor } });
+        await this.core.auditDecision(c, {
+          action: 'role',
+          outcome: 'revoked',
+          context: { tenant_id: tenant, principal_id: principal, role },
+          detail: { by: actor },
+        });
       }),
     );
   }
@@ -257,7 +361,12 @@ export class Gate {
     await coded(() =>
       withTransaction(this.core.pool, async (c) => {
         await c.query(this.core.q.roleRestore, [tenant, principal, role]);
-        await this.core.auditDecision(c, { action: 'role', outcome: 'restored', context: { tenant_id: tenant, principal_id: principal, role }, detail: { by: actor } });
+        await this.core.auditDecision(c, {
+          action: 'role',
+          outcome: 'restored',
+          context: { tenant_id: tenant, principal_id: principal, role },
+          detail: { by: actor },
+        });
       }),
     );
   }

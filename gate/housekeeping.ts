@@ -25,8 +25,18 @@ export interface GateHousekeepingSummary {
 /** Expires due proposals of `core`'s database and audits each; returns how many. */
 export async function expireDueProposals(core: GateCore): Promise<number> {
   return withTransaction(core.pool, async (c) => {
-    const { rows } = await c.query<{ proposal_id: string; tenant_id: string; tool_name: string }>(core.q.proposalExpireDue);
-    for (const r of rows) await core.auditDecision(c, { action: 'expire', outcome: 'expired', context: { tenant_id: r.tenant_id }, tool: r.tool_name, subjectId: r.proposal_id, detail: { subject: 'proposal' } });
+    const { rows } = await c.query<{ proposal_id: string; tenant_id: string; tool_name: string }>(
+      core.q.proposalExpireDue,
+    );
+    for (const r of rows)
+      await core.auditDecision(c, {
+        action: 'expire',
+        outcome: 'expired',
+        context: { tenant_id: r.tenant_id },
+        tool: r.tool_name,
+        subjectId: r.proposal_id,
+        detail: { subject: 'proposal' },
+      });
     return rows.length;
   });
 }
@@ -41,7 +51,11 @@ export async function housekeepingWith(core: GateCore, approvals: Approvals): Pr
     const approvalsExpired = await approvals.expireDue();
     const proposalsExpired = await expireDueProposals(core);
     const pruned = await core.pool.query(core.q.rateWindowPrune);
-    return { approvals_expired: approvalsExpired, proposals_expired: proposalsExpired, rate_windows_pruned: pruned.rowCount ?? 0 };
+    return {
+      approvals_expired: approvalsExpired,
+      proposals_expired: proposalsExpired,
+      rate_windows_pruned: pruned.rowCount ?? 0,
+    };
   } catch (err) {
     throw asActionLedgerError(err);
   }
@@ -51,7 +65,18 @@ export async function housekeepingWith(core: GateCore, approvals: Approvals): Pr
  * The gate's housekeeping for a schedule: expires due approvals and proposals (releasing the caps they hold)
  * and prunes ended rate windows. Needs no ledger, validators or resolvers. Throws a database failure's code.
  */
-export async function runGateHousekeeping(config: Config, pool: Pool, observe: Pick<GateDeps, 'log' | 'metrics'> = {}): Promise<GateHousekeepingSummary> {
-  const core = new GateCore({ config, pool, ledger: undefined as never, withoutValidators: true, withoutResolvers: true, ...observe });
+export async function runGateHousekeeping(
+  config: Config,
+  pool: Pool,
+  observe: Pick<GateDeps, 'log' | 'metrics'> = {},
+): Promise<GateHousekeepingSummary> {
+  const core = new GateCore({
+    config,
+    pool,
+    ledger: undefined as never,
+    withoutValidators: true,
+    withoutResolvers: true,
+    ...observe,
+  });
   return housekeepingWith(core, new Approvals(core));
 }

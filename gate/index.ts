@@ -6,7 +6,12 @@ export { Gate, type CallOptions, type KillSwitchEngaged } from './gate.js';
 export { Approvals, describeEffect, type ApprovalView } from './approvals.js';
 export { Proposals } from './proposals.js';
 export { runGateHousekeeping, type GateHousekeepingSummary } from './housekeeping.js';
-export { AuthorizationService, AUTHORIZE_PATH, AUTHORIZATION_FIELDS, type AuthorizationServiceOptions } from './authorization-service.js';
+export {
+  AuthorizationService,
+  AUTHORIZE_PATH,
+  AUTHORIZATION_FIELDS,
+  type AuthorizationServiceOptions,
+} from './authorization-service.js';
 export { REDACTED, checkGateContext, type GateDeps } from './core.js';
 export { gateQueries } from './queries.js';
 export {

@@ -53,7 +53,11 @@ export class Proposals {
    * Runs `step` in a transaction and always audits: a refusal with an expiry it noticed still commits the
    * expiry (a lazily expired proposal stays expired), then the refusal is returned.
    */
-  async #run(action: AuditEntry['action'], context: GateContext, step: (c: Queryable, audit: Partial<AuditEntry>) => Promise<GateResult>): Promise<GateResult> {
+  async #run(
+    action: AuditEntry['action'],
+    context: GateContext,
+    step: (c: Queryable, audit: Partial<AuditEntry>) => Promise<GateResult>,
+  ): Promise<GateResult> {
     const core = this.core;
     const audit: Partial<AuditEntry> = {};
     let result: GateResult;
@@ -64,15 +68,31 @@ export class Proposals {
           if (err instanceof Refused && audit.detail?.commit === true) return err.refusal;
           throw err;
         });
-        await core.auditDecision(c, { action, outcome: r.ok ? r.status : r.error, context: ctx, tool: audit.tool ?? null, subjectId: audit.subjectId ?? null, detail: audit.detail ?? {} });
+        await core.auditDecision(c, {
+          action,
+          outcome: r.ok ? r.status : r.error,
+          context: ctx,
+          tool: audit.tool ?? null,
+          subjectId: audit.subjectId ?? null,
+          detail: audit.detail ?? {},
+        });
         audit.detail = { ...audit.detail, written: true };
         return r;
       });
     } catch (err) {
-      result = err instanceof Refused ? err.refusal : core.failed(err, { action, tool: audit.tool ?? null, subject_id: audit.subjectId ?? null }).toRefusal();
+      result =
+        err instanceof Refused
+          ? err.refusal
+          : core.failed(err, { action, tool: audit.tool ?? null, subject_id: audit.subjectId ?? null }).toRefusal();
     }
     if (audit.detail?.written !== true) {
-      await core.auditAfter({ action, outcome: result.ok ? result.status : result.error, context, tool: audit.tool ?? null, subjectId: audit.subjectId ?? null });
+      await core.auditAfter({
+        action,
+        outcome: result.ok ? result.status : result.error,
+        context,
+        tool: audit.tool ?? null,
+        subjectId: audit.subjectId ?? null,
+      });
     }
     return result;
   }
@@ -98,14 +118,29 @@ export class Proposals {
       audit.tool = row.tool_name;
       audit.subjectId = row.proposal_id;
       await this.#expireIfDue(c, row, audit);
-      if (row.status !== 'proposed') throw refuse('invalid_state_transition', `this proposal is ${row.status}; a confirmation counts once`, { request_id: row.proposal_id });
+      if (row.status !== 'proposed')
+        throw refuse('invalid_state_transition', `this proposal is ${row.status}; a confirmation counts once`, {
+          request_id: row.proposal_id,
+        });
       if (row.turn_id === context.turn_id) {
-        throw refuse('proposal_same_turn_confirm', 'this action cannot be confirmed in the turn it was proposed in; ask the user, then confirm after they answer', { request_id: row.proposal_id });
+        throw refuse(
+          'proposal_same_turn_confirm',
+          'this action cannot be confirmed in the turn it was proposed in; ask the user, then confirm after they answer',
+          { request_id: row.proposal_id },
+        );
       }
       const upd = await c.query(this.core.q.proposalConfirm, [row.proposal_id, context.principal_id, context.turn_id]);
-      if (upd.rowCount !== 1) throw refuse('invalid_state_transition', 'this proposal is no longer awaiting confirmation', { request_id: row.proposal_id });
+      if (upd.rowCount !== 1)
+        throw refuse('invalid_state_transition', 'this proposal is no longer awaiting confirmation', {
+          request_id: row.proposal_id,
+        });
       audit.detail = { actor_mismatch: row.principal_id !== context.principal_id };
-      return { ok: true, status: 'confirmed', request_id: row.proposal_id, message: 'confirmed; execute it to carry it out' };
+      return {
+        ok: true,
+        status: 'confirmed',
+        request_id: row.proposal_id,
+        message: 'confirmed; execute it to carry it out',
+      };
     });
   }
 
@@ -117,7 +152,10 @@ export class Proposals {
       audit.subjectId = row.proposal_id;
       await this.#expireIfDue(c, row, audit);
       const upd = await c.query(this.core.q.proposalCancel, [row.proposal_id]);
-      if (upd.rowCount !== 1) throw refuse('invalid_state_transition', `this proposal is ${row.status} and cannot be cancelled`, { request_id: row.proposal_id });
+      if (upd.rowCount !== 1)
+        throw refuse('invalid_state_transition', `this proposal is ${row.status} and cannot be cancelled`, {
+          request_id: row.proposal_id,
+        });
       return { ok: true, status: 'cancelled', request_id: row.proposal_id, message: 'cancelled' };
     });
   }
@@ -141,35 +179,76 @@ export class Proposals {
           sha = '';
         }
         if (sha !== row.args_sha256) {
-          throw refuse('params_mismatch', 'these arguments are not the ones proposed and confirmed; nothing was done', { request_id: row.proposal_id, details: { proposed_args_sha256: row.args_sha256 } });
+          throw refuse('params_mismatch', 'these arguments are not the ones proposed and confirmed; nothing was done', {
+            request_id: row.proposal_id,
+            details: { proposed_args_sha256: row.args_sha256 },
+          });
         }
       }
       if (row.status === 'executed' && row.operation_id !== null) {
         const op = await core.ledger.reserve(
-          { tenant_id: row.tenant_id, principal_id: row.principal_id, task_id: row.task_id, workflow_step_id: row.workflow_step_id, approval_id: `proposal:${row.proposal_id}`, policy_version: row.policy_version },
+          {
+            tenant_id: row.tenant_id,
+            principal_id: row.principal_id,
+            task_id: row.task_id,
+            workflow_step_id: row.workflow_step_id,
+            approval_id: `proposal:${row.proposal_id}`,
+            policy_version: row.policy_version,
+          },
           row.tool_name,
           row.arguments_json,
           { client: c },
         );
-        return { ok: true, status: 'reserved', operation_id: op.operation_id, effect_key: op.effect_key, created: false, operation_status: op.status, request_id: row.proposal_id, message: 'already executed' };
+        return {
+          ok: true,
+          status: 'reserved',
+          operation_id: op.operation_id,
+          effect_key: op.effect_key,
+          created: false,
+          operation_status: op.status,
+          request_id: row.proposal_id,
+          message: 'already executed',
+        };
       }
       await this.#expireIfDue(c, row, audit);
-      if (row.status !== 'confirmed') throw refuse('invalid_state_transition', `this proposal is ${row.status}; only a confirmed proposal executes`, { request_id: row.proposal_id });
+      if (row.status !== 'confirmed')
+        throw refuse('invalid_state_transition', `this proposal is ${row.status}; only a confirmed proposal executes`, {
+          request_id: row.proposal_id,
+        });
       const tool = core.tool(row.tool_name);
-      if (tool === undefined || !(await core.permitted(c, tool, row.tenant_id, row.principal_id, row.role))) throw refuse('permission_denied', `the proposer's role may no longer call ${row.tool_name}`);
+      if (tool === undefined || !(await core.permitted(c, tool, row.tenant_id, row.principal_id, row.role)))
+        throw refuse('permission_denied', `the proposer's role may no longer call ${row.tool_name}`);
       const killed = await core.killSwitch(c, row.tenant_id, row.tool_name);
       if (killed !== null) throw refuse('tool_disabled', `${row.tool_name} is disabled for now (${killed.reason})`);
       const r = await core.reserve(
         c,
-        { tenant_id: row.tenant_id, principal_id: row.principal_id, task_id: row.task_id, workflow_step_id: row.workflow_step_id, role: row.role },
+        {
+          tenant_id: row.tenant_id,
+          principal_id: row.principal_id,
+          task_id: row.task_id,
+          workflow_step_id: row.workflow_step_id,
+          role: row.role,
+        },
         row.tool_name,
         row.arguments_json,
         { kind: 'proposal', id: `proposal:${row.proposal_id}`, policyVersion: row.policy_version },
         { counters: [], value: null, subject: { proposal: row.proposal_id } },
       );
       const upd = await c.query(core.q.proposalExecuted, [row.proposal_id, r.operation_id]);
-      if (upd.rowCount !== 1) throw refuse('invalid_state_transition', 'this proposal changed state while executing', { request_id: row.proposal_id });
-      return { ok: true, status: 'reserved', operation_id: r.operation_id, effect_key: r.effect_key, created: r.created, operation_status: r.status, request_id: row.proposal_id, message: 'executed' };
+      if (upd.rowCount !== 1)
+        throw refuse('invalid_state_transition', 'this proposal changed state while executing', {
+          request_id: row.proposal_id,
+        });
+      return {
+        ok: true,
+        status: 'reserved',
+        operation_id: r.operation_id,
+        effect_key: r.effect_key,
+        created: r.created,
+        operation_status: r.status,
+        request_id: row.proposal_id,
+        message: 'executed',
+      };
     });
   }
 

@@ -77,13 +77,22 @@ export type ValidatorVerdict = { ok: true } | { ok: false; error: 'not_found' | 
  * belongs in its query (`WHERE id = $1 AND account_id = $2`), and "not yours" must answer exactly like
  * "not there" (`not_found`).
  */
-export type BusinessValidator = (input: { context: Readonly<GateContext>; tool: string; args: Readonly<JsonObject>; db: Queryable }) => Promise<ValidatorVerdict>;
+export type BusinessValidator = (input: {
+  context: Readonly<GateContext>;
+  tool: string;
+  args: Readonly<JsonObject>;
+  db: Queryable;
+}) => Promise<ValidatorVerdict>;
 
 /**
  * Reads the current version of one resource the operator declared (`gate.tools.*.resources`), or null when it
  * does not exist for this tenant. Bound into approvals and checked again on approval and at dispatch.
  */
-export type ResourceResolver = (input: { tenant_id: string; id: string; db: Queryable }) => Promise<string | number | null>;
+export type ResourceResolver = (input: {
+  tenant_id: string;
+  id: string;
+  db: Queryable;
+}) => Promise<string | number | null>;
 
 export interface BoundResource {
   type: string;

@@ -16,7 +16,8 @@ export class EffectKeyer {
   readonly #keys: EffectKeySecrets;
 
   constructor(keys: EffectKeySecrets) {
-    if (!keys.secrets.has(keys.active)) throw new ActionLedgerError('secret_missing', `active effect key ${keys.active} has no secret`);
+    if (!keys.secrets.has(keys.active))
+      throw new ActionLedgerError('secret_missing', `active effect key ${keys.active} has no secret`);
     this.#keys = keys;
   }
 
@@ -28,7 +29,9 @@ export class EffectKeyer {
   derive(operationId: string, keyId: string = this.#keys.active): string {
     const secret = this.#keys.secrets.get(keyId);
     if (secret === undefined) throw new ActionLedgerError('secret_missing', `no secret for effect key id ${keyId}`);
-    const mac = createHmac('sha256', secret.reveal()).update(`${LABEL}\u0000${keyId}\u0000${operationId}`, 'utf8').digest('hex');
+    const mac = createHmac('sha256', secret.reveal())
+      .update(`${LABEL}\u0000${keyId}\u0000${operationId}`, 'utf8')
+      .digest('hex');
     return `v1.${keyId}.${mac}`;
   }
 

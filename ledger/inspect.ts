@@ -34,7 +34,11 @@ export interface HistoryRow {
 }
 
 /** One operation and its history; throws `not_found`. */
-export async function showOperation(db: Queryable, q: Q, operationId: string): Promise<{ operation: Record<string, unknown>; history: HistoryRow[] }> {
+export async function showOperation(
+  db: Queryable,
+  q: Q,
+  operationId: string,
+): Promise<{ operation: Record<string, unknown>; history: HistoryRow[] }> {
   if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(operationId)) {
     throw new ActionLedgerError('not_found', 'no such operation');
   }

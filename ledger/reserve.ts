@@ -49,16 +49,25 @@ type IdentityRow = {
 
 /** Checks the trusted context's shape; throws `invalid_context` naming every bad field. */
 export function checkTrustedContext(ctx: unknown): TrustedContext {
-  if (ctx === null || typeof ctx !== 'object') throw new ActionLedgerError('invalid_context', 'trusted context must be an object');
+  if (ctx === null || typeof ctx !== 'object')
+    throw new ActionLedgerError('invalid_context', 'trusted context must be an object');
   const bad: string[] = [];
   for (const field of TRUSTED_CONTEXT_FIELDS) {
     const v = (ctx as Record<string, unknown>)[field];
-    if (typeof v !== 'string' || v.length === 0 || v.length > MAX_CONTEXT_FIELD || !v.isWellFormed() || /[\u0000-\u001f\u007f]/.test(v)) {
+    if (
+      typeof v !== 'string' ||
+      v.length === 0 ||
+      v.length > MAX_CONTEXT_FIELD ||
+      !v.isWellFormed() ||
+      /[\u0000-\u001f\u007f]/.test(v)
+    ) {
       bad.push(field);
     }
   }
   if (bad.length > 0) {
-    throw new ActionLedgerError('invalid_context', `trusted context fields missing or malformed: ${bad.join(', ')}`, { details: { fields: bad } });
+    throw new ActionLedgerError('invalid_context', `trusted context fields missing or malformed: ${bad.join(', ')}`, {
+      details: { fields: bad },
+    });
   }
   return ctx as TrustedContext;
 }
@@ -89,7 +98,10 @@ export class Ledger {
     const route = this.#config.tools.get(tool);
     if (route === undefined || !route.allowedTenants.has(tenant)) {
       // One message for both: a caller must not learn which tools exist for other tenants.
-      throw new ActionLedgerError('route_not_approved', `tool ${JSON.stringify(tool)} has no approved route for this tenant`);
+      throw new ActionLedgerError(
+        'route_not_approved',
+        `tool ${JSON.stringify(tool)} has no approved route for this tenant`,
+      );
     }
     return route;
   }
@@ -109,7 +121,12 @@ export class Ledger {
    * caller's transaction is failed anyway, and the caller decides (retry a serialization failure, roll back
    * to a savepoint) from the SQLSTATE.
    */
-  async reserve(context: TrustedContext, tool: string, args: unknown, options: ReserveOptions = {}): Promise<Reservation> {
+  async reserve(
+    context: TrustedContext,
+    tool: string,
+    args: unknown,
+    options: ReserveOptions = {},
+  ): Promise<Reservation> {
     const ctx = checkTrustedContext(context);
     const route = this.resolveRoute(tool, ctx.tenant_id);
     const canonical = canonicalArguments(args, this.#config.argumentBounds);
@@ -144,7 +161,14 @@ export class Ledger {
       const row = inserted.rows[0];
       if (row !== undefined) {
         if (options.client === undefined) this.#notifier.poke();
-        return { ok: true, operation_id: row.operation_id, effect_key: row.effect_key, created: true, status: row.status, provider_receipt: null };
+        return {
+          ok: true,
+          operation_id: row.operation_id,
+          effect_key: row.effect_key,
+          created: true,
+          status: row.status,
+          provider_receipt: null,
+        };
       }
       return await this.#replay(db, ctx, tool, route, argsSha256, actor);
     } catch (err) {
@@ -153,8 +177,19 @@ export class Ledger {
     }
   }
 
-  async #replay(db: Queryable, ctx: TrustedContext, tool: string, route: ToolRoute, argsSha256: string, actor: string): Promise<Reservation> {
-    const { rows } = await db.query<IdentityRow>(this.q.ledgerSelectByIdentity, [ctx.principal_id, ctx.task_id, ctx.workflow_step_id]);
+  async #replay(
+    db: Queryable,
+    ctx: TrustedContext,
+    tool: string,
+    route: ToolRoute,
+    argsSha256: string,
+    actor: string,
+  ): Promise<Reservation> {
+    const { rows } = await db.query<IdentityRow>(this.q.ledgerSelectByIdentity, [
+      ctx.principal_id,
+      ctx.task_id,
+      ctx.workflow_step_id,
+    ]);
     const row = rows[0];
     if (row === undefined) throw new Error('reservation conflicted but its row is not visible');
     const changed: string[] = [];
@@ -165,12 +200,19 @@ export class Ledger {
     if (row.provider_endpoint !== route.endpoint) changed.push('endpoint');
     if (row.idempotency_header !== route.idempotencyHeader) changed.push('idempotency_contract');
     if (changed.length > 0) {
-      throw new ActionLedgerError('operation_conflict', `this workflow step was reserved with a different ${changed.join(', ')}`, {
-        details: { operation_id: row.operation_id, changed },
-      });
+      throw new ActionLedgerError(
+        'operation_conflict',
+        `this workflow step was reserved with a different ${changed.join(', ')}`,
+        {
+          details: { operation_id: row.operation_id, changed },
+        },
+      );
     }
     let status = row.status;
-    if (status === 'pending' && (row.current_approval_id !== ctx.approval_id || row.current_policy_version !== ctx.policy_version)) {
+    if (
+      status === 'pending' &&
+      (row.current_approval_id !== ctx.approval_id || row.current_policy_version !== ctx.policy_version)
+    ) {
       const upd = await db.query<{ status: OperationStatus }>(this.q.ledgerUpdateAuthorizationContext, [
         row.operation_id,
         ctx.approval_id,
@@ -178,9 +220,19 @@ export class Ledger {
         actor,
       ]);
       // Not updated: the operation left `pending` in between; report where it is now.
-      status = upd.rows[0]?.status ?? (await db.query<{ status: OperationStatus }>(this.q.ledgerSelectStatus, [row.operation_id])).rows[0]?.status ?? status;
+      status =
+        upd.rows[0]?.status ??
+        (await db.query<{ status: OperationStatus }>(this.q.ledgerSelectStatus, [row.operation_id])).rows[0]?.status ??
+        status;
     }
-    return { ok: true, operation_id: row.operation_id, effect_key: row.effect_key, created: false, status, provider_receipt: row.provider_receipt };
+    return {
+      ok: true,
+      operation_id: row.operation_id,
+      effect_key: row.effect_key,
+      created: false,
+      status,
+      provider_receipt: row.provider_receipt,
+    };
   }
 
   stop(): void {

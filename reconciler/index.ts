@@ -2,6 +2,11 @@ export { Reconciler, type ReconcileSummary, type ReconcilerOptions } from './rec
 export { classifyReadback, readback, readbackUrl, type Readback, type ReadbackOutcome } from './readback.js';
 export { Review, retryIsSafe, type ReviewInput, type ReviewResult } from './review.js';
 export { verifyLedger, historyProblems, type Discrepancy, type DiscrepancyKind, type VerifyReport } from './verify.js';
-export { ReconcileSchedule, RECONCILE_QUEUE, LEGACY_RECONCILE_QUEUE, type ReconcileScheduleOptions } from './schedule.js';
+export {
+  ReconcileSchedule,
+  RECONCILE_QUEUE,
+  LEGACY_RECONCILE_QUEUE,
+  type ReconcileScheduleOptions,
+} from './schedule.js';
 export { openReconciler, openReview, type PassSummary, type ReconcileKit, type ReviewKit } from './open.js';
 export { ReconcileMetrics } from './metrics.js';

@@ -31,9 +31,20 @@ export interface ReviewKit {
   close(): void;
 }
 
-export function openReview(rt: Runtime, actor = `compensator:${hostname()}:${process.pid}`, onEvent?: (e: 'minted' | 'completed' | 'escalated') => void): ReviewKit {
+export function openReview(
+  rt: Runtime,
+  actor = `compensator:${hostname()}:${process.pid}`,
+  onEvent?: (e: 'minted' | 'completed' | 'escalated') => void,
+): ReviewKit {
   const ledger = new Ledger(rt.config, rt.pool, new EffectKeyer(rt.effectKeys));
-  const compensator = new Compensator({ config: rt.config, pool: rt.pool, ledger, log: rt.log, actor, ...(onEvent === undefined ? {} : { onEvent }) });
+  const compensator = new Compensator({
+    config: rt.config,
+    pool: rt.pool,
+    ledger,
+    log: rt.log,
+    actor,
+    ...(onEvent === undefined ? {} : { onEvent }),
+  });
   return { ledger, compensator, review: new Review(rt.config, rt.pool, compensator), close: () => ledger.stop() };
 }
 
@@ -87,7 +98,8 @@ export async function openReconciler(rt: Runtime, env: NodeJS.ProcessEnv): Promi
         if (rt.config.gate.tools.size > 0) housekeeping = await runGateHousekeeping(rt.config, rt.pool);
       }, signal);
       end();
-      if (reconcile.ran && reconcile.provider_errors === 0 && reconcile.errors === 0) metrics.lastSuccess.setToCurrentTime();
+      if (reconcile.ran && reconcile.provider_errors === 0 && reconcile.errors === 0)
+        metrics.lastSuccess.setToCurrentTime();
       rt.log.info({ ...reconcile, compensations: compensate, gate: housekeeping }, 'reconciliation pass');
       return { reconcile, compensate, ...(housekeeping === undefined ? {} : { gate: housekeeping }) };
     },

@@ -34,7 +34,9 @@ const RECEIPT = /^[\x21-\x7e]{1,256}$/;
 const DIGEST = /^[0-9a-f]{64}$/;
 
 export function readbackUrl(route: Pick<ToolRoute, 'readback'>, effectKey: string): string | null {
-  return route.readback === null ? null : route.readback.urlTemplate.replace(EFFECT_KEY_PLACEHOLDER, encodeURIComponent(effectKey));
+  return route.readback === null
+    ? null
+    : route.readback.urlTemplate.replace(EFFECT_KEY_PLACEHOLDER, encodeURIComponent(effectKey));
 }
 
 export interface ReadbackTarget {
@@ -54,7 +56,11 @@ export async function readback(
 ): Promise<Readback> {
   const headers: Record<string, string> = {};
   if (credential !== null) headers.authorization = `Bearer ${credential.reveal().toString('utf8')}`;
-  const http = await gatedGetJson(agent, url, { headers, timeoutMs: profile.providerHttpTimeoutMs, maxBytes: profile.providerResponseMaxBytes });
+  const http = await gatedGetJson(agent, url, {
+    headers,
+    timeoutMs: profile.providerHttpTimeoutMs,
+    maxBytes: profile.providerResponseMaxBytes,
+  });
   return classifyReadback(http, op);
 }
 
@@ -63,7 +69,12 @@ export function classifyReadback(http: HttpOutcome, op: ReadbackTarget): Readbac
   if (http.kind === 'unknown') {
     const detail: Record<string, JsonValue> = { transport: http.code };
     if (http.status !== undefined) detail.http_status = http.status;
-    return { outcome: http.status === undefined && (http.code === 'timeout' || http.code === 'reset') ? 'unreachable' : 'failing', receipt: null, detail };
+    return {
+      outcome:
+        http.status === undefined && (http.code === 'timeout' || http.code === 'reset') ? 'unreachable' : 'failing',
+      receipt: null,
+      detail,
+    };
   }
   const detail: Record<string, JsonValue> = { http_status: http.status, body_sha256: http.bodySha256 };
   const state = http.json?.state;
@@ -74,13 +85,20 @@ export function classifyReadback(http: HttpOutcome, op: ReadbackTarget): Readbac
   if (state !== 'applied') return { outcome: 'inconclusive', receipt: null, detail };
   const reported = http.json?.body_sha256;
   if (reported !== undefined) {
-    if (typeof reported !== 'string' || !DIGEST.test(reported)) return { outcome: 'failing', receipt: null, detail: { ...detail, problem: 'body_sha256_malformed' } };
+    if (typeof reported !== 'string' || !DIGEST.test(reported))
+      return { outcome: 'failing', receipt: null, detail: { ...detail, problem: 'body_sha256_malformed' } };
     detail.effect_body_sha256 = reported;
     if (reported !== op.canonical_args_sha256) return { outcome: 'mismatch', receipt: null, detail };
   }
   const fromId = http.json?.operation_id;
   const fromRequest = http.json?.request_id;
-  const receipt = typeof fromId === 'string' && RECEIPT.test(fromId) ? fromId : typeof fromRequest === 'string' && RECEIPT.test(fromRequest) ? fromRequest : null;
-  if (receipt === null) return { outcome: 'inconclusive', receipt: null, detail: { ...detail, problem: 'applied_without_receipt' } };
+  const receipt =
+    typeof fromId === 'string' && RECEIPT.test(fromId)
+      ? fromId
+      : typeof fromRequest === 'string' && RECEIPT.test(fromRequest)
+        ? fromRequest
+        : null;
+  if (receipt === null)
+    return { outcome: 'inconclusive', receipt: null, detail: { ...detail, problem: 'applied_without_receipt' } };
   return { outcome: 'applied', receipt, detail };
 }

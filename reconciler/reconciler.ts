@@ -90,7 +90,16 @@ export class Reconciler {
    * deadline) the pass takes no new candidate and skips `whileLocked`; rows already being handled finish.
    */
   async pass(whileLocked?: () => Promise<void>, signal?: AbortSignal): Promise<ReconcileSummary> {
-    const summary: ReconcileSummary = { ran: false, examined: 0, succeeded: 0, still_unknown: 0, escalated: 0, skipped: 0, provider_errors: 0, errors: 0 };
+    const summary: ReconcileSummary = {
+      ran: false,
+      examined: 0,
+      succeeded: 0,
+      still_unknown: 0,
+      escalated: 0,
+      skipped: 0,
+      provider_errors: 0,
+      errors: 0,
+    };
     const lockClient = await this.#o.pool.connect();
     let broken: Error | undefined;
     try {
@@ -99,7 +108,10 @@ export class Reconciler {
       summary.ran = true;
       try {
         const r = this.#o.config.reconciler;
-        const { rows: candidates } = await this.#o.pool.query<Candidate>(this.#q.candidates, [r.orphanAfterMs, r.batchSize]);
+        const { rows: candidates } = await this.#o.pool.query<Candidate>(this.#q.candidates, [
+          r.orphanAfterMs,
+          r.batchSize,
+        ]);
         let next = 0;
         const lane = async (): Promise<void> => {
           while (next < candidates.length && signal?.aborted !== true) {
@@ -110,8 +122,18 @@ export class Reconciler {
               // One operation's failure must not stop the pass (or every later pass): count it, push its
               // next check back, and go on. A database that is down fails every row and the pass reports it.
               summary.errors++;
-              this.#o.log.error({ err, operation_id: c.operation_id }, 'reconciling this operation failed; it is retried after a backoff');
-              await this.#o.pool.query(this.#q.deferAfterError, [c.operation_id, c.status, c.claim_token, this.#o.config.reconciler.backoffMaxMs]).catch(() => undefined);
+              this.#o.log.error(
+                { err, operation_id: c.operation_id },
+                'reconciling this operation failed; it is retried after a backoff',
+              );
+              await this.#o.pool
+                .query(this.#q.deferAfterError, [
+                  c.operation_id,
+                  c.status,
+                  c.claim_token,
+                  this.#o.config.reconciler.backoffMaxMs,
+                ])
+                .catch(() => undefined);
             }
           }
         };
@@ -134,7 +156,12 @@ export class Reconciler {
     let broken: Error | undefined;
     try {
       await client.query('BEGIN');
-      const { rows } = await client.query<Locked>(this.#q.lockCandidate, [this.#o.config.reconciler.orphanAfterMs, c.operation_id, c.status, c.claim_token]);
+      const { rows } = await client.query<Locked>(this.#q.lockCandidate, [
+        this.#o.config.reconciler.orphanAfterMs,
+        c.operation_id,
+        c.status,
+        c.claim_token,
+      ]);
       const op = rows[0];
       if (op === undefined) {
         await client.query('ROLLBACK');
@@ -143,7 +170,10 @@ export class Reconciler {
       }
       summary.examined++;
       const result = await this.#readback(op);
-      this.#o.metrics.checks.inc({ provider: op.provider_id, outcome: result.contract === undefined ? result.outcome : 'no_contract' });
+      this.#o.metrics.checks.inc({
+        provider: op.provider_id,
+        outcome: result.contract === undefined ? result.outcome : 'no_contract',
+      });
       this.#o.crash?.reach('reconcile_after_readback');
       const to = await this.#apply(client, op, result);
       await client.query('COMMIT');
@@ -153,7 +183,17 @@ export class Reconciler {
       else if (to === 'needs_review') summary.escalated++;
       else summary.still_unknown++;
       if (result.outcome === 'failing' || result.outcome === 'unreachable') summary.provider_errors++;
-      this.#o.log.info({ operation_id: op.operation_id, tool: op.tool_name, tenant: op.tenant_id, from: op.status, to, readback: result.outcome }, 'reconciled');
+      this.#o.log.info(
+        {
+          operation_id: op.operation_id,
+          tool: op.tool_name,
+          tenant: op.tenant_id,
+          from: op.status,
+          to,
+          readback: result.outcome,
+        },
+        'reconciled',
+      );
     } catch (err) {
       broken = err as Error;
       await client.query('ROLLBACK').catch(() => undefined);
@@ -171,23 +211,58 @@ export class Reconciler {
     const url = readbackUrl(route, op.effect_key);
     if (url === null) return { outcome: 'no_effect', receipt: null, detail: { contract: 'none' }, contract: 'none' };
     const credential = route.credentialEnv === null ? null : (this.#o.credentials.get(route.tool) ?? null);
-    if (route.credentialEnv !== null && credential === null) return { outcome: 'failing', receipt: null, detail: { problem: 'credential_missing' } };
+    if (route.credentialEnv !== null && credential === null)
+      return { outcome: 'failing', receipt: null, detail: { problem: 'credential_missing' } };
     return runGated(() => readback(this.#o.agent, this.#o.profile, url, op, credential), op.operation_id);
   }
 
   /** Writes the check and the transition; returns the state the operation is in afterwards. */
-  async #apply(client: PoolClient, op: Locked, r: Readback & { contract?: 'none' | 'route_changed' }): Promise<Locked['status'] | 'succeeded' | 'needs_review'> {
+  async #apply(
+    client: PoolClient,
+    op: Locked,
+    r: Readback & { contract?: 'none' | 'route_changed' },
+  ): Promise<Locked['status'] | 'succeeded' | 'needs_review'> {
     const q = this.#q;
     const actor = this.#o.actor;
     const checkOutcome = r.contract !== undefined ? 'no_contract' : r.outcome;
-    const detail: Record<string, JsonValue> = { ...r.detail, ...(op.status === 'executing' ? { orphaned_from: op.claimed_by ?? null } : {}) };
-    await client.query(q.checkInsert, [op.operation_id, op.attempt, op.status, checkOutcome, actor, JSON.stringify(detail)]);
-    const resolve = async (to: 'succeeded' | 'needs_review', review: string | null, reason: string, extra: Record<string, JsonValue> = {}): Promise<Locked['status'] | typeof to> => {
-      const { rows } = await client.query<{ n: number }>(q.resolve, [op.operation_id, op.status, op.claim_token, to, r.receipt, review, actor, reason, JSON.stringify({ ...detail, ...extra })]);
+    const detail: Record<string, JsonValue> = {
+      ...r.detail,
+      ...(op.status === 'executing' ? { orphaned_from: op.claimed_by ?? null } : {}),
+    };
+    await client.query(q.checkInsert, [
+      op.operation_id,
+      op.attempt,
+      op.status,
+      checkOutcome,
+      actor,
+      JSON.stringify(detail),
+    ]);
+    const resolve = async (
+      to: 'succeeded' | 'needs_review',
+      review: string | null,
+      reason: string,
+      extra: Record<string, JsonValue> = {},
+    ): Promise<Locked['status'] | typeof to> => {
+      const { rows } = await client.query<{ n: number }>(q.resolve, [
+        op.operation_id,
+        op.status,
+        op.claim_token,
+        to,
+        r.receipt,
+        review,
+        actor,
+        reason,
+        JSON.stringify({ ...detail, ...extra }),
+      ]);
       // Under the row lock the fence cannot miss; if it ever does, nothing changed and the pass reports that.
       return rows[0]?.n === 1 ? to : op.status;
     };
-    if (r.contract !== undefined) return resolve('needs_review', r.contract === 'none' ? 'no_readback_contract' : 'route_changed', `reconcile:${r.contract === 'none' ? 'no_readback_contract' : 'route_changed'}`);
+    if (r.contract !== undefined)
+      return resolve(
+        'needs_review',
+        r.contract === 'none' ? 'no_readback_contract' : 'route_changed',
+        `reconcile:${r.contract === 'none' ? 'no_readback_contract' : 'route_changed'}`,
+      );
     switch (r.outcome) {
       case 'applied':
         return resolve('succeeded', null, 'readback_applied', { receipt: r.receipt });
@@ -200,10 +275,21 @@ export class Reconciler {
         const attempts = op.reconcile_attempts + 1;
         if (attempts >= cfg.maxAttempts) {
           const { rows: checks } = await client.query<Record<string, JsonValue>>(q.checksFor, [op.operation_id]);
-          return resolve('needs_review', 'reconcile_attempts_exhausted', 'reconcile:reconcile_attempts_exhausted', { attempts, checks: checks.slice(-50) as JsonValue[] });
+          return resolve('needs_review', 'reconcile_attempts_exhausted', 'reconcile:reconcile_attempts_exhausted', {
+            attempts,
+            checks: checks.slice(-50) as JsonValue[],
+          });
         }
         const delay = Math.min(cfg.backoffMaxMs, cfg.backoffInitialMs * 2 ** (attempts - 1));
-        await client.query(q.backoff, [op.operation_id, op.status, op.claim_token, delay, actor, `reconcile:${r.outcome}`, JSON.stringify({ ...detail, attempts, next_check_in_ms: delay })]);
+        await client.query(q.backoff, [
+          op.operation_id,
+          op.status,
+          op.claim_token,
+          delay,
+          actor,
+          `reconcile:${r.outcome}`,
+          JSON.stringify({ ...detail, attempts, next_check_in_ms: delay }),
+        ]);
         return 'unknown';
       }
     }

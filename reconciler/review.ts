@@ -48,12 +48,27 @@ const RECEIPT = /^[\x21-\x7e]{1,256}$/;
 
 /** Text safe for the audit columns (no NUL, no lone surrogates, bounded); null when not text. */
 function printable(v: unknown): string | null {
-  return typeof v === 'string' ? v.toWellFormed().replace(/\u0000/g, '\uFFFD').slice(0, 2000) : null;
+  return typeof v === 'string'
+    ? v
+        .toWellFormed()
+        .replace(/\u0000/g, '\uFFFD')
+        .slice(0, 2000)
+    : null;
 }
 
 function checkText(field: string, v: unknown, max: number): string {
-  if (typeof v !== 'string' || v.trim().length === 0 || v.length > max || !v.isWellFormed() || /[\u0000-\u001f\u007f]/.test(v)) {
-    throw new ActionLedgerError('invalid_review', `${field} is required: non-empty text of at most ${max} characters without control characters`, { details: { field } });
+  if (
+    typeof v !== 'string' ||
+    v.trim().length === 0 ||
+    v.length > max ||
+    !v.isWellFormed() ||
+    /[\u0000-\u001f\u007f]/.test(v)
+  ) {
+    throw new ActionLedgerError(
+      'invalid_review',
+      `${field} is required: non-empty text of at most ${max} characters without control characters`,
+      { details: { field } },
+    );
   }
   return v;
 }
@@ -72,7 +87,10 @@ export class Review {
   }
 
   /** Throws `invalid_review`, `not_found`, `invalid_state_transition`, `retry_not_safe`. */
-  async retry(operationId: string, input: ReviewInput & { approvalId?: string; policyVersion?: string }): Promise<ReviewResult> {
+  async retry(
+    operationId: string,
+    input: ReviewInput & { approvalId?: string; policyVersion?: string },
+  ): Promise<ReviewResult> {
     return this.#audited('retry', operationId, input, () => this.#retry(operationId, input));
   }
 
@@ -95,7 +113,12 @@ export class Review {
    * Every review action, done or refused, gets a row in the audit log (`gate_audit`, action `review:<name>`)
    * beside the operation's own history: who asked, why, and what came of it.
    */
-  async #audited(action: string, operationId: string, input: Partial<ReviewInput>, run: () => Promise<ReviewResult>): Promise<ReviewResult> {
+  async #audited(
+    action: string,
+    operationId: string,
+    input: Partial<ReviewInput>,
+    run: () => Promise<ReviewResult>,
+  ): Promise<ReviewResult> {
     const started = performance.now();
     const write = async (outcome: string, detail: Record<string, unknown>): Promise<void> => {
       const id = UUID.test(operationId) ? operationId : null;
@@ -104,13 +127,26 @@ export class Review {
           `INSERT INTO ${this.#config.schemaQuoted}.gate_audit (action, outcome, tenant_id, principal_id, tool_name, subject_id, detail, duration_ms)
            SELECT $1, $2, o.tenant_id, $3, o.tool_name, $4, $5::jsonb, $6
            FROM (SELECT 1) one LEFT JOIN ${this.#config.schemaQuoted}.operations o ON o.operation_id = $7::uuid`,
-          [`review:${action}`, outcome, printable(input?.actor), id ?? printable(operationId), JSON.stringify(detail), performance.now() - started, id],
+          [
+            `review:${action}`,
+            outcome,
+            printable(input?.actor),
+            id ?? printable(operationId),
+            JSON.stringify(detail),
+            performance.now() - started,
+            id,
+          ],
         )
         .catch(() => undefined);
     };
     try {
       const r = await run();
-      await write('ok', { why: printable(input?.reason), from: r.from, to: r.to, ...(r.attempt === undefined ? {} : { attempt: r.attempt }) });
+      await write('ok', {
+        why: printable(input?.reason),
+        from: r.from,
+        to: r.to,
+        ...(r.attempt === undefined ? {} : { attempt: r.attempt }),
+      });
       return r;
     } catch (err) {
       await write(err instanceof ActionLedgerError ? err.code : 'internal', { why: printable(input?.reason) });
@@ -118,7 +154,10 @@ export class Review {
     }
   }
 
-  async #retry(operationId: string, input: ReviewInput & { approvalId?: string; policyVersion?: string }): Promise<ReviewResult> {
+  async #retry(
+    operationId: string,
+    input: ReviewInput & { approvalId?: string; policyVersion?: string },
+  ): Promise<ReviewResult> {
     const { actor, reason } = this.#input(input);
     const approval = input.approvalId === undefined ? null : checkText('approval id', input.approvalId, 256);
     const policy = input.policyVersion === undefined ? null : checkText('policy version', input.policyVersion, 256);
@@ -126,15 +165,37 @@ export class Review {
       const op = await this.#lock(c, operationId);
       if (op.status !== 'needs_review') throw this.#wrongState('retry', op.status);
       if (!retryIsSafe(op.review_reason)) {
-        throw new ActionLedgerError('retry_not_safe', `retry needs proof that the provider has no effect; this operation is in review for ${op.review_reason}`, {
-          details: { review_reason: op.review_reason },
-        });
+        throw new ActionLedgerError(
+          'retry_not_safe',
+          `retry needs proof that the provider has no effect; this operation is in review for ${op.review_reason}`,
+          {
+            details: { review_reason: op.review_reason },
+          },
+        );
       }
-      const { rows } = await c.query<{ attempt: number }>(this.#q.retry, [operationId, op.review_reason, approval, policy]);
+      const { rows } = await c.query<{ attempt: number }>(this.#q.retry, [
+        operationId,
+        op.review_reason,
+        approval,
+        policy,
+      ]);
       const attempt = rows[0]?.attempt;
       if (attempt === undefined) throw new Error('retry fence missed under the row lock');
       await c.query(this.#q.outboxInsert, [operationId, attempt]);
-      await c.query(this.#q.history, [operationId, 'needs_review', 'pending', actor, 'review:retry', JSON.stringify({ why: reason, attempt, previous_review_reason: op.review_reason, approval_id: approval, policy_version: policy })]);
+      await c.query(this.#q.history, [
+        operationId,
+        'needs_review',
+        'pending',
+        actor,
+        'review:retry',
+        JSON.stringify({
+          why: reason,
+          attempt,
+          previous_review_reason: op.review_reason,
+          approval_id: approval,
+          policy_version: policy,
+        }),
+      ]);
       await c.query('SELECT pg_notify($1, $2)', [outboxChannel(this.#config.schema), '']);
       return { ok: true as const, operation_id: operationId, from: 'needs_review', to: 'pending', attempt };
     });
@@ -143,9 +204,21 @@ export class Review {
   async #resolveSucceeded(operationId: string, input: ReviewInput & { receipt: string }): Promise<ReviewResult> {
     const { actor, reason } = this.#input(input);
     if (typeof input.receipt !== 'string' || !RECEIPT.test(input.receipt)) {
-      throw new ActionLedgerError('invalid_review', 'a receipt is required: 1 to 256 printable ASCII characters, no spaces', { details: { field: 'receipt' } });
+      throw new ActionLedgerError(
+        'invalid_review',
+        'a receipt is required: 1 to 256 printable ASCII characters, no spaces',
+        { details: { field: 'receipt' } },
+      );
     }
-    return this.#move(operationId, ['needs_review', 'unknown'], 'succeeded', input.receipt, actor, 'review:resolve_succeeded', { why: reason, receipt: input.receipt });
+    return this.#move(
+      operationId,
+      ['needs_review', 'unknown'],
+      'succeeded',
+      input.receipt,
+      actor,
+      'review:resolve_succeeded',
+      { why: reason, receipt: input.receipt },
+    );
   }
 
   async #resolveFailed(operationId: string, input: ReviewInput): Promise<ReviewResult> {
@@ -156,10 +229,25 @@ export class Review {
   async #compensate(operationId: string, input: ReviewInput): Promise<ReviewResult> {
     const { actor, reason } = this.#input(input);
     if (!UUID.test(operationId)) throw new ActionLedgerError('not_found', 'no such operation');
-    const before = await this.#pool.query<{ status: string }>(`SELECT status FROM ${this.#config.schemaQuoted}.operations WHERE operation_id = $1`, [operationId]);
-    const r = await this.#compensator.compensate(operationId, actor, `review:compensate: ${reason}`, ['succeeded', 'needs_review'], true);
+    const before = await this.#pool.query<{ status: string }>(
+      `SELECT status FROM ${this.#config.schemaQuoted}.operations WHERE operation_id = $1`,
+      [operationId],
+    );
+    const r = await this.#compensator.compensate(
+      operationId,
+      actor,
+      `review:compensate: ${reason}`,
+      ['succeeded', 'needs_review'],
+      true,
+    );
     if (r === 'unchanged') throw this.#wrongState('compensate', before.rows[0]?.status ?? 'unknown');
-    return { ok: true, operation_id: operationId, from: before.rows[0]?.status ?? '', to: r === 'minted' ? 'compensating' : 'needs_review', compensation: r };
+    return {
+      ok: true,
+      operation_id: operationId,
+      from: before.rows[0]?.status ?? '',
+      to: r === 'minted' ? 'compensating' : 'needs_review',
+      compensation: r,
+    };
   }
 
   #input(input: ReviewInput): ReviewInput {
@@ -175,16 +263,33 @@ export class Review {
   }
 
   #wrongState(action: string, status: string): ActionLedgerError {
-    return new ActionLedgerError('invalid_state_transition', `cannot ${action} an operation in ${status}`, { details: { status, action } });
+    return new ActionLedgerError('invalid_state_transition', `cannot ${action} an operation in ${status}`, {
+      details: { status, action },
+    });
   }
 
-  async #move(operationId: string, from: string[], to: string, receipt: string | null, actor: string, reason: string, detail: Record<string, unknown>): Promise<ReviewResult> {
+  async #move(
+    operationId: string,
+    from: string[],
+    to: string,
+    receipt: string | null,
+    actor: string,
+    reason: string,
+    detail: Record<string, unknown>,
+  ): Promise<ReviewResult> {
     return withTransaction(this.#pool, async (c) => {
       const op = await this.#lock(c, operationId);
       if (!from.includes(op.status)) throw this.#wrongState(reason.replace('review:', '').replace('_', '-'), op.status);
       const { rows } = await c.query(this.#q.move, [operationId, op.status, to, receipt, null]);
       if (rows.length !== 1) throw new Error('review fence missed under the row lock');
-      await c.query(this.#q.history, [operationId, op.status, to, actor, reason, JSON.stringify({ ...detail, previous_review_reason: op.review_reason })]);
+      await c.query(this.#q.history, [
+        operationId,
+        op.status,
+        to,
+        actor,
+        reason,
+        JSON.stringify({ ...detail, previous_review_reason: op.review_reason }),
+      ]);
       return { ok: true as const, operation_id: operationId, from: op.status, to };
     });
   }

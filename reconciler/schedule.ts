@@ -87,7 +87,10 @@ export class ReconcileSchedule {
    * cannot be reached (the schedule is then stopped again and may be started later).
    */
   async start(): Promise<void> {
-    if (this.#state !== 'stopped') throw new ActionLedgerError('already_running', `the reconciliation schedule is ${this.#state}`, { details: { state: this.#state } });
+    if (this.#state !== 'stopped')
+      throw new ActionLedgerError('already_running', `the reconciliation schedule is ${this.#state}`, {
+        details: { state: this.#state },
+      });
     this.#state = 'starting';
     this.#starting = this.#open();
     try {
@@ -115,7 +118,12 @@ export class ReconcileSchedule {
     try {
       await boss.start();
       await createQueueOnce(boss);
-      await boss.updateQueue(RECONCILE_QUEUE, { name: RECONCILE_QUEUE, policy: 'standard', retryLimit: 0, expireInSeconds: JOB_EXPIRE_SECONDS });
+      await boss.updateQueue(RECONCILE_QUEUE, {
+        name: RECONCILE_QUEUE,
+        policy: 'standard',
+        retryLimit: 0,
+        expireInSeconds: JOB_EXPIRE_SECONDS,
+      });
       await boss.schedule(RECONCILE_QUEUE, this.#o.cron, {}, { tz: 'UTC' });
       await this.#removeLegacyQueue(boss);
     } catch (err) {
@@ -123,7 +131,13 @@ export class ReconcileSchedule {
       throw err;
     }
     let wake = (): void => undefined;
-    const run: Run = { boss, abort: new AbortController(), stopping: false, wake: () => wake(), loop: Promise.resolve() };
+    const run: Run = {
+      boss,
+      abort: new AbortController(),
+      stopping: false,
+      wake: () => wake(),
+      loop: Promise.resolve(),
+    };
     const sleep = (): Promise<void> =>
       new Promise((resolve) => {
         const timer = setTimeout(resolve, POLL_MS);
@@ -134,7 +148,10 @@ export class ReconcileSchedule {
       });
     run.loop = this.#poll(run, sleep);
     this.#run = run;
-    this.#o.log.info({ cron: this.#o.cron, queue: RECONCILE_QUEUE, schema: this.bossSchema }, 'reconciliation scheduled');
+    this.#o.log.info(
+      { cron: this.#o.cron, queue: RECONCILE_QUEUE, schema: this.bossSchema },
+      'reconciliation scheduled',
+    );
   }
 
   /**
@@ -155,7 +172,10 @@ export class ReconcileSchedule {
         this.#o.log.info({ queue: LEGACY_RECONCILE_QUEUE }, 'removed the legacy singleton reconciliation queue');
       } catch (err) {
         if ((err as { code?: string }).code !== '23503') throw err;
-        this.#o.log.info({ queue: LEGACY_RECONCILE_QUEUE }, 'unscheduled the legacy singleton reconciliation queue; it is deleted once pg-boss has archived its jobs');
+        this.#o.log.info(
+          { queue: LEGACY_RECONCILE_QUEUE },
+          'unscheduled the legacy singleton reconciliation queue; it is deleted once pg-boss has archived its jobs',
+        );
       }
     } catch (err) {
       // Another fleet cleaning up at the same moment, or a database hiccup: the next start tries again.
@@ -175,7 +195,9 @@ export class ReconcileSchedule {
         continue;
       }
       if (run.stopping) {
-        await run.boss.fail(RECONCILE_QUEUE, job.id, { message: 'schedule stopping' }).catch((err: unknown) => this.#bossFailures.fail(err));
+        await run.boss
+          .fail(RECONCILE_QUEUE, job.id, { message: 'schedule stopping' })
+          .catch((err: unknown) => this.#bossFailures.fail(err));
         break;
       }
       let summary: unknown;
@@ -184,7 +206,9 @@ export class ReconcileSchedule {
         this.#passFailures.ok();
       } catch (err) {
         this.#passFailures.fail(err);
-        await run.boss.fail(RECONCILE_QUEUE, job.id, { message: (err as Error).message }).catch((e: unknown) => this.#bossFailures.fail(e));
+        await run.boss
+          .fail(RECONCILE_QUEUE, job.id, { message: (err as Error).message })
+          .catch((e: unknown) => this.#bossFailures.fail(e));
         continue;
       }
       const output = typeof summary === 'object' && summary !== null ? summary : {};
@@ -198,7 +222,10 @@ export class ReconcileSchedule {
    */
   async runNow(): Promise<string | null> {
     const run = this.#run;
-    if (this.#state !== 'running' || run === undefined) throw new ActionLedgerError('internal', `the reconciliation schedule is ${this.#state}`, { details: { state: this.#state } });
+    if (this.#state !== 'running' || run === undefined)
+      throw new ActionLedgerError('internal', `the reconciliation schedule is ${this.#state}`, {
+        details: { state: this.#state },
+      });
     const id = await run.boss.send(RECONCILE_QUEUE, {});
     run.wake();
     return id;
@@ -241,7 +268,10 @@ export class ReconcileSchedule {
     clearTimeout(timer);
     if (!finished) {
       run.abort.abort();
-      this.#o.log.warn({ deadline_ms: deadlineMs }, 'reconciliation pass still running at the stop deadline; abandoned (it takes no new work)');
+      this.#o.log.warn(
+        { deadline_ms: deadlineMs },
+        'reconciliation pass still running at the stop deadline; abandoned (it takes no new work)',
+      );
     }
     await closeBoss(run.boss, this.#bossFailures);
     this.#run = undefined;
@@ -270,7 +300,12 @@ async function createQueueOnce(boss: PgBoss): Promise<void> {
   for (let attempt = 0; ; attempt++) {
     try {
       if ((await boss.getQueue(RECONCILE_QUEUE)) !== null) return;
-      await boss.createQueue(RECONCILE_QUEUE, { name: RECONCILE_QUEUE, policy: 'standard', retryLimit: 0, expireInSeconds: JOB_EXPIRE_SECONDS });
+      await boss.createQueue(RECONCILE_QUEUE, {
+        name: RECONCILE_QUEUE,
+        policy: 'standard',
+        retryLimit: 0,
+        expireInSeconds: JOB_EXPIRE_SECONDS,
+      });
       return;
     } catch (err) {
       const code = (err as { code?: string }).code;

@@ -66,7 +66,13 @@ export interface VerifyOptions {
 const LISTING_MAX_BYTES = 64 * 1024 * 1024;
 /** History reasons that mean a request may have reached the provider (so evidence must exist). */
 function reachedProvider(reason: string): boolean {
-  return reason === 'provider_receipt' || reason === 'readback_applied' || reason.startsWith('provider_rejected:') || reason.startsWith('provider_outcome_unknown:') || reason === 'provider:provider_no_receipt';
+  return (
+    reason === 'provider_receipt' ||
+    reason === 'readback_applied' ||
+    reason.startsWith('provider_rejected:') ||
+    reason.startsWith('provider_outcome_unknown:') ||
+    reason === 'provider:provider_no_receipt'
+  );
 }
 
 const queries = {
@@ -89,12 +95,32 @@ const queries = {
     WHERE tool_name = ANY($1::text[]) AND status IN ('succeeded', 'compensating', 'compensated')`,
 } as const;
 
-type OpRow = { operation_id: string; effect_key: string; status: OperationStatus; tool_name: string; provider_id: string; canonical_args_sha256: string; arguments_json: JsonValue };
-type HistRow = { operation_id: string; from_status: OperationStatus | null; to_status: OperationStatus; reason: string };
+type OpRow = {
+  operation_id: string;
+  effect_key: string;
+  status: OperationStatus;
+  tool_name: string;
+  provider_id: string;
+  canonical_args_sha256: string;
+  arguments_json: JsonValue;
+};
+type HistRow = {
+  operation_id: string;
+  from_status: OperationStatus | null;
+  to_status: OperationStatus;
+  reason: string;
+};
 
 export async function verifyLedger(o: VerifyOptions): Promise<VerifyReport> {
   const q = bindQueries(queries, o.config.schemaQuoted);
-  const report: VerifyReport = { ok: true, operations: 0, history_rows: 0, listings: 0, provider_effects: 0, discrepancies: [] };
+  const report: VerifyReport = {
+    ok: true,
+    operations: 0,
+    history_rows: 0,
+    listings: 0,
+    provider_effects: 0,
+    discrepancies: [],
+  };
   const add = (d: Discrepancy): void => void report.discrepancies.push(d);
   const batch = o.batchSize ?? 1000;
 
@@ -114,20 +140,36 @@ export async function verifyLedger(o: VerifyOptions): Promise<VerifyReport> {
     for (const op of ops) {
       const recomputed = sha256Hex(canonicalJson(op.arguments_json));
       if (recomputed !== op.canonical_args_sha256) {
-        add({ kind: 'args_hash_mismatch', operation_id: op.operation_id, detail: `stored arguments hash to ${recomputed}, the ledger bound ${op.canonical_args_sha256}` });
+        add({
+          kind: 'args_hash_mismatch',
+          operation_id: op.operation_id,
+          detail: `stored arguments hash to ${recomputed}, the ledger bound ${op.canonical_args_sha256}`,
+        });
       }
       if (!o.keyer.verify(op.operation_id, op.effect_key)) {
-        add({ kind: 'effect_key_invalid', operation_id: op.operation_id, effect_key: op.effect_key, detail: 'the effect key is not the HMAC this service mints for the operation id (or its key id has no secret)' });
+        add({
+          kind: 'effect_key_invalid',
+          operation_id: op.operation_id,
+          effect_key: op.effect_key,
+          detail:
+            'the effect key is not the HMAC this service mints for the operation id (or its key id has no secret)',
+        });
       }
       const h = byOp.get(op.operation_id) ?? [];
-      for (const problem of historyProblems(h, op.status)) add({ kind: problem.kind, operation_id: op.operation_id, detail: problem.detail });
+      for (const problem of historyProblems(h, op.status))
+        add({ kind: problem.kind, operation_id: op.operation_id, detail: problem.detail });
       if (h.some((r) => reachedProvider(r.reason)) && !withEvidence.has(op.operation_id)) {
-        add({ kind: 'evidence_missing', operation_id: op.operation_id, detail: 'the provider applied this operation but no authorization evidence is bound to its arguments hash' });
+        add({
+          kind: 'evidence_missing',
+          operation_id: op.operation_id,
+          detail: 'the provider applied this operation but no authorization evidence is bound to its arguments hash',
+        });
       }
     }
   }
   const { rows: dups } = await o.pool.query<{ effect_key: string; n: number }>(q.duplicateKeys);
-  for (const d of dups) add({ kind: 'effect_key_duplicate', effect_key: d.effect_key, detail: `${d.n} operations share this effect key` });
+  for (const d of dups)
+    add({ kind: 'effect_key_duplicate', effect_key: d.effect_key, detail: `${d.n} operations share this effect key` });
 
   if (o.provider !== undefined) await verifyListings(o, q, report, add);
   report.ok = report.discrepancies.length === 0;
@@ -143,35 +185,57 @@ export const RELEASE_REASON_PREFIX = 'released:';
 
 function legal(r: Pick<HistRow, 'from_status' | 'to_status'> & { reason?: string }): boolean {
   if (LEGAL_TRANSITIONS.get(r.from_status)?.has(r.to_status) === true) return true;
-  return r.from_status === 'executing' && r.to_status === 'pending' && r.reason?.startsWith(RELEASE_REASON_PREFIX) === true;
+  return (
+    r.from_status === 'executing' && r.to_status === 'pending' && r.reason?.startsWith(RELEASE_REASON_PREFIX) === true
+  );
 }
 
 /**
  * The history of one operation as a legal path ending in its current state. A row without its `reason` is
  * judged by the state table alone (so a release, which needs its reason, counts as illegal there).
  */
-export function historyProblems(h: readonly (Pick<HistRow, 'from_status' | 'to_status'> & { reason?: string })[], status: OperationStatus): { kind: 'illegal_transition' | 'history_broken'; detail: string }[] {
+export function historyProblems(
+  h: readonly (Pick<HistRow, 'from_status' | 'to_status'> & { reason?: string })[],
+  status: OperationStatus,
+): { kind: 'illegal_transition' | 'history_broken'; detail: string }[] {
   const out: { kind: 'illegal_transition' | 'history_broken'; detail: string }[] = [];
   if (h.length === 0) return [{ kind: 'history_broken', detail: 'no history rows' }];
   let at: OperationStatus | null = null;
   h.forEach((r, i) => {
-    if (r.from_status !== at) out.push({ kind: 'history_broken', detail: `row ${i + 1} starts from ${r.from_status ?? 'nothing'}, but the previous row ended in ${at ?? 'nothing'}` });
+    if (r.from_status !== at)
+      out.push({
+        kind: 'history_broken',
+        detail: `row ${i + 1} starts from ${r.from_status ?? 'nothing'}, but the previous row ended in ${at ?? 'nothing'}`,
+      });
     if (!legal(r)) {
-      out.push({ kind: 'illegal_transition', detail: `row ${i + 1}: ${r.from_status ?? 'reservation'} -> ${r.to_status} is not a legal transition` });
+      out.push({
+        kind: 'illegal_transition',
+        detail: `row ${i + 1}: ${r.from_status ?? 'reservation'} -> ${r.to_status} is not a legal transition`,
+      });
     }
     at = r.to_status;
   });
-  if (at !== status) out.push({ kind: 'history_broken', detail: `history ends in ${at ?? 'nothing'}, the operation is ${status}` });
+  if (at !== status)
+    out.push({ kind: 'history_broken', detail: `history ends in ${at ?? 'nothing'}, the operation is ${status}` });
   return out;
 }
 
-async function verifyListings(o: VerifyOptions, q: Readonly<typeof queries>, report: VerifyReport, add: (d: Discrepancy) => void): Promise<void> {
+async function verifyListings(
+  o: VerifyOptions,
+  q: Readonly<typeof queries>,
+  report: VerifyReport,
+  add: (d: Discrepancy) => void,
+): Promise<void> {
   const provider = o.provider;
   if (provider === undefined) return;
   const listings = new Map<string, { tools: string[]; providers: Set<string>; credentialTool: string | null }>();
   for (const route of o.config.tools.values()) {
     if (route.effectsListingUrl === null) continue;
-    const l = listings.get(route.effectsListingUrl) ?? { tools: [], providers: new Set<string>(), credentialTool: null };
+    const l = listings.get(route.effectsListingUrl) ?? {
+      tools: [],
+      providers: new Set<string>(),
+      credentialTool: null,
+    };
     l.tools.push(route.tool);
     l.providers.add(route.providerId);
     if (route.credentialEnv !== null && l.credentialTool === null) l.credentialTool = route.tool;
@@ -180,13 +244,27 @@ async function verifyListings(o: VerifyOptions, q: Readonly<typeof queries>, rep
   for (const [url, l] of listings) {
     // Read the operations that must have an effect before the listing: one that succeeds in between is then
     // in the listing but not in this set, never the other way round (no false "missing" on a running fleet).
-    const { rows: expecting } = await o.pool.query<{ operation_id: string; effect_key: string }>(q.expectingEffects, [l.tools]);
+    const { rows: expecting } = await o.pool.query<{ operation_id: string; effect_key: string }>(q.expectingEffects, [
+      l.tools,
+    ]);
     const credential = l.credentialTool === null ? undefined : provider.credentials.get(l.credentialTool);
-    const headers: Record<string, string> = credential === undefined ? {} : { authorization: `Bearer ${credential.reveal().toString('utf8')}` };
-    const http = await runGated(() => gatedGetJson(provider.agent, url, { headers, timeoutMs: Math.max(30_000, provider.profile.providerHttpTimeoutMs), maxBytes: LISTING_MAX_BYTES }), 'verify');
+    const headers: Record<string, string> =
+      credential === undefined ? {} : { authorization: `Bearer ${credential.reveal().toString('utf8')}` };
+    const http = await runGated(
+      () =>
+        gatedGetJson(provider.agent, url, {
+          headers,
+          timeoutMs: Math.max(30_000, provider.profile.providerHttpTimeoutMs),
+          maxBytes: LISTING_MAX_BYTES,
+        }),
+      'verify',
+    );
     const effects = http.kind === 'response' && http.status === 200 ? http.json?.effects : undefined;
     if (effects === undefined || effects === null || typeof effects !== 'object' || Array.isArray(effects)) {
-      add({ kind: 'listing_unavailable', detail: `${url}: ${http.kind === 'response' ? `HTTP ${http.status}, or no "effects" object` : `${http.kind} (${http.code})`}` });
+      add({
+        kind: 'listing_unavailable',
+        detail: `${url}: ${http.kind === 'response' ? `HTTP ${http.status}, or no "effects" object` : `${http.kind} (${http.code})`}`,
+      });
       continue;
     }
     report.listings++;
@@ -194,7 +272,14 @@ async function verifyListings(o: VerifyOptions, q: Readonly<typeof queries>, rep
     const seen = new Set<string>();
     for (let i = 0; i < entries.length; i += 1000) {
       const chunk = entries.slice(i, i + 1000);
-      const { rows } = await o.pool.query<{ operation_id: string; effect_key: string; status: string; provider_id: string; canonical_args_sha256: string; review_reason: string | null }>(q.byKeys, [chunk.map(([k]) => k)]);
+      const { rows } = await o.pool.query<{
+        operation_id: string;
+        effect_key: string;
+        status: string;
+        provider_id: string;
+        canonical_args_sha256: string;
+        review_reason: string | null;
+      }>(q.byKeys, [chunk.map(([k]) => k)]);
       const byKey = new Map(rows.map((r) => [r.effect_key, r]));
       for (const [key, list] of chunk) {
         const items = Array.isArray(list) ? list : [];
@@ -202,27 +287,55 @@ async function verifyListings(o: VerifyOptions, q: Readonly<typeof queries>, rep
         seen.add(key);
         const op = byKey.get(key);
         if (op === undefined || !l.providers.has(op.provider_id)) {
-          add({ kind: 'provider_effect_unknown', effect_key: key, detail: `${url} lists an effect no ledger operation of ${[...l.providers].join(', ')} owns` });
+          add({
+            kind: 'provider_effect_unknown',
+            effect_key: key,
+            detail: `${url} lists an effect no ledger operation of ${[...l.providers].join(', ')} owns`,
+          });
           continue;
         }
-        if (items.length !== 1) add({ kind: 'provider_effect_duplicated', operation_id: op.operation_id, effect_key: key, detail: `${items.length} provider effects for one operation` });
+        if (items.length !== 1)
+          add({
+            kind: 'provider_effect_duplicated',
+            operation_id: op.operation_id,
+            effect_key: key,
+            detail: `${items.length} provider effects for one operation`,
+          });
         for (const it of items) {
           const sha = it !== null && typeof it === 'object' && !Array.isArray(it) ? it.body_sha256 : undefined;
           if (typeof sha === 'string' && sha !== op.canonical_args_sha256) {
-            add({ kind: 'provider_effect_body_mismatch', operation_id: op.operation_id, effect_key: key, detail: `the provider applied a body hashing to ${sha}, not the stored arguments` });
+            add({
+              kind: 'provider_effect_body_mismatch',
+              operation_id: op.operation_id,
+              effect_key: key,
+              detail: `the provider applied a body hashing to ${sha}, not the stored arguments`,
+            });
           }
         }
         // States that say the provider has no effect: never sent, definitively rejected, confirmed absent, or
         // in review for a reason that allows a retry (which would then apply it a second time).
-        if (op.status === 'pending' || op.status === 'failed' || (op.status === 'needs_review' && retryIsSafe(op.review_reason))) {
-          add({ kind: 'provider_effect_contradicts_ledger', operation_id: op.operation_id, effect_key: key, detail: `the provider has the effect but the ledger says ${op.status}${op.review_reason === null ? '' : ` (${op.review_reason})`}` });
+        if (
+          op.status === 'pending' ||
+          op.status === 'failed' ||
+          (op.status === 'needs_review' && retryIsSafe(op.review_reason))
+        ) {
+          add({
+            kind: 'provider_effect_contradicts_ledger',
+            operation_id: op.operation_id,
+            effect_key: key,
+            detail: `the provider has the effect but the ledger says ${op.status}${op.review_reason === null ? '' : ` (${op.review_reason})`}`,
+          });
         }
       }
     }
     for (const op of expecting) {
-      if (!seen.has(op.effect_key)) add({ kind: 'provider_effect_missing', operation_id: op.operation_id, effect_key: op.effect_key, detail: `the ledger says the effect happened, ${url} does not list it` });
+      if (!seen.has(op.effect_key))
+        add({
+          kind: 'provider_effect_missing',
+          operation_id: op.operation_id,
+          effect_key: op.effect_key,
+          detail: `the ledger says the effect happened, ${url} does not list it`,
+        });
     }
   }
 }
-
-

@@ -16,7 +16,14 @@
  */
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import { parseStrictJson, type JsonObject, type JsonValue } from '../core/json.js';
-import { MtlsJsonServer, clientCommonName, readBody, sendJson, type ListenOptions, type ServerTls } from './mtls-server.js';
+import {
+  MtlsJsonServer,
+  clientCommonName,
+  readBody,
+  sendJson,
+  type ListenOptions,
+  type ServerTls,
+} from './mtls-server.js';
 
 export const AUTHORIZATION_REQUEST_FIELDS = [
   'operation_id',

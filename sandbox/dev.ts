@@ -36,7 +36,11 @@ async function listenOn(server: { start(): Promise<void> }, port: number, settin
     await server.start();
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code !== 'EADDRINUSE') throw err;
-    throw new ActionLedgerError('port_in_use', `port ${port} (${setting}) is in use; set ${setting} in the configuration to a free port`, { cause: err, details: { port, setting } });
+    throw new ActionLedgerError(
+      'port_in_use',
+      `port ${port} (${setting}) is in use; set ${setting} in the configuration to a free port`,
+      { cause: err, details: { port, setting } },
+    );
   }
 }
 
@@ -45,30 +49,43 @@ async function listenOn(server: { start(): Promise<void> }, port: number, settin
  * started is stopped again.
  * @throws ActionLedgerError `port_in_use` naming `sandbox.provider_port` or `sandbox.authorizer_port`.
  */
-export async function startDevSandbox(config: Config, env: NodeJS.ProcessEnv, log: Logger, databaseUrl: string): Promise<DevSandbox> {
+export async function startDevSandbox(
+  config: Config,
+  env: NodeJS.ProcessEnv,
+  log: Logger,
+  databaseUrl: string,
+): Promise<DevSandbox> {
   const dir = join(config.dataDir, 'sandbox');
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   const pki = await loadOrCreateDevPki(join(dir, 'pki'));
   const profilePaths = config.dispatcher.profile;
   if (profilePaths === null) throw new Error('sandbox enabled but no dispatch profile path');
   const keyPath = join(dir, 'profile-signing.key');
-  const privateKeyPem = writeOnce(keyPath, () => {
-    const pair = generateProfileKeyPair('ed25519');
-    writeFileSync(profilePaths.publicKeyPath, pair.publicKeyPem);
-    return pair.privateKeyPem;
-  }, 0o600);
+  const privateKeyPem = writeOnce(
+    keyPath,
+    () => {
+      const pair = generateProfileKeyPair('ed25519');
+      writeFileSync(profilePaths.publicKeyPath, pair.publicKeyPem);
+      return pair.privateKeyPem;
+    },
+    0o600,
+  );
   const profile = Buffer.from(
-    JSON.stringify({
-      profile_id: 'sandbox-dev',
-      authorization_url: `https://localhost:${config.sandbox.authorizerPort}/v1/authorize`,
-      maximum_authorization_age_seconds: 60,
-      maximum_authorization_ttl_seconds: 120,
-      maximum_clock_skew_seconds: 5,
-      authorization_http_timeout_seconds: 5,
-      provider_http_timeout_seconds: 10,
-      authorization_response_max_bytes: 16384,
-      provider_response_max_bytes: 65536,
-    }, null, 2) + '\n',
+    JSON.stringify(
+      {
+        profile_id: 'sandbox-dev',
+        authorization_url: `https://localhost:${config.sandbox.authorizerPort}/v1/authorize`,
+        maximum_authorization_age_seconds: 60,
+        maximum_authorization_ttl_seconds: 120,
+        maximum_clock_skew_seconds: 5,
+        authorization_http_timeout_seconds: 5,
+        provider_http_timeout_seconds: 10,
+        authorization_response_max_bytes: 16384,
+        provider_response_max_bytes: 65536,
+      },
+      null,
+      2,
+    ) + '\n',
   );
   writeFileSync(profilePaths.path, profile);
   writeFileSync(profilePaths.signaturePath, signProfile({ profileBytes: profile, privateKeyPem }) + '\n');
@@ -85,11 +102,27 @@ export async function startDevSandbox(config: Config, env: NodeJS.ProcessEnv, lo
   }
   const tls = { cert: pki.server.cert, key: pki.server.key, ca: pki.ca.cert };
   // Every configured tool path on this provider's port is served (issue_refund and its compensation, void_refund).
-  const paths = [...new Set([...config.tools.values()].map((r) => new URL(r.endpoint)).filter((u) => u.port === String(config.sandbox.providerPort)).map((u) => u.pathname))];
+  const paths = [
+    ...new Set(
+      [...config.tools.values()]
+        .map((r) => new URL(r.endpoint))
+        .filter((u) => u.port === String(config.sandbox.providerPort))
+        .map((u) => u.pathname),
+    ),
+  ];
   const [first, ...extraPaths] = paths;
-  const provider = new SandboxProvider({ tls, port: config.sandbox.providerPort, ...(first === undefined ? {} : { path: first, extraPaths }), ...(token === undefined ? {} : { token }) });
+  const provider = new SandboxProvider({
+    tls,
+    port: config.sandbox.providerPort,
+    ...(first === undefined ? {} : { path: first, extraPaths }),
+    ...(token === undefined ? {} : { token }),
+  });
   // The service decides from the same database as the fleet.
-  const pool = createPool(databaseUrl, { max: 4, statementTimeoutMs: config.database.statementTimeoutMs, applicationName: 'actionledger:authorizer' });
+  const pool = createPool(databaseUrl, {
+    max: 4,
+    statementTimeoutMs: config.database.statementTimeoutMs,
+    applicationName: 'actionledger:authorizer',
+  });
   const authorizer = new AuthorizationService({ config, pool, tls, port: config.sandbox.authorizerPort });
   try {
     await listenOn(provider, config.sandbox.providerPort, 'sandbox.provider_port');
@@ -100,7 +133,10 @@ export async function startDevSandbox(config: Config, env: NodeJS.ProcessEnv, lo
     await pool.end().catch(() => undefined);
     throw err;
   }
-  log.info({ provider: provider.url, authorizer: authorizer.url, pki: pki.dir }, 'sandbox provider and authorizer running (development only)');
+  log.info(
+    { provider: provider.url, authorizer: authorizer.url, pki: pki.dir },
+    'sandbox provider and authorizer running (development only)',
+  );
   return {
     env: workerEnv,
     provider,

@@ -73,7 +73,11 @@ export async function startDispatchKit(o: DispatchKitOptions): Promise<DispatchK
     provider,
     authorizer,
     dispatcherConfig: {
-      profile: { path: file('profile.json'), signature_path: file('profile.sig'), public_key_path: file('profile.pub') },
+      profile: {
+        path: file('profile.json'),
+        signature_path: file('profile.sig'),
+        public_key_path: file('profile.pub'),
+      },
       tls: { ca_file: file('ca.crt'), cert_file: file('client.crt'), key_file: file('client.key') },
     },
     stop: async () => {

@@ -107,7 +107,12 @@ export abstract class MtlsJsonServer {
 }
 
 /** Sends `value` as JSON (or `text` verbatim when a string is given) with Content-Length. */
-export function sendJson(res: ServerResponse, status: number, value: unknown, headers: Record<string, string> = {}): void {
+export function sendJson(
+  res: ServerResponse,
+  status: number,
+  value: unknown,
+  headers: Record<string, string> = {},
+): void {
   const text = typeof value === 'string' ? value : JSON.stringify(value);
   res.writeHead(status, {
     'content-type': 'application/json',

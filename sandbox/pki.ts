@@ -82,7 +82,10 @@ function dn(commonName: string): string {
  * Creates a self-signed ECDSA P-256 root CA named `CN=<name>`, valid for `days` (default 3650).
  * Each call makes an unrelated CA: certificates from one never verify against another.
  */
-export async function createCa(name: string, options: ValidityOptions & { days?: number } = {}): Promise<CertificateAuthority> {
+export async function createCa(
+  name: string,
+  options: ValidityOptions & { days?: number } = {},
+): Promise<CertificateAuthority> {
   const keys = await crypto.subtle.generateKey(EC_KEY, true, ['sign', 'verify']);
   const cert = await x509.X509CertificateGenerator.createSelfSigned(
     {
@@ -235,11 +238,19 @@ export function loadPki(dir: string, minValidDays = 7): DevPki | null {
   try {
     const read = (f: string): string => readFileSync(join(dir, f), 'utf8');
     const caCert = new NodeX509(read(FILES.caCert));
-    const ca: CertificateAuthority = { name: caCert.subject.replace(/^CN=/, ''), cert: read(FILES.caCert), key: read(FILES.caKey) };
+    const ca: CertificateAuthority = {
+      name: caCert.subject.replace(/^CN=/, ''),
+      cert: read(FILES.caCert),
+      key: read(FILES.caKey),
+    };
     const server = { cert: read(FILES.serverCert), key: read(FILES.serverKey) };
     const client = { cert: read(FILES.clientCert), key: read(FILES.clientKey) };
     const horizon = Date.now() + minValidDays * DAY_MS;
-    for (const [pair, issued] of [[ca, false], [server, true], [client, true]] as const) {
+    for (const [pair, issued] of [
+      [ca, false],
+      [server, true],
+      [client, true],
+    ] as const) {
       const cert = new NodeX509(pair.cert);
       if (Date.parse(cert.validTo) < horizon) return null;
       if (!cert.checkPrivateKey(createPrivateKey(pair.key))) return null;

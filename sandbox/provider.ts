@@ -32,7 +32,14 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import { parseStrictJson, type JsonValue } from '../core/json.js';
-import { MtlsJsonServer, clientCommonName, readBody, sendJson, type ListenOptions, type ServerTls } from './mtls-server.js';
+import {
+  MtlsJsonServer,
+  clientCommonName,
+  readBody,
+  sendJson,
+  type ListenOptions,
+  type ServerTls,
+} from './mtls-server.js';
 
 export type ProviderFault =
   | { kind: 'status'; status: number; body?: JsonValue; commit?: boolean }
@@ -89,7 +96,13 @@ export interface SandboxProviderOptions extends ListenOptions {
 }
 
 const READBACK_KINDS = new Set<ProviderFault['kind']>(['readbackFailing', 'readbackInconclusive']);
-const COMMIT_BY_DEFAULT = new Set<ProviderFault['kind']>(['slowDrip', 'oversized', 'duplicateKeyJson', 'noReceipt', 'commitThenReset']);
+const COMMIT_BY_DEFAULT = new Set<ProviderFault['kind']>([
+  'slowDrip',
+  'oversized',
+  'duplicateKeyJson',
+  'noReceipt',
+  'commitThenReset',
+]);
 const MAX_REQUEST_BYTES = 1024 * 1024;
 
 interface FaultRule {
@@ -213,13 +226,23 @@ export class SandboxProvider extends MtlsJsonServer {
     if (fault?.kind === 'readbackInconclusive') return sendJson(res, 200, { state: 'pending' });
     const effect = this.#firstEffect.get(key);
     if (effect === undefined) return sendJson(res, 404, { state: 'no_effect' });
-    sendJson(res, 200, { state: 'applied', operation_id: effect.operationId, request_id: effect.requestId, body_sha256: effect.bodySha256 });
+    sendJson(res, 200, {
+      state: 'applied',
+      operation_id: effect.operationId,
+      request_id: effect.requestId,
+      body_sha256: effect.bodySha256,
+    });
   }
 
   #listEffects(res: ServerResponse): void {
     const byKey: Record<string, unknown[]> = {};
     for (const e of this.#effects) {
-      (byKey[e.key] ??= []).push({ operation_id: e.operationId, body_sha256: e.bodySha256, body: e.body, at: e.at.toISOString() });
+      (byKey[e.key] ??= []).push({
+        operation_id: e.operationId,
+        body_sha256: e.bodySha256,
+        body: e.body,
+        at: e.at.toISOString(),
+      });
     }
     sendJson(res, 200, { effects: byKey });
   }
@@ -246,7 +269,8 @@ export class SandboxProvider extends MtlsJsonServer {
   #commit(key: string, raw: Buffer, body: JsonValue): { effect: ProviderEffect; replayed: boolean } | 'key_reused' {
     const sha = createHash('sha256').update(raw).digest('hex');
     const existing = this.#honorKey ? this.#firstEffect.get(key) : undefined;
-    if (existing !== undefined) return existing.bodySha256 === sha ? { effect: existing, replayed: true } : 'key_reused';
+    if (existing !== undefined)
+      return existing.bodySha256 === sha ? { effect: existing, replayed: true } : 'key_reused';
     const effect = { key, bodySha256: sha, body, operationId: newId('op'), requestId: newId('req'), at: new Date() };
     this.#effects.push(effect);
     if (!this.#firstEffect.has(key)) this.#firstEffect.set(key, effect);
@@ -259,7 +283,12 @@ export class SandboxProvider extends MtlsJsonServer {
     sendJson(res, 201, { operation_id: effect.operationId, status: 'applied' }, headers);
   }
 
-  #applyFault(fault: ProviderFault, effect: ProviderEffect | undefined, req: IncomingMessage, res: ServerResponse): void {
+  #applyFault(
+    fault: ProviderFault,
+    effect: ProviderEffect | undefined,
+    req: IncomingMessage,
+    res: ServerResponse,
+  ): void {
     const opId = effect?.operationId ?? newId('op');
     switch (fault.kind) {
       case 'status':
@@ -278,7 +307,12 @@ export class SandboxProvider extends MtlsJsonServer {
       case 'noReceipt':
         return sendJson(res, 201, { status: 'applied' });
       case 'redirect':
-        return sendJson(res, 302, { redirect: true }, { location: fault.location ?? 'https://elsewhere.invalid/v1/refunds' });
+        return sendJson(
+          res,
+          302,
+          { redirect: true },
+          { location: fault.location ?? 'https://elsewhere.invalid/v1/refunds' },
+        );
       case 'commitThenReset':
       case 'resetBeforeCommit':
         req.socket.destroy();

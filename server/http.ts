@@ -63,16 +63,22 @@ export class HttpServer {
           });
         return;
       }
-      res.writeHead(404, { 'content-type': 'application/json' }).end('{"ok":false,"error":"not_found","message":"no such route"}');
+      res
+        .writeHead(404, { 'content-type': 'application/json' })
+        .end('{"ok":false,"error":"not_found","message":"no such route"}');
     });
     const port = runtime.config.http.port;
     await new Promise<void>((resolve, reject) => {
       server.once('error', (err: NodeJS.ErrnoException) => {
         if (err.code !== 'EADDRINUSE' && err.code !== 'EACCES') return reject(err);
         reject(
-          new ActionLedgerError('port_in_use', `port ${port} (http.port / PORT) on ${runtime.config.http.host} is ${err.code === 'EACCES' ? 'not permitted' : 'in use'}; set http.port in the configuration or PORT in the environment`, {
-            details: { port, setting: 'http.port', env: 'PORT' },
-          }),
+          new ActionLedgerError(
+            'port_in_use',
+            `port ${port} (http.port / PORT) on ${runtime.config.http.host} is ${err.code === 'EACCES' ? 'not permitted' : 'in use'}; set http.port in the configuration or PORT in the environment`,
+            {
+              details: { port, setting: 'http.port', env: 'PORT' },
+            },
+          ),
         );
       });
       server.listen(port, runtime.config.http.host, () => resolve());

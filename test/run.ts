@@ -60,7 +60,14 @@ async function main(): Promise<number> {
   const code = await new Promise<number>((resolve) => {
     const child = spawn(
       process.execPath,
-      ['node_modules/tap/dist/esm/run.mjs', '--disable-coverage', '--jobs=2', '--timeout=300', `--reporter=${process.stdout.isTTY ? 'base' : 'terse'}`, ...files],
+      [
+        'node_modules/tap/dist/esm/run.mjs',
+        '--disable-coverage',
+        '--jobs=2',
+        '--timeout=300',
+        `--reporter=${process.stdout.isTTY ? 'base' : 'terse'}`,
+        ...files,
+      ],
       { stdio: 'inherit', env: { ...process.env, AL_TEST_ADMIN_URL: adminUrl, AL_TEST_TEMPLATE: template } },
     );
     child.on('exit', (c, signal) => resolve(c ?? (signal === null ? 1 : 128)));

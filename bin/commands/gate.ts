@@ -19,16 +19,26 @@ const USAGE = `actionledger gate show APPROVAL_ID --tenant T
        actionledger gate revoke-role|restore-role --tenant T --principal P --role ROLE --actor WHO
        actionledger gate expire`;
 
-const OPTIONS = Object.fromEntries(['tenant', 'hash', 'approver', 'role', 'reason', 'tool', 'actor', 'principal'].map((k) => [k, { type: 'string' as const }]));
+const OPTIONS = Object.fromEntries(
+  ['tenant', 'hash', 'approver', 'role', 'reason', 'tool', 'actor', 'principal'].map((k) => [
+    k,
+    { type: 'string' as const },
+  ]),
+);
 
 export const gateCommand: Command = {
-  summary: 'approve / reject approvals, kill switches, role revocations, expire due approvals and proposals and prune rate windows (audited)',
+  summary:
+    'approve / reject approvals, kill switches, role revocations, expire due approvals and proposals and prune rate windows (audited)',
   usage: USAGE,
   async run(argv) {
     let values: Record<string, string | boolean | undefined>;
     let positionals: string[];
     try {
-      ({ values, positionals } = parseArgs({ args: argv, options: { ...OPTIONS, json: { type: 'boolean' } }, allowPositionals: true }));
+      ({ values, positionals } = parseArgs({
+        args: argv,
+        options: { ...OPTIONS, json: { type: 'boolean' } },
+        allowPositionals: true,
+      }));
     } catch (err) {
       return usageError('gate', (err as Error).message, USAGE);
     }
@@ -50,7 +60,12 @@ export const gateCommand: Command = {
         problem = target === undefined ? 'expected an APPROVAL_ID' : need('reason', 'tenant', 'approver', 'role');
         break;
       case 'kill-switch':
-        problem = target === 'list' ? null : target === 'engage' || target === 'lift' ? need('tenant', 'tool', 'actor', ...(target === 'engage' ? ['reason'] : [])) : 'expected engage, lift or list';
+        problem =
+          target === 'list'
+            ? null
+            : target === 'engage' || target === 'lift'
+              ? need('tenant', 'tool', 'actor', ...(target === 'engage' ? ['reason'] : []))
+              : 'expected engage, lift or list';
         break;
       case 'revoke-role':
       case 'restore-role':
@@ -68,7 +83,13 @@ export const gateCommand: Command = {
       const rt = await openRuntime({ name: 'gate', migrate: true, defaultMetrics: false, logDestination: stderrLog() });
       const ledger = new Ledger(rt.config, rt.pool, new EffectKeyer(rt.effectKeys));
       try {
-        const gate = new Gate({ config: rt.config, pool: rt.pool, ledger, withoutValidators: true, withoutResolvers: true });
+        const gate = new Gate({
+          config: rt.config,
+          pool: rt.pool,
+          ledger,
+          withoutValidators: true,
+          withoutResolvers: true,
+        });
         const reviewer = { tenant_id: v('tenant'), principal_id: v('approver'), role: v('role') };
         const id = target ?? '';
         switch (action) {
@@ -77,15 +98,27 @@ export const gateCommand: Command = {
             return 0;
           case 'approve':
           case 'reject': {
-            const r = action === 'approve' ? await gate.approve(id, v('hash'), reviewer) : await gate.reject(id, reviewer, v('reason'));
+            const r =
+              action === 'approve'
+                ? await gate.approve(id, v('hash'), reviewer)
+                : await gate.reject(id, reviewer, v('reason'));
             printJson(r);
             return r.ok ? 0 : 1;
           }
           case 'kill-switch':
             if (target === 'list') {
-              const { rows } = await rt.pool.query<{ tenant_id: string; tool_name: string; engaged_at: Date; engaged_by: string; reason: string }>(gate.core.q.killSwitchList);
+              const { rows } = await rt.pool.query<{
+                tenant_id: string;
+                tool_name: string;
+                engaged_at: Date;
+                engaged_by: string;
+                reason: string;
+              }>(gate.core.q.killSwitchList);
               if (values.json === true) printJson({ ok: true, kill_switches: rows });
-              else process.stdout.write(`${table([['tenant', 'tool', 'engaged at', 'by', 'reason'], ...rows.map((r) => [r.tenant_id, r.tool_name, r.engaged_at.toISOString(), r.engaged_by, r.reason])])}\n`);
+              else
+                process.stdout.write(
+                  `${table([['tenant', 'tool', 'engaged at', 'by', 'reason'], ...rows.map((r) => [r.tenant_id, r.tool_name, r.engaged_at.toISOString(), r.engaged_by, r.reason])])}\n`,
+                );
               return 0;
             }
             if (target === 'engage') {

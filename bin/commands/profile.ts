@@ -50,7 +50,11 @@ async function readInput(path: string, what: string): Promise<Buffer> {
   try {
     return await readFile(path);
   } catch (cause) {
-    throw new ActionLedgerError('profile_invalid', `cannot read the ${what} file ${path}: ${(cause as NodeJS.ErrnoException).code ?? 'error'}`, { cause });
+    throw new ActionLedgerError(
+      'profile_invalid',
+      `cannot read the ${what} file ${path}: ${(cause as NodeJS.ErrnoException).code ?? 'error'}`,
+      { cause },
+    );
   }
 }
 
@@ -131,7 +135,11 @@ export const profileCommand: Command = {
     const [name, ...rest] = argv;
     const sub = name === undefined ? undefined : SUBCOMMANDS[name];
     if (sub === undefined) {
-      return usageError('profile', name === undefined ? 'missing subcommand' : `unknown subcommand ${JSON.stringify(name)}`, USAGE);
+      return usageError(
+        'profile',
+        name === undefined ? 'missing subcommand' : `unknown subcommand ${JSON.stringify(name)}`,
+        USAGE,
+      );
     }
     return sub(rest);
   },

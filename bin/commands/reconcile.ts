@@ -7,7 +7,13 @@ import { ActionLedgerError, isActionLedgerError } from '../../core/errors.js';
 import { openRuntime, type Runtime } from '../../core/runtime.js';
 import { loadDispatchIdentity } from '../../dispatcher/identity.js';
 import { EffectKeyer } from '../../ledger/effect-key.js';
-import { openReconciler, openReview, ReconcileSchedule, verifyLedger, type PassSummary } from '../../reconciler/index.js';
+import {
+  openReconciler,
+  openReview,
+  ReconcileSchedule,
+  verifyLedger,
+  type PassSummary,
+} from '../../reconciler/index.js';
 import { printJson, printRefusal, stderrLog, table, usageError, type Command } from '../cli-util.js';
 
 /** Exit code of `reconcile --once` when a provider could not be read back (the database was reachable). */
@@ -28,15 +34,38 @@ function printPass(s: PassSummary): void {
   }
   process.stdout.write(
     `${table([
-      ['examined', 'succeeded', 'still unknown', 'escalated', 'skipped', 'provider errors', 'errors', 'compensations minted', 'compensated', 'compensations escalated'],
-      [r.examined, r.succeeded, r.still_unknown, r.escalated, r.skipped, r.provider_errors, r.errors, s.compensate.minted, s.compensate.completed, s.compensate.escalated],
+      [
+        'examined',
+        'succeeded',
+        'still unknown',
+        'escalated',
+        'skipped',
+        'provider errors',
+        'errors',
+        'compensations minted',
+        'compensated',
+        'compensations escalated',
+      ],
+      [
+        r.examined,
+        r.succeeded,
+        r.still_unknown,
+        r.escalated,
+        r.skipped,
+        r.provider_errors,
+        r.errors,
+        s.compensate.minted,
+        s.compensate.completed,
+        s.compensate.escalated,
+      ],
     ])}\n`,
   );
 }
 
 export const reconcileCommand: Command = {
   summary: 'resolve unknown and orphaned operations by provider readback, and run compensations',
-  usage: 'actionledger reconcile --once [--json]   (without --once: run the pg-boss schedule until SIGTERM); exit 3: a provider could not be read back, 1: an operation or the database failed',
+  usage:
+    'actionledger reconcile --once [--json]   (without --once: run the pg-boss schedule until SIGTERM); exit 3: a provider could not be read back, 1: an operation or the database failed',
   async run(argv) {
     let values: { once?: boolean; json?: boolean };
     try {
@@ -55,12 +84,19 @@ export const reconcileCommand: Command = {
       try {
         if (values.once === true) {
           const s = await kit.pass();
-          if (values.json === true) printJson({ ok: s.reconcile.provider_errors === 0 && s.reconcile.errors === 0, ...s });
+          if (values.json === true)
+            printJson({ ok: s.reconcile.provider_errors === 0 && s.reconcile.errors === 0, ...s });
           else printPass(s);
           if (s.reconcile.errors > 0) return 1;
           return s.reconcile.provider_errors > 0 ? EXIT_PROVIDER_UNREACHABLE : 0;
         }
-        const schedule = new ReconcileSchedule({ databaseUrl: rt.databaseUrl, schema: rt.config.schema, cron: rt.config.reconciler.schedule, log: rt.log, run: (signal) => kit.pass(signal) });
+        const schedule = new ReconcileSchedule({
+          databaseUrl: rt.databaseUrl,
+          schema: rt.config.schema,
+          cron: rt.config.reconciler.schedule,
+          log: rt.log,
+          run: (signal) => kit.pass(signal),
+        });
         await schedule.start();
         await waitForSignal();
         await schedule.stop();
@@ -90,7 +126,9 @@ export const reviewCommand: Command = {
       ({ values, positionals } = parseArgs({
         args: argv,
         allowPositionals: true,
-        options: Object.fromEntries(['actor', 'reason', 'receipt', 'approval', 'policy'].map((k) => [k, { type: 'string' as const }])),
+        options: Object.fromEntries(
+          ['actor', 'reason', 'receipt', 'approval', 'policy'].map((k) => [k, { type: 'string' as const }]),
+        ),
       }));
     } catch (err) {
       return usageError('review', (err as Error).message, this.usage);
@@ -99,16 +137,27 @@ export const reviewCommand: Command = {
     if (!REVIEW_ACTIONS.includes(action as ReviewAction) || id === undefined || extra.length > 0) {
       return usageError('review', `expected an action (${REVIEW_ACTIONS.join(', ')}) and one OPERATION_ID`, this.usage);
     }
-    if (values.receipt !== undefined && action !== 'resolve-succeeded') return usageError('review', '--receipt goes with resolve-succeeded only', this.usage);
-    if ((values.approval !== undefined || values.policy !== undefined) && action !== 'retry') return usageError('review', '--approval and --policy go with retry only', this.usage);
+    if (values.receipt !== undefined && action !== 'resolve-succeeded')
+      return usageError('review', '--receipt goes with resolve-succeeded only', this.usage);
+    if ((values.approval !== undefined || values.policy !== undefined) && action !== 'retry')
+      return usageError('review', '--approval and --policy go with retry only', this.usage);
     try {
-      const rt = await openRuntime({ name: 'review', migrate: true, defaultMetrics: false, logDestination: stderrLog() });
+      const rt = await openRuntime({
+        name: 'review',
+        migrate: true,
+        defaultMetrics: false,
+        logDestination: stderrLog(),
+      });
       const kit = openReview(rt);
       try {
         const input = { actor: values.actor ?? '', reason: values.reason ?? '' };
         const r =
           action === 'retry'
-            ? await kit.review.retry(id, { ...input, ...(values.approval === undefined ? {} : { approvalId: values.approval }), ...(values.policy === undefined ? {} : { policyVersion: values.policy }) })
+            ? await kit.review.retry(id, {
+                ...input,
+                ...(values.approval === undefined ? {} : { approvalId: values.approval }),
+                ...(values.policy === undefined ? {} : { policyVersion: values.policy }),
+              })
             : action === 'resolve-succeeded'
               ? await kit.review.resolveSucceeded(id, { ...input, receipt: values.receipt ?? '' })
               : action === 'resolve-failed'
@@ -137,7 +186,12 @@ export const verifyCommand: Command = {
       return usageError('verify', (err as Error).message, this.usage);
     }
     try {
-      const rt = await openRuntime({ name: 'verify', migrate: true, defaultMetrics: false, logDestination: stderrLog() });
+      const rt = await openRuntime({
+        name: 'verify',
+        migrate: true,
+        defaultMetrics: false,
+        logDestination: stderrLog(),
+      });
       try {
         let provider: Parameters<typeof verifyLedger>[0]['provider'];
         let listingsNote: string | null = null;
@@ -149,10 +203,17 @@ export const verifyCommand: Command = {
           listingsNote = `provider listings not read: ${err.message}`;
         }
         try {
-          const report = await verifyLedger({ config: rt.config, pool: rt.pool, keyer: new EffectKeyer(rt.effectKeys), ...(provider === undefined ? {} : { provider }) });
+          const report = await verifyLedger({
+            config: rt.config,
+            pool: rt.pool,
+            keyer: new EffectKeyer(rt.effectKeys),
+            ...(provider === undefined ? {} : { provider }),
+          });
           if (values.json === true) printJson({ ...report, ...(listingsNote === null ? {} : { note: listingsNote }) });
           else {
-            process.stdout.write(`operations ${report.operations}, history rows ${report.history_rows}, provider listings ${report.listings}, provider effects ${report.provider_effects}\n`);
+            process.stdout.write(
+              `operations ${report.operations}, history rows ${report.history_rows}, provider listings ${report.listings}, provider effects ${report.provider_effects}\n`,
+            );
             if (listingsNote !== null) process.stdout.write(`${listingsNote}\n`);
             if (report.discrepancies.length === 0) process.stdout.write('no discrepancies\n');
             else {

@@ -41,14 +41,25 @@ async function runWorker(env: NodeJS.ProcessEnv, concurrency: number | undefined
     // Each operation in flight holds a connection from its final check to its outcome; plus the LISTEN
     // connection, claims and heartbeats. A smaller pool starves dispatches (and heartbeats) under load.
     const poolMax = Math.max(config.database.poolMax, (concurrency ?? config.dispatcher.concurrency) + 4);
-    rt = await openRuntime({ name: 'dispatcher', config, poolMax, effectKeys: false, ledgerMetrics: false, ...(env.ACTIONLEDGER_WORKER_DATABASE_URL === undefined ? {} : { databaseUrl: env.ACTIONLEDGER_WORKER_DATABASE_URL }) });
+    rt = await openRuntime({
+      name: 'dispatcher',
+      config,
+      poolMax,
+      effectKeys: false,
+      ledgerMetrics: false,
+      ...(env.ACTIONLEDGER_WORKER_DATABASE_URL === undefined
+        ? {}
+        : { databaseUrl: env.ACTIONLEDGER_WORKER_DATABASE_URL }),
+    });
   } catch (err) {
     return printRefusal(err);
   }
   const log = rt.log;
   // A stray rejection (a pool or LISTEN client failing while the database restarts or stops) is logged with
   // its code; without a handler Node would end the worker in the middle of its drain.
-  process.on('unhandledRejection', (reason) => log.warn({ code: asActionLedgerError(reason).code, err: reason }, 'unhandled rejection in dispatcher worker'));
+  process.on('unhandledRejection', (reason) =>
+    log.warn({ code: asActionLedgerError(reason).code, err: reason }, 'unhandled rejection in dispatcher worker'),
+  );
   try {
     const dispatcher = await openDispatcher(rt, env, concurrency === undefined ? {} : { concurrency });
     if (cluster.isWorker) {
@@ -75,7 +86,8 @@ export const dispatcherCommand: Command = {
   async run(argv) {
     const { values } = parseArgs({ args: argv, options: { concurrency: { type: 'string' } } });
     const n = values.concurrency === undefined ? undefined : Number(values.concurrency);
-    if (n !== undefined && (!Number.isInteger(n) || n < 1)) return usageError('dispatcher', '--concurrency must be a positive integer', this.usage);
+    if (n !== undefined && (!Number.isInteger(n) || n < 1))
+      return usageError('dispatcher', '--concurrency must be a positive integer', this.usage);
     return runWorker(process.env, n);
   },
 };
@@ -84,11 +96,15 @@ export const startCommand: Command = {
   summary: 'run the service: database, migrations, sandbox (dev), N dispatcher workers, /healthz, /readyz and /metrics',
   usage: 'actionledger start [--workers N] [--concurrency N]',
   async run(argv) {
-    const { values } = parseArgs({ args: argv, options: { workers: { type: 'string' }, concurrency: { type: 'string' } } });
+    const { values } = parseArgs({
+      args: argv,
+      options: { workers: { type: 'string' }, concurrency: { type: 'string' } },
+    });
     const concurrency = values.concurrency === undefined ? undefined : Number(values.concurrency);
     if (cluster.isWorker) return runWorker(process.env, concurrency);
     const workers = values.workers === undefined ? undefined : Number(values.workers);
-    if (workers !== undefined && (!Number.isInteger(workers) || workers < 0)) return usageError('start', '--workers must be a non-negative integer', this.usage);
+    if (workers !== undefined && (!Number.isInteger(workers) || workers < 0))
+      return usageError('start', '--workers must be a non-negative integer', this.usage);
     return runService({ workers, env: process.env });
   },
 };

@@ -11,7 +11,7 @@ import { createTestDatabase } from '../helpers/db.js';
 
 const q = bindQueries(dispatcherQueries, '"actionledger"');
 
-t.test('summarizePlan: the pick\'s scans, the rows they read and the statement\'s buffers', async (t) => {
+t.test("summarizePlan: the pick's scans, the rows they read and the statement's buffers", async (t) => {
   const plan = [
     'CTE Scan on claimed  (cost=1.00..2.00 rows=32 width=452) (actual time=0.1..0.2 rows=32.00 loops=1)',
     '  Buffers: shared hit=1200 read=34',
@@ -33,7 +33,9 @@ t.test('summarizePlan: the pick\'s scans, the rows they read and the statement\'
 t.test('the previous claim takes the same operations as the shipped one, kill switches included', async (t) => {
   const previous = previousClaim(q.outboxClaimBatch);
   if (previous === null) {
-    t.fail('the shipped claim no longer has the kill-switch test the benchmark rewrites: update bench/claim-scaling.ts');
+    t.fail(
+      'the shipped claim no longer has the kill-switch test the benchmark rewrites: update bench/claim-scaling.ts',
+    );
     return;
   }
   t.not(previous, q.outboxClaimBatch);
@@ -53,62 +55,100 @@ t.test('the previous claim takes the same operations as the shipped one, kill sw
       c.release();
     }
   };
-  const switches: [string, string][][] = [[], [['tenant-b', '*']], [['*', 'issue_refund']], [['tenant-a', 'issue_refund'], ['tenant-z', '*']], [['*', 'send_email']]];
+  const switches: [string, string][][] = [
+    [],
+    [['tenant-b', '*']],
+    [['*', 'issue_refund']],
+    [
+      ['tenant-a', 'issue_refund'],
+      ['tenant-z', '*'],
+    ],
+    [['*', 'send_email']],
+  ];
   for (const set of switches) {
     await pool.query('DELETE FROM actionledger.gate_kill_switches');
     for (const [tenant, tool] of set) {
-      await pool.query(`INSERT INTO actionledger.gate_kill_switches (tenant_id, tool_name, engaged_by, reason) VALUES ($1, $2, 'test', 'test')`, [tenant, tool]);
+      await pool.query(
+        `INSERT INTO actionledger.gate_kill_switches (tenant_id, tool_name, engaged_by, reason) VALUES ($1, $2, 'test', 'test')`,
+        [tenant, tool],
+      );
     }
     for (const batch of [5, 32, 100]) {
       const shipped = await claim(q.outboxClaimBatch, batch);
-      t.same(await claim(previous, batch), shipped, `kill switches ${JSON.stringify(set)}, batch ${batch}: ${shipped.length} operations`);
+      t.same(
+        await claim(previous, batch),
+        shipped,
+        `kill switches ${JSON.stringify(set)}, batch ${batch}: ${shipped.length} operations`,
+      );
     }
   }
   const all = await claim(previous, 100);
   t.equal(all.length, 40, 'no kill switch: every pending operation, none of the finished ones');
 });
 
-t.test('the shipped claim walks the outbox index on a large queue, with or without a kill switch analyzed', async (t) => {
-  const pool = createPool(await createTestDatabase(t), { max: 2, statementTimeoutMs: 60_000, applicationName: 'test' });
-  t.teardown(() => pool.end());
-  await loadOperations(pool, 20_000, 'pending', 'tenant-a');
-  await pool.query('ANALYZE actionledger.operations');
-  await pool.query('ANALYZE actionledger.outbox');
-  const check = async (name: string): Promise<void> => {
-    const plan = await explainClaim(pool, q.outboxClaimBatch);
-    t.match(plan.scans, /Index Scan using outbox_available_idx on outbox/, `${name}: the outbox index, in order`);
-    t.notMatch(plan.scans, /Seq Scan/, `${name}: no sequential scan`);
-    t.ok(plan.rowsRead <= 1000, `${name}: reads the first rows only (${plan.rowsRead} of 40,000)`);
-  };
-  await check('kill switches never analyzed');
-  await pool.query(`INSERT INTO actionledger.gate_kill_switches (tenant_id, tool_name, engaged_by, reason) VALUES ('tenant-z', '*', 'test', 'test')`);
-  await pool.query('ANALYZE actionledger.gate_kill_switches');
-  await check('one kill switch for another tenant, analyzed');
-  const previous = previousClaim(q.outboxClaimBatch);
-  if (previous !== null) {
-    const before = await explainClaim(pool, previous);
-    t.comment(`the previous claim here: ${before.scans}; rows read ${before.rowsRead}`);
-  }
-});
+t.test(
+  'the shipped claim walks the outbox index on a large queue, with or without a kill switch analyzed',
+  async (t) => {
+    const pool = createPool(await createTestDatabase(t), {
+      max: 2,
+      statementTimeoutMs: 60_000,
+      applicationName: 'test',
+    });
+    t.teardown(() => pool.end());
+    await loadOperations(pool, 20_000, 'pending', 'tenant-a');
+    await pool.query('ANALYZE actionledger.operations');
+    await pool.query('ANALYZE actionledger.outbox');
+    const check = async (name: string): Promise<void> => {
+      const plan = await explainClaim(pool, q.outboxClaimBatch);
+      t.match(plan.scans, /Index Scan using outbox_available_idx on outbox/, `${name}: the outbox index, in order`);
+      t.notMatch(plan.scans, /Seq Scan/, `${name}: no sequential scan`);
+      t.ok(plan.rowsRead <= 1000, `${name}: reads the first rows only (${plan.rowsRead} of 40,000)`);
+    };
+    await check('kill switches never analyzed');
+    await pool.query(
+      `INSERT INTO actionledger.gate_kill_switches (tenant_id, tool_name, engaged_by, reason) VALUES ('tenant-z', '*', 'test', 'test')`,
+    );
+    await pool.query('ANALYZE actionledger.gate_kill_switches');
+    await check('one kill switch for another tenant, analyzed');
+    const previous = previousClaim(q.outboxClaimBatch);
+    if (previous !== null) {
+      const before = await explainClaim(pool, previous);
+      t.comment(`the previous claim here: ${before.scans}; rows read ${before.rowsRead}`);
+    }
+  },
+);
 
-t.test("the dispatcher's batch statements find their operations by primary key, never through the open-operations index", async (t) => {
-  const pool = createPool(await createTestDatabase(t), { max: 2, statementTimeoutMs: 60_000, applicationName: 'test' });
-  t.teardown(() => pool.end());
-  await loadOperations(pool, 5_000, 'pending', 'tenant-a');
-  await pool.query('ANALYZE actionledger.operations');
-  const ids = ['00000000-0000-4000-8000-000000000001', '00000000-0000-4000-8000-000000000002'];
-  const at = new Date().toISOString();
-  const statements: [string, unknown[]][] = [
-    [q.evidenceRecordBatch, [ids, ids, [1, 1], ['a', 'a'], ['v', 'v'], ['x', 'x'], ['d', 'd'], [at, at], [at, at], 1000, 1000, 1000]],
-    [q.operationLockForDispatchBatch, [ids, ids]],
-    [q.operationFinalCheckBatch, [ids, ids, 1000]],
-    [q.operationCompleteBatch, [ids, ids, ['succeeded', 'succeeded'], ['r', 'r'], ['{}', '{}'], [null, null], ['x', 'x'], 'w']],
-  ];
-  for (const [text, values] of statements) {
-    const { rows } = await pool.query<{ 'QUERY PLAN': string }>(`EXPLAIN ${text}`, values);
-    const plan = rows.map((r) => r['QUERY PLAN']).join('\n');
-    const name = text.trim().split('\n')[0]!.slice(0, 60);
-    t.match(plan, /operations_pkey/, `${name}: by primary key`);
-    t.notMatch(plan, /operations_open_idx/, `${name}: not through operations_open_idx`);
-  }
-});
+t.test(
+  "the dispatcher's batch statements find their operations by primary key, never through the open-operations index",
+  async (t) => {
+    const pool = createPool(await createTestDatabase(t), {
+      max: 2,
+      statementTimeoutMs: 60_000,
+      applicationName: 'test',
+    });
+    t.teardown(() => pool.end());
+    await loadOperations(pool, 5_000, 'pending', 'tenant-a');
+    await pool.query('ANALYZE actionledger.operations');
+    const ids = ['00000000-0000-4000-8000-000000000001', '00000000-0000-4000-8000-000000000002'];
+    const at = new Date().toISOString();
+    const statements: [string, unknown[]][] = [
+      [
+        q.evidenceRecordBatch,
+        [ids, ids, [1, 1], ['a', 'a'], ['v', 'v'], ['x', 'x'], ['d', 'd'], [at, at], [at, at], 1000, 1000, 1000],
+      ],
+      [q.operationLockForDispatchBatch, [ids, ids]],
+      [q.operationFinalCheckBatch, [ids, ids, 1000]],
+      [
+        q.operationCompleteBatch,
+        [ids, ids, ['succeeded', 'succeeded'], ['r', 'r'], ['{}', '{}'], [null, null], ['x', 'x'], 'w'],
+      ],
+    ];
+    for (const [text, values] of statements) {
+      const { rows } = await pool.query<{ 'QUERY PLAN': string }>(`EXPLAIN ${text}`, values);
+      const plan = rows.map((r) => r['QUERY PLAN']).join('\n');
+      const name = text.trim().split('\n')[0]!.slice(0, 60);
+      t.match(plan, /operations_pkey/, `${name}: by primary key`);
+      t.notMatch(plan, /operations_open_idx/, `${name}: not through operations_open_idx`);
+    }
+  },
+);

@@ -8,8 +8,23 @@ import { createTestDatabase, TEST_SECRET, baseToolConfig } from '../helpers/db.j
 import { BIN, runCli, lastJson } from '../helpers/cli.js';
 
 const reserveArgs = (step: string, args = '{"order_id":"o-1","amount":10,"currency":"EUR"}') => [
-  'reserve', '--tenant', 'tenant-a', '--principal', 'p-1', '--task', 'task-1', '--step', step,
-  '--approval', 'ap-1', '--policy', 'v1', '--tool', 'issue_refund', '--args', args,
+  'reserve',
+  '--tenant',
+  'tenant-a',
+  '--principal',
+  'p-1',
+  '--task',
+  'task-1',
+  '--step',
+  step,
+  '--approval',
+  'ap-1',
+  '--policy',
+  'v1',
+  '--tool',
+  'issue_refund',
+  '--args',
+  args,
 ];
 
 async function freePort(): Promise<number> {
@@ -31,10 +46,18 @@ t.test('reserve, show and status against DATABASE_URL', async (t) => {
   const first = await runCli(reserveArgs('s-1'), env);
   t.equal(first.code, 0, first.stderr);
   const r = lastJson(first.stdout);
-  t.match(r, { ok: true, created: true, status: 'pending', operation_id: /^[0-9a-f-]{36}$/, effect_key: /^v1\.k1\.[0-9a-f]{64}$/ });
+  t.match(r, {
+    ok: true,
+    created: true,
+    status: 'pending',
+    operation_id: /^[0-9a-f-]{36}$/,
+    effect_key: /^v1\.k1\.[0-9a-f]{64}$/,
+  });
   t.equal(first.stdout.trim().split('\n').length, 1, 'stdout carries only the result; logs go to stderr');
 
-  const replay = lastJson((await runCli(reserveArgs('s-1', '{"currency":"EUR","amount":10.0,"order_id":"o-1"}'), env)).stdout);
+  const replay = lastJson(
+    (await runCli(reserveArgs('s-1', '{"currency":"EUR","amount":10.0,"order_id":"o-1"}'), env)).stdout,
+  );
   t.same(replay, { ...r, created: false });
 
   const conflict = await runCli(reserveArgs('s-1', '{"order_id":"o-1","amount":10000,"currency":"EUR"}'), env);
@@ -49,12 +72,24 @@ t.test('reserve, show and status against DATABASE_URL', async (t) => {
   t.equal(usage.code, 2, 'missing options: usage error');
 
   const show = await runCli(['show', String(r.operation_id), '--json'], env);
-  const shown = lastJson(show.stdout) as { operation: { status: string; arguments_json: unknown }; history: { to_status: string; reason: string }[] };
+  const shown = lastJson(show.stdout) as {
+    operation: { status: string; arguments_json: unknown };
+    history: { to_status: string; reason: string }[];
+  };
   t.equal(shown.operation.status, 'pending');
-  t.same(shown.history.map((h) => [h.to_status, h.reason]), [['pending', 'reserved']]);
-  t.match(lastJson((await runCli(['show', '00000000-0000-0000-0000-000000000000'], env)).stdout), { ok: false, error: 'not_found' });
+  t.same(
+    shown.history.map((h) => [h.to_status, h.reason]),
+    [['pending', 'reserved']],
+  );
+  t.match(lastJson((await runCli(['show', '00000000-0000-0000-0000-000000000000'], env)).stdout), {
+    ok: false,
+    error: 'not_found',
+  });
 
-  const status = lastJson((await runCli(['status', '--json'], env)).stdout) as { by_status: Record<string, number>; outbox_depth: number };
+  const status = lastJson((await runCli(['status', '--json'], env)).stdout) as {
+    by_status: Record<string, number>;
+    outbox_depth: number;
+  };
   t.equal(status.by_status.pending, 1);
   t.equal(status.outbox_depth, 1);
 
@@ -74,8 +109,15 @@ t.test('a real database without an effect-key secret refuses to start', async (t
   t.equal(r.code, 1);
   t.match(lastJson(r.stdout), { ok: false, error: 'secret_missing' });
   const bad = join(dir, 'bad.json');
-  writeFileSync(bad, JSON.stringify({ tools: { x: { ...baseToolConfig.issue_refund, endpoint: 'https://X.example/' } }, extra: true }));
-  const b = await runCli(['migrate'], { DATABASE_URL: url, ACTIONLEDGER_CONFIG: bad, ACTIONLEDGER_EFFECT_KEY_SECRET: TEST_SECRET });
+  writeFileSync(
+    bad,
+    JSON.stringify({ tools: { x: { ...baseToolConfig.issue_refund, endpoint: 'https://X.example/' } }, extra: true }),
+  );
+  const b = await runCli(['migrate'], {
+    DATABASE_URL: url,
+    ACTIONLEDGER_CONFIG: bad,
+    ACTIONLEDGER_EFFECT_KEY_SECRET: TEST_SECRET,
+  });
   t.match(lastJson(b.stdout), { ok: false, error: 'config_invalid' });
   t.match(String(lastJson(b.stdout).message), /extra[\s\S]*|canonical/);
 });
@@ -84,7 +126,14 @@ t.test('embedded default: CLI commands share the running service database, never
   const dir = mkdtempSync(join(tmpdir(), 'al-embedded-'));
   chmodSync(dir, 0o711);
   const cfg = join(dir, 'config.json');
-  writeFileSync(cfg, JSON.stringify({ http: { port: await freePort() }, database: { embedded_port: await freePort() }, tools: baseToolConfig }));
+  writeFileSync(
+    cfg,
+    JSON.stringify({
+      http: { port: await freePort() },
+      database: { embedded_port: await freePort() },
+      tools: baseToolConfig,
+    }),
+  );
   const env = { ACTIONLEDGER_CONFIG: cfg, ACTIONLEDGER_DATA_DIR: join(dir, 'data'), PATH: process.env.PATH };
 
   // Without a running service, the CLI starts the cluster for its own run and stops it after.

@@ -40,11 +40,20 @@ let httpPort: number;
 let pgPort: number;
 
 /** Writes a configuration routing issue_refund to the kit's provider and returns the environment for it. */
-function serviceEnv(name: string, over: { httpPort?: number; pgPort?: number; dataDir?: string } = {}): NodeJS.ProcessEnv {
+function serviceEnv(
+  name: string,
+  over: { httpPort?: number; pgPort?: number; dataDir?: string } = {},
+): NodeJS.ProcessEnv {
   const cfg = {
     http: { host: '127.0.0.1', port: over.httpPort ?? httpPort },
     database: { embedded_port: over.pgPort ?? pgPort },
-    dispatcher: { ...kit.dispatcherConfig, poll_interval_ms: 100, heartbeat_interval_ms: 500, shutdown_deadline_ms: 30_000, concurrency: 4 },
+    dispatcher: {
+      ...kit.dispatcherConfig,
+      poll_interval_ms: 100,
+      heartbeat_interval_ms: 500,
+      shutdown_deadline_ms: 30_000,
+      concurrency: 4,
+    },
     tools: {
       issue_refund: {
         provider_id: 'billing-test',
@@ -59,7 +68,12 @@ function serviceEnv(name: string, over: { httpPort?: number; pgPort?: number; da
   };
   const path = join(dir, `${name}.json`);
   writeFileSync(path, JSON.stringify(cfg));
-  return { ACTIONLEDGER_CONFIG: path, ACTIONLEDGER_DATA_DIR: over.dataDir ?? dataDir, TEST_BILLING_TOKEN: PROVIDER_TOKEN, LOG_LEVEL: 'info' };
+  return {
+    ACTIONLEDGER_CONFIG: path,
+    ACTIONLEDGER_DATA_DIR: over.dataDir ?? dataDir,
+    TEST_BILLING_TOKEN: PROVIDER_TOKEN,
+    LOG_LEVEL: 'info',
+  };
 }
 
 const running = new Set<ServiceProcess>();
@@ -71,7 +85,15 @@ function start(args: string[], env: NodeJS.ProcessEnv): ServiceProcess {
 }
 
 t.before(async () => {
-  kit = await startDispatchKit({ dir, token: PROVIDER_TOKEN, profile: { provider_http_timeout_seconds: 30, authorization_http_timeout_seconds: 15, maximum_clock_skew_seconds: 10 } });
+  kit = await startDispatchKit({
+    dir,
+    token: PROVIDER_TOKEN,
+    profile: {
+      provider_http_timeout_seconds: 30,
+      authorization_http_timeout_seconds: 15,
+      maximum_clock_skew_seconds: 10,
+    },
+  });
   [httpPort, pgPort] = [await freePort(), await freePort()];
 });
 
@@ -85,94 +107,151 @@ t.teardown(async () => {
 /** A stack trace or an unhandled rejection in what a process wrote. */
 const STACK = /Unhandled|unhandled|\n\s+at .+:\d+:\d+/;
 
-t.test('Ctrl-C (SIGINT to the process group) drains in-flight dispatches, then stops the cluster; exit 0', async (t) => {
-  // Each receipt drips one byte per 50 ms: a dispatch stays at the provider for about five seconds.
-  kit.provider.inject({ kind: 'slowDrip', intervalMs: 50 }, { times: Infinity });
-  t.teardown(() => kit.provider.clearFaults());
-  const env = serviceEnv('drain');
-  const service = start(['--workers', '2'], env);
-  await service.waitFor(/actionledger listening/);
-  await service.waitFor(/dispatcher running[\s\S]*dispatcher running/);
+t.test(
+  'Ctrl-C (SIGINT to the process group) drains in-flight dispatches, then stops the cluster; exit 0',
+  async (t) => {
+    // Each receipt drips one byte per 50 ms: a dispatch stays at the provider for about five seconds.
+    kit.provider.inject({ kind: 'slowDrip', intervalMs: 50 }, { times: Infinity });
+    t.teardown(() => kit.provider.clearFaults());
+    const env = serviceEnv('drain');
+    const service = start(['--workers', '2'], env);
+    await service.waitFor(/actionledger listening/);
+    await service.waitFor(/dispatcher running[\s\S]*dispatcher running/);
 
-  const ids: string[] = [];
-  const reserves = await Promise.all(
-    [1, 2, 3, 4, 5, 6].map((i) =>
-      runCli(['reserve', '--tenant', 'tenant-a', '--principal', 'agent-7', '--task', `order-${i}`, '--step', 'refund', '--approval', 'appr-1', '--policy', 'v3', '--tool', 'issue_refund', '--args', `{"order_id":"o-${i}","amount":${100 + i},"currency":"EUR"}`], env),
-    ),
-  );
-  for (const r of reserves) {
-    t.equal(r.code, 0, r.stderr);
-    ids.push(String(lastJson(r.stdout).operation_id));
-  }
-  const deadline = Date.now() + 30_000;
-  while (kit.provider.requests().filter((r) => r.method === 'POST').length < ids.length && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
-  t.equal(kit.provider.requests().filter((r) => r.method === 'POST').length, ids.length, 'all six are at the provider when Ctrl-C comes');
+    const ids: string[] = [];
+    const reserves = await Promise.all(
+      [1, 2, 3, 4, 5, 6].map((i) =>
+        runCli(
+          [
+            'reserve',
+            '--tenant',
+            'tenant-a',
+            '--principal',
+            'agent-7',
+            '--task',
+            `order-${i}`,
+            '--step',
+            'refund',
+            '--approval',
+            'appr-1',
+            '--policy',
+            'v3',
+            '--tool',
+            'issue_refund',
+            '--args',
+            `{"order_id":"o-${i}","amount":${100 + i},"currency":"EUR"}`,
+          ],
+          env,
+        ),
+      ),
+    );
+    for (const r of reserves) {
+      t.equal(r.code, 0, r.stderr);
+      ids.push(String(lastJson(r.stdout).operation_id));
+    }
+    const deadline = Date.now() + 30_000;
+    while (kit.provider.requests().filter((r) => r.method === 'POST').length < ids.length && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 50));
+    t.equal(
+      kit.provider.requests().filter((r) => r.method === 'POST').length,
+      ids.length,
+      'all six are at the provider when Ctrl-C comes',
+    );
 
-  process.kill(-service.pid, 'SIGINT');
-  const { code } = await service.exited;
-  t.equal(code, 0, 'exit 0');
-  t.notMatch(service.stderr(), STACK, 'no stack or unhandled rejection on stderr');
-  t.notMatch(service.stdout(), /"level":50/, 'no error line');
-  const last = service.lines().at(-1) ?? {};
-  t.match(last, { msg: /^actionledger stopped: drained \d+ in-flight operations, 0 left executing; 2\/2 workers exited cleanly/, executing_left: 0, workers: 2, workers_clean: 2 }, 'the final line says what was drained');
-  // Counted when the stop began: those still at the provider then (how many depends on the machine's pace).
-  const drained = Number(/drained (\d+)/.exec(String(last.msg))?.[1]);
-  t.ok(drained >= 1 && drained === last.in_flight_at_stop, `drained ${drained} of ${String(last.in_flight_at_stop)} in flight at the stop`);
-  t.equal(postmasterPidIn(dataDir), undefined, 'the cluster was stopped (no postmaster.pid)');
-  const password = readFileSync(join(dataDir, 'pg-password'), 'utf8').trim();
-  const probe = new pg.Client({ connectionString: `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${pgPort}/actionledger` });
-  await t.rejects(probe.connect(), { code: 'ECONNREFUSED' }, 'nothing answers on the embedded port');
-  t.notOk(existsSync(join(dataDir, 'service.pid')), 'the service lock was released');
+    process.kill(-service.pid, 'SIGINT');
+    const { code } = await service.exited;
+    t.equal(code, 0, 'exit 0');
+    t.notMatch(service.stderr(), STACK, 'no stack or unhandled rejection on stderr');
+    t.notMatch(service.stdout(), /"level":50/, 'no error line');
+    const last = service.lines().at(-1) ?? {};
+    t.match(
+      last,
+      {
+        msg: /^actionledger stopped: drained \d+ in-flight operations, 0 left executing; 2\/2 workers exited cleanly/,
+        executing_left: 0,
+        workers: 2,
+        workers_clean: 2,
+      },
+      'the final line says what was drained',
+    );
+    // Counted when the stop began: those still at the provider then (how many depends on the machine's pace).
+    const drained = Number(/drained (\d+)/.exec(String(last.msg))?.[1]);
+    t.ok(
+      drained >= 1 && drained === last.in_flight_at_stop,
+      `drained ${drained} of ${String(last.in_flight_at_stop)} in flight at the stop`,
+    );
+    t.equal(postmasterPidIn(dataDir), undefined, 'the cluster was stopped (no postmaster.pid)');
+    const password = readFileSync(join(dataDir, 'pg-password'), 'utf8').trim();
+    const probe = new pg.Client({
+      connectionString: `postgres://postgres:${encodeURIComponent(password)}@127.0.0.1:${pgPort}/actionledger`,
+    });
+    await t.rejects(probe.connect(), { code: 'ECONNREFUSED' }, 'nothing answers on the embedded port');
+    t.notOk(existsSync(join(dataDir, 'service.pid')), 'the service lock was released');
 
-  // A CLI command starts the cluster for itself (and stops it again): every operation recorded its outcome.
-  const status = await runCli(['status', '--json'], env);
-  t.match(lastJson(status.stdout), { ok: true, by_status: { succeeded: 6, executing: 0, pending: 0 } }, 'all six succeeded');
-  t.equal(postmasterPidIn(dataDir), undefined, 'the CLI command stopped the cluster it started');
-  t.equal(kit.provider.allEffects().length, 6, 'one effect per operation');
-});
+    // A CLI command starts the cluster for itself (and stops it again): every operation recorded its outcome.
+    const status = await runCli(['status', '--json'], env);
+    t.match(
+      lastJson(status.stdout),
+      { ok: true, by_status: { succeeded: 6, executing: 0, pending: 0 } },
+      'all six succeeded',
+    );
+    t.equal(postmasterPidIn(dataDir), undefined, 'the CLI command stopped the cluster it started');
+    t.equal(kit.provider.allEffects().length, 6, 'one effect per operation');
+  },
+);
 
-t.test('the embedded cluster killed -9 is restarted with a few log lines; a second start says already_running; a cluster left by a killed service is adopted and stopped', async (t) => {
-  const env = serviceEnv('supervise');
-  const service = start(['--workers', '0'], env);
-  await service.waitFor(/actionledger listening/);
-  await service.waitFor(/reconciliation scheduled/);
+t.test(
+  'the embedded cluster killed -9 is restarted with a few log lines; a second start says already_running; a cluster left by a killed service is adopted and stopped',
+  async (t) => {
+    const env = serviceEnv('supervise');
+    const service = start(['--workers', '0'], env);
+    await service.waitFor(/actionledger listening/);
+    await service.waitFor(/reconciliation scheduled/);
 
-  const second = await runCli(['start', '--workers', '0'], env);
-  t.equal(second.code, 1);
-  t.match(lastJson(second.stdout), { ok: false, error: 'already_running', details: { pid: service.pid, address: `http://127.0.0.1:${httpPort}` } }, 'names the running pid and address');
-  t.ok(isAlive(service.pid), 'the running service was left alone');
+    const second = await runCli(['start', '--workers', '0'], env);
+    t.equal(second.code, 1);
+    t.match(
+      lastJson(second.stdout),
+      { ok: false, error: 'already_running', details: { pid: service.pid, address: `http://127.0.0.1:${httpPort}` } },
+      'names the running pid and address',
+    );
+    t.ok(isAlive(service.pid), 'the running service was left alone');
 
-  const before = service.lines().length;
-  const postmaster = postmasterPidIn(dataDir);
-  if (postmaster === undefined) throw new Error('no postmaster.pid');
-  process.kill(postmaster, 'SIGKILL');
-  await service.waitFor(/embedded PostgreSQL restarted/, 60_000);
-  let health = 0;
-  for (const until = Date.now() + 20_000; health !== 200 && Date.now() < until; ) {
-    health = (await fetch(`http://127.0.0.1:${httpPort}/healthz`)).status;
-    if (health !== 200) await new Promise((r) => setTimeout(r, 200));
-  }
-  t.equal(health, 200, '/healthz is 200 again');
-  // Let pg-boss poll (every 2 s) against the restarted cluster before counting.
-  await new Promise((r) => setTimeout(r, 2000));
-  const during = service.lines().slice(before);
-  t.ok(during.length <= 8, `the outage took ${during.length} log lines, not a stack per poll:\n${during.map((l) => JSON.stringify(l).slice(0, 200)).join('\n')}`);
-  t.not(postmasterPidIn(dataDir), postmaster, 'a new postmaster');
+    const before = service.lines().length;
+    const postmaster = postmasterPidIn(dataDir);
+    if (postmaster === undefined) throw new Error('no postmaster.pid');
+    process.kill(postmaster, 'SIGKILL');
+    await service.waitFor(/embedded PostgreSQL restarted/, 60_000);
+    let health = 0;
+    for (const until = Date.now() + 20_000; health !== 200 && Date.now() < until;) {
+      health = (await fetch(`http://127.0.0.1:${httpPort}/healthz`)).status;
+      if (health !== 200) await new Promise((r) => setTimeout(r, 200));
+    }
+    t.equal(health, 200, '/healthz is 200 again');
+    // Let pg-boss poll (every 2 s) against the restarted cluster before counting.
+    await new Promise((r) => setTimeout(r, 2000));
+    const during = service.lines().slice(before);
+    t.ok(
+      during.length <= 8,
+      `the outage took ${during.length} log lines, not a stack per poll:\n${during.map((l) => JSON.stringify(l).slice(0, 200)).join('\n')}`,
+    );
+    t.not(postmasterPidIn(dataDir), postmaster, 'a new postmaster');
 
-  // The service dies without stopping anything: its cluster stays up, and the next start adopts it.
-  process.kill(-service.pid, 'SIGKILL');
-  await service.exited;
-  const orphan = postmasterPidIn(dataDir);
-  t.ok(orphan !== undefined && isAlive(orphan), 'the cluster outlived the killed service');
-  const adopter = start(['--workers', '0'], env);
-  await adopter.waitFor(/actionledger listening/);
-  t.match(adopter.stdout(), /adopted running embedded PostgreSQL/);
-  process.kill(-adopter.pid, 'SIGTERM');
-  t.equal((await adopter.exited).code, 0);
-  t.notMatch(adopter.stderr(), STACK);
-  t.ok(orphan !== undefined && !isAlive(orphan), 'the adopter stopped the cluster it adopted');
-  t.equal(postmasterPidIn(dataDir), undefined);
-});
+    // The service dies without stopping anything: its cluster stays up, and the next start adopts it.
+    process.kill(-service.pid, 'SIGKILL');
+    await service.exited;
+    const orphan = postmasterPidIn(dataDir);
+    t.ok(orphan !== undefined && isAlive(orphan), 'the cluster outlived the killed service');
+    const adopter = start(['--workers', '0'], env);
+    await adopter.waitFor(/actionledger listening/);
+    t.match(adopter.stdout(), /adopted running embedded PostgreSQL/);
+    process.kill(-adopter.pid, 'SIGTERM');
+    t.equal((await adopter.exited).code, 0);
+    t.notMatch(adopter.stderr(), STACK);
+    t.ok(orphan !== undefined && !isAlive(orphan), 'the adopter stopped the cluster it adopted');
+    t.equal(postmasterPidIn(dataDir), undefined);
+  },
+);
 
 t.test('a taken HTTP port: port_in_use naming http.port, and nothing left running', async (t) => {
   const blocker: Server = await new Promise((resolve) => {
@@ -192,18 +271,36 @@ t.test('a taken HTTP port: port_in_use naming http.port, and nothing left runnin
   t.notMatch(service.stderr(), STACK);
 });
 
-t.test('another PostgreSQL on the embedded port (it refuses our password): port_in_use naming database.embedded_port, for start and for CLI commands', async (t) => {
-  // As for a second checkout on the same machine: its own data folder (so another password), and on the
-  // embedded port a cluster that is not its own (the test run's).
-  const otherPort = Number(new URL(await createTestDatabase(t)).port);
-  const env = serviceEnv('second', { dataDir: join(dir, 'second-checkout'), httpPort: await freePort(), pgPort: otherPort });
-  const second = await runCli(['start', '--workers', '0'], env);
-  t.equal(second.code, 1);
-  t.match(lastJson(second.stdout), { ok: false, error: 'port_in_use', details: { port: otherPort, setting: 'database.embedded_port' } });
-  t.match(String(lastJson(second.stdout).message), new RegExp(`port ${otherPort} \\(database\\.embedded_port\\)`));
-  t.notMatch(second.stderr, STACK);
-  const status = await runCli(['status', '--json'], env);
-  t.equal(status.code, 1);
-  t.match(lastJson(status.stdout), { ok: false, error: 'port_in_use', message: /database\.embedded_port/ }, 'CLI commands too, not internal');
-  t.notOk(existsSync(join(dir, 'second-checkout', 'pg', 'PG_VERSION')), 'no cluster was created for the second checkout');
-});
+t.test(
+  'another PostgreSQL on the embedded port (it refuses our password): port_in_use naming database.embedded_port, for start and for CLI commands',
+  async (t) => {
+    // As for a second checkout on the same machine: its own data folder (so another password), and on the
+    // embedded port a cluster that is not its own (the test run's).
+    const otherPort = Number(new URL(await createTestDatabase(t)).port);
+    const env = serviceEnv('second', {
+      dataDir: join(dir, 'second-checkout'),
+      httpPort: await freePort(),
+      pgPort: otherPort,
+    });
+    const second = await runCli(['start', '--workers', '0'], env);
+    t.equal(second.code, 1);
+    t.match(lastJson(second.stdout), {
+      ok: false,
+      error: 'port_in_use',
+      details: { port: otherPort, setting: 'database.embedded_port' },
+    });
+    t.match(String(lastJson(second.stdout).message), new RegExp(`port ${otherPort} \\(database\\.embedded_port\\)`));
+    t.notMatch(second.stderr, STACK);
+    const status = await runCli(['status', '--json'], env);
+    t.equal(status.code, 1);
+    t.match(
+      lastJson(status.stdout),
+      { ok: false, error: 'port_in_use', message: /database\.embedded_port/ },
+      'CLI commands too, not internal',
+    );
+    t.notOk(
+      existsSync(join(dir, 'second-checkout', 'pg', 'PG_VERSION')),
+      'no cluster was created for the second checkout',
+    );
+  },
+);

@@ -55,7 +55,16 @@ t.test('every problem is listed at once', async (t) => {
         {
           schema: 'Bad-Name',
           tools: Object.fromEntries(
-            ['http://b.example/x', 'https://B.example/x', 'https://b.example:443/x', 'https://u@b.example/x', 'https://b.example/x?q=1', 'https://b.example/x#f', 'https://b.example\\x', 'https://b.example/a/../x'].map((e, i) => [`t${i}`, { ...tool, endpoint: e }]),
+            [
+              'http://b.example/x',
+              'https://B.example/x',
+              'https://b.example:443/x',
+              'https://u@b.example/x',
+              'https://b.example/x?q=1',
+              'https://b.example/x#f',
+              'https://b.example\\x',
+              'https://b.example/a/../x',
+            ].map((e, i) => [`t${i}`, { ...tool, endpoint: e }]),
           ),
         },
         {},
@@ -71,13 +80,16 @@ t.test('every problem is listed at once', async (t) => {
 
 t.test('schema names are validated and quoted once', async (t) => {
   t.equal(quoteSchemaName('actionledger'), '"actionledger"');
-  for (const bad of ['a"b', 'A', 'pg_catalog', '', 'x;drop', 'a'.repeat(64)]) t.throws(() => quoteSchemaName(bad), { code: 'schema_name_invalid' }, bad);
+  for (const bad of ['a"b', 'A', 'pg_catalog', '', 'x;drop', 'a'.repeat(64)])
+    t.throws(() => quoteSchemaName(bad), { code: 'schema_name_invalid' }, bad);
 });
 
 t.test('effect-key secrets: required with a real database, at least 32 bytes', async (t) => {
   const cfg = compileConfig({ tools: { x: tool } }, { DATABASE_URL: 'postgres://x/y' });
   t.throws(() => resolveEffectKeySecrets(cfg, {}, { embedded: false }), { code: 'secret_missing' });
-  t.throws(() => resolveEffectKeySecrets(cfg, { ACTIONLEDGER_EFFECT_KEY_SECRET: 'short' }, { embedded: false }), { code: 'secret_missing' });
+  t.throws(() => resolveEffectKeySecrets(cfg, { ACTIONLEDGER_EFFECT_KEY_SECRET: 'short' }, { embedded: false }), {
+    code: 'secret_missing',
+  });
   const keys = resolveEffectKeySecrets(cfg, { ACTIONLEDGER_EFFECT_KEY_SECRET: 'x'.repeat(32) }, { embedded: false });
   t.equal(keys.secrets.get('k1')?.byteLength, 32);
   t.equal(JSON.stringify(keys.secrets.get('k1')), '"[redacted]"');

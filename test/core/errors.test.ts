@@ -11,7 +11,10 @@ t.test('every code is unique, documented once in docs/errors.md with its group, 
 });
 
 t.test('refusals are structured and never leak unexpected error text', async (t) => {
-  const e = new ActionLedgerError('route_not_approved', 'no route', { details: { tool: 'x' }, cause: new Error('inner') });
+  const e = new ActionLedgerError('route_not_approved', 'no route', {
+    details: { tool: 'x' },
+    cause: new Error('inner'),
+  });
   t.same(toRefusal(e), { ok: false, error: 'route_not_approved', message: 'no route', details: { tool: 'x' } });
   t.equal(e.group, 'refused');
   t.same(toRefusal(new Error('password=hunter2 at db')), { ok: false, error: 'internal', message: 'internal error' });

@@ -13,10 +13,18 @@ t.test('RFC 8785 test vectors', async (t) => {
     '{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],"string":"€$\\u000f\\nA\'B\\"\\\\\\\\\\"/"}',
   );
   // RFC 8785 section 3.2.3: property sorting by UTF-16 code units.
-  const sorting = parseStrictJson('{"\\u20ac": "Euro Sign", "\\r": "Carriage Return", "\\ufb33": "Hebrew Letter Dalet With Dagesh", "1": "One", "\\ud83d\\ude00": "Emoji: Grinning Face", "\\u0080": "Control", "\\u00f6": "Latin Small Letter O With Diaeresis"}');
+  const sorting = parseStrictJson(
+    '{"\\u20ac": "Euro Sign", "\\r": "Carriage Return", "\\ufb33": "Hebrew Letter Dalet With Dagesh", "1": "One", "\\ud83d\\ude00": "Emoji: Grinning Face", "\\u0080": "Control", "\\u00f6": "Latin Small Letter O With Diaeresis"}',
+  );
   const text = canonicalJson(sorting);
-  const order = ['Carriage Return', 'One', 'Control', 'Latin Small', 'Euro Sign', 'Emoji', 'Hebrew'].map((v) => text.indexOf(v));
-  t.same([...order].sort((x, y) => x - y), order, 'keys in UTF-16 code unit order');
+  const order = ['Carriage Return', 'One', 'Control', 'Latin Small', 'Euro Sign', 'Emoji', 'Hebrew'].map((v) =>
+    text.indexOf(v),
+  );
+  t.same(
+    [...order].sort((x, y) => x - y),
+    order,
+    'keys in UTF-16 code unit order',
+  );
   t.ok(order.every((i) => i > 0));
   // Appendix B: IEEE 754 number serialisation.
   const numbers: [number, string][] = [
@@ -39,7 +47,10 @@ t.test('key order and number spelling do not change the hash', async (t) => {
   const b = canonicalArguments({ c: { y: 0, z: 0.5 }, a: [100, 'x'], b: 1 }, bounds);
   t.equal(a, b);
   t.equal(sha256Hex(a), sha256Hex(b));
-  t.not(sha256Hex(canonicalArguments({ amount: 10 }, bounds)), sha256Hex(canonicalArguments({ amount: 10000 }, bounds)));
+  t.not(
+    sha256Hex(canonicalArguments({ amount: 10 }, bounds)),
+    sha256Hex(canonicalArguments({ amount: 10000 }, bounds)),
+  );
 });
 
 t.test('strict parsing refuses what JSON.parse accepts', async (t) => {
@@ -58,9 +69,21 @@ t.test('strict parsing refuses what JSON.parse accepts', async (t) => {
     ['single quotes', "{'a':1}"],
   ];
   for (const [name, text] of hostile) t.throws(() => parseStrictJson(text), { code: 'invalid_json' }, name);
-  t.throws(() => parseStrictJson('[1]', { requireObject: true }), { code: 'invalid_json' }, 'array root when an object is required');
-  t.throws(() => parseStrictJson('{"a":1}', { bounds: { maxBytes: 4, maxDepth: 8 } }), { code: 'invalid_json' }, 'over the byte bound');
-  t.throws(() => parseStrictJson('{"a":{"b":{"c":1}}}', { bounds: { maxBytes: 100, maxDepth: 2 } }), { code: 'invalid_json' }, 'over the depth bound');
+  t.throws(
+    () => parseStrictJson('[1]', { requireObject: true }),
+    { code: 'invalid_json' },
+    'array root when an object is required',
+  );
+  t.throws(
+    () => parseStrictJson('{"a":1}', { bounds: { maxBytes: 4, maxDepth: 8 } }),
+    { code: 'invalid_json' },
+    'over the byte bound',
+  );
+  t.throws(
+    () => parseStrictJson('{"a":{"b":{"c":1}}}', { bounds: { maxBytes: 100, maxDepth: 2 } }),
+    { code: 'invalid_json' },
+    'over the depth bound',
+  );
   t.throws(() => parseStrictJson(Buffer.from([0x7b, 0xff, 0x7d])), { code: 'invalid_json' }, 'invalid UTF-8');
   const ok = parseStrictJson('{"a":[1,2.5,"x",null,true],"b":{"c":-1e-3}}') as Record<string, JsonValue>;
   t.same(ok, { a: [1, 2.5, 'x', null, true], b: { c: -0.001 } });

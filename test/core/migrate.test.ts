@@ -16,14 +16,27 @@ function writeConfig(dir: string, schema = 'actionledger'): string {
 t.test('ten processes running migrate at once apply each migration exactly once', async (t) => {
   const url = await createTestDatabase(t, { empty: true });
   const dir = mkdtempSync(join(tmpdir(), 'al-migrate-'));
-  const env = { DATABASE_URL: url, ACTIONLEDGER_CONFIG: writeConfig(dir, 'ledger_ten'), ACTIONLEDGER_EFFECT_KEY_SECRET: TEST_SECRET };
+  const env = {
+    DATABASE_URL: url,
+    ACTIONLEDGER_CONFIG: writeConfig(dir, 'ledger_ten'),
+    ACTIONLEDGER_EFFECT_KEY_SECRET: TEST_SECRET,
+  };
   const results = await Promise.all(Array.from({ length: 10 }, () => runCli(['migrate'], env)));
   for (const r of results) t.same(lastJson(r.stdout), { ok: true }, `exit ${r.code} ${r.stderr.slice(0, 200)}`);
   const c = new pg.Client({ connectionString: url });
   await c.connect();
-  const { rows } = await c.query<{ version: number; n: string }>('SELECT version, count(*) OVER (PARTITION BY version) AS n FROM ledger_ten.schema_migrations ORDER BY version');
-  t.same(rows.map((r) => r.version), readMigrations().map((m) => m.version), 'every migration recorded');
-  t.ok(rows.every((r) => r.n === '1'), 'each exactly once');
+  const { rows } = await c.query<{ version: number; n: string }>(
+    'SELECT version, count(*) OVER (PARTITION BY version) AS n FROM ledger_ten.schema_migrations ORDER BY version',
+  );
+  t.same(
+    rows.map((r) => r.version),
+    readMigrations().map((m) => m.version),
+    'every migration recorded',
+  );
+  t.ok(
+    rows.every((r) => r.n === '1'),
+    'each exactly once',
+  );
   const tables = await c.query(`SELECT count(*)::int AS n FROM pg_tables WHERE schemaname = 'ledger_ten'`);
   t.ok((tables.rows[0] as { n: number }).n >= 5);
   await c.end();
@@ -41,9 +54,20 @@ t.test('edited, removed and out-of-order history is refused and nothing is appli
 
   const dir = mkdtempSync(join(tmpdir(), 'al-sql-'));
   cpSync(defaultMigrationsDir(), dir, { recursive: true });
-  appendFileSync(join(dir, real[0]!.version.toString().padStart(4, '0') + '_' + real[0]!.name + '.sql'), '\n-- edited\n');
-  await t.rejects(migrate(c, 'hist', '"hist"', readMigrations(dir)), { code: 'migration_history_mismatch' }, 'edited file');
-  await t.rejects(migrate(c, 'hist', '"hist"', real.slice(0, -1).length === 0 ? [] : real.slice(0, -1)), { code: 'migration_history_mismatch' }, 'removed file');
+  appendFileSync(
+    join(dir, real[0]!.version.toString().padStart(4, '0') + '_' + real[0]!.name + '.sql'),
+    '\n-- edited\n',
+  );
+  await t.rejects(
+    migrate(c, 'hist', '"hist"', readMigrations(dir)),
+    { code: 'migration_history_mismatch' },
+    'edited file',
+  );
+  await t.rejects(
+    migrate(c, 'hist', '"hist"', real.slice(0, -1).length === 0 ? [] : real.slice(0, -1)),
+    { code: 'migration_history_mismatch' },
+    'removed file',
+  );
 
   const gap = mkdtempSync(join(tmpdir(), 'al-sql-gap-'));
   writeFileSync(join(gap, '0001_a.sql'), 'SELECT 1;');
@@ -54,7 +78,11 @@ t.test('edited, removed and out-of-order history is refused and nothing is appli
   await t.rejects(migrate(c, 'hist', '"hist"', renamed), { code: 'migration_history_mismatch' }, 'renamed file');
 
   const extra = [...real, { version: real.length + 1, name: 'broken', sql: 'CREATE TABLE x (; ', sha256: 'x' }];
-  await t.rejects(migrate(c, 'hist', '"hist"', extra), /migration .*broken.* failed/, 'a failing migration names itself');
+  await t.rejects(
+    migrate(c, 'hist', '"hist"', extra),
+    /migration .*broken.* failed/,
+    'a failing migration names itself',
+  );
   const { rows } = await c.query('SELECT count(*)::int AS n FROM hist.schema_migrations');
   t.equal((rows[0] as { n: number }).n, real.length, 'the failed one rolled back and is not recorded');
 });

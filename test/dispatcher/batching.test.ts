@@ -17,8 +17,12 @@ interface Bucketed {
 }
 
 async function batchStats(metrics: Metrics, stage: string): Promise<{ batches: number; operations: number }> {
-  const m = (await metrics.registry.getSingleMetric('actionledger_dispatch_batch_operations')?.get()) as Bucketed | undefined;
-  const pick = (suffix: string) => m?.values.find((v) => v.metricName === `actionledger_dispatch_batch_operations_${suffix}` && v.labels.stage === stage)?.value ?? 0;
+  const m = (await metrics.registry.getSingleMetric('actionledger_dispatch_batch_operations')?.get()) as
+    Bucketed | undefined;
+  const pick = (suffix: string) =>
+    m?.values.find(
+      (v) => v.metricName === `actionledger_dispatch_batch_operations_${suffix}` && v.labels.stage === stage,
+    )?.value ?? 0;
   return { batches: pick('count'), operations: pick('sum') };
 }
 
@@ -39,16 +43,21 @@ t.test('operations in flight together share batches, and each is sent exactly on
   const dispatch = await batchStats(metrics, 'dispatch');
   t.equal(evidence.operations, 24, 'every operation went through an evidence batch');
   t.equal(dispatch.operations, 24, 'every operation went through a dispatch batch');
-  t.ok(evidence.batches + dispatch.batches < 48, `some batch held more than one operation (evidence ${evidence.batches}, dispatch ${dispatch.batches} batches)`);
+  t.ok(
+    evidence.batches + dispatch.batches < 48,
+    `some batch held more than one operation (evidence ${evidence.batches}, dispatch ${dispatch.batches} batches)`,
+  );
   const ev = await e.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM actionledger.authorization_evidence');
   t.equal(ev.rows[0]?.n, 24, 'one evidence row each');
 });
 
-t.test("a batch-mate whose policy rotated after its evidence was recorded is refused at the final check; the others are sent", async (t) => {
-  const e = await dispatchEnv(t);
-  // Rotates the policy of the marked operations inside the very statement that records their evidence: the
-  // evidence commits under the old version, so only the dispatch batch's final check can catch it.
-  await e.pool.query(`
+t.test(
+  'a batch-mate whose policy rotated after its evidence was recorded is refused at the final check; the others are sent',
+  async (t) => {
+    const e = await dispatchEnv(t);
+    // Rotates the policy of the marked operations inside the very statement that records their evidence: the
+    // evidence commits under the old version, so only the dispatch batch's final check can catch it.
+    await e.pool.query(`
     CREATE TABLE public.rotate_after_evidence (operation_id uuid PRIMARY KEY);
     CREATE FUNCTION public.rotate_after_evidence() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
@@ -58,23 +67,25 @@ t.test("a batch-mate whose policy rotated after its evidence was recorded is ref
     END $$;
     CREATE TRIGGER rotate_after_evidence AFTER INSERT ON actionledger.authorization_evidence
       FOR EACH ROW EXECUTE FUNCTION public.rotate_after_evidence();`);
-  const reserved = [];
-  for (let i = 0; i < 12; i++) reserved.push(await e.ledger.reserve(ctx(`rotate-${i}`), 'issue_refund', args(i)));
-  const rotated = reserved.filter((_, i) => i % 3 === 1);
-  for (const r of rotated) await e.pool.query('INSERT INTO public.rotate_after_evidence VALUES ($1)', [r.operation_id]);
-  await e.dispatcher(12);
-  for (const r of reserved) {
-    const done = await settled(e.pool, r.operation_id);
-    if (rotated.includes(r)) {
-      t.equal(done.status, 'needs_review', 'rotated: needs_review');
-      t.equal(done.review_reason, 'final_check:authorization_stale', 'rotated: refused at the final check');
-      t.equal(e.provider.requestsFor(r.effect_key), 0, 'rotated: never sent');
-    } else {
-      t.equal(done.status, 'succeeded', 'unchanged: succeeded');
-      t.equal(e.provider.requestsFor(r.effect_key), 1, 'unchanged: sent once');
+    const reserved = [];
+    for (let i = 0; i < 12; i++) reserved.push(await e.ledger.reserve(ctx(`rotate-${i}`), 'issue_refund', args(i)));
+    const rotated = reserved.filter((_, i) => i % 3 === 1);
+    for (const r of rotated)
+      await e.pool.query('INSERT INTO public.rotate_after_evidence VALUES ($1)', [r.operation_id]);
+    await e.dispatcher(12);
+    for (const r of reserved) {
+      const done = await settled(e.pool, r.operation_id);
+      if (rotated.includes(r)) {
+        t.equal(done.status, 'needs_review', 'rotated: needs_review');
+        t.equal(done.review_reason, 'final_check:authorization_stale', 'rotated: refused at the final check');
+        t.equal(e.provider.requestsFor(r.effect_key), 0, 'rotated: never sent');
+      } else {
+        t.equal(done.status, 'succeeded', 'unchanged: succeeded');
+        t.equal(e.provider.requestsFor(r.effect_key), 1, 'unchanged: sent once');
+      }
     }
-  }
-});
+  },
+);
 
 t.test('a revocation issued while a batch is at the provider waits for its outcome', async (t) => {
   const e = await dispatchEnv(t);
@@ -84,10 +95,14 @@ t.test('a revocation issued while a batch is at the provider waits for its outco
   e.provider.inject({ kind: 'hangHeaders', commit: true }, { when: (key) => key === slow.effect_key });
   await e.dispatcher(4);
   const deadline = Date.now() + 10_000;
-  while (e.provider.requestsFor(slow.effect_key) === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+  while (e.provider.requestsFor(slow.effect_key) === 0 && Date.now() < deadline)
+    await new Promise((r) => setTimeout(r, 10));
   t.equal(e.provider.requestsFor(slow.effect_key), 1, 'the request reached the provider');
   // A revocation (the policy rotated) issued now must not commit while the request is out.
-  const revoked = await e.pool.query<{ status: string }>("UPDATE actionledger.operations SET current_policy_version = 'policy-2' WHERE operation_id = $1 RETURNING status", [slow.operation_id]);
+  const revoked = await e.pool.query<{ status: string }>(
+    "UPDATE actionledger.operations SET current_policy_version = 'policy-2' WHERE operation_id = $1 RETURNING status",
+    [slow.operation_id],
+  );
   t.equal(revoked.rows[0]?.status, 'unknown', 'the revocation waited until the outcome had committed');
   t.equal((await settled(e.pool, slow.operation_id)).status, 'unknown');
   t.equal((await settled(e.pool, mate.operation_id)).status, 'succeeded', 'its batch-mate succeeded');
@@ -101,15 +116,17 @@ async function untilSent(e: Awaited<ReturnType<typeof dispatchEnv>>, key: string
   while (e.provider.requestsFor(key) === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
 }
 
-t.test("one batch-mate's failed outcome write does not release the others' locks while their requests are out", async (t) => {
-  const e = await dispatchEnv(t);
-  const mates = [];
-  for (let i = 1; i <= 6; i++) mates.push(await e.ledger.reserve(ctx(`mate-${i}`), 'issue_refund', args(i)));
-  const slow = await e.ledger.reserve(ctx('slow'), 'issue_refund', args(0));
-  for (let i = 7; i <= 12; i++) mates.push(await e.ledger.reserve(ctx(`mate-${i}`), 'issue_refund', args(i)));
-  // The slow operation's outcome write fails once with a deadlock (as a gate counter trigger can): the batch
-  // statement fails, and must be redone under the same locks.
-  await e.pool.query(`
+t.test(
+  "one batch-mate's failed outcome write does not release the others' locks while their requests are out",
+  async (t) => {
+    const e = await dispatchEnv(t);
+    const mates = [];
+    for (let i = 1; i <= 6; i++) mates.push(await e.ledger.reserve(ctx(`mate-${i}`), 'issue_refund', args(i)));
+    const slow = await e.ledger.reserve(ctx('slow'), 'issue_refund', args(0));
+    for (let i = 7; i <= 12; i++) mates.push(await e.ledger.reserve(ctx(`mate-${i}`), 'issue_refund', args(i)));
+    // The slow operation's outcome write fails once with a deadlock (as a gate counter trigger can): the batch
+    // statement fails, and must be redone under the same locks.
+    await e.pool.query(`
     CREATE SEQUENCE public.poison_seq;
     CREATE FUNCTION public.poison() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
@@ -119,20 +136,40 @@ t.test("one batch-mate's failed outcome write does not release the others' locks
       RETURN NEW;
     END $$;
     CREATE TRIGGER poison BEFORE UPDATE ON actionledger.operations FOR EACH ROW EXECUTE FUNCTION public.poison();`);
-  e.provider.inject({ kind: 'hangHeaders', commit: true }, { when: (key) => key === slow.effect_key });
-  await e.dispatcher(16);
-  await untilSent(e, slow.effect_key);
-  await new Promise((r) => setTimeout(r, 100));
-  const { rows: open } = await e.pool.query<{ operation_id: string }>("SELECT operation_id FROM actionledger.operations WHERE status = 'executing'");
-  const sentUncommitted = mates.filter((m) => e.provider.requestsFor(m.effect_key) === 1 && open.some((o) => o.operation_id === m.operation_id));
-  t.ok(sentUncommitted.length > 0, `the slow operation has batch-mates at the provider (${sentUncommitted.length})`);
-  const revoked = await Promise.all(
-    sentUncommitted.map((m) => e.pool.query<{ status: string }>("UPDATE actionledger.operations SET current_policy_version = 'policy-2' WHERE operation_id = $1 RETURNING status", [m.operation_id]).then((r) => r.rows[0]?.status)),
-  );
-  t.same(revoked.filter((s) => s === 'executing'), [], 'every revocation waited for its outcome');
-  for (const m of mates) t.equal((await settled(e.pool, m.operation_id)).status, 'succeeded');
-  t.equal((await settled(e.pool, slow.operation_id)).status, 'unknown', 'the slow one: unknown, written after the deadlock');
-});
+    e.provider.inject({ kind: 'hangHeaders', commit: true }, { when: (key) => key === slow.effect_key });
+    await e.dispatcher(16);
+    await untilSent(e, slow.effect_key);
+    await new Promise((r) => setTimeout(r, 100));
+    const { rows: open } = await e.pool.query<{ operation_id: string }>(
+      "SELECT operation_id FROM actionledger.operations WHERE status = 'executing'",
+    );
+    const sentUncommitted = mates.filter(
+      (m) => e.provider.requestsFor(m.effect_key) === 1 && open.some((o) => o.operation_id === m.operation_id),
+    );
+    t.ok(sentUncommitted.length > 0, `the slow operation has batch-mates at the provider (${sentUncommitted.length})`);
+    const revoked = await Promise.all(
+      sentUncommitted.map((m) =>
+        e.pool
+          .query<{ status: string }>(
+            "UPDATE actionledger.operations SET current_policy_version = 'policy-2' WHERE operation_id = $1 RETURNING status",
+            [m.operation_id],
+          )
+          .then((r) => r.rows[0]?.status),
+      ),
+    );
+    t.same(
+      revoked.filter((s) => s === 'executing'),
+      [],
+      'every revocation waited for its outcome',
+    );
+    for (const m of mates) t.equal((await settled(e.pool, m.operation_id)).status, 'succeeded');
+    t.equal(
+      (await settled(e.pool, slow.operation_id)).status,
+      'unknown',
+      'the slow one: unknown, written after the deadlock',
+    );
+  },
+);
 
 t.test('the dispatch lock skips a row another session holds instead of waiting for it', async (t) => {
   const e = await dispatchEnv(t);
@@ -141,14 +178,20 @@ t.test('the dispatch lock skips a row another session holds instead of waiting f
   const b = await e.ledger.reserve(ctx('b'), 'issue_refund', args(2));
   const both = [a.operation_id, b.operation_id];
   // Claimed by hand, with evidence valid for a minute.
-  await e.pool.query("UPDATE actionledger.operations SET status = 'executing', claim_token = gen_random_uuid(), claimed_by = 'w', claimed_at = now() WHERE operation_id = ANY($1)", [both]);
+  await e.pool.query(
+    "UPDATE actionledger.operations SET status = 'executing', claim_token = gen_random_uuid(), claimed_by = 'w', claimed_at = now() WHERE operation_id = ANY($1)",
+    [both],
+  );
   await e.pool.query(
     `INSERT INTO actionledger.authorization_evidence (operation_id, attempt, claim_token, approval_id, policy_version, args_sha256, decision_sha256, authorized_at, expires_at)
      SELECT operation_id, attempt, claim_token, current_approval_id, current_policy_version, canonical_args_sha256, 'x', now(), now() + interval '1 minute'
      FROM actionledger.operations WHERE operation_id = ANY($1)`,
     [both],
   );
-  const { rows: ops } = await e.pool.query<{ operation_id: string; claim_token: string }>('SELECT operation_id, claim_token FROM actionledger.operations WHERE operation_id = ANY($1) ORDER BY operation_id', [both]);
+  const { rows: ops } = await e.pool.query<{ operation_id: string; claim_token: string }>(
+    'SELECT operation_id, claim_token FROM actionledger.operations WHERE operation_id = ANY($1) ORDER BY operation_id',
+    [both],
+  );
   const holder = await e.pool.connect();
   const batch = await e.pool.connect();
   t.teardown(() => {
@@ -157,11 +200,16 @@ t.test('the dispatch lock skips a row another session holds instead of waiting f
   });
   // Someone holds the second row (a reviewer, a revocation in progress): the batch takes the first and goes on.
   await holder.query('BEGIN');
-  await holder.query('SELECT 1 FROM actionledger.operations WHERE operation_id = $1 FOR UPDATE', [ops[1]!.operation_id]);
+  await holder.query('SELECT 1 FROM actionledger.operations WHERE operation_id = $1 FOR UPDATE', [
+    ops[1]!.operation_id,
+  ]);
   await batch.query('BEGIN');
   const ids = ops.map((o) => o.operation_id);
   const tokens = ops.map((o) => o.claim_token);
-  const { rows: locked } = await batch.query<{ operation_id: string; locked: boolean }>(q.operationLockForDispatchBatch, [ids, tokens]);
+  const { rows: locked } = await batch.query<{ operation_id: string; locked: boolean }>(
+    q.operationLockForDispatchBatch,
+    [ids, tokens],
+  );
   await batch.query('ROLLBACK');
   await holder.query('ROLLBACK');
   t.same(
@@ -191,62 +239,84 @@ t.test('a kill switch engaged after the decision was recorded stops the send at 
   t.equal(e.provider.requestsFor(op.effect_key), 0, 'nothing sent under an engaged kill switch');
 });
 
-t.test('engaging a kill switch takes effect at once, then waits for the requests already at the provider', async (t) => {
-  const e = await dispatchEnv(t, { provider_http_timeout_seconds: 3 });
-  const g = await gateFixture(t, { url: e.url, pool: e.pool, endpoint: e.provider.endpoint });
-  const slow = await e.ledger.reserve(ctx('slow'), 'issue_refund', args(1));
-  e.provider.inject({ kind: 'hangHeaders', commit: true }, { when: (key) => key === slow.effect_key });
-  await e.dispatcher(8);
-  await untilSent(e, slow.effect_key);
-  t.equal(e.provider.requestsFor(slow.effect_key), 1, 'the request is out');
-  const engaging = g.gate.engageKillSwitch('tenant-a', 'issue_refund', 'oncall', 'incident');
-  await new Promise((r) => setTimeout(r, 300));
-  // Reserved while the switch waits for the slow request: held, never sent.
-  const late = await e.ledger.reserve(ctx('late'), 'issue_refund', args(2));
-  const waited = await engaging;
-  t.same(waited, { executing: 1, still_in_flight: 0 }, 'it waited for the one covered request at the provider');
-  const { rows } = await e.pool.query<{ operation_id: string; status: string }>('SELECT operation_id, status FROM actionledger.operations WHERE operation_id = ANY($1)', [[slow.operation_id, late.operation_id]]);
-  const status = new Map(rows.map((r) => [r.operation_id, r.status]));
-  t.equal(status.get(slow.operation_id), 'unknown', 'the switch returned only after the outcome was recorded');
-  await new Promise((r) => setTimeout(r, 500));
-  t.equal(e.provider.requestsFor(late.effect_key), 0, 'an operation reserved meanwhile is not sent');
-  t.equal((await e.pool.query<{ status: string }>('SELECT status FROM actionledger.operations WHERE operation_id = $1', [late.operation_id])).rows[0]?.status, 'pending', 'it is held');
-});
+t.test(
+  'engaging a kill switch takes effect at once, then waits for the requests already at the provider',
+  async (t) => {
+    const e = await dispatchEnv(t, { provider_http_timeout_seconds: 3 });
+    const g = await gateFixture(t, { url: e.url, pool: e.pool, endpoint: e.provider.endpoint });
+    const slow = await e.ledger.reserve(ctx('slow'), 'issue_refund', args(1));
+    e.provider.inject({ kind: 'hangHeaders', commit: true }, { when: (key) => key === slow.effect_key });
+    await e.dispatcher(8);
+    await untilSent(e, slow.effect_key);
+    t.equal(e.provider.requestsFor(slow.effect_key), 1, 'the request is out');
+    const engaging = g.gate.engageKillSwitch('tenant-a', 'issue_refund', 'oncall', 'incident');
+    await new Promise((r) => setTimeout(r, 300));
+    // Reserved while the switch waits for the slow request: held, never sent.
+    const late = await e.ledger.reserve(ctx('late'), 'issue_refund', args(2));
+    const waited = await engaging;
+    t.same(waited, { executing: 1, still_in_flight: 0 }, 'it waited for the one covered request at the provider');
+    const { rows } = await e.pool.query<{ operation_id: string; status: string }>(
+      'SELECT operation_id, status FROM actionledger.operations WHERE operation_id = ANY($1)',
+      [[slow.operation_id, late.operation_id]],
+    );
+    const status = new Map(rows.map((r) => [r.operation_id, r.status]));
+    t.equal(status.get(slow.operation_id), 'unknown', 'the switch returned only after the outcome was recorded');
+    await new Promise((r) => setTimeout(r, 500));
+    t.equal(e.provider.requestsFor(late.effect_key), 0, 'an operation reserved meanwhile is not sent');
+    t.equal(
+      (
+        await e.pool.query<{ status: string }>('SELECT status FROM actionledger.operations WHERE operation_id = $1', [
+          late.operation_id,
+        ])
+      ).rows[0]?.status,
+      'pending',
+      'it is held',
+    );
+  },
+);
 
-t.test('a provider hanging longer than the statement timeout does not stop a kill switch from being engaged', async (t) => {
-  const e = await dispatchEnv(t, { provider_http_timeout_seconds: 4 });
-  const gatePool = createPool(e.url, { max: 4, statementTimeoutMs: 1000, applicationName: 'gate-short' });
-  t.teardown(() => gatePool.end());
-  const g = await gateFixture(t, { url: e.url, pool: gatePool, endpoint: e.provider.endpoint });
-  const slow = await e.ledger.reserve(ctx('slow'), 'issue_refund', args(1));
-  e.provider.inject({ kind: 'hangHeaders', commit: true }, { when: (key) => key === slow.effect_key });
-  await e.dispatcher(8);
-  await untilSent(e, slow.effect_key);
-  const waited = await g.gate.engageKillSwitch('tenant-a', 'issue_refund', 'oncall', 'incident');
-  t.same(waited, { executing: 1, still_in_flight: 1 }, 'engaged, and it says one request was still out');
-  const engaged = await e.pool.query('SELECT 1 FROM actionledger.gate_kill_switches');
-  t.equal(engaged.rowCount, 1, 'the switch is engaged');
-  const after = await e.ledger.reserve(ctx('after'), 'issue_refund', args(2));
-  await new Promise((r) => setTimeout(r, 500));
-  t.equal(e.provider.requestsFor(after.effect_key), 0, 'nothing covered is sent afterwards');
-  t.equal((await settled(e.pool, slow.operation_id)).status, 'unknown');
-});
+t.test(
+  'a provider hanging longer than the statement timeout does not stop a kill switch from being engaged',
+  async (t) => {
+    const e = await dispatchEnv(t, { provider_http_timeout_seconds: 4 });
+    const gatePool = createPool(e.url, { max: 4, statementTimeoutMs: 1000, applicationName: 'gate-short' });
+    t.teardown(() => gatePool.end());
+    const g = await gateFixture(t, { url: e.url, pool: gatePool, endpoint: e.provider.endpoint });
+    const slow = await e.ledger.reserve(ctx('slow'), 'issue_refund', args(1));
+    e.provider.inject({ kind: 'hangHeaders', commit: true }, { when: (key) => key === slow.effect_key });
+    await e.dispatcher(8);
+    await untilSent(e, slow.effect_key);
+    const waited = await g.gate.engageKillSwitch('tenant-a', 'issue_refund', 'oncall', 'incident');
+    t.same(waited, { executing: 1, still_in_flight: 1 }, 'engaged, and it says one request was still out');
+    const engaged = await e.pool.query('SELECT 1 FROM actionledger.gate_kill_switches');
+    t.equal(engaged.rowCount, 1, 'the switch is engaged');
+    const after = await e.ledger.reserve(ctx('after'), 'issue_refund', args(2));
+    await new Promise((r) => setTimeout(r, 500));
+    t.equal(e.provider.requestsFor(after.effect_key), 0, 'nothing covered is sent afterwards');
+    t.equal((await settled(e.pool, slow.operation_id)).status, 'unknown');
+  },
+);
 
-t.test('a batch connection lost while its requests are out neither crashes the worker nor loses the outcome', async (t) => {
-  const e = await dispatchEnv(t);
-  const slow = await e.ledger.reserve(ctx('slow'), 'issue_refund', args(0));
-  e.provider.inject({ kind: 'hangHeaders', commit: true }, { when: (key) => key === slow.effect_key });
-  let uncaught: Error | null = null;
-  const onUncaught = (err: Error): void => {
-    uncaught = err;
-  };
-  process.on('uncaughtException', onUncaught);
-  t.teardown(() => process.off('uncaughtException', onUncaught));
-  await e.dispatcher(4);
-  await untilSent(e, slow.effect_key);
-  const killed = await e.pool.query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE state = 'idle in transaction' AND datname = current_database()");
-  t.equal(killed.rowCount, 1, "the batch's connection was terminated");
-  const done = await settled(e.pool, slow.operation_id);
-  t.equal(uncaught, null, 'no uncaught exception');
-  t.equal(done.status, 'unknown', 'the outcome was written again on another connection');
-});
+t.test(
+  'a batch connection lost while its requests are out neither crashes the worker nor loses the outcome',
+  async (t) => {
+    const e = await dispatchEnv(t);
+    const slow = await e.ledger.reserve(ctx('slow'), 'issue_refund', args(0));
+    e.provider.inject({ kind: 'hangHeaders', commit: true }, { when: (key) => key === slow.effect_key });
+    let uncaught: Error | null = null;
+    const onUncaught = (err: Error): void => {
+      uncaught = err;
+    };
+    process.on('uncaughtException', onUncaught);
+    t.teardown(() => process.off('uncaughtException', onUncaught));
+    await e.dispatcher(4);
+    await untilSent(e, slow.effect_key);
+    const killed = await e.pool.query(
+      "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE state = 'idle in transaction' AND datname = current_database()",
+    );
+    t.equal(killed.rowCount, 1, "the batch's connection was terminated");
+    const done = await settled(e.pool, slow.operation_id);
+    t.equal(uncaught, null, 'no uncaught exception');
+    t.equal(done.status, 'unknown', 'the outcome was written again on another connection');
+  },
+);

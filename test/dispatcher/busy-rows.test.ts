@@ -20,11 +20,20 @@ async function until(what: string, check: () => Promise<boolean>, timeoutMs = 15
 }
 
 async function status(pool: Pool, id: string): Promise<string | undefined> {
-  return (await pool.query<{ status: string }>('SELECT status FROM actionledger.operations WHERE operation_id = $1', [id])).rows[0]?.status;
+  return (
+    await pool.query<{ status: string }>('SELECT status FROM actionledger.operations WHERE operation_id = $1', [id])
+  ).rows[0]?.status;
 }
 
 async function evidenceRows(pool: Pool, id: string): Promise<number> {
-  return (await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM actionledger.authorization_evidence WHERE operation_id = $1', [id])).rows[0]?.n ?? 0;
+  return (
+    (
+      await pool.query<{ n: number }>(
+        'SELECT count(*)::int AS n FROM actionledger.authorization_evidence WHERE operation_id = $1',
+        [id],
+      )
+    ).rows[0]?.n ?? 0
+  );
 }
 
 async function connect(t: Test, pool: Pool): Promise<PoolClient> {
@@ -33,49 +42,60 @@ async function connect(t: Test, pool: Pool): Promise<PoolClient> {
   return c;
 }
 
-t.test('a row held by another session when its evidence is recorded: its batch-mates are dispatched, it follows once let go', async (t) => {
-  const e = await dispatchEnv(t);
-  const held = await e.ledger.reserve(ctx('held'), 'issue_refund', args(0));
-  const mates = [];
-  for (let i = 1; i <= 6; i++) mates.push(await e.ledger.reserve(ctx(`mate-${i}`), 'issue_refund', args(i)));
-  const holder = await connect(t, e.pool);
-  // The held operation's row is locked by the stranger before its decision is answered, so before its evidence
-  // statement; the others' decisions come after that.
-  let markHeld!: () => void;
-  const isHeld = new Promise<void>((r) => (markHeld = r));
-  e.authorizer.decide = async (req): Promise<'allow'> => {
-    if (req.operation_id === held.operation_id) {
-      await holder.query('BEGIN');
-      await holder.query('SELECT 1 FROM actionledger.operations WHERE operation_id = $1 FOR UPDATE', [held.operation_id]);
-      markHeld();
-    } else {
-      await isHeld;
-      await sleep(300);
+t.test(
+  'a row held by another session when its evidence is recorded: its batch-mates are dispatched, it follows once let go',
+  async (t) => {
+    const e = await dispatchEnv(t);
+    const held = await e.ledger.reserve(ctx('held'), 'issue_refund', args(0));
+    const mates = [];
+    for (let i = 1; i <= 6; i++) mates.push(await e.ledger.reserve(ctx(`mate-${i}`), 'issue_refund', args(i)));
+    const holder = await connect(t, e.pool);
+    // The held operation's row is locked by the stranger before its decision is answered, so before its evidence
+    // statement; the others' decisions come after that.
+    let markHeld!: () => void;
+    const isHeld = new Promise<void>((r) => (markHeld = r));
+    e.authorizer.decide = async (req): Promise<'allow'> => {
+      if (req.operation_id === held.operation_id) {
+        await holder.query('BEGIN');
+        await holder.query('SELECT 1 FROM actionledger.operations WHERE operation_id = $1 FOR UPDATE', [
+          held.operation_id,
+        ]);
+        markHeld();
+      } else {
+        await isHeld;
+        await sleep(300);
+      }
+      return 'allow';
+    };
+    await e.dispatcher(8);
+    for (const m of mates) {
+      t.equal(
+        (await settled(e.pool, m.operation_id)).status,
+        'succeeded',
+        'a batch-mate succeeded while the row is held',
+      );
+      t.equal(e.provider.requestsFor(m.effect_key), 1);
     }
-    return 'allow';
-  };
-  await e.dispatcher(8);
-  for (const m of mates) {
-    t.equal((await settled(e.pool, m.operation_id)).status, 'succeeded', 'a batch-mate succeeded while the row is held');
-    t.equal(e.provider.requestsFor(m.effect_key), 1);
-  }
-  t.equal(await status(e.pool, held.operation_id), 'executing', 'the held one waits, still claimed');
-  t.equal(await evidenceRows(e.pool, held.operation_id), 0, 'its evidence was not recorded under the stranger');
-  t.equal(e.provider.requestsFor(held.effect_key), 0, 'and it was not sent');
-  await holder.query('ROLLBACK');
-  t.equal((await settled(e.pool, held.operation_id)).status, 'succeeded', 'let go, it is dispatched');
-  t.equal(e.provider.requestsFor(held.effect_key), 1, 'once');
-});
+    t.equal(await status(e.pool, held.operation_id), 'executing', 'the held one waits, still claimed');
+    t.equal(await evidenceRows(e.pool, held.operation_id), 0, 'its evidence was not recorded under the stranger');
+    t.equal(e.provider.requestsFor(held.effect_key), 0, 'and it was not sent');
+    await holder.query('ROLLBACK');
+    t.equal((await settled(e.pool, held.operation_id)).status, 'succeeded', 'let go, it is dispatched');
+    t.equal(e.provider.requestsFor(held.effect_key), 1, 'once');
+  },
+);
 
-t.test('a row held by another session when its dispatch batch locks: its batch-mates are dispatched, it follows once let go', async (t) => {
-  const e = await dispatchEnv(t);
-  const held = await e.ledger.reserve(ctx('held'), 'issue_refund', args(0));
-  const mates = [];
-  for (let i = 1; i <= 6; i++) mates.push(await e.ledger.reserve(ctx(`mate-${i}`), 'issue_refund', args(i)));
-  // The held operation's evidence statement pauses (holding its row lock) until the test lets it commit: the
-  // stranger's FOR UPDATE queued behind it then gets the row the moment the evidence commits, before the
-  // dispatch batch asks for it.
-  await e.pool.query(`
+t.test(
+  'a row held by another session when its dispatch batch locks: its batch-mates are dispatched, it follows once let go',
+  async (t) => {
+    const e = await dispatchEnv(t);
+    const held = await e.ledger.reserve(ctx('held'), 'issue_refund', args(0));
+    const mates = [];
+    for (let i = 1; i <= 6; i++) mates.push(await e.ledger.reserve(ctx(`mate-${i}`), 'issue_refund', args(i)));
+    // The held operation's evidence statement pauses (holding its row lock) until the test lets it commit: the
+    // stranger's FOR UPDATE queued behind it then gets the row the moment the evidence commits, before the
+    // dispatch batch asks for it.
+    await e.pool.query(`
     CREATE FUNCTION public.pause_evidence() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
       IF NEW.operation_id = '${held.operation_id}' THEN PERFORM pg_advisory_xact_lock(4242); END IF;
@@ -83,36 +103,60 @@ t.test('a row held by another session when its dispatch batch locks: its batch-m
     END $$;
     CREATE TRIGGER pause_evidence BEFORE INSERT ON actionledger.authorization_evidence
       FOR EACH ROW EXECUTE FUNCTION public.pause_evidence();`);
-  const gate = await connect(t, e.pool);
-  const holder = await connect(t, e.pool);
-  await gate.query('SELECT pg_advisory_lock(4242)');
-  const holderPid = (await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
-  let markHeld!: () => void;
-  const isHeld = new Promise<void>((r) => (markHeld = r));
-  e.authorizer.decide = async (req): Promise<'allow'> => {
-    if (req.operation_id !== held.operation_id) {
-      await isHeld;
-      await sleep(300);
-    }
-    return 'allow';
-  };
-  await e.dispatcher(8);
-  await until('the evidence statement to pause', async () => (await e.pool.query("SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'")).rowCount === 1);
-  await holder.query('BEGIN');
-  const holding = holder.query('SELECT 1 FROM actionledger.operations WHERE operation_id = $1 FOR UPDATE', [held.operation_id]);
-  await until('the stranger to queue for the row', async () => (await e.pool.query("SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'", [holderPid])).rowCount === 1);
-  await gate.query('SELECT pg_advisory_unlock(4242)');
-  await holding;
-  markHeld();
-  t.equal(await evidenceRows(e.pool, held.operation_id), 1, 'its evidence is recorded; the stranger holds it from here');
+    const gate = await connect(t, e.pool);
+    const holder = await connect(t, e.pool);
+    await gate.query('SELECT pg_advisory_lock(4242)');
+    const holderPid = (await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+    let markHeld!: () => void;
+    const isHeld = new Promise<void>((r) => (markHeld = r));
+    e.authorizer.decide = async (req): Promise<'allow'> => {
+      if (req.operation_id !== held.operation_id) {
+        await isHeld;
+        await sleep(300);
+      }
+      return 'allow';
+    };
+    await e.dispatcher(8);
+    await until(
+      'the evidence statement to pause',
+      async () =>
+        (
+          await e.pool.query(
+            "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'",
+          )
+        ).rowCount === 1,
+    );
+    await holder.query('BEGIN');
+    const holding = holder.query('SELECT 1 FROM actionledger.operations WHERE operation_id = $1 FOR UPDATE', [
+      held.operation_id,
+    ]);
+    await until(
+      'the stranger to queue for the row',
+      async () =>
+        (await e.pool.query("SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'", [holderPid]))
+          .rowCount === 1,
+    );
+    await gate.query('SELECT pg_advisory_unlock(4242)');
+    await holding;
+    markHeld();
+    t.equal(
+      await evidenceRows(e.pool, held.operation_id),
+      1,
+      'its evidence is recorded; the stranger holds it from here',
+    );
 
-  for (const m of mates) {
-    t.equal((await settled(e.pool, m.operation_id)).status, 'succeeded', 'a batch-mate succeeded while the row is held');
-    t.equal(e.provider.requestsFor(m.effect_key), 1);
-  }
-  t.equal(await status(e.pool, held.operation_id), 'executing', 'the held one waits, still claimed');
-  t.equal(e.provider.requestsFor(held.effect_key), 0, 'and it was not sent');
-  await holder.query('ROLLBACK');
-  t.equal((await settled(e.pool, held.operation_id)).status, 'succeeded', 'let go, it is dispatched');
-  t.equal(e.provider.requestsFor(held.effect_key), 1, 'once');
-});
+    for (const m of mates) {
+      t.equal(
+        (await settled(e.pool, m.operation_id)).status,
+        'succeeded',
+        'a batch-mate succeeded while the row is held',
+      );
+      t.equal(e.provider.requestsFor(m.effect_key), 1);
+    }
+    t.equal(await status(e.pool, held.operation_id), 'executing', 'the held one waits, still claimed');
+    t.equal(e.provider.requestsFor(held.effect_key), 0, 'and it was not sent');
+    await holder.query('ROLLBACK');
+    t.equal((await settled(e.pool, held.operation_id)).status, 'succeeded', 'let go, it is dispatched');
+    t.equal(e.provider.requestsFor(held.effect_key), 1, 'once');
+  },
+);

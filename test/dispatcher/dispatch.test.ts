@@ -19,11 +19,27 @@ t.test('happy path: the provider receives exactly the stored arguments and the e
   t.equal(e.provider.effectsFor(r.effect_key), 1);
   const auth = e.authorizer.requests();
   t.equal(auth.length, 1);
-  t.match(auth[0], { request: { operation_id: r.operation_id, effect_key: r.effect_key, approval_id: 'approval-1', policy_version: 'policy-1' } });
-  const ev = await e.pool.query('SELECT decision_sha256, args_sha256 FROM actionledger.authorization_evidence WHERE operation_id = $1', [r.operation_id]);
+  t.match(auth[0], {
+    request: {
+      operation_id: r.operation_id,
+      effect_key: r.effect_key,
+      approval_id: 'approval-1',
+      policy_version: 'policy-1',
+    },
+  });
+  const ev = await e.pool.query(
+    'SELECT decision_sha256, args_sha256 FROM actionledger.authorization_evidence WHERE operation_id = $1',
+    [r.operation_id],
+  );
   t.equal(ev.rowCount, 1, 'evidence recorded before the call');
-  const hist = await e.pool.query('SELECT from_status, to_status FROM actionledger.operation_history WHERE operation_id = $1 ORDER BY id', [r.operation_id]);
-  t.same(hist.rows.map((h: { to_status: string }) => h.to_status), ['pending', 'executing', 'succeeded']);
+  const hist = await e.pool.query(
+    'SELECT from_status, to_status FROM actionledger.operation_history WHERE operation_id = $1 ORDER BY id',
+    [r.operation_id],
+  );
+  t.same(
+    hist.rows.map((h: { to_status: string }) => h.to_status),
+    ['pending', 'executing', 'succeeded'],
+  );
   const result = done.result_json as Record<string, unknown>;
   t.notOk(JSON.stringify(result).includes(PROVIDER_TOKEN), 'no credential stored');
   t.match(result, { http_status: 201, body_sha256: /^[0-9a-f]{64}$/ });
@@ -65,9 +81,7 @@ t.test('mTLS defect: an authorizer with a server certificate from another CA', a
   const port = Number(new URL(e.authorizer.authorizeUrl).port);
   await e.authorizer.stop();
   const ownCa = (await import('node:fs')).readFileSync(`${e.dir}/ca.crt`, 'utf8');
-  const cases = [
-    ['foreign CA', { cert: foreign.cert, key: foreign.key, ca: ownCa }],
-  ] as const;
+  const cases = [['foreign CA', { cert: foreign.cert, key: foreign.key, ca: ownCa }]] as const;
   for (const [name, tls] of cases) {
     const bad = new SandboxAuthorizer({ tls, port });
     await bad.start();

@@ -4,7 +4,10 @@ import { BIN } from '../helpers/cli.js';
 import { ctx, dispatchEnv, settled } from '../helpers/fleet.js';
 
 function worker(env: NodeJS.ProcessEnv, concurrency: number): ChildProcess {
-  return spawn(process.execPath, [BIN, 'dispatcher', '--concurrency', String(concurrency)], { env: { PATH: process.env.PATH, ...env }, stdio: ['ignore', 'ignore', 'pipe'] });
+  return spawn(process.execPath, [BIN, 'dispatcher', '--concurrency', String(concurrency)], {
+    env: { PATH: process.env.PATH, ...env },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
 }
 
 async function stopAll(children: ChildProcess[]): Promise<(number | null)[]> {
@@ -25,12 +28,24 @@ t.test('8 worker processes, 2,000 operations: every effect key reaches the provi
   const e = await dispatchEnv(t, { provider_http_timeout_seconds: 30, authorization_http_timeout_seconds: 30 });
   const reservations = [];
   for (let i = 0; i < 2000; i += 100) {
-    reservations.push(...(await Promise.all(Array.from({ length: 100 }, (_, j) => e.ledger.reserve(ctx(`step-${i + j}`), 'issue_refund', { order_id: `o-${i + j}`, amount: 1 + j, currency: 'EUR' })))));
+    reservations.push(
+      ...(await Promise.all(
+        Array.from({ length: 100 }, (_, j) =>
+          e.ledger.reserve(ctx(`step-${i + j}`), 'issue_refund', {
+            order_id: `o-${i + j}`,
+            amount: 1 + j,
+            currency: 'EUR',
+          }),
+        ),
+      )),
+    );
   }
   const children = Array.from({ length: 8 }, () => worker(e.env, 4));
   const deadline = Date.now() + 120_000;
   for (;;) {
-    const { rows } = await e.pool.query(`SELECT count(*)::int AS n FROM actionledger.operations WHERE status IN ('pending', 'executing')`);
+    const { rows } = await e.pool.query(
+      `SELECT count(*)::int AS n FROM actionledger.operations WHERE status IN ('pending', 'executing')`,
+    );
     if ((rows[0] as { n: number }).n === 0 || Date.now() > deadline) break;
     await new Promise((r) => setTimeout(r, 200));
   }
@@ -53,14 +68,21 @@ t.test('a worker SIGKILLed mid-dispatch: its row stays executing and no other wo
   e.provider.inject({ kind: 'timeout' }, { when: (k) => k === r.effect_key, times: Infinity });
   const first = worker(e.env, 2);
   const deadline = Date.now() + 30_000;
-  while (e.provider.requestsFor(r.effect_key) === 0 && Date.now() < deadline) await new Promise((res) => setTimeout(res, 50));
+  while (e.provider.requestsFor(r.effect_key) === 0 && Date.now() < deadline)
+    await new Promise((res) => setTimeout(res, 50));
   t.equal(e.provider.requestsFor(r.effect_key), 1, 'the request reached the provider');
   first.kill('SIGKILL');
   await new Promise((res) => first.once('exit', res));
   const second = worker(e.env, 2);
   const other = await e.ledger.reserve(ctx('after'), 'issue_refund', { order_id: 'o-a', amount: 6, currency: 'EUR' });
-  t.equal((await settled(e.pool, other.operation_id)).status, 'succeeded', 'the second worker is running and dispatching');
-  const { rows } = await e.pool.query('SELECT status FROM actionledger.operations WHERE operation_id = $1', [r.operation_id]);
+  t.equal(
+    (await settled(e.pool, other.operation_id)).status,
+    'succeeded',
+    'the second worker is running and dispatching',
+  );
+  const { rows } = await e.pool.query('SELECT status FROM actionledger.operations WHERE operation_id = $1', [
+    r.operation_id,
+  ]);
   t.equal((rows[0] as { status: string }).status, 'executing', 'left executing for the reconciler');
   t.equal(e.provider.requestsFor(r.effect_key), 1, 'never dispatched again');
   await stopAll([second]);
@@ -70,7 +92,10 @@ t.test('an unsigned or altered profile refuses to start', async (t) => {
   const { writeFileSync, readFileSync } = await import('node:fs');
   const e = await dispatchEnv(t);
   const path = `${e.dir}/profile.json`;
-  writeFileSync(path, readFileSync(path, 'utf8').replace('"maximum_clock_skew_seconds":2', '"maximum_clock_skew_seconds":3'));
+  writeFileSync(
+    path,
+    readFileSync(path, 'utf8').replace('"maximum_clock_skew_seconds":2', '"maximum_clock_skew_seconds":3'),
+  );
   const child = worker(e.env, 1);
   let err = '';
   child.stderr?.on('data', (c: Buffer) => (err += c.toString()));
@@ -79,5 +104,9 @@ t.test('an unsigned or altered profile refuses to start', async (t) => {
   const code = await new Promise<number | null>((res) => child.once('exit', res));
   t.equal(code, 1, 'refused to start');
   const tls = worker({ ...e.env, NODE_TLS_REJECT_UNAUTHORIZED: '0' }, 1);
-  t.equal(await new Promise<number | null>((res) => tls.once('exit', res)), 1, 'NODE_TLS_REJECT_UNAUTHORIZED=0 refuses to start');
+  t.equal(
+    await new Promise<number | null>((res) => tls.once('exit', res)),
+    1,
+    'NODE_TLS_REJECT_UNAUTHORIZED=0 refuses to start',
+  );
 });

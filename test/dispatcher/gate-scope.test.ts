@@ -22,11 +22,15 @@ function provider(): { call: (body: string) => Promise<string>; sent: string[]; 
 t.test('inside the scope the call goes through; outside it is refused and counted', async (t) => {
   const p = provider();
   t.equal(await runGated(() => p.call('a')), 'receipt-a');
-  t.equal(await runGated(async () => {
-    await delay(5);
-    await Promise.resolve();
-    return p.call('b');
-  }), 'receipt-b', 'awaited async work inside the scope is allowed');
+  t.equal(
+    await runGated(async () => {
+      await delay(5);
+      await Promise.resolve();
+      return p.call('b');
+    }),
+    'receipt-b',
+    'awaited async work inside the scope is allowed',
+  );
   const err = await p.call('c').catch((e: unknown) => e);
   t.ok(isActionLedgerError(err, 'ungated_external_write'), 'outside: ungated_external_write');
   t.match((err as { details: unknown }).details, { scope: 'none' });
@@ -38,9 +42,12 @@ t.test('inside the scope the call goes through; outside it is refused and counte
 });
 
 t.test('a throwing counter callback does not replace the refusal', async (t) => {
-  const call = gate(async () => 'x', () => {
-    throw new Error('metrics down');
-  });
+  const call = gate(
+    async () => 'x',
+    () => {
+      throw new Error('metrics down');
+    },
+  );
   const err = await call().catch((e: unknown) => e);
   t.ok(isActionLedgerError(err, 'ungated_external_write'));
 });
@@ -116,7 +123,9 @@ t.test('nested scopes: the inner closing leaves the outer open, and an inner lef
   let innerLeftover: Promise<unknown> | undefined;
   await runGated(async () => {
     await runGated(() => {
-      innerLeftover = delay(20).then(() => p.call('inner-late')).catch((e: unknown) => e);
+      innerLeftover = delay(20)
+        .then(() => p.call('inner-late'))
+        .catch((e: unknown) => e);
     });
     t.ok(isGated(), 'outer still open after inner closed');
     await delay(40);
@@ -131,7 +140,9 @@ t.test('a scope closes when its function throws', async (t) => {
   const p = provider();
   await t.rejects(
     runGated(() => {
-      leftover = delay(10).then(() => p.call('x')).catch((e: unknown) => e);
+      leftover = delay(10)
+        .then(() => p.call('x'))
+        .catch((e: unknown) => e);
       throw new Error('boom');
     }),
     { message: 'boom' },

@@ -1,7 +1,13 @@
 import { createHash } from 'node:crypto';
 import { createServer, type Socket } from 'node:net';
 import t, { type Test } from 'tap';
-import { assertTlsVerificationEnabled, createMtlsAgent, getJson, postJson, type HttpOutcome } from '../../dispatcher/http-client.js';
+import {
+  assertTlsVerificationEnabled,
+  createMtlsAgent,
+  getJson,
+  postJson,
+  type HttpOutcome,
+} from '../../dispatcher/http-client.js';
 import { SandboxProvider } from '../../sandbox/provider.js';
 import { startProvider, testAgent, testPki } from '../helpers/sandbox.js';
 
@@ -14,9 +20,16 @@ const call = (key: string, extra: Record<string, string> = {}) => ({
   maxBytes: 64 * 1024,
 });
 
-function expectKind<K extends HttpOutcome['kind']>(t: Test, out: HttpOutcome, kind: K): Extract<HttpOutcome, { kind: K }> {
+function expectKind<K extends HttpOutcome['kind']>(
+  t: Test,
+  out: HttpOutcome,
+  kind: K,
+): Extract<HttpOutcome, { kind: K }> {
   t.equal(out.kind, kind, `outcome kind (${out.kind}/${'code' in out ? out.code : ''})`);
-  if (out.kind !== kind) throw new Error(`expected ${kind}, got ${JSON.stringify({ ...out, cause: String(('cause' in out && out.cause) || '') })}`);
+  if (out.kind !== kind)
+    throw new Error(
+      `expected ${kind}, got ${JSON.stringify({ ...out, cause: String(('cause' in out && out.cause) || '') })}`,
+    );
   return out as Extract<HttpOutcome, { kind: K }>;
 }
 
@@ -66,7 +79,11 @@ t.test('the server refuses a client without a certificate or with one from anoth
 t.test('the client refuses a server certificate it cannot trust for the host: not sent', async (t) => {
   const p = await testPki();
   const cases = [
-    ['server certificate from another CA', p.otherServer, ['SELF_SIGNED_CERT_IN_CHAIN', 'UNABLE_TO_VERIFY_LEAF_SIGNATURE', 'UNABLE_TO_GET_ISSUER_CERT_LOCALLY']],
+    [
+      'server certificate from another CA',
+      p.otherServer,
+      ['SELF_SIGNED_CERT_IN_CHAIN', 'UNABLE_TO_VERIFY_LEAF_SIGNATURE', 'UNABLE_TO_GET_ISSUER_CERT_LOCALLY'],
+    ],
     ['wrong host name', p.wrongHostServer, ['ERR_TLS_CERT_ALTNAME_INVALID']],
     ['expired server certificate', p.expiredServer, ['CERT_HAS_EXPIRED']],
   ] as const;
@@ -102,7 +119,11 @@ t.test('a peer that accepts TCP but never completes TLS: not sent / connect_time
   });
   const port = (silent.address() as { port: number }).port;
   const agent = await testAgent(t, { connectTimeoutMs: 100 });
-  const out = expectKind(t, await postJson(agent, `https://localhost:${port}/v1/refunds`, { ...call('k'), timeoutMs: 1_000 }), 'not_sent');
+  const out = expectKind(
+    t,
+    await postJson(agent, `https://localhost:${port}/v1/refunds`, { ...call('k'), timeoutMs: 1_000 }),
+    'not_sent',
+  );
   t.equal(out.code, 'connect_timeout');
   t.equal(out.errorCode, 'UND_ERR_CONNECT_TIMEOUT');
 });
@@ -136,7 +157,11 @@ t.test('no answer, half headers, slow drip: unknown / timeout within the bound',
     t.equal(out.code, 'timeout', fault.kind);
     t.ok(Date.now() - started < 3_000, `${fault.kind}: returned promptly`);
     // On a loaded machine the request may not even have arrived in time; when it did, the fault decided the effect.
-    t.equal(provider.effectsFor(key), commits ? provider.requestsFor(key) : 0, `${fault.kind}: effects as the fault says`);
+    t.equal(
+      provider.effectsFor(key),
+      commits ? provider.requestsFor(key) : 0,
+      `${fault.kind}: effects as the fault says`,
+    );
   }
 });
 
@@ -163,12 +188,20 @@ t.test('oversized bodies: unknown / oversized, by Content-Length and by counting
   const agent = await testAgent(t);
   for (const chunked of [false, true]) {
     provider.inject({ kind: 'oversized', bytes: 2 * 1024 * 1024, chunked });
-    const out = expectKind(t, await postJson(agent, provider.endpoint, { ...call(`k-${chunked}`), maxBytes: 4096 }), 'unknown');
+    const out = expectKind(
+      t,
+      await postJson(agent, provider.endpoint, { ...call(`k-${chunked}`), maxBytes: 4096 }),
+      'unknown',
+    );
     t.equal(out.code, 'oversized', chunked ? 'chunked' : 'content-length');
     t.equal(out.status, 201);
   }
   provider.inject({ kind: 'oversized', bytes: 4000 });
-  const fits = expectKind(t, await postJson(agent, provider.endpoint, { ...call('k-fits'), maxBytes: 4096 }), 'response');
+  const fits = expectKind(
+    t,
+    await postJson(agent, provider.endpoint, { ...call('k-fits'), maxBytes: 4096 }),
+    'response',
+  );
   t.equal(fits.status, 201, 'a body under the cap is read');
 });
 
@@ -216,14 +249,22 @@ t.test('caller abort: before the call nothing is sent; during it the outcome is 
   const agent = await testAgent(t);
   const pre = new AbortController();
   pre.abort();
-  const out = expectKind(t, await postJson(agent, provider.endpoint, { ...call('k-pre'), signal: pre.signal }), 'not_sent');
+  const out = expectKind(
+    t,
+    await postJson(agent, provider.endpoint, { ...call('k-pre'), signal: pre.signal }),
+    'not_sent',
+  );
   t.equal(out.code, 'aborted');
   t.equal(provider.requestsFor('k-pre'), 0);
 
   provider.inject({ kind: 'timeout' });
   const during = new AbortController();
   setTimeout(() => during.abort(), 100);
-  const mid = expectKind(t, await postJson(agent, provider.endpoint, { ...call('k-mid'), signal: during.signal }), 'unknown');
+  const mid = expectKind(
+    t,
+    await postJson(agent, provider.endpoint, { ...call('k-mid'), signal: during.signal }),
+    'unknown',
+  );
   t.equal(mid.code, 'aborted');
 });
 
@@ -237,7 +278,9 @@ t.test('requests that cannot be made are refused before any connection', async (
 });
 
 t.test('NODE_TLS_REJECT_UNAUTHORIZED=0 is refused at start-up', async (t) => {
-  t.throws(() => assertTlsVerificationEnabled({ NODE_TLS_REJECT_UNAUTHORIZED: '0' }), { code: 'tls_verification_disabled' });
+  t.throws(() => assertTlsVerificationEnabled({ NODE_TLS_REJECT_UNAUTHORIZED: '0' }), {
+    code: 'tls_verification_disabled',
+  });
   t.doesNotThrow(() => assertTlsVerificationEnabled({}));
   t.doesNotThrow(() => assertTlsVerificationEnabled({ NODE_TLS_REJECT_UNAUTHORIZED: '1' }));
 });

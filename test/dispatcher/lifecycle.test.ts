@@ -22,7 +22,11 @@ t.test('a dispatcher stopped and opened again on the same runtime dispatches aga
   t.teardown(() => second.stop(5000));
   await second.start();
   const b = await e.ledger.reserve(ctx('b'), 'issue_refund', args(2));
-  t.equal((await settled(e.pool, b.operation_id)).status, 'succeeded', 'the second dispatcher on the same runtime works');
+  t.equal(
+    (await settled(e.pool, b.operation_id)).status,
+    'succeeded',
+    'the second dispatcher on the same runtime works',
+  );
   const claims = await e.runtime.metrics.registry.getSingleMetric('actionledger_claims_total')?.get();
   t.equal(claims?.values[0]?.value, 2, 'both count on the one registered metric');
 });
@@ -33,14 +37,22 @@ t.test('start() after stop() runs the worker again', async (t) => {
   const a = await e.ledger.reserve(ctx('a'), 'issue_refund', args(1));
   t.equal((await settled(e.pool, a.operation_id)).status, 'succeeded');
   await d.stop(5000);
-  const { rows: stopped } = await e.pool.query<{ stopped: boolean }>('SELECT stopped_at IS NOT NULL AS stopped FROM actionledger.workers');
+  const { rows: stopped } = await e.pool.query<{ stopped: boolean }>(
+    'SELECT stopped_at IS NOT NULL AS stopped FROM actionledger.workers',
+  );
   t.same(stopped, [{ stopped: true }], 'marked stopped');
 
   await d.start();
-  const { rows: live } = await e.pool.query<{ stopped: boolean }>('SELECT stopped_at IS NOT NULL AS stopped FROM actionledger.workers');
+  const { rows: live } = await e.pool.query<{ stopped: boolean }>(
+    'SELECT stopped_at IS NOT NULL AS stopped FROM actionledger.workers',
+  );
   t.same(live, [{ stopped: false }], 'live again');
   const b = await e.ledger.reserve(ctx('b'), 'issue_refund', args(2));
-  t.equal((await settled(e.pool, b.operation_id)).status, 'succeeded', 'an operation reserved after the restart is dispatched');
+  t.equal(
+    (await settled(e.pool, b.operation_id)).status,
+    'succeeded',
+    'an operation reserved after the restart is dispatched',
+  );
   t.equal(e.provider.requestsFor(b.effect_key), 1);
 });
 
@@ -64,18 +76,29 @@ t.test('every concurrent stop() resolves only once the worker has stopped', asyn
   e.provider.inject({ kind: 'hangHeaders', commit: true }, { when: (key) => key === slow.effect_key });
   const d = await e.dispatcher(2);
   const deadline = Date.now() + 10_000;
-  while (e.provider.requestsFor(slow.effect_key) === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+  while (e.provider.requestsFor(slow.effect_key) === 0 && Date.now() < deadline)
+    await new Promise((r) => setTimeout(r, 10));
   t.equal(d.inFlight, 1, 'one operation in flight');
   const seen: { inFlight: number; stopped: boolean }[] = [];
   const observe = async (): Promise<void> => {
-    const { rows } = await e.pool.query<{ stopped: boolean }>('SELECT stopped_at IS NOT NULL AS stopped FROM actionledger.workers');
+    const { rows } = await e.pool.query<{ stopped: boolean }>(
+      'SELECT stopped_at IS NOT NULL AS stopped FROM actionledger.workers',
+    );
     seen.push({ inFlight: d.inFlight, stopped: rows[0]?.stopped === true });
   };
   await Promise.all([d.stop(10_000).then(observe), d.stop(10_000).then(observe), d.stop(10_000).then(observe)]);
-  t.same(seen, [
-    { inFlight: 0, stopped: true },
-    { inFlight: 0, stopped: true },
-    { inFlight: 0, stopped: true },
-  ], 'each call resolved after the in-flight operation finished and the worker was marked stopped');
-  t.equal((await settled(e.pool, slow.operation_id)).status, 'unknown', 'its outcome was recorded before the stop returned');
+  t.same(
+    seen,
+    [
+      { inFlight: 0, stopped: true },
+      { inFlight: 0, stopped: true },
+      { inFlight: 0, stopped: true },
+    ],
+    'each call resolved after the in-flight operation finished and the worker was marked stopped',
+  );
+  t.equal(
+    (await settled(e.pool, slow.operation_id)).status,
+    'unknown',
+    'its outcome was recorded before the stop returned',
+  );
 });

@@ -38,7 +38,11 @@ function bytesOf(value: unknown): Buffer {
 /** Signs with the EC key and verifies: a refusal here is about the content, never the signature. */
 function signedVerify(value: unknown): DispatchProfile {
   const profileBytes = bytesOf(value);
-  return verifyProfile({ profileBytes, signature: signProfile({ profileBytes, privateKeyPem: ec.privateKeyPem }), publicKeyPem: ec.publicKeyPem });
+  return verifyProfile({
+    profileBytes,
+    signature: signProfile({ profileBytes, privateKeyPem: ec.privateKeyPem }),
+    publicKeyPem: ec.publicKeyPem,
+  });
 }
 
 function refuses(t: Test, fn: () => unknown, pattern: RegExp, what: string): void {
@@ -52,7 +56,10 @@ function refuses(t: Test, fn: () => unknown, pattern: RegExp, what: string): voi
 }
 
 t.test('ECDSA P-256 and Ed25519 round trips give a frozen profile in milliseconds', async (t) => {
-  for (const [kind, pair, algorithm] of [['ecdsa-p256', ec, 'ecdsa-p256-sha256'], ['ed25519', ed, 'ed25519']] as const) {
+  for (const [kind, pair, algorithm] of [
+    ['ecdsa-p256', ec, 'ecdsa-p256-sha256'],
+    ['ed25519', ed, 'ed25519'],
+  ] as const) {
     const profileBytes = bytesOf(PROFILE);
     const signature = signProfile({ profileBytes, privateKeyPem: pair.privateKeyPem });
     const p = verifyProfile({ profileBytes, signature: `\n ${signature}\n`, publicKeyPem: pair.publicKeyPem });
@@ -75,16 +82,28 @@ t.test('ECDSA P-256 and Ed25519 round trips give a frozen profile in millisecond
       (p as { profileId: string }).profileId = 'x';
     });
   }
-  if (ec.privateKeyPem.includes('BEGIN PRIVATE KEY') && ec.publicKeyPem.includes('BEGIN PUBLIC KEY')) t.pass('PKCS8 / SPKI PEM');
-  t.equal(Buffer.from(signProfile({ profileBytes: bytesOf(PROFILE), privateKeyPem: ed.privateKeyPem }), 'base64').length, 64, 'raw Ed25519');
+  if (ec.privateKeyPem.includes('BEGIN PRIVATE KEY') && ec.publicKeyPem.includes('BEGIN PUBLIC KEY'))
+    t.pass('PKCS8 / SPKI PEM');
+  t.equal(
+    Buffer.from(signProfile({ profileBytes: bytesOf(PROFILE), privateKeyPem: ed.privateKeyPem }), 'base64').length,
+    64,
+    'raw Ed25519',
+  );
 });
 
 t.test('a DER ECDSA signature as cosign sign-blob writes it verifies', async (t) => {
   const profileBytes = bytesOf(PROFILE);
   const der = cryptoSign('sha256', profileBytes, { key: ec.privateKeyPem, dsaEncoding: 'der' }).toString('base64');
   t.equal(verifyProfile({ profileBytes, signature: der, publicKeyPem: ec.publicKeyPem }).profileId, PROFILE.profile_id);
-  const p1363 = cryptoSign('sha256', profileBytes, { key: ec.privateKeyPem, dsaEncoding: 'ieee-p1363' }).toString('base64');
-  refuses(t, () => verifyProfile({ profileBytes, signature: p1363, publicKeyPem: ec.publicKeyPem }), /does not verify/, 'raw r||s');
+  const p1363 = cryptoSign('sha256', profileBytes, { key: ec.privateKeyPem, dsaEncoding: 'ieee-p1363' }).toString(
+    'base64',
+  );
+  refuses(
+    t,
+    () => verifyProfile({ profileBytes, signature: p1363, publicKeyPem: ec.publicKeyPem }),
+    /does not verify/,
+    'raw r||s',
+  );
 
   const dir = mkdtempSync(join(tmpdir(), 'al-profile-openssl-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
@@ -107,23 +126,73 @@ t.test('signatures that do not match refuse', async (t) => {
     const signature = signProfile({ profileBytes, privateKeyPem: pair.privateKeyPem });
     const altered = Buffer.from(profileBytes);
     altered[altered.indexOf('30')] = '3'.charCodeAt(0) + 1; // age 30 -> 40
-    refuses(t, () => verifyProfile({ profileBytes: altered, signature, publicKeyPem: pair.publicKeyPem }), /does not verify/, 'altered byte');
+    refuses(
+      t,
+      () => verifyProfile({ profileBytes: altered, signature, publicKeyPem: pair.publicKeyPem }),
+      /does not verify/,
+      'altered byte',
+    );
     const trailing = Buffer.concat([profileBytes, Buffer.from('\n')]);
-    refuses(t, () => verifyProfile({ profileBytes: trailing, signature, publicKeyPem: pair.publicKeyPem }), /does not verify/, 'appended newline');
+    refuses(
+      t,
+      () => verifyProfile({ profileBytes: trailing, signature, publicKeyPem: pair.publicKeyPem }),
+      /does not verify/,
+      'appended newline',
+    );
   }
   const other = generateProfileKeyPair('ecdsa-p256');
   const byOther = signProfile({ profileBytes, privateKeyPem: other.privateKeyPem });
-  refuses(t, () => verifyProfile({ profileBytes, signature: byOther, publicKeyPem: ec.publicKeyPem }), /does not verify/, 'another EC key');
+  refuses(
+    t,
+    () => verifyProfile({ profileBytes, signature: byOther, publicKeyPem: ec.publicKeyPem }),
+    /does not verify/,
+    'another EC key',
+  );
   const otherEd = generateProfileKeyPair('ed25519');
   const byOtherEd = signProfile({ profileBytes, privateKeyPem: otherEd.privateKeyPem });
-  refuses(t, () => verifyProfile({ profileBytes, signature: byOtherEd, publicKeyPem: ed.publicKeyPem }), /does not verify/, 'another Ed25519 key');
-  refuses(t, () => verifyProfile({ profileBytes, signature: byOtherEd, publicKeyPem: ec.publicKeyPem }), /does not verify/, 'Ed25519 signature, EC key');
-  refuses(t, () => verifyProfile({ profileBytes, signature: '', publicKeyPem: ec.publicKeyPem }), /empty/, 'empty signature');
-  refuses(t, () => verifyProfile({ profileBytes, signature: 'not base64!!', publicKeyPem: ec.publicKeyPem }), /base64/, 'junk signature');
-  refuses(t, () => verifyProfile({ profileBytes, signature: '{"base64Signature":"x"}', publicKeyPem: ec.publicKeyPem }), /bundle/, 'cosign bundle');
+  refuses(
+    t,
+    () => verifyProfile({ profileBytes, signature: byOtherEd, publicKeyPem: ed.publicKeyPem }),
+    /does not verify/,
+    'another Ed25519 key',
+  );
+  refuses(
+    t,
+    () => verifyProfile({ profileBytes, signature: byOtherEd, publicKeyPem: ec.publicKeyPem }),
+    /does not verify/,
+    'Ed25519 signature, EC key',
+  );
+  refuses(
+    t,
+    () => verifyProfile({ profileBytes, signature: '', publicKeyPem: ec.publicKeyPem }),
+    /empty/,
+    'empty signature',
+  );
+  refuses(
+    t,
+    () => verifyProfile({ profileBytes, signature: 'not base64!!', publicKeyPem: ec.publicKeyPem }),
+    /base64/,
+    'junk signature',
+  );
+  refuses(
+    t,
+    () => verifyProfile({ profileBytes, signature: '{"base64Signature":"x"}', publicKeyPem: ec.publicKeyPem }),
+    /bundle/,
+    'cosign bundle',
+  );
   const good = signProfile({ profileBytes, privateKeyPem: ec.privateKeyPem });
-  refuses(t, () => verifyProfile({ profileBytes, signature: good, publicKeyPem: ec.privateKeyPem }), /PUBLIC KEY/, 'private key as public key');
-  refuses(t, () => verifyProfile({ profileBytes, signature: good, publicKeyPem: 'nonsense' }), /PUBLIC KEY/, 'not a PEM');
+  refuses(
+    t,
+    () => verifyProfile({ profileBytes, signature: good, publicKeyPem: ec.privateKeyPem }),
+    /PUBLIC KEY/,
+    'private key as public key',
+  );
+  refuses(
+    t,
+    () => verifyProfile({ profileBytes, signature: good, publicKeyPem: 'nonsense' }),
+    /PUBLIC KEY/,
+    'not a PEM',
+  );
 });
 
 t.test('RSA and P-384 keys refuse, for verifying and for signing', async (t) => {
@@ -136,32 +205,104 @@ t.test('RSA and P-384 keys refuse, for verifying and for signing', async (t) => 
   const p384 = pem(generateKeyPairSync('ec', { namedCurve: 'secp384r1' }));
   const rsaSig = cryptoSign('sha256', profileBytes, rsa.privateKey).toString('base64');
   const p384Sig = cryptoSign('sha256', profileBytes, { key: p384.privateKey, dsaEncoding: 'der' }).toString('base64');
-  refuses(t, () => verifyProfile({ profileBytes, signature: rsaSig, publicKeyPem: rsa.publicKey }), /unsupported key type rsa/, 'RSA');
-  refuses(t, () => verifyProfile({ profileBytes, signature: p384Sig, publicKeyPem: p384.publicKey }), /unsupported EC curve secp384r1/, 'P-384');
-  refuses(t, () => signProfile({ profileBytes, privateKeyPem: rsa.privateKey }), /unsupported key type rsa/, 'signing with RSA');
-  refuses(t, () => signProfile({ profileBytes, privateKeyPem: p384.privateKey }), /unsupported EC curve/, 'signing with P-384');
+  refuses(
+    t,
+    () => verifyProfile({ profileBytes, signature: rsaSig, publicKeyPem: rsa.publicKey }),
+    /unsupported key type rsa/,
+    'RSA',
+  );
+  refuses(
+    t,
+    () => verifyProfile({ profileBytes, signature: p384Sig, publicKeyPem: p384.publicKey }),
+    /unsupported EC curve secp384r1/,
+    'P-384',
+  );
+  refuses(
+    t,
+    () => signProfile({ profileBytes, privateKeyPem: rsa.privateKey }),
+    /unsupported key type rsa/,
+    'signing with RSA',
+  );
+  refuses(
+    t,
+    () => signProfile({ profileBytes, privateKeyPem: p384.privateKey }),
+    /unsupported EC curve/,
+    'signing with P-384',
+  );
 });
 
 t.test('content problems refuse after a valid signature', async (t) => {
-  const without = (k: string): Record<string, unknown> => Object.fromEntries(Object.entries(PROFILE).filter(([f]) => f !== k));
-  refuses(t, () => signedVerify(without('maximum_clock_skew_seconds')), /missing maximum_clock_skew_seconds/, 'missing field');
+  const without = (k: string): Record<string, unknown> =>
+    Object.fromEntries(Object.entries(PROFILE).filter(([f]) => f !== k));
+  refuses(
+    t,
+    () => signedVerify(without('maximum_clock_skew_seconds')),
+    /missing maximum_clock_skew_seconds/,
+    'missing field',
+  );
   refuses(t, () => signedVerify({ ...PROFILE, verify_tls: false }), /unexpected verify_tls/, 'extra field');
   const text = JSON.stringify(PROFILE).replace('{', '{"maximum_authorization_age_seconds":86400,');
   refuses(t, () => signedVerify(text), /duplicate key/, 'duplicate key');
   refuses(t, () => signedVerify(JSON.stringify(PROFILE).replace('{', '{"__proto__":{},')), /__proto__/, '__proto__');
-  refuses(t, () => signedVerify(JSON.stringify(PROFILE).replace('"maximum_clock_skew_seconds":5', '"maximum_clock_skew_seconds":1e400')), /out of range/, 'non-finite bound');
-  refuses(t, () => signedVerify(JSON.stringify(PROFILE).replace('"provider_http_timeout_seconds":10', '"provider_http_timeout_seconds":NaN')), /not strict JSON/, 'NaN literal');
+  refuses(
+    t,
+    () =>
+      signedVerify(
+        JSON.stringify(PROFILE).replace('"maximum_clock_skew_seconds":5', '"maximum_clock_skew_seconds":1e400'),
+      ),
+    /out of range/,
+    'non-finite bound',
+  );
+  refuses(
+    t,
+    () =>
+      signedVerify(
+        JSON.stringify(PROFILE).replace('"provider_http_timeout_seconds":10', '"provider_http_timeout_seconds":NaN'),
+      ),
+    /not strict JSON/,
+    'NaN literal',
+  );
   refuses(t, () => signedVerify([PROFILE]), /root must be an object/, 'array root');
-  refuses(t, () => signedVerify({ ...PROFILE, maximum_authorization_age_seconds: -1 }), /must be positive/, 'negative age');
+  refuses(
+    t,
+    () => signedVerify({ ...PROFILE, maximum_authorization_age_seconds: -1 }),
+    /must be positive/,
+    'negative age',
+  );
   refuses(t, () => signedVerify({ ...PROFILE, maximum_authorization_ttl_seconds: 0 }), /must be positive/, 'zero TTL');
   refuses(t, () => signedVerify({ ...PROFILE, maximum_clock_skew_seconds: -0.5 }), /at least 0/, 'negative skew');
-  refuses(t, () => signedVerify({ ...PROFILE, maximum_authorization_age_seconds: 86401 }), /at most 86400/, 'age above a day');
-  refuses(t, () => signedVerify({ ...PROFILE, provider_http_timeout_seconds: 301 }), /at most 300/, 'timeout above 300 s');
+  refuses(
+    t,
+    () => signedVerify({ ...PROFILE, maximum_authorization_age_seconds: 86401 }),
+    /at most 86400/,
+    'age above a day',
+  );
+  refuses(
+    t,
+    () => signedVerify({ ...PROFILE, provider_http_timeout_seconds: 301 }),
+    /at most 300/,
+    'timeout above 300 s',
+  );
   refuses(t, () => signedVerify({ ...PROFILE, provider_http_timeout_seconds: '10' }), /finite number/, 'string bound');
-  refuses(t, () => signedVerify({ ...PROFILE, authorization_http_timeout_seconds: true }), /finite number/, 'boolean bound');
-  refuses(t, () => signedVerify({ ...PROFILE, provider_response_max_bytes: 1.5 }), /positive integer/, 'fractional cap');
+  refuses(
+    t,
+    () => signedVerify({ ...PROFILE, authorization_http_timeout_seconds: true }),
+    /finite number/,
+    'boolean bound',
+  );
+  refuses(
+    t,
+    () => signedVerify({ ...PROFILE, provider_response_max_bytes: 1.5 }),
+    /positive integer/,
+    'fractional cap',
+  );
   refuses(t, () => signedVerify({ ...PROFILE, provider_response_max_bytes: 0 }), /positive integer/, 'zero cap');
-  refuses(t, () => signedVerify({ ...PROFILE, authorization_response_max_bytes: 64 * 1024 * 1024 + 1 }), /at most 67108864/, 'cap above 64 MiB');
+  refuses(
+    t,
+    () => signedVerify({ ...PROFILE, authorization_response_max_bytes: 64 * 1024 * 1024 + 1 }),
+    /at most 67108864/,
+    'cap above 64 MiB',
+  );
   refuses(t, () => signedVerify({ ...PROFILE, profile_id: '' }), /profile_id/, 'empty profile id');
   refuses(t, () => signedVerify({ ...PROFILE, profile_id: 7 }), /profile_id/, 'numeric profile id');
   for (const [url, why] of [
@@ -174,9 +315,18 @@ t.test('content problems refuse after a valid signature', async (t) => {
   ] as const) {
     refuses(t, () => signedVerify({ ...PROFILE, authorization_url: url }), why, url);
   }
-  t.equal(signedVerify({ ...PROFILE, authorization_url: 'https://authz.internal.example:8443/v1/decide' }).authorizationUrl, 'https://authz.internal.example:8443/v1/decide', 'a non-default port is canonical');
+  t.equal(
+    signedVerify({ ...PROFILE, authorization_url: 'https://authz.internal.example:8443/v1/decide' }).authorizationUrl,
+    'https://authz.internal.example:8443/v1/decide',
+    'a non-default port is canonical',
+  );
   t.equal(signedVerify({ ...PROFILE, maximum_clock_skew_seconds: 0 }).maximumClockSkewMs, 0, 'zero skew is accepted');
-  refuses(t, () => signedVerify(Buffer.concat([Buffer.from('{"profile_id":"'), Buffer.from([0xff]), Buffer.from('"}')])), /UTF-8/, 'not UTF-8');
+  refuses(
+    t,
+    () => signedVerify(Buffer.concat([Buffer.from('{"profile_id":"'), Buffer.from([0xff]), Buffer.from('"}')])),
+    /UTF-8/,
+    'not UTF-8',
+  );
 });
 
 t.test('loadVerifiedProfile reads the three files and refuses a missing one', async (t) => {
@@ -186,7 +336,11 @@ t.test('loadVerifiedProfile reads the three files and refuses a missing one', as
   writeFileSync(join(dir, 'profile.json'), profileBytes);
   writeFileSync(join(dir, 'profile.sig'), signProfile({ profileBytes, privateKeyPem: ed.privateKeyPem }) + '\n');
   writeFileSync(join(dir, 'key.pub'), ed.publicKeyPem);
-  const paths = { profilePath: join(dir, 'profile.json'), signaturePath: join(dir, 'profile.sig'), publicKeyPath: join(dir, 'key.pub') };
+  const paths = {
+    profilePath: join(dir, 'profile.json'),
+    signaturePath: join(dir, 'profile.sig'),
+    publicKeyPath: join(dir, 'key.pub'),
+  };
   const p = await loadVerifiedProfile(paths);
   t.equal(p.profileId, PROFILE.profile_id);
   const err = await loadVerifiedProfile({ ...paths, signaturePath: join(dir, 'nope.sig') }).catch((e: unknown) => e);
@@ -224,14 +378,25 @@ t.test('the profile CLI round trips as a child process', async (t) => {
     t.equal(toStdout.code, 0);
     t.match(toStdout.out, /^[A-Za-z0-9+/]+=*\n$/, 'without --out the signature goes to stdout');
 
-    const v = run('verify', '--profile', profilePath, '--signature', sigPath, '--key', join(keys, 'profile-signing.pub'));
+    const v = run(
+      'verify',
+      '--profile',
+      profilePath,
+      '--signature',
+      sigPath,
+      '--key',
+      join(keys, 'profile-signing.pub'),
+    );
     t.equal(v.code, 0, `verify: ${v.err}`);
     const ok = JSON.parse(v.out) as Record<string, unknown>;
     t.same(Object.keys(ok).sort(), ['ok', 'profile_id', 'sha256']);
     t.match(ok, { ok: true, profile_id: PROFILE.profile_id, sha256: /^[0-9a-f]{64}$/ });
 
     const altered = join(dir, `${kind}-altered.json`);
-    writeFileSync(altered, readFileSync(profilePath, 'utf8').replace('"maximum_clock_skew_seconds": 5', '"maximum_clock_skew_seconds": 50'));
+    writeFileSync(
+      altered,
+      readFileSync(profilePath, 'utf8').replace('"maximum_clock_skew_seconds": 5', '"maximum_clock_skew_seconds": 50'),
+    );
     const bad = run('verify', '--profile', altered, '--signature', sigPath, '--key', join(keys, 'profile-signing.pub'));
     t.equal(bad.code, 1, 'altered profile exits 1');
     t.match(JSON.parse(bad.out), { ok: false, error: 'profile_invalid', message: /does not verify/ });
@@ -239,7 +404,15 @@ t.test('the profile CLI round trips as a child process', async (t) => {
 
   const invalidProfile = join(dir, 'invalid.json');
   writeFileSync(invalidProfile, bytesOf({ ...PROFILE, extra: 1 }));
-  const refused = run('sign', '--profile', invalidProfile, '--key', join(dir, 'ed25519', 'profile-signing.key'), '--out', join(dir, 'x.sig'));
+  const refused = run(
+    'sign',
+    '--profile',
+    invalidProfile,
+    '--key',
+    join(dir, 'ed25519', 'profile-signing.key'),
+    '--out',
+    join(dir, 'x.sig'),
+  );
   t.equal(refused.code, 1, 'sign refuses a profile the dispatcher would refuse');
   t.match(JSON.parse(refused.out), { ok: false, error: 'profile_invalid', message: /unexpected extra/ });
 

@@ -13,17 +13,34 @@ t.test('show, approve with the displayed hash, reject, kill switch engage / list
   const dir = mkdtempSync(join(tmpdir(), 'al-gate-cli-'));
   const cfg = join(dir, 'config.json');
   writeFileSync(cfg, JSON.stringify({ tools: gateRoutes(), gate: gateSection(over) }));
-  const env = { DATABASE_URL: url, ACTIONLEDGER_CONFIG: cfg, ACTIONLEDGER_EFFECT_KEY_SECRET: TEST_SECRET, LOG_LEVEL: 'silent' };
+  const env = {
+    DATABASE_URL: url,
+    ACTIONLEDGER_CONFIG: cfg,
+    ACTIONLEDGER_EFFECT_KEY_SECRET: TEST_SECRET,
+    LOG_LEVEL: 'silent',
+  };
   const who = ['--tenant', 'tenant-a', '--approver', 'supervisor-7', '--role', 'supervisor'];
 
-  const a = await gate.call(gctx({ workflow_step_id: 'big-1' }), 'issue_refund', { order_id: 'O-1', amount: 450, currency: 'GBP' });
-  const b = await gate.call(gctx({ workflow_step_id: 'big-2', conversation_id: 'conv-2' }), 'issue_refund', { order_id: 'O-2', amount: 600, currency: 'GBP' });
+  const a = await gate.call(gctx({ workflow_step_id: 'big-1' }), 'issue_refund', {
+    order_id: 'O-1',
+    amount: 450,
+    currency: 'GBP',
+  });
+  const b = await gate.call(gctx({ workflow_step_id: 'big-2', conversation_id: 'conv-2' }), 'issue_refund', {
+    order_id: 'O-2',
+    amount: 600,
+    currency: 'GBP',
+  });
   t.match(a, { ok: true }, 'under the threshold: reserved');
   const id = !b.ok ? (b.request_id ?? '') : '';
   const shown = await runCli(['gate', 'show', id, '--tenant', 'tenant-a'], env);
   t.equal(shown.code, 0, shown.stdout + shown.stderr);
   const view = lastJson(shown.stdout) as { envelope_sha256: string; envelope: { arguments: unknown } };
-  t.same(view.envelope.arguments, { order_id: 'O-2', amount: 600, currency: 'GBP' }, 'the person sees the real arguments');
+  t.same(
+    view.envelope.arguments,
+    { order_id: 'O-2', amount: 600, currency: 'GBP' },
+    'the person sees the real arguments',
+  );
 
   const wrong = await runCli(['gate', 'approve', id, '--hash', 'f'.repeat(64), ...who], env);
   t.equal(wrong.code, 1);
@@ -33,22 +50,98 @@ t.test('show, approve with the displayed hash, reject, kill switch engage / list
   t.match(lastJson(ok.stdout), { ok: true, status: 'reserved', request_id: id });
   t.equal(await count(pool, 'actionledger.operations'), 2);
 
-  const c = await gate.call(gctx({ workflow_step_id: 'big-3', conversation_id: 'conv-3' }), 'issue_refund', { order_id: 'O-3', amount: 700, currency: 'GBP' });
-  const rejected = await runCli(['gate', 'reject', !c.ok ? (c.request_id ?? '') : '', '--reason', 'duplicate request', ...who], env);
+  const c = await gate.call(gctx({ workflow_step_id: 'big-3', conversation_id: 'conv-3' }), 'issue_refund', {
+    order_id: 'O-3',
+    amount: 700,
+    currency: 'GBP',
+  });
+  const rejected = await runCli(
+    ['gate', 'reject', !c.ok ? (c.request_id ?? '') : '', '--reason', 'duplicate request', ...who],
+    env,
+  );
   t.match(lastJson(rejected.stdout), { ok: true, status: 'rejected' });
-  t.equal((await pool.query('SELECT status, reason FROM actionledger.gate_approvals WHERE approval_id = $1', [!c.ok ? c.request_id : ''])).rows[0]?.reason, 'duplicate request');
+  t.equal(
+    (
+      await pool.query('SELECT status, reason FROM actionledger.gate_approvals WHERE approval_id = $1', [
+        !c.ok ? c.request_id : '',
+      ])
+    ).rows[0]?.reason,
+    'duplicate request',
+  );
 
-  const engage = await runCli(['gate', 'kill-switch', 'engage', '--tenant', 'tenant-a', '--tool', '*', '--actor', 'oncall', '--reason', 'incident 7'], env);
+  const engage = await runCli(
+    [
+      'gate',
+      'kill-switch',
+      'engage',
+      '--tenant',
+      'tenant-a',
+      '--tool',
+      '*',
+      '--actor',
+      'oncall',
+      '--reason',
+      'incident 7',
+    ],
+    env,
+  );
   t.equal(engage.code, 0, engage.stderr);
-  t.match(await gate.call(gctx({ workflow_step_id: 'x' }), 'transfer_funds', { to_account: 'ACC0000000002', amount: 1 }), { ok: false, error: 'tool_disabled' });
-  t.match(lastJson((await runCli(['gate', 'kill-switch', 'list', '--json'], env)).stdout), { ok: true, kill_switches: [{ tenant_id: 'tenant-a', tool_name: '*', reason: 'incident 7' }] });
-  t.equal((await runCli(['gate', 'kill-switch', 'lift', '--tenant', 'tenant-a', '--tool', '*', '--actor', 'oncall'], env)).code, 0);
-  t.match(await gate.call(gctx({ workflow_step_id: 'x' }), 'transfer_funds', { to_account: 'ACC0000000002', amount: 1 }), { ok: true });
+  t.match(
+    await gate.call(gctx({ workflow_step_id: 'x' }), 'transfer_funds', { to_account: 'ACC0000000002', amount: 1 }),
+    { ok: false, error: 'tool_disabled' },
+  );
+  t.match(lastJson((await runCli(['gate', 'kill-switch', 'list', '--json'], env)).stdout), {
+    ok: true,
+    kill_switches: [{ tenant_id: 'tenant-a', tool_name: '*', reason: 'incident 7' }],
+  });
+  t.equal(
+    (await runCli(['gate', 'kill-switch', 'lift', '--tenant', 'tenant-a', '--tool', '*', '--actor', 'oncall'], env))
+      .code,
+    0,
+  );
+  t.match(
+    await gate.call(gctx({ workflow_step_id: 'x' }), 'transfer_funds', { to_account: 'ACC0000000002', amount: 1 }),
+    { ok: true },
+  );
 
-  t.equal((await runCli(['gate', 'revoke-role', '--tenant', 'tenant-a', '--principal', 'agent-1', '--role', 'agent', '--actor', 'security'], env)).code, 0);
-  t.match(await gate.call(gctx({ workflow_step_id: 'y' }), 'transfer_funds', { to_account: 'ACC0000000002', amount: 1 }), { ok: false, error: 'permission_denied' });
+  t.equal(
+    (
+      await runCli(
+        [
+          'gate',
+          'revoke-role',
+          '--tenant',
+          'tenant-a',
+          '--principal',
+          'agent-1',
+          '--role',
+          'agent',
+          '--actor',
+          'security',
+        ],
+        env,
+      )
+    ).code,
+    0,
+  );
+  t.match(
+    await gate.call(gctx({ workflow_step_id: 'y' }), 'transfer_funds', { to_account: 'ACC0000000002', amount: 1 }),
+    { ok: false, error: 'permission_denied' },
+  );
   t.equal((await runCli(['gate', 'approve', id], env)).code, 2, 'usage error without the hash and identity');
-  t.same((await pool.query("SELECT action, outcome FROM actionledger.gate_audit WHERE action IN ('approve','reject','kill_switch','role') ORDER BY id")).rows.map((r) => `${r.action}:${r.outcome}`), [
-    'approve:approval_hash_mismatch', 'approve:approved', 'reject:rejected', 'kill_switch:engaged', 'kill_switch:lifted', 'role:revoked',
-  ]);
+  t.same(
+    (
+      await pool.query(
+        "SELECT action, outcome FROM actionledger.gate_audit WHERE action IN ('approve','reject','kill_switch','role') ORDER BY id",
+      )
+    ).rows.map((r) => `${r.action}:${r.outcome}`),
+    [
+      'approve:approval_hash_mismatch',
+      'approve:approved',
+      'reject:rejected',
+      'kill_switch:engaged',
+      'kill_switch:lifted',
+      'role:revoked',
+    ],
+  );
 });

@@ -12,7 +12,8 @@ const confirmRefunds = { gate: { tools: { issue_refund: { approval: { mode: 'con
 const email = { to: 'customer@example.com', subject: 'Your refund', body: 'private words' };
 
 function held(r: GateResult): { id: string; token: string } {
-  if (r.ok || r.error !== 'confirmation_required' || r.request_id === undefined || r.confirm_token === undefined) throw new Error(`expected confirmation_required, got ${JSON.stringify(r)}`);
+  if (r.ok || r.error !== 'confirmation_required' || r.request_id === undefined || r.confirm_token === undefined)
+    throw new Error(`expected confirmation_required, got ${JSON.stringify(r)}`);
   return { id: r.request_id, token: r.confirm_token };
 }
 
@@ -20,38 +21,95 @@ t.test('propose -> confirm next turn -> execute; token stored only as its sha256
   const { gate, pool } = await gateFixture(t);
   const p = held(await gate.call(gctx(), 'send_email', email));
   t.equal(await count(pool, 'actionledger.operations'), 0, 'nothing reserved by a proposal');
-  const row = (await pool.query('SELECT p::text AS text, token_sha256, status, arguments_json FROM actionledger.gate_proposals p')).rows[0];
+  const row = (
+    await pool.query('SELECT p::text AS text, token_sha256, status, arguments_json FROM actionledger.gate_proposals p')
+  ).rows[0];
   t.equal(row.token_sha256, sha256Hex(p.token));
   t.notMatch(row.text, p.token, 'the raw token is not stored anywhere in the row');
   t.same(row.arguments_json, email, 'the exact arguments are stored');
-  t.notMatch(JSON.stringify((await pool.query('SELECT * FROM actionledger.gate_audit')).rows), p.token, 'nor in the audit log');
+  t.notMatch(
+    JSON.stringify((await pool.query('SELECT * FROM actionledger.gate_audit')).rows),
+    p.token,
+    'nor in the audit log',
+  );
 
-  t.match(await gate.confirm(p.token, gctx({ turn_id: 'turn-2' })), { ok: true, status: 'confirmed', request_id: p.id });
+  t.match(await gate.confirm(p.token, gctx({ turn_id: 'turn-2' })), {
+    ok: true,
+    status: 'confirmed',
+    request_id: p.id,
+  });
   const first = await gate.executeProposal(p.id, gctx({ turn_id: 'turn-2' }));
   const again = await gate.executeProposal(p.id, gctx({ turn_id: 'turn-3' }));
   t.match(first, { ok: true, status: 'reserved', created: true });
   t.match(again, { ok: true, status: 'reserved', created: false });
-  t.equal(first.ok && again.ok && first.operation_id === again.operation_id && first.effect_key === again.effect_key, true, 'the same operation');
+  t.equal(
+    first.ok && again.ok && first.operation_id === again.operation_id && first.effect_key === again.effect_key,
+    true,
+    'the same operation',
+  );
   t.equal(await count(pool, 'actionledger.operations'), 1);
-  const op = (await pool.query('SELECT arguments_json, current_approval_id, current_policy_version FROM actionledger.operations')).rows[0];
+  const op = (
+    await pool.query('SELECT arguments_json, current_approval_id, current_policy_version FROM actionledger.operations')
+  ).rows[0];
   t.same(op.arguments_json, email, 'the payload is the stored proposal');
   t.equal(op.current_approval_id, `proposal:${p.id}`);
-  t.same((await auditRows(pool, "action IN ('confirm','execute')")).map((r) => [r.action, r.outcome]), [['confirm', 'confirmed'], ['execute', 'reserved'], ['execute', 'reserved']]);
+  t.same(
+    (await auditRows(pool, "action IN ('confirm','execute')")).map((r) => [r.action, r.outcome]),
+    [
+      ['confirm', 'confirmed'],
+      ['execute', 'reserved'],
+      ['execute', 'reserved'],
+    ],
+  );
 });
 
 t.test('replayed confirm, same-turn confirm, unknown and other-tenant tokens', async (t) => {
   const { gate, pool } = await gateFixture(t);
   const p = held(await gate.call(gctx(), 'send_email', email));
-  t.match(await gate.confirm(p.token, gctx()), { ok: false, error: 'proposal_same_turn_confirm' }, 'same user turn refused');
-  t.equal((await pool.query('SELECT status FROM actionledger.gate_proposals')).rows[0]?.status, 'proposed', 'still proposed');
+  t.match(
+    await gate.confirm(p.token, gctx()),
+    { ok: false, error: 'proposal_same_turn_confirm' },
+    'same user turn refused',
+  );
+  t.equal(
+    (await pool.query('SELECT status FROM actionledger.gate_proposals')).rows[0]?.status,
+    'proposed',
+    'still proposed',
+  );
   t.match(await gate.confirm('not-a-token', gctx({ turn_id: 'turn-2' })), { ok: false, error: 'proposal_not_found' });
   const otherTenant = await gate.confirm(p.token, gctx({ tenant_id: 'tenant-b', turn_id: 'turn-2' }));
-  t.same(otherTenant, await gate.confirm('not-a-token', gctx({ turn_id: 'turn-2' })), 'other tenant looks exactly like unknown');
-  t.match(await gate.confirm(p.token, gctx({ turn_id: 'turn-2', principal_id: 'agent-2' })), { ok: true, status: 'confirmed' }, 'any actor of the tenant may confirm');
-  t.equal((await pool.query('SELECT actor_mismatch FROM actionledger.gate_proposals')).rows[0]?.actor_mismatch, true, 'actor mismatch recorded');
-  t.match(await gate.confirm(p.token, gctx({ turn_id: 'turn-3' })), { ok: false, error: 'invalid_state_transition' }, 'a replayed confirm is refused');
+  t.same(
+    otherTenant,
+    await gate.confirm('not-a-token', gctx({ turn_id: 'turn-2' })),
+    'other tenant looks exactly like unknown',
+  );
+  t.match(
+    await gate.confirm(p.token, gctx({ turn_id: 'turn-2', principal_id: 'agent-2' })),
+    { ok: true, status: 'confirmed' },
+    'any actor of the tenant may confirm',
+  );
+  t.equal(
+    (await pool.query('SELECT actor_mismatch FROM actionledger.gate_proposals')).rows[0]?.actor_mismatch,
+    true,
+    'actor mismatch recorded',
+  );
+  t.match(
+    await gate.confirm(p.token, gctx({ turn_id: 'turn-3' })),
+    { ok: false, error: 'invalid_state_transition' },
+    'a replayed confirm is refused',
+  );
   t.equal(await count(pool, 'actionledger.operations'), 0, 'confirming reserves nothing');
-  t.same((await auditRows(pool, "action = 'confirm'")).map((r) => r.outcome), ['proposal_same_turn_confirm', 'proposal_not_found', 'proposal_not_found', 'proposal_not_found', 'confirmed', 'invalid_state_transition']);
+  t.same(
+    (await auditRows(pool, "action = 'confirm'")).map((r) => r.outcome),
+    [
+      'proposal_same_turn_confirm',
+      'proposal_not_found',
+      'proposal_not_found',
+      'proposal_not_found',
+      'confirmed',
+      'invalid_state_transition',
+    ],
+  );
 });
 
 t.test('$10 proposed, confirmed, executed with a $10,000 payload: params_mismatch, nothing reserved', async (t) => {
@@ -62,30 +120,94 @@ t.test('$10 proposed, confirmed, executed with a $10,000 payload: params_mismatc
   const tampered = await gate.executeProposal(p.id, gctx({ turn_id: 'turn-2' }), { args: { ...args, amount: 10000 } });
   t.match(tampered, { ok: false, error: 'params_mismatch' });
   t.equal(await count(pool, 'actionledger.operations'), 0, 'nothing reserved');
-  t.equal((await pool.query('SELECT status FROM actionledger.gate_proposals')).rows[0]?.status, 'confirmed', 'proposal untouched');
-  const same = await gate.executeProposal(p.id, gctx({ turn_id: 'turn-2' }), { args: { currency: 'GBP', amount: 10.0, order_id: 'O-1' } });
+  t.equal(
+    (await pool.query('SELECT status FROM actionledger.gate_proposals')).rows[0]?.status,
+    'confirmed',
+    'proposal untouched',
+  );
+  const same = await gate.executeProposal(p.id, gctx({ turn_id: 'turn-2' }), {
+    args: { currency: 'GBP', amount: 10.0, order_id: 'O-1' },
+  });
   t.match(same, { ok: true, status: 'reserved' }, 'the same arguments (any key order) execute');
   t.equal((await pool.query('SELECT arguments_json FROM actionledger.operations')).rows[0]?.arguments_json.amount, 10);
-  t.match(await gate.executeProposal(p.id, gctx(), { args: { ...args, amount: 10000 } }), { ok: false, error: 'params_mismatch' }, 'also after execution');
+  t.match(
+    await gate.executeProposal(p.id, gctx(), { args: { ...args, amount: 10000 } }),
+    { ok: false, error: 'params_mismatch' },
+    'also after execution',
+  );
   // The cap was held by the proposal and moved to the operation: 10 of 500 used.
-  t.equal((await pool.query("SELECT used_value::text FROM actionledger.gate_counters WHERE scope = 'conversation'")).rows[0]?.used_value, '10');
+  t.equal(
+    (await pool.query("SELECT used_value::text FROM actionledger.gate_counters WHERE scope = 'conversation'")).rows[0]
+      ?.used_value,
+    '10',
+  );
 });
 
 t.test('TTL is min(requested, configured); expiry is lazy, final, never revivable, and releases the cap', async (t) => {
   const { gate, pool } = await gateFixture(t, confirmRefunds);
-  const long = held(await gate.call(gctx({ workflow_step_id: 'long' }), 'issue_refund', { order_id: 'O-2', amount: 5, currency: 'GBP' }, { ttl_s: 100000 }));
-  const ttl = (await pool.query('SELECT extract(epoch FROM expires_at - created_at)::int AS s FROM actionledger.gate_proposals WHERE proposal_id = $1', [long.id])).rows[0]?.s;
+  const long = held(
+    await gate.call(
+      gctx({ workflow_step_id: 'long' }),
+      'issue_refund',
+      { order_id: 'O-2', amount: 5, currency: 'GBP' },
+      { ttl_s: 100000 },
+    ),
+  );
+  const ttl = (
+    await pool.query(
+      'SELECT extract(epoch FROM expires_at - created_at)::int AS s FROM actionledger.gate_proposals WHERE proposal_id = $1',
+      [long.id],
+    )
+  ).rows[0]?.s;
   t.equal(ttl, 900, 'a caller cannot extend the configured 900 s');
-  const short = held(await gate.call(gctx({ workflow_step_id: 'short' }), 'issue_refund', { order_id: 'O-1', amount: 10, currency: 'GBP' }, { ttl_s: 1 }));
-  t.equal((await pool.query("SELECT used_value::text FROM actionledger.gate_counters WHERE scope = 'conversation'")).rows[0]?.used_value, '15', 'both proposals hold their value');
+  const short = held(
+    await gate.call(
+      gctx({ workflow_step_id: 'short' }),
+      'issue_refund',
+      { order_id: 'O-1', amount: 10, currency: 'GBP' },
+      { ttl_s: 1 },
+    ),
+  );
+  t.equal(
+    (await pool.query("SELECT used_value::text FROM actionledger.gate_counters WHERE scope = 'conversation'")).rows[0]
+      ?.used_value,
+    '15',
+    'both proposals hold their value',
+  );
   await new Promise((r) => setTimeout(r, 1200));
-  t.equal((await pool.query('SELECT status FROM actionledger.gate_proposals WHERE proposal_id = $1', [short.id])).rows[0]?.status, 'proposed', 'expiry is lazy: untouched until the next use');
+  t.equal(
+    (await pool.query('SELECT status FROM actionledger.gate_proposals WHERE proposal_id = $1', [short.id])).rows[0]
+      ?.status,
+    'proposed',
+    'expiry is lazy: untouched until the next use',
+  );
   t.match(await gate.confirm(short.token, gctx({ turn_id: 'turn-2' })), { ok: false, error: 'proposal_expired' });
-  t.equal((await pool.query('SELECT status FROM actionledger.gate_proposals WHERE proposal_id = $1', [short.id])).rows[0]?.status, 'expired', 'marked expired on that touch');
-  t.equal((await pool.query("SELECT used_value::text FROM actionledger.gate_counters WHERE scope = 'conversation'")).rows[0]?.used_value, '5', 'its hold released');
-  t.match(await gate.confirm(short.token, gctx({ turn_id: 'turn-3' })), { ok: false, error: 'invalid_state_transition' }, 'still not confirmable');
+  t.equal(
+    (await pool.query('SELECT status FROM actionledger.gate_proposals WHERE proposal_id = $1', [short.id])).rows[0]
+      ?.status,
+    'expired',
+    'marked expired on that touch',
+  );
+  t.equal(
+    (await pool.query("SELECT used_value::text FROM actionledger.gate_counters WHERE scope = 'conversation'")).rows[0]
+      ?.used_value,
+    '5',
+    'its hold released',
+  );
+  t.match(
+    await gate.confirm(short.token, gctx({ turn_id: 'turn-3' })),
+    { ok: false, error: 'invalid_state_transition' },
+    'still not confirmable',
+  );
   t.match(await gate.executeProposal(short.id, gctx()), { ok: false, error: 'invalid_state_transition' });
-  await t.rejects(pool.query("UPDATE actionledger.gate_proposals SET status = 'proposed', expires_at = now() + interval '1 hour' WHERE proposal_id = $1", [short.id]), /final/, 'even SQL cannot revive it');
+  await t.rejects(
+    pool.query(
+      "UPDATE actionledger.gate_proposals SET status = 'proposed', expires_at = now() + interval '1 hour' WHERE proposal_id = $1",
+      [short.id],
+    ),
+    /final/,
+    'even SQL cannot revive it',
+  );
   t.equal(await count(pool, 'actionledger.operations'), 0);
 });
 

@@ -17,22 +17,74 @@ const problems = (fn: () => unknown): string[] => {
 
 t.test('an object schema without additionalProperties: false is refused, nested ones too', async (t) => {
   const open = { type: 'object', properties: { order_id: { type: 'string' } }, required: ['order_id'] };
-  t.match(problems(() => gateConfig(url, { gate: { tools: { issue_refund: { schema: open } } } })).join('\n'), /issue_refund\/schema is an object schema without additionalProperties: false/);
-  const nested = { type: 'object', additionalProperties: false, properties: { order_id: { type: 'string' }, amount: { type: 'number' }, currency: { type: 'string' }, meta: { type: 'object', properties: {} } } };
-  t.match(problems(() => gateConfig(url, { gate: { tools: { issue_refund: { schema: nested } } } })).join('\n'), /schema\/properties\/meta is an object schema without additionalProperties/);
-  t.same(problems(() => gateConfig(url)), [], 'the example registry is valid');
+  t.match(
+    problems(() => gateConfig(url, { gate: { tools: { issue_refund: { schema: open } } } })).join('\n'),
+    /issue_refund\/schema is an object schema without additionalProperties: false/,
+  );
+  const nested = {
+    type: 'object',
+    additionalProperties: false,
+    properties: {
+      order_id: { type: 'string' },
+      amount: { type: 'number' },
+      currency: { type: 'string' },
+      meta: { type: 'object', properties: {} },
+    },
+  };
+  t.match(
+    problems(() => gateConfig(url, { gate: { tools: { issue_refund: { schema: nested } } } })).join('\n'),
+    /schema\/properties\/meta is an object schema without additionalProperties/,
+  );
+  t.same(
+    problems(() => gateConfig(url)),
+    [],
+    'the example registry is valid',
+  );
 });
 
 t.test('strict mode, identity arguments, value wiring and routes are checked', async (t) => {
-  const unknownKeyword = { type: 'object', additionalProperties: false, properties: { order_id: { type: 'string', fancy: true }, amount: { type: 'number' }, currency: { type: 'string' } } };
-  t.match(problems(() => gateConfig(url, { gate: { tools: { issue_refund: { schema: unknownKeyword } } } })).join('\n'), /strict mode/);
-  const identity = { type: 'object', additionalProperties: false, properties: { to_account: { type: 'string' }, amount: { type: 'number' }, user_id: { type: 'string' } } };
-  t.match(problems(() => gateConfig(url, { gate: { tools: { transfer_funds: { schema: identity } } } })).join('\n'), /user_id declares an identity argument/);
-  t.match(problems(() => gateConfig(url, { gate: { tools: { transfer_funds: { value: { argument: 'nope', currency: 'GBP' } } } } })).join('\n'), /value\/argument names nope/);
-  t.match(problems(() => gateConfig(url, { gate: { tools: { orphan: { schema: { type: 'object', additionalProperties: false, properties: {} }, roles: ['agent'] } } } })).join('\n'), /orphan has no provider route/);
+  const unknownKeyword = {
+    type: 'object',
+    additionalProperties: false,
+    properties: { order_id: { type: 'string', fancy: true }, amount: { type: 'number' }, currency: { type: 'string' } },
+  };
+  t.match(
+    problems(() => gateConfig(url, { gate: { tools: { issue_refund: { schema: unknownKeyword } } } })).join('\n'),
+    /strict mode/,
+  );
+  const identity = {
+    type: 'object',
+    additionalProperties: false,
+    properties: { to_account: { type: 'string' }, amount: { type: 'number' }, user_id: { type: 'string' } },
+  };
+  t.match(
+    problems(() => gateConfig(url, { gate: { tools: { transfer_funds: { schema: identity } } } })).join('\n'),
+    /user_id declares an identity argument/,
+  );
+  t.match(
+    problems(() =>
+      gateConfig(url, { gate: { tools: { transfer_funds: { value: { argument: 'nope', currency: 'GBP' } } } } }),
+    ).join('\n'),
+    /value\/argument names nope/,
+  );
+  t.match(
+    problems(() =>
+      gateConfig(url, {
+        gate: {
+          tools: {
+            orphan: { schema: { type: 'object', additionalProperties: false, properties: {} }, roles: ['agent'] },
+          },
+        },
+      }),
+    ).join('\n'),
+    /orphan has no provider route/,
+  );
 });
 
 t.test('a configured validator or resolver that is not registered refuses to start', async (t) => {
   const config = gateConfig(url);
-  t.throws(() => new Gate({ config, pool: undefined as never, ledger: undefined as never }), { code: 'config_invalid', message: /order_owned.*not registered[\s\S]*resolver registered for type document/ });
+  t.throws(() => new Gate({ config, pool: undefined as never, ledger: undefined as never }), {
+    code: 'config_invalid',
+    message: /order_owned.*not registered[\s\S]*resolver registered for type document/,
+  });
 });

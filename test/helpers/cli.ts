@@ -11,9 +11,16 @@ export interface CliResult {
   stderr: string;
 }
 
-export function runCli(args: string[], env: NodeJS.ProcessEnv, options: { timeoutMs?: number } = {}): Promise<CliResult> {
+export function runCli(
+  args: string[],
+  env: NodeJS.ProcessEnv,
+  options: { timeoutMs?: number } = {},
+): Promise<CliResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [BIN, ...args], { env: { PATH: process.env.PATH, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [BIN, ...args], {
+      env: { PATH: process.env.PATH, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
@@ -29,6 +36,9 @@ export function runCli(args: string[], env: NodeJS.ProcessEnv, options: { timeou
 
 /** The last JSON line a command printed on stdout. */
 export function lastJson(out: string): Record<string, unknown> {
-  const lines = out.trim().split('\n').filter((l) => l.startsWith('{'));
+  const lines = out
+    .trim()
+    .split('\n')
+    .filter((l) => l.startsWith('{'));
   return JSON.parse(lines[lines.length - 1] ?? 'null') as Record<string, unknown>;
 }

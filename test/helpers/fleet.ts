@@ -51,9 +51,19 @@ export interface DispatchEnvOptions {
   voidRefund?: Record<string, unknown>;
 }
 
-export async function dispatchEnv(t: Test, profileOverrides: Record<string, unknown> = {}, options: DispatchEnvOptions = {}): Promise<DispatchEnv> {
+export async function dispatchEnv(
+  t: Test,
+  profileOverrides: Record<string, unknown> = {},
+  options: DispatchEnvOptions = {},
+): Promise<DispatchEnv> {
   const dir = mkdtempSync(join(tmpdir(), 'al-dispatch-'));
-  const kit = await startDispatchKit({ dir, token: PROVIDER_TOKEN, extraPaths: [VOID_PATH], honorIdempotencyKey: options.honorIdempotencyKey ?? true, profile: { profile_id: 'test', ...profileOverrides } });
+  const kit = await startDispatchKit({
+    dir,
+    token: PROVIDER_TOKEN,
+    extraPaths: [VOID_PATH],
+    honorIdempotencyKey: options.honorIdempotencyKey ?? true,
+    profile: { profile_id: 'test', ...profileOverrides },
+  });
   const { provider, authorizer } = kit;
   t.teardown(() => kit.stop());
 
@@ -97,12 +107,25 @@ export async function dispatchEnv(t: Test, profileOverrides: Record<string, unkn
         ...options.voidRefund,
       },
     },
-    reconciler: { orphan_after_ms: 1500, backoff_initial_ms: 50, backoff_max_ms: 200, max_attempts: 3, ...options.reconciler },
+    reconciler: {
+      orphan_after_ms: 1500,
+      backoff_initial_ms: 50,
+      backoff_max_ms: 200,
+      max_attempts: 3,
+      ...options.reconciler,
+    },
   };
-  for (const tool of Object.values(raw.tools) as Record<string, unknown>[]) for (const [k, v] of Object.entries(tool)) if (v === null) delete tool[k];
+  for (const tool of Object.values(raw.tools) as Record<string, unknown>[])
+    for (const [k, v] of Object.entries(tool)) if (v === null) delete tool[k];
   const configPath = join(dir, 'config.json');
   writeFileSync(configPath, JSON.stringify(raw));
-  const env = { DATABASE_URL: url, ACTIONLEDGER_CONFIG: configPath, ACTIONLEDGER_EFFECT_KEY_SECRET: TEST_SECRET, TEST_BILLING_TOKEN: PROVIDER_TOKEN, LOG_LEVEL: 'warn' };
+  const env = {
+    DATABASE_URL: url,
+    ACTIONLEDGER_CONFIG: configPath,
+    ACTIONLEDGER_EFFECT_KEY_SECRET: TEST_SECRET,
+    TEST_BILLING_TOKEN: PROVIDER_TOKEN,
+    LOG_LEVEL: 'warn',
+  };
   const config = compileConfig(raw, env);
   const pool = createPool(url, { max: 40, statementTimeoutMs: 30_000, applicationName: 'test' });
   const ledger = new Ledger(config, pool, testKeyer());
@@ -136,13 +159,20 @@ export async function dispatchEnv(t: Test, profileOverrides: Record<string, unkn
     authorizer,
     runtime,
     async dispatcher(concurrency = 8) {
-      const d = await openDispatcher({ ...runtime, metrics: new Metrics({ defaultMetrics: false, ledger: false }) }, env, { concurrency });
+      const d = await openDispatcher(
+        { ...runtime, metrics: new Metrics({ defaultMetrics: false, ledger: false }) },
+        env,
+        { concurrency },
+      );
       started.push(d);
       await d.start();
       return d;
     },
     async reconciler() {
-      const kit = await openReconciler({ ...runtime, metrics: new Metrics({ defaultMetrics: false, ledger: false }) }, env);
+      const kit = await openReconciler(
+        { ...runtime, metrics: new Metrics({ defaultMetrics: false, ledger: false }) },
+        env,
+      );
       kits.push(kit);
       return kit;
     },
@@ -150,11 +180,30 @@ export async function dispatchEnv(t: Test, profileOverrides: Record<string, unkn
 }
 
 /** Polls until `op` reaches a state outside `executing`/`pending`, or times out. */
-export async function settled(pool: Pool, operationId: string, timeoutMs = 15_000): Promise<{ status: string; review_reason: string | null; provider_receipt: string | null; result_json: Record<string, unknown> | null }> {
+export async function settled(
+  pool: Pool,
+  operationId: string,
+  timeoutMs = 15_000,
+): Promise<{
+  status: string;
+  review_reason: string | null;
+  provider_receipt: string | null;
+  result_json: Record<string, unknown> | null;
+}> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    const { rows } = await pool.query('SELECT status, review_reason, provider_receipt, result_json FROM actionledger.operations WHERE operation_id = $1', [operationId]);
-    const row = rows[0] as { status: string; review_reason: string | null; provider_receipt: string | null; result_json: Record<string, unknown> | null } | undefined;
+    const { rows } = await pool.query(
+      'SELECT status, review_reason, provider_receipt, result_json FROM actionledger.operations WHERE operation_id = $1',
+      [operationId],
+    );
+    const row = rows[0] as
+      | {
+          status: string;
+          review_reason: string | null;
+          provider_receipt: string | null;
+          result_json: Record<string, unknown> | null;
+        }
+      | undefined;
     if (row !== undefined && row.status !== 'pending' && row.status !== 'executing') return row;
     if (Date.now() > deadline) throw new Error(`operation ${operationId} still ${row?.status}`);
     await new Promise((r) => setTimeout(r, 50));
@@ -185,7 +234,11 @@ export interface ServiceProcess {
 }
 
 export function spawnService(bin: string, args: string[], env: NodeJS.ProcessEnv): ServiceProcess {
-  const child = spawn(process.execPath, [bin, 'start', ...args], { env: { PATH: process.env.PATH, ...env }, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  const child = spawn(process.execPath, [bin, 'start', ...args], {
+    env: { PATH: process.env.PATH, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true,
+  });
   let out = '';
   let err = '';
   child.stdout.on('data', (c: Buffer) => (out += c.toString()));

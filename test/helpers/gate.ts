@@ -23,17 +23,31 @@ const route = (endpoint: string) => ({
   definitive_failure_statuses: [400, 422],
 });
 
-export const GATE_TOOL_NAMES = ['issue_refund', 'transfer_funds', 'update_document', 'send_email', 'delete_customer', 'lookup_order'] as const;
+export const GATE_TOOL_NAMES = [
+  'issue_refund',
+  'transfer_funds',
+  'update_document',
+  'send_email',
+  'delete_customer',
+  'lookup_order',
+] as const;
 
 /** Provider routes for every gate tool, all to `endpoint`. */
 export function gateRoutes(endpoint = 'https://localhost:9443/v1/effects'): Record<string, ReturnType<typeof route>> {
   return Object.fromEntries(GATE_TOOL_NAMES.map((n) => [n, route(endpoint)]));
 }
 
-const obj = (properties: Record<string, unknown>, required: string[]) => ({ type: 'object', additionalProperties: false, required, properties });
+const obj = (properties: Record<string, unknown>, required: string[]) => ({
+  type: 'object',
+  additionalProperties: false,
+  required,
+  properties,
+});
 
 /** The example gate section; `tools` entries are merged over the defaults one level deep. */
-export function gateSection(over: { tools?: Record<string, Record<string, unknown>>; [k: string]: unknown } = {}): Record<string, unknown> {
+export function gateSection(
+  over: { tools?: Record<string, Record<string, unknown>>; [k: string]: unknown } = {},
+): Record<string, unknown> {
   const tools: Record<string, Record<string, unknown>> = {
     issue_refund: {
       schema: obj(
@@ -67,7 +81,13 @@ export function gateSection(over: { tools?: Record<string, Record<string, unknow
       redact: ['memo'],
     },
     update_document: {
-      schema: obj({ document_id: { type: 'string', pattern: '^DOC-[0-9]{1,10}$' }, status: { type: 'string', enum: ['draft', 'reviewed', 'published'] } }, ['document_id', 'status']),
+      schema: obj(
+        {
+          document_id: { type: 'string', pattern: '^DOC-[0-9]{1,10}$' },
+          status: { type: 'string', enum: ['draft', 'reviewed', 'published'] },
+        },
+        ['document_id', 'status'],
+      ),
       roles: ['editor'],
       approver_roles: ['supervisor'],
       approval: { mode: 'always' },
@@ -76,7 +96,14 @@ export function gateSection(over: { tools?: Record<string, Record<string, unknow
       effect: 'Set document {document_id} to {status}',
     },
     send_email: {
-      schema: obj({ to: { type: 'string', pattern: '^[^@\\s]+@[^@\\s]+$' }, subject: { type: 'string', maxLength: 200 }, body: { type: 'string', maxLength: 5000 } }, ['to', 'subject', 'body']),
+      schema: obj(
+        {
+          to: { type: 'string', pattern: '^[^@\\s]+@[^@\\s]+$' },
+          subject: { type: 'string', maxLength: 200 },
+          body: { type: 'string', maxLength: 5000 },
+        },
+        ['to', 'subject', 'body'],
+      ),
       roles: ['agent'],
       approval: { mode: 'confirm' },
       redact: ['body'],
@@ -87,14 +114,20 @@ export function gateSection(over: { tools?: Record<string, Record<string, unknow
       approver_roles: ['supervisor'],
       approval: { mode: 'always', approvers: 2 },
     },
-    lookup_order: { schema: obj({ order_id: { type: 'string', pattern: '^O-[0-9]{1,10}$' } }, ['order_id']), roles: [] },
+    lookup_order: {
+      schema: obj({ order_id: { type: 'string', pattern: '^O-[0-9]{1,10}$' } }, ['order_id']),
+      roles: [],
+    },
   };
   const { tools: toolOver = {}, ...rest } = over;
   for (const [name, t] of Object.entries(toolOver)) tools[name] = { ...tools[name], ...t };
   return { policy_version: GATE_POLICY, tools, ...rest };
 }
 
-export function gateConfig(url: string, options: { endpoint?: string; gate?: Parameters<typeof gateSection>[0]; extra?: Record<string, unknown> } = {}): Config {
+export function gateConfig(
+  url: string,
+  options: { endpoint?: string; gate?: Parameters<typeof gateSection>[0]; extra?: Record<string, unknown> } = {},
+): Config {
   return compileConfig(
     { tools: gateRoutes(options.endpoint), gate: gateSection(options.gate), ...options.extra },
     { DATABASE_URL: url, ACTIONLEDGER_EFFECT_KEY_SECRET: TEST_SECRET, TEST_BILLING_TOKEN: 'token-for-tests' },
@@ -103,7 +136,10 @@ export function gateConfig(url: string, options: { endpoint?: string; gate?: Par
 
 /** Ownership lives in the query: an order of another account is exactly as absent as a missing one. */
 export const orderOwned: BusinessValidator = async ({ context, args, db }) => {
-  const { rows } = await db.query<{ refunded: boolean }>('SELECT refunded FROM shop.orders WHERE order_id = $1 AND account_id = $2 AND tenant_id = $3', [args.order_id, context.account_id, context.tenant_id]);
+  const { rows } = await db.query<{ refunded: boolean }>(
+    'SELECT refunded FROM shop.orders WHERE order_id = $1 AND account_id = $2 AND tenant_id = $3',
+    [args.order_id, context.account_id, context.tenant_id],
+  );
   const row = rows[0];
   if (row === undefined) return { ok: false, error: 'not_found', message: 'order not found' };
   if (row.refunded) return { ok: false, error: 'invalid_request', message: 'this order is already refunded' };
@@ -111,7 +147,10 @@ export const orderOwned: BusinessValidator = async ({ context, args, db }) => {
 };
 
 export const documentVersion: ResourceResolver = async ({ tenant_id, id, db }) => {
-  const { rows } = await db.query<{ version: number }>('SELECT version FROM shop.documents WHERE doc_id = $1 AND tenant_id = $2', [id, tenant_id]);
+  const { rows } = await db.query<{ version: number }>(
+    'SELECT version FROM shop.documents WHERE doc_id = $1 AND tenant_id = $2',
+    [id, tenant_id],
+  );
   return rows[0]?.version ?? null;
 };
 
@@ -139,7 +178,10 @@ export interface GateFixture {
   gate: Gate;
 }
 
-export async function gateFixture(t: Test, options: Parameters<typeof gateConfig>[1] & { url?: string; pool?: Pool } = {}): Promise<GateFixture> {
+export async function gateFixture(
+  t: Test,
+  options: Parameters<typeof gateConfig>[1] & { url?: string; pool?: Pool } = {},
+): Promise<GateFixture> {
   const url = options.url ?? (await createTestDatabase(t));
   const config = gateConfig(url, options);
   const pool = options.pool ?? createPool(url, { max: 20, statementTimeoutMs: 30_000, applicationName: 'test-gate' });
@@ -166,13 +208,25 @@ export const gctx = (over: Partial<GateContext> = {}): GateContext => ({
   ...over,
 });
 
-export const reviewer = (principal: string, over: Partial<Reviewer> = {}): Reviewer => ({ tenant_id: 'tenant-a', principal_id: principal, role: 'supervisor', ...over });
+export const reviewer = (principal: string, over: Partial<Reviewer> = {}): Reviewer => ({
+  tenant_id: 'tenant-a',
+  principal_id: principal,
+  role: 'supervisor',
+  ...over,
+});
 
 export async function count(pool: Pool, sql: string, params: unknown[] = []): Promise<number> {
   const { rows } = await pool.query<{ n: string }>(`SELECT count(*)::bigint AS n FROM ${sql}`, params);
   return Number(rows[0]?.n ?? 0);
 }
 
-export async function auditRows(pool: Pool, where = 'true', params: unknown[] = []): Promise<Record<string, unknown>[]> {
-  return (await pool.query(`SELECT * FROM actionledger.gate_audit WHERE ${where} ORDER BY id`, params)).rows as Record<string, unknown>[];
+export async function auditRows(
+  pool: Pool,
+  where = 'true',
+  params: unknown[] = [],
+): Promise<Record<string, unknown>[]> {
+  return (await pool.query(`SELECT * FROM actionledger.gate_audit WHERE ${where} ORDER BY id`, params)).rows as Record<
+    string,
+    unknown
+  >[];
 }

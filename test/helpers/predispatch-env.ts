@@ -89,7 +89,9 @@ export async function predispatchEnv(t: Test): Promise<PredispatchEnv> {
   writeFileSync(join(dir, 'profile.pub'), keys.publicKeyPem);
   let files = 0;
 
-  const writeProfile = (authorizationUrl: string): { path: string; signature_path: string; public_key_path: string } => {
+  const writeProfile = (
+    authorizationUrl: string,
+  ): { path: string; signature_path: string; public_key_path: string } => {
     const n = ++files;
     const bytes = Buffer.from(
       JSON.stringify({
@@ -114,14 +116,22 @@ export async function predispatchEnv(t: Test): Promise<PredispatchEnv> {
     const n = ++files;
     writeFileSync(join(dir, `client-${n}.crt`), client.cert);
     writeFileSync(join(dir, `client-${n}.key`), client.key, { mode: 0o600 });
-    return { ca_file: join(dir, 'ca.crt'), cert_file: join(dir, `client-${n}.crt`), key_file: join(dir, `client-${n}.key`) };
+    return {
+      ca_file: join(dir, 'ca.crt'),
+      cert_file: join(dir, `client-${n}.crt`),
+      key_file: join(dir, `client-${n}.key`),
+    };
   };
   const defaultProfile = writeProfile(authorizer.authorizeUrl);
   const defaultTls = writeClient(pki.client);
 
   const url = await createTestDatabase(t);
   const pool = createPool(url, { max: 20, statementTimeoutMs: 30_000, applicationName: 'test-predispatch' });
-  const env: NodeJS.ProcessEnv = { DATABASE_URL: url, ACTIONLEDGER_EFFECT_KEY_SECRET: TEST_SECRET, TEST_BILLING_TOKEN: PREDISPATCH_TOKEN };
+  const env: NodeJS.ProcessEnv = {
+    DATABASE_URL: url,
+    ACTIONLEDGER_EFFECT_KEY_SECRET: TEST_SECRET,
+    TEST_BILLING_TOKEN: PREDISPATCH_TOKEN,
+  };
   const ledgers: Ledger[] = [];
   const running = new Set<Dispatcher>();
   t.teardown(async () => {
@@ -186,7 +196,9 @@ export async function predispatchEnv(t: Test): Promise<PredispatchEnv> {
         dispatcher,
         metrics,
         async counter(name, labels) {
-          const hit = (await series(name)).find((v) => Object.entries(labels).every(([k, value]) => v.labels[k] === value));
+          const hit = (await series(name)).find((v) =>
+            Object.entries(labels).every(([k, value]) => v.labels[k] === value),
+          );
           return hit?.value ?? 0;
         },
         async counterTotal(name) {

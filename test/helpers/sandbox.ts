@@ -6,7 +6,13 @@ import type { Test } from 'tap';
 import type { Agent } from 'undici';
 import { createMtlsAgent, type MtlsAgentOptions } from '../../dispatcher/http-client.js';
 import { SandboxAuthorizer, type SandboxAuthorizerOptions } from '../../sandbox/authorizer.js';
-import { createCa, issueClientCert, issueServerCert, type CertificateAuthority, type PemPair } from '../../sandbox/pki.js';
+import {
+  createCa,
+  issueClientCert,
+  issueServerCert,
+  type CertificateAuthority,
+  type PemPair,
+} from '../../sandbox/pki.js';
 import { SandboxProvider, type SandboxProviderOptions } from '../../sandbox/provider.js';
 
 export interface TestPki {
@@ -61,7 +67,10 @@ export async function startProvider(
 }
 
 /** A started authorizer, stopped at teardown. */
-export async function startAuthorizer(t: Test, options: Partial<SandboxAuthorizerOptions> = {}): Promise<SandboxAuthorizer> {
+export async function startAuthorizer(
+  t: Test,
+  options: Partial<SandboxAuthorizerOptions> = {},
+): Promise<SandboxAuthorizer> {
   const p = await testPki();
   const authorizer = new SandboxAuthorizer({ tls: { ...p.server, ca: p.ca.cert }, ...options });
   t.teardown(() => authorizer.stop());

@@ -19,14 +19,31 @@ t.test('the effect key depends only on the secret, its key id and the operation 
 t.test('the secret never appears in a log line, an error or a row', async (t) => {
   const { ledger, pool } = await ledgerFixture(t);
   const lines: string[] = [];
-  const log = createLogger({ level: 'trace', name: 't', destination: new Writable({ write(c, _e, cb) { lines.push(String(c)); cb(); } }) });
+  const log = createLogger({
+    level: 'trace',
+    name: 't',
+    destination: new Writable({
+      write(c, _e, cb) {
+        lines.push(String(c));
+        cb();
+      },
+    }),
+  });
   const r = await ledger.reserve(ctx(), 'issue_refund', { amount: 1 });
   log.info({ reservation: r, keyer: ledger.keyer, secret: TEST_SECRET }, 'reserved');
   const err = await ledger.reserve(ctx(), 'issue_refund', { amount: 2 }).catch((e: unknown) => e);
   log.error({ err }, 'conflict');
-  const dump = (await pool.query(`SELECT (SELECT json_agg(o)::text FROM actionledger.operations o) || (SELECT json_agg(h)::text FROM actionledger.operation_history h) AS all`)).rows[0].all as string;
+  const dump = (
+    await pool.query(
+      `SELECT (SELECT json_agg(o)::text FROM actionledger.operations o) || (SELECT json_agg(h)::text FROM actionledger.operation_history h) AS all`,
+    )
+  ).rows[0].all as string;
   const hex = Buffer.from(TEST_SECRET).toString('hex');
-  for (const [where, text] of [['log', lines.join('')], ['error', JSON.stringify(err) + String(err) + (err as Error).stack], ['rows', dump]] as const) {
+  for (const [where, text] of [
+    ['log', lines.join('')],
+    ['error', JSON.stringify(err) + String(err) + (err as Error).stack],
+    ['rows', dump],
+  ] as const) {
     t.notOk(text.includes(TEST_SECRET) || text.includes(hex), `secret absent from ${where}`);
   }
   t.ok(lines.length >= 2);

@@ -49,7 +49,11 @@ t.test('disk full while reserving: storage_full with the SQLSTATE, no operation,
 t.test('database unreachable: database_unavailable, nothing written', async (t) => {
   const { url, pool } = await ledgerFixture(t);
   // Nothing listens on port 1.
-  const gone = createPool('postgres://nobody@127.0.0.1:1/none', { max: 1, statementTimeoutMs: 1000, applicationName: 'test-gone' });
+  const gone = createPool('postgres://nobody@127.0.0.1:1/none', {
+    max: 1,
+    statementTimeoutMs: 1000,
+    applicationName: 'test-gone',
+  });
   const ledger = new Ledger(testConfig(url), gone, testKeyer());
   t.teardown(async () => {
     ledger.stop();

@@ -43,7 +43,11 @@ t.test('replay returns the same; each changed effect field is refused and change
   t.equal(first.created, true);
   t.equal(first.status, 'pending');
   const again = await ledger.reserve(ctx(), 'issue_refund', { currency: 'EUR', amount: 1000.0, order_id: 'ord-1' });
-  t.same(again, { ...first, created: false }, 'same operation, key and status; key order and 1000.0 vs 1000 do not matter');
+  t.same(
+    again,
+    { ...first, created: false },
+    'same operation, key and status; key order and 1000.0 vs 1000 do not matter',
+  );
 
   const snapshot = async (): Promise<string> =>
     JSON.stringify((await pool.query('SELECT o::text FROM actionledger.operations o')).rows);
@@ -63,8 +67,16 @@ t.test('replay returns the same; each changed effect field is refused and change
     ['provider', { provider_id: 'billing-other' }],
     ['endpoint', { endpoint: 'https://localhost:9443/v2/refunds' }],
   ] as const) {
-    const moved = new Ledger(testConfig(url, { tools: { ...baseToolConfig, issue_refund: { ...baseToolConfig.issue_refund, ...change } } }), pool, testKeyer());
-    await t.rejects(moved.reserve(ctx(), 'issue_refund', args), { code: 'operation_conflict', details: { changed: [field] } }, `changed ${field} refused`);
+    const moved = new Ledger(
+      testConfig(url, { tools: { ...baseToolConfig, issue_refund: { ...baseToolConfig.issue_refund, ...change } } }),
+      pool,
+      testKeyer(),
+    );
+    await t.rejects(
+      moved.reserve(ctx(), 'issue_refund', args),
+      { code: 'operation_conflict', details: { changed: [field] } },
+      `changed ${field} refused`,
+    );
     moved.stop();
   }
   t.equal(await snapshot(), before, 'the row is byte-for-byte unchanged');
@@ -74,13 +86,22 @@ t.test('replay returns the same; each changed effect field is refused and change
 t.test('a pending operation records a new approval and policy version; identity and key stay', async (t) => {
   const { ledger, pool } = await ledgerFixture(t);
   const first = await ledger.reserve(ctx(), 'issue_refund', args);
-  const again = await ledger.reserve(ctx({ approval_id: 'approval-2', policy_version: 'policy-2' }), 'issue_refund', args);
+  const again = await ledger.reserve(
+    ctx({ approval_id: 'approval-2', policy_version: 'policy-2' }),
+    'issue_refund',
+    args,
+  );
   t.equal(again.operation_id, first.operation_id);
   t.equal(again.effect_key, first.effect_key);
   const { rows } = await pool.query('SELECT current_approval_id, current_policy_version FROM actionledger.operations');
   t.same(rows, [{ current_approval_id: 'approval-2', current_policy_version: 'policy-2' }]);
-  const hist = await pool.query('SELECT from_status, to_status, reason FROM actionledger.operation_history ORDER BY id');
-  t.same(hist.rows.map((r: { reason: string }) => r.reason), ['reserved', 'authorization_context_updated']);
+  const hist = await pool.query(
+    'SELECT from_status, to_status, reason FROM actionledger.operation_history ORDER BY id',
+  );
+  t.same(
+    hist.rows.map((r: { reason: string }) => r.reason),
+    ['reserved', 'authorization_context_updated'],
+  );
 
   // Once the operation has left pending, a new approval is not recorded.
   await pool.query(`UPDATE actionledger.operations SET status = 'executing', claim_token = gen_random_uuid()`);
@@ -143,7 +164,10 @@ t.test('every bad-argument class is refused with invalid_arguments, nothing writ
 
 t.test('bad trusted context is refused with invalid_context', async (t) => {
   const { ledger, pool } = await ledgerFixture(t);
-  await t.rejects(ledger.reserve(ctx({ principal_id: '' }), 'issue_refund', args), { code: 'invalid_context', details: { fields: ['principal_id'] } });
+  await t.rejects(ledger.reserve(ctx({ principal_id: '' }), 'issue_refund', args), {
+    code: 'invalid_context',
+    details: { fields: ['principal_id'] },
+  });
   await t.rejects(ledger.reserve({ ...ctx(), task_id: 7 } as never, 'issue_refund', args), { code: 'invalid_context' });
   await t.rejects(ledger.reserve(ctx({ workflow_step_id: 'a\nb' }), 'issue_refund', args), { code: 'invalid_context' });
   t.same(await counts(pool), { ops: 0, outbox: 0, history: 0 });
@@ -162,7 +186,9 @@ t.test("the caller's transaction: rolled back leaves nothing, committed leaves b
     t.same(await counts(pool), { ops: 0, outbox: 0, history: 0 }, 'rolled back: nothing');
 
     // The dispatcher wake-up rides the caller's transaction: delivered on commit, never on rollback.
-    const listener = new pg.Client({ connectionString: (pool as unknown as { options: { connectionString: string } }).options.connectionString });
+    const listener = new pg.Client({
+      connectionString: (pool as unknown as { options: { connectionString: string } }).options.connectionString,
+    });
     await listener.connect();
     const heard: string[] = [];
     listener.on('notification', (n) => heard.push(n.channel));
@@ -188,8 +214,19 @@ t.test("the caller's transaction: rolled back leaves nothing, committed leaves b
 t.test('effect fields are immutable in the database itself, and history is append-only', async (t) => {
   const { ledger, pool } = await ledgerFixture(t);
   const r = await ledger.reserve(ctx(), 'issue_refund', args);
-  await t.rejects(pool.query(`UPDATE actionledger.operations SET canonical_args_sha256 = repeat('0', 64) WHERE operation_id = $1`, [r.operation_id]), /immutable/);
-  await t.rejects(pool.query(`UPDATE actionledger.operations SET provider_endpoint = 'https://evil.example/' WHERE operation_id = $1`, [r.operation_id]), /immutable/);
+  await t.rejects(
+    pool.query(`UPDATE actionledger.operations SET canonical_args_sha256 = repeat('0', 64) WHERE operation_id = $1`, [
+      r.operation_id,
+    ]),
+    /immutable/,
+  );
+  await t.rejects(
+    pool.query(
+      `UPDATE actionledger.operations SET provider_endpoint = 'https://evil.example/' WHERE operation_id = $1`,
+      [r.operation_id],
+    ),
+    /immutable/,
+  );
   await t.rejects(pool.query(`UPDATE actionledger.operation_history SET reason = 'x'`), /append-only/);
   await t.rejects(pool.query(`DELETE FROM actionledger.operation_history`), /append-only/);
 });

@@ -3,15 +3,39 @@ import { spawn } from 'node:child_process';
 import { BIN, lastJson, runCli } from '../helpers/cli.js';
 import { ctx, dispatchEnv, settled, type DispatchEnv } from '../helpers/fleet.js';
 
-type Row = { status: string; review_reason: string | null; provider_receipt: string | null; claim_token: string | null; attempt: number; reconcile_attempts: number };
+type Row = {
+  status: string;
+  review_reason: string | null;
+  provider_receipt: string | null;
+  claim_token: string | null;
+  attempt: number;
+  reconcile_attempts: number;
+};
 
 async function row(e: DispatchEnv, id: string): Promise<Row> {
-  const { rows } = await e.pool.query<Row>('SELECT status, review_reason, provider_receipt, claim_token, attempt, reconcile_attempts FROM actionledger.operations WHERE operation_id = $1', [id]);
+  const { rows } = await e.pool.query<Row>(
+    'SELECT status, review_reason, provider_receipt, claim_token, attempt, reconcile_attempts FROM actionledger.operations WHERE operation_id = $1',
+    [id],
+  );
   return rows[0] as Row;
 }
 
-async function history(e: DispatchEnv, id: string): Promise<{ from_status: string | null; to_status: string; actor: string; reason: string; detail: Record<string, unknown> | null }[]> {
-  const { rows } = await e.pool.query('SELECT from_status, to_status, actor, reason, detail FROM actionledger.operation_history WHERE operation_id = $1 ORDER BY id', [id]);
+async function history(
+  e: DispatchEnv,
+  id: string,
+): Promise<
+  {
+    from_status: string | null;
+    to_status: string;
+    actor: string;
+    reason: string;
+    detail: Record<string, unknown> | null;
+  }[]
+> {
+  const { rows } = await e.pool.query(
+    'SELECT from_status, to_status, actor, reason, detail FROM actionledger.operation_history WHERE operation_id = $1 ORDER BY id',
+    [id],
+  );
   return rows as never;
 }
 
@@ -24,10 +48,15 @@ function crashingWorker(e: DispatchEnv, crashAt: string): Promise<{ code: number
   return new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
 }
 
-const readbacks = (e: DispatchEnv, key: string): number => e.provider.requests().filter((r) => r.method === 'GET' && r.path.endsWith(`/by-key/${encodeURIComponent(key)}`)).length;
+const readbacks = (e: DispatchEnv, key: string): number =>
+  e.provider.requests().filter((r) => r.method === 'GET' && r.path.endsWith(`/by-key/${encodeURIComponent(key)}`))
+    .length;
 
 /** Runs passes until one examines the operation (its worker's heartbeat must first go stale). */
-async function passUntilExamined(kit: Awaited<ReturnType<DispatchEnv['reconciler']>>, timeoutMs = 15_000): Promise<number> {
+async function passUntilExamined(
+  kit: Awaited<ReturnType<DispatchEnv['reconciler']>>,
+  timeoutMs = 15_000,
+): Promise<number> {
   const deadline = Date.now() + timeoutMs;
   let passes = 0;
   for (;;) {
@@ -39,136 +68,227 @@ async function passUntilExamined(kit: Awaited<ReturnType<DispatchEnv['reconciler
   }
 }
 
-t.test('worker SIGKILLed after the provider applied the effect: readback marks it succeeded; one request', async (t) => {
-  const e = await dispatchEnv(t);
-  const r = await e.ledger.reserve(ctx('applied-then-killed'), 'issue_refund', { order_id: 'o-1', amount: 100, currency: 'EUR' });
-  const died = await crashingWorker(e, 'after_response_before_outcome');
-  t.equal(died.signal, 'SIGKILL');
-  t.equal((await row(e, r.operation_id)).status, 'executing', 'the outcome was never written');
-  t.equal(e.provider.effectsFor(r.effect_key), 1, 'the provider applied it');
-  const kit = await e.reconciler();
-  const first = await kit.pass();
-  t.equal(first.reconcile.examined, 0, 'a claim whose worker heartbeated recently is not touched yet');
-  t.equal((await row(e, r.operation_id)).status, 'executing');
-  await passUntilExamined(kit);
-  const after = await row(e, r.operation_id);
-  t.equal(after.status, 'succeeded');
-  t.equal(after.provider_receipt, e.provider.allEffects().find((x) => x.key === r.effect_key)?.operationId, 'the receipt the provider reports');
-  t.equal(e.provider.requestsFor(r.effect_key), 1, 'the provider saw exactly one request');
-  const h = await history(e, r.operation_id);
-  t.match(h.at(-1), { from_status: 'executing', to_status: 'succeeded', reason: 'readback_applied' });
-  t.match(h.at(-1)?.actor, /^reconciler:/);
-  const checks = await e.pool.query('SELECT outcome, from_status FROM actionledger.reconciliation_checks WHERE operation_id = $1', [r.operation_id]);
-  t.same(checks.rows, [{ outcome: 'applied', from_status: 'executing' }]);
-});
+t.test(
+  'worker SIGKILLed after the provider applied the effect: readback marks it succeeded; one request',
+  async (t) => {
+    const e = await dispatchEnv(t);
+    const r = await e.ledger.reserve(ctx('applied-then-killed'), 'issue_refund', {
+      order_id: 'o-1',
+      amount: 100,
+      currency: 'EUR',
+    });
+    const died = await crashingWorker(e, 'after_response_before_outcome');
+    t.equal(died.signal, 'SIGKILL');
+    t.equal((await row(e, r.operation_id)).status, 'executing', 'the outcome was never written');
+    t.equal(e.provider.effectsFor(r.effect_key), 1, 'the provider applied it');
+    const kit = await e.reconciler();
+    const first = await kit.pass();
+    t.equal(first.reconcile.examined, 0, 'a claim whose worker heartbeated recently is not touched yet');
+    t.equal((await row(e, r.operation_id)).status, 'executing');
+    await passUntilExamined(kit);
+    const after = await row(e, r.operation_id);
+    t.equal(after.status, 'succeeded');
+    t.equal(
+      after.provider_receipt,
+      e.provider.allEffects().find((x) => x.key === r.effect_key)?.operationId,
+      'the receipt the provider reports',
+    );
+    t.equal(e.provider.requestsFor(r.effect_key), 1, 'the provider saw exactly one request');
+    const h = await history(e, r.operation_id);
+    t.match(h.at(-1), { from_status: 'executing', to_status: 'succeeded', reason: 'readback_applied' });
+    t.match(h.at(-1)?.actor, /^reconciler:/);
+    const checks = await e.pool.query(
+      'SELECT outcome, from_status FROM actionledger.reconciliation_checks WHERE operation_id = $1',
+      [r.operation_id],
+    );
+    t.same(checks.rows, [{ outcome: 'applied', from_status: 'executing' }]);
+  },
+);
 
-t.test('SIGKILLed before the request left: no effect -> needs_review; a reviewed retry dispatches once with the same key', async (t) => {
-  const e = await dispatchEnv(t);
-  const r = await e.ledger.reserve(ctx('killed-before-send'), 'issue_refund', { order_id: 'o-2', amount: 200, currency: 'EUR' });
-  const died = await crashingWorker(e, 'after_evidence_commit');
-  t.equal(died.signal, 'SIGKILL');
-  t.equal(e.provider.requestsFor(r.effect_key), 0);
-  const kit = await e.reconciler();
-  await passUntilExamined(kit);
-  const reviewed = await row(e, r.operation_id);
-  t.match(reviewed, { status: 'needs_review', review_reason: 'no_effect_confirmed' });
+t.test(
+  'SIGKILLed before the request left: no effect -> needs_review; a reviewed retry dispatches once with the same key',
+  async (t) => {
+    const e = await dispatchEnv(t);
+    const r = await e.ledger.reserve(ctx('killed-before-send'), 'issue_refund', {
+      order_id: 'o-2',
+      amount: 200,
+      currency: 'EUR',
+    });
+    const died = await crashingWorker(e, 'after_evidence_commit');
+    t.equal(died.signal, 'SIGKILL');
+    t.equal(e.provider.requestsFor(r.effect_key), 0);
+    const kit = await e.reconciler();
+    await passUntilExamined(kit);
+    const reviewed = await row(e, r.operation_id);
+    t.match(reviewed, { status: 'needs_review', review_reason: 'no_effect_confirmed' });
 
-  await t.rejects(kit.review.retry(r.operation_id, { actor: '', reason: 'x' }), { code: 'invalid_review' }, 'who did it is required');
-  const retried = await kit.review.retry(r.operation_id, { actor: 'alice@ops', reason: 'provider confirmed no refund was made' });
-  t.match(retried, { ok: true, from: 'needs_review', to: 'pending', attempt: 2 });
-  await t.rejects(kit.review.retry(r.operation_id, { actor: 'bob', reason: 'again' }), { code: 'invalid_state_transition' }, 'a second retry changes nothing');
-  await e.dispatcher(2);
-  const done = await settled(e.pool, r.operation_id);
-  t.equal(done.status, 'succeeded');
-  t.equal(e.provider.requestsFor(r.effect_key), 1, 'dispatched once');
-  t.equal(e.provider.effectsFor(r.effect_key), 1, 'the provider ends with one effect');
-  const keys = e.provider.requests().filter((q) => q.method === 'POST').map((q) => q.key);
-  t.same(keys, [r.effect_key], 'with the same effect key');
-  const evidence = await e.pool.query('SELECT attempt FROM actionledger.authorization_evidence WHERE operation_id = $1 ORDER BY attempt', [r.operation_id]);
-  t.same(evidence.rows, [{ attempt: 1 }, { attempt: 2 }], 'the retry passed a fresh authorization of its own');
-  const h = await history(e, r.operation_id);
-  t.match(h.find((x) => x.reason === 'review:retry'), { actor: 'alice@ops', from_status: 'needs_review', to_status: 'pending', detail: { why: 'provider confirmed no refund was made', attempt: 2 } });
-});
+    await t.rejects(
+      kit.review.retry(r.operation_id, { actor: '', reason: 'x' }),
+      { code: 'invalid_review' },
+      'who did it is required',
+    );
+    const retried = await kit.review.retry(r.operation_id, {
+      actor: 'alice@ops',
+      reason: 'provider confirmed no refund was made',
+    });
+    t.match(retried, { ok: true, from: 'needs_review', to: 'pending', attempt: 2 });
+    await t.rejects(
+      kit.review.retry(r.operation_id, { actor: 'bob', reason: 'again' }),
+      { code: 'invalid_state_transition' },
+      'a second retry changes nothing',
+    );
+    await e.dispatcher(2);
+    const done = await settled(e.pool, r.operation_id);
+    t.equal(done.status, 'succeeded');
+    t.equal(e.provider.requestsFor(r.effect_key), 1, 'dispatched once');
+    t.equal(e.provider.effectsFor(r.effect_key), 1, 'the provider ends with one effect');
+    const keys = e.provider
+      .requests()
+      .filter((q) => q.method === 'POST')
+      .map((q) => q.key);
+    t.same(keys, [r.effect_key], 'with the same effect key');
+    const evidence = await e.pool.query(
+      'SELECT attempt FROM actionledger.authorization_evidence WHERE operation_id = $1 ORDER BY attempt',
+      [r.operation_id],
+    );
+    t.same(evidence.rows, [{ attempt: 1 }, { attempt: 2 }], 'the retry passed a fresh authorization of its own');
+    const h = await history(e, r.operation_id);
+    t.match(
+      h.find((x) => x.reason === 'review:retry'),
+      {
+        actor: 'alice@ops',
+        from_status: 'needs_review',
+        to_status: 'pending',
+        detail: { why: 'provider confirmed no refund was made', attempt: 2 },
+      },
+    );
+  },
+);
 
-t.test("a live, slow worker's executing row is not touched; a late completion racing the reconciler: one wins", async (t) => {
-  const e = await dispatchEnv(t, { authorization_http_timeout_seconds: 10, provider_http_timeout_seconds: 10 }, { reconciler: { orphan_after_ms: 1000 } });
-  const kit = await e.reconciler();
+t.test(
+  "a live, slow worker's executing row is not touched; a late completion racing the reconciler: one wins",
+  async (t) => {
+    const e = await dispatchEnv(
+      t,
+      { authorization_http_timeout_seconds: 10, provider_http_timeout_seconds: 10 },
+      { reconciler: { orphan_after_ms: 1000 } },
+    );
+    const kit = await e.reconciler();
 
-  // 1. Live and slow (waiting for its authorization, holding no row lock): heartbeats keep it alive.
-  const slow = await e.ledger.reserve(ctx('slow-auth'), 'issue_refund', { order_id: 'o-3', amount: 300, currency: 'EUR' });
-  e.authorizer.inject({ kind: 'slow', delayMs: 3000 });
-  await e.dispatcher(1);
-  while ((await row(e, slow.operation_id)).status !== 'executing') await new Promise((r) => setTimeout(r, 20));
-  const claim = (await row(e, slow.operation_id)).claim_token;
-  await new Promise((r) => setTimeout(r, 1500)); // older than orphan_after_ms: age alone must not decide
-  const s = await kit.pass();
-  t.equal(s.reconcile.examined, 0, 'not examined');
-  t.match(await row(e, slow.operation_id), { status: 'executing', claim_token: claim });
-  t.equal(readbacks(e, slow.effect_key), 0, 'not even read back');
-  t.equal((await settled(e.pool, slow.operation_id)).status, 'succeeded', 'the worker finishes it');
+    // 1. Live and slow (waiting for its authorization, holding no row lock): heartbeats keep it alive.
+    const slow = await e.ledger.reserve(ctx('slow-auth'), 'issue_refund', {
+      order_id: 'o-3',
+      amount: 300,
+      currency: 'EUR',
+    });
+    e.authorizer.inject({ kind: 'slow', delayMs: 3000 });
+    await e.dispatcher(1);
+    while ((await row(e, slow.operation_id)).status !== 'executing') await new Promise((r) => setTimeout(r, 20));
+    const claim = (await row(e, slow.operation_id)).claim_token;
+    await new Promise((r) => setTimeout(r, 1500)); // older than orphan_after_ms: age alone must not decide
+    const s = await kit.pass();
+    t.equal(s.reconcile.examined, 0, 'not examined');
+    t.match(await row(e, slow.operation_id), { status: 'executing', claim_token: claim });
+    t.equal(readbacks(e, slow.effect_key), 0, 'not even read back');
+    t.equal((await settled(e.pool, slow.operation_id)).status, 'succeeded', 'the worker finishes it');
 
-  // 2. The worker is recorded stopped while it still holds a claim: the reconciler wins, the worker's fenced
-  //    evidence write then changes nothing and it sends nothing.
-  const late = await e.ledger.reserve(ctx('late-worker'), 'issue_refund', { order_id: 'o-4', amount: 400, currency: 'EUR' });
-  e.authorizer.inject({ kind: 'slow', delayMs: 2000 });
-  while ((await row(e, late.operation_id)).status !== 'executing') await new Promise((r) => setTimeout(r, 20));
-  await e.pool.query('UPDATE actionledger.workers SET stopped_at = now()');
-  const won = await kit.pass();
-  t.equal(won.reconcile.escalated, 1);
-  t.match(await row(e, late.operation_id), { status: 'needs_review', review_reason: 'no_effect_confirmed' });
-  await new Promise((r) => setTimeout(r, 2500));
-  t.equal(e.provider.requestsFor(late.effect_key), 0, 'the late worker sent nothing');
-  const h = await history(e, late.operation_id);
-  t.equal(h.filter((x) => x.from_status === 'executing').length, 1, 'exactly one transition out of executing');
-  t.match(await row(e, late.operation_id), { status: 'needs_review' }, 'and the worker did not overwrite it');
+    // 2. The worker is recorded stopped while it still holds a claim: the reconciler wins, the worker's fenced
+    //    evidence write then changes nothing and it sends nothing.
+    const late = await e.ledger.reserve(ctx('late-worker'), 'issue_refund', {
+      order_id: 'o-4',
+      amount: 400,
+      currency: 'EUR',
+    });
+    e.authorizer.inject({ kind: 'slow', delayMs: 2000 });
+    while ((await row(e, late.operation_id)).status !== 'executing') await new Promise((r) => setTimeout(r, 20));
+    await e.pool.query('UPDATE actionledger.workers SET stopped_at = now()');
+    const won = await kit.pass();
+    t.equal(won.reconcile.escalated, 1);
+    t.match(await row(e, late.operation_id), { status: 'needs_review', review_reason: 'no_effect_confirmed' });
+    await new Promise((r) => setTimeout(r, 2500));
+    t.equal(e.provider.requestsFor(late.effect_key), 0, 'the late worker sent nothing');
+    const h = await history(e, late.operation_id);
+    t.equal(h.filter((x) => x.from_status === 'executing').length, 1, 'exactly one transition out of executing');
+    t.match(await row(e, late.operation_id), { status: 'needs_review' }, 'and the worker did not overwrite it');
 
-  // 3. A worker inside its provider call holds the row lock: the reconciler skips it and the worker wins.
-  const inCall = await e.ledger.reserve(ctx('in-call'), 'issue_refund', { order_id: 'o-5', amount: 500, currency: 'EUR' });
-  e.provider.inject({ kind: 'slowDrip', intervalMs: 15 }, { when: (k) => k === inCall.effect_key });
-  while (e.provider.requestsFor(inCall.effect_key) === 0) await new Promise((r) => setTimeout(r, 20));
-  await e.pool.query('UPDATE actionledger.workers SET stopped_at = now()');
-  const skipped = await kit.pass();
-  t.equal(skipped.reconcile.examined, 0);
-  t.equal(skipped.reconcile.skipped, 1, 'skipped: locked by the dispatcher');
-  const done = await settled(e.pool, inCall.operation_id);
-  t.equal(done.status, 'succeeded', "the worker's outcome stands");
-  t.equal(e.provider.requestsFor(inCall.effect_key), 1);
-});
+    // 3. A worker inside its provider call holds the row lock: the reconciler skips it and the worker wins.
+    const inCall = await e.ledger.reserve(ctx('in-call'), 'issue_refund', {
+      order_id: 'o-5',
+      amount: 500,
+      currency: 'EUR',
+    });
+    e.provider.inject({ kind: 'slowDrip', intervalMs: 15 }, { when: (k) => k === inCall.effect_key });
+    while (e.provider.requestsFor(inCall.effect_key) === 0) await new Promise((r) => setTimeout(r, 20));
+    await e.pool.query('UPDATE actionledger.workers SET stopped_at = now()');
+    const skipped = await kit.pass();
+    t.equal(skipped.reconcile.examined, 0);
+    t.equal(skipped.reconcile.skipped, 1, 'skipped: locked by the dispatcher');
+    const done = await settled(e.pool, inCall.operation_id);
+    t.equal(done.status, 'succeeded', "the worker's outcome stands");
+    t.equal(e.provider.requestsFor(inCall.effect_key), 1);
+  },
+);
 
-t.test('unknown outcomes: applied -> succeeded; inconclusive backs off and escalates after N; no contract -> review at once', async (t) => {
-  const e = await dispatchEnv(t, {}, { reconciler: { backoff_initial_ms: 400, backoff_max_ms: 800, max_attempts: 3 } });
-  const applied = await e.ledger.reserve(ctx('u-applied'), 'issue_refund', { order_id: 'o-6', amount: 1, currency: 'EUR' });
-  const vague = await e.ledger.reserve(ctx('u-vague'), 'issue_refund', { order_id: 'o-7', amount: 2, currency: 'EUR' });
-  e.provider.inject({ kind: 'commitThenReset' }, { when: (k) => k === applied.effect_key });
-  e.provider.inject({ kind: 'resetBeforeCommit' }, { when: (k) => k === vague.effect_key });
-  e.provider.inject({ kind: 'readbackInconclusive' }, { when: (k) => k === vague.effect_key, times: Infinity });
-  await e.dispatcher(2);
-  t.equal((await settled(e.pool, applied.operation_id)).status, 'unknown');
-  t.equal((await settled(e.pool, vague.operation_id)).status, 'unknown');
-  const kit = await e.reconciler();
+t.test(
+  'unknown outcomes: applied -> succeeded; inconclusive backs off and escalates after N; no contract -> review at once',
+  async (t) => {
+    const e = await dispatchEnv(
+      t,
+      {},
+      { reconciler: { backoff_initial_ms: 400, backoff_max_ms: 800, max_attempts: 3 } },
+    );
+    const applied = await e.ledger.reserve(ctx('u-applied'), 'issue_refund', {
+      order_id: 'o-6',
+      amount: 1,
+      currency: 'EUR',
+    });
+    const vague = await e.ledger.reserve(ctx('u-vague'), 'issue_refund', {
+      order_id: 'o-7',
+      amount: 2,
+      currency: 'EUR',
+    });
+    e.provider.inject({ kind: 'commitThenReset' }, { when: (k) => k === applied.effect_key });
+    e.provider.inject({ kind: 'resetBeforeCommit' }, { when: (k) => k === vague.effect_key });
+    e.provider.inject({ kind: 'readbackInconclusive' }, { when: (k) => k === vague.effect_key, times: Infinity });
+    await e.dispatcher(2);
+    t.equal((await settled(e.pool, applied.operation_id)).status, 'unknown');
+    t.equal((await settled(e.pool, vague.operation_id)).status, 'unknown');
+    const kit = await e.reconciler();
 
-  const p1 = await kit.pass();
-  t.match(p1.reconcile, { examined: 2, succeeded: 1, still_unknown: 1, escalated: 0 });
-  t.equal((await row(e, applied.operation_id)).status, 'succeeded');
-  t.match(await row(e, vague.operation_id), { status: 'unknown', reconcile_attempts: 1 });
-  const p2 = await kit.pass();
-  t.equal(p2.reconcile.examined, 0, 'backing off: not due yet');
-  await new Promise((r) => setTimeout(r, 450));
-  t.equal((await kit.pass()).reconcile.still_unknown, 1);
-  t.match(await row(e, vague.operation_id), { status: 'unknown', reconcile_attempts: 2 });
-  await new Promise((r) => setTimeout(r, 850));
-  t.equal((await kit.pass()).reconcile.escalated, 1);
-  t.match(await row(e, vague.operation_id), { status: 'needs_review', review_reason: 'reconcile_attempts_exhausted' });
-  const last = (await history(e, vague.operation_id)).at(-1);
-  t.equal((last?.detail?.checks as unknown[]).length, 3, 'the review carries every check that was tried');
-  t.equal(readbacks(e, vague.effect_key), 3);
-  t.equal(e.provider.requestsFor(vague.effect_key), 1, 'never re-sent');
-  await t.rejects(kit.review.retry(vague.operation_id, { actor: 'alice', reason: 'try again' }), { code: 'retry_not_safe' }, 'no proof of no effect, no retry');
+    const p1 = await kit.pass();
+    t.match(p1.reconcile, { examined: 2, succeeded: 1, still_unknown: 1, escalated: 0 });
+    t.equal((await row(e, applied.operation_id)).status, 'succeeded');
+    t.match(await row(e, vague.operation_id), { status: 'unknown', reconcile_attempts: 1 });
+    const p2 = await kit.pass();
+    t.equal(p2.reconcile.examined, 0, 'backing off: not due yet');
+    await new Promise((r) => setTimeout(r, 450));
+    t.equal((await kit.pass()).reconcile.still_unknown, 1);
+    t.match(await row(e, vague.operation_id), { status: 'unknown', reconcile_attempts: 2 });
+    await new Promise((r) => setTimeout(r, 850));
+    t.equal((await kit.pass()).reconcile.escalated, 1);
+    t.match(await row(e, vague.operation_id), {
+      status: 'needs_review',
+      review_reason: 'reconcile_attempts_exhausted',
+    });
+    const last = (await history(e, vague.operation_id)).at(-1);
+    t.equal((last?.detail?.checks as unknown[]).length, 3, 'the review carries every check that was tried');
+    t.equal(readbacks(e, vague.effect_key), 3);
+    t.equal(e.provider.requestsFor(vague.effect_key), 1, 'never re-sent');
+    await t.rejects(
+      kit.review.retry(vague.operation_id, { actor: 'alice', reason: 'try again' }),
+      { code: 'retry_not_safe' },
+      'no proof of no effect, no retry',
+    );
 
-  const manual = await kit.review.resolveSucceeded(vague.operation_id, { actor: 'alice', reason: 'found it in the provider dashboard', receipt: 'rf_manual_1' });
-  t.match(manual, { from: 'needs_review', to: 'succeeded' });
-  t.equal((await row(e, vague.operation_id)).provider_receipt, 'rf_manual_1');
-});
+    const manual = await kit.review.resolveSucceeded(vague.operation_id, {
+      actor: 'alice',
+      reason: 'found it in the provider dashboard',
+      receipt: 'rf_manual_1',
+    });
+    t.match(manual, { from: 'needs_review', to: 'succeeded' });
+    t.equal((await row(e, vague.operation_id)).provider_receipt, 'rf_manual_1');
+  },
+);
 
 t.test('a provider without a readback contract goes to review at once', async (t) => {
   const e = await dispatchEnv(t, {}, { issueRefund: { readback: null } });
@@ -184,7 +304,11 @@ t.test('a provider without a readback contract goes to review at once', async (t
 
 t.test('two reconciliation passes at once do not double-process', async (t) => {
   const e = await dispatchEnv(t);
-  const ops = await Promise.all(Array.from({ length: 12 }, (_, i) => e.ledger.reserve(ctx(`twin-${i}`), 'issue_refund', { order_id: `o-t${i}`, amount: i + 1, currency: 'EUR' })));
+  const ops = await Promise.all(
+    Array.from({ length: 12 }, (_, i) =>
+      e.ledger.reserve(ctx(`twin-${i}`), 'issue_refund', { order_id: `o-t${i}`, amount: i + 1, currency: 'EUR' }),
+    ),
+  );
   e.provider.inject({ kind: 'commitThenReset' }, { times: 12 });
   await e.dispatcher(4);
   for (const o of ops) t.equal((await settled(e.pool, o.operation_id)).status, 'unknown');
@@ -195,7 +319,9 @@ t.test('two reconciliation passes at once do not double-process', async (t) => {
   for (const o of ops) t.equal(readbacks(e, o.effect_key), 1, 'one readback per operation');
   const { rows } = await e.pool.query(`SELECT count(*)::int AS n FROM actionledger.reconciliation_checks`);
   t.equal((rows[0] as { n: number }).n, 12);
-  const { rows: states } = await e.pool.query(`SELECT status, count(*)::int AS n FROM actionledger.operations GROUP BY status`);
+  const { rows: states } = await e.pool.query(
+    `SELECT status, count(*)::int AS n FROM actionledger.operations GROUP BY status`,
+  );
   t.same(states, [{ status: 'succeeded', n: 12 }]);
 });
 
@@ -208,8 +334,13 @@ t.test('reconcile --once: a summary table or --json; exit 3 when a provider cann
   e.provider.inject({ kind: 'readbackFailing' }, { when: (k) => k === r.effect_key });
   const failing = await runCli(['reconcile', '--once', '--json'], e.env);
   t.equal(failing.code, 3, failing.stderr);
-  t.match(lastJson(failing.stdout), { ok: false, reconcile: { ran: true, examined: 1, still_unknown: 1, provider_errors: 1 } });
-  await e.pool.query('UPDATE actionledger.operations SET next_reconcile_at = now() WHERE operation_id = $1', [r.operation_id]);
+  t.match(lastJson(failing.stdout), {
+    ok: false,
+    reconcile: { ran: true, examined: 1, still_unknown: 1, provider_errors: 1 },
+  });
+  await e.pool.query('UPDATE actionledger.operations SET next_reconcile_at = now() WHERE operation_id = $1', [
+    r.operation_id,
+  ]);
   const table = await runCli(['reconcile', '--once'], e.env);
   t.equal(table.code, 0, table.stderr);
   t.match(table.stdout, /examined\s+succeeded\s+still unknown\s+escalated/);
@@ -219,20 +350,42 @@ t.test('reconcile --once: a summary table or --json; exit 3 when a provider cann
   const bad = await runCli(['review', 'retry', r.operation_id, '--reason', 'x'], e.env);
   t.equal(bad.code, 1);
   t.match(lastJson(bad.stdout), { ok: false, error: 'invalid_review' });
-  const ok = await runCli(['review', 'retry', r.operation_id, '--actor', 'carol', '--reason', 'readback says nothing was applied'], e.env);
+  const ok = await runCli(
+    ['review', 'retry', r.operation_id, '--actor', 'carol', '--reason', 'readback says nothing was applied'],
+    e.env,
+  );
   t.equal(ok.code, 0, ok.stderr);
   t.match(lastJson(ok.stdout), { ok: true, to: 'pending', attempt: 2 });
   t.equal((await settled(e.pool, r.operation_id)).status, 'succeeded');
-  const missing = await runCli(['review', 'resolve-failed', '00000000-0000-4000-8000-000000000000', '--actor', 'carol', '--reason', 'x'], e.env);
+  const missing = await runCli(
+    ['review', 'resolve-failed', '00000000-0000-4000-8000-000000000000', '--actor', 'carol', '--reason', 'x'],
+    e.env,
+  );
   t.match(lastJson(missing.stdout), { ok: false, error: 'not_found' });
-  const audit = await e.pool.query(`SELECT action, outcome, principal_id, tool_name, subject_id, detail->>'why' AS why FROM actionledger.gate_audit WHERE action LIKE 'review:%' ORDER BY id`);
-  t.match(audit.rows, [
-    { action: 'review:retry', outcome: 'invalid_review', principal_id: '', subject_id: r.operation_id },
-    { action: 'review:retry', outcome: 'ok', principal_id: 'carol', tool_name: 'issue_refund', subject_id: r.operation_id, why: 'readback says nothing was applied' },
-    { action: 'review:resolve_failed', outcome: 'not_found', principal_id: 'carol', tool_name: null },
-  ], 'every review action, done or refused, is in the audit log');
+  const audit = await e.pool.query(
+    `SELECT action, outcome, principal_id, tool_name, subject_id, detail->>'why' AS why FROM actionledger.gate_audit WHERE action LIKE 'review:%' ORDER BY id`,
+  );
+  t.match(
+    audit.rows,
+    [
+      { action: 'review:retry', outcome: 'invalid_review', principal_id: '', subject_id: r.operation_id },
+      {
+        action: 'review:retry',
+        outcome: 'ok',
+        principal_id: 'carol',
+        tool_name: 'issue_refund',
+        subject_id: r.operation_id,
+        why: 'readback says nothing was applied',
+      },
+      { action: 'review:resolve_failed', outcome: 'not_found', principal_id: 'carol', tool_name: null },
+    ],
+    'every review action, done or refused, is in the audit log',
+  );
 
-  const dbDown = await runCli(['reconcile', '--once'], { ...e.env, DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none' });
+  const dbDown = await runCli(['reconcile', '--once'], {
+    ...e.env,
+    DATABASE_URL: 'postgres://nobody@127.0.0.1:1/none',
+  });
   t.not(dbDown.code, 0, 'no database: non-zero');
   t.match(lastJson(dbDown.stdout), { ok: false, error: 'database_unavailable' });
 });

@@ -16,8 +16,19 @@ async function until(what: string, ok: () => boolean, timeoutMs = 30_000): Promi
   }
 }
 
-function schedule(url: string, run: (signal: AbortSignal) => Promise<unknown>, extra: { log?: ReturnType<typeof createLogger>; stopDeadlineMs?: number } = {}): ReconcileSchedule {
-  return new ReconcileSchedule({ databaseUrl: url, schema: 'actionledger', cron: '*/5 * * * *', log: extra.log ?? silent, run, ...(extra.stopDeadlineMs === undefined ? {} : { stopDeadlineMs: extra.stopDeadlineMs }) });
+function schedule(
+  url: string,
+  run: (signal: AbortSignal) => Promise<unknown>,
+  extra: { log?: ReturnType<typeof createLogger>; stopDeadlineMs?: number } = {},
+): ReconcileSchedule {
+  return new ReconcileSchedule({
+    databaseUrl: url,
+    schema: 'actionledger',
+    cron: '*/5 * * * *',
+    log: extra.log ?? silent,
+    run,
+    ...(extra.stopDeadlineMs === undefined ? {} : { stopDeadlineMs: extra.stopDeadlineMs }),
+  });
 }
 
 t.test('the pg-boss schedule: cron registered once, every queued pass runs in either fleet', async (t) => {
@@ -34,7 +45,11 @@ t.test('the pg-boss schedule: cron registered once, every queued pass runs in ei
     await b.stop();
   });
   await Promise.all([a.start(), b.start()]);
-  t.same(await a.schedules(), [{ name: RECONCILE_QUEUE, cron: '*/5 * * * *' }], 'one schedule, however many fleets register it');
+  t.same(
+    await a.schedules(),
+    [{ name: RECONCILE_QUEUE, cron: '*/5 * * * *' }],
+    'one schedule, however many fleets register it',
+  );
   for (let i = 0; i < 2; i++) {
     await a.runNow();
     await b.runNow();
@@ -43,58 +58,85 @@ t.test('the pg-boss schedule: cron registered once, every queued pass runs in ei
   t.equal(runs, 4, 'every queued pass ran');
 });
 
-t.test('a deployment with the legacy singleton queue wedged by a dead pass: its schedule and waiting jobs are removed, passes run', async (t) => {
-  const url = await createTestDatabase(t);
-  const old = new PgBoss({ connectionString: url, schema: 'actionledger_pgboss', supervise: false, schedule: false, max: 1 });
-  await old.start();
-  await old.createQueue(LEGACY_RECONCILE_QUEUE, { name: LEGACY_RECONCILE_QUEUE, policy: 'singleton', retryLimit: 0 });
-  await old.schedule(LEGACY_RECONCILE_QUEUE, '* * * * *', {}, { tz: 'UTC' });
-  await old.send(LEGACY_RECONCILE_QUEUE, {});
-  t.equal((await old.fetch(LEGACY_RECONCILE_QUEUE)).length, 1, 'a pass took the job and its process died: the job stays active');
-  await old.send(LEGACY_RECONCILE_QUEUE, {});
-  await old.stop({ graceful: false, close: true });
+t.test(
+  'a deployment with the legacy singleton queue wedged by a dead pass: its schedule and waiting jobs are removed, passes run',
+  async (t) => {
+    const url = await createTestDatabase(t);
+    const old = new PgBoss({
+      connectionString: url,
+      schema: 'actionledger_pgboss',
+      supervise: false,
+      schedule: false,
+      max: 1,
+    });
+    await old.start();
+    await old.createQueue(LEGACY_RECONCILE_QUEUE, { name: LEGACY_RECONCILE_QUEUE, policy: 'singleton', retryLimit: 0 });
+    await old.schedule(LEGACY_RECONCILE_QUEUE, '* * * * *', {}, { tz: 'UTC' });
+    await old.send(LEGACY_RECONCILE_QUEUE, {});
+    t.equal(
+      (await old.fetch(LEGACY_RECONCILE_QUEUE)).length,
+      1,
+      'a pass took the job and its process died: the job stays active',
+    );
+    await old.send(LEGACY_RECONCILE_QUEUE, {});
+    await old.stop({ graceful: false, close: true });
 
-  let runs = 0;
-  const s = schedule(url, async () => ++runs);
-  t.teardown(() => s.stop());
-  await s.start();
-  t.same(await s.schedules(), [{ name: RECONCILE_QUEUE, cron: '*/5 * * * *' }], 'the legacy schedule is gone');
-  await s.runNow();
-  await until('a pass', () => runs >= 1);
-  t.equal(runs, 1);
-  const check = new PgBoss({ connectionString: url, schema: 'actionledger_pgboss', supervise: false, schedule: false, migrate: false, max: 1 });
-  await check.start();
-  t.equal(await check.getQueueSize(LEGACY_RECONCILE_QUEUE), 0, 'no job waits behind the dead one in the legacy queue');
-  t.match(await check.getQueue(RECONCILE_QUEUE), { policy: 'standard', retryLimit: 0 });
-  await check.stop({ graceful: false, close: true });
-});
+    let runs = 0;
+    const s = schedule(url, async () => ++runs);
+    t.teardown(() => s.stop());
+    await s.start();
+    t.same(await s.schedules(), [{ name: RECONCILE_QUEUE, cron: '*/5 * * * *' }], 'the legacy schedule is gone');
+    await s.runNow();
+    await until('a pass', () => runs >= 1);
+    t.equal(runs, 1);
+    const check = new PgBoss({
+      connectionString: url,
+      schema: 'actionledger_pgboss',
+      supervise: false,
+      schedule: false,
+      migrate: false,
+      max: 1,
+    });
+    await check.start();
+    t.equal(
+      await check.getQueueSize(LEGACY_RECONCILE_QUEUE),
+      0,
+      'no job waits behind the dead one in the legacy queue',
+    );
+    t.match(await check.getQueue(RECONCILE_QUEUE), { policy: 'standard', retryLimit: 0 });
+    await check.stop({ graceful: false, close: true });
+  },
+);
 
-t.test('stop() before start() and repeated; start() after stop() restarts; start() while running is refused', async (t) => {
-  const url = await createTestDatabase(t);
-  let runs = 0;
-  const s = schedule(url, async () => ++runs);
-  t.teardown(() => s.stop());
-  await s.stop();
-  await s.stop();
-  t.equal(s.state, 'stopped');
-  await t.rejects(s.runNow(), { code: 'internal' }, 'no job can be queued on a stopped schedule');
+t.test(
+  'stop() before start() and repeated; start() after stop() restarts; start() while running is refused',
+  async (t) => {
+    const url = await createTestDatabase(t);
+    let runs = 0;
+    const s = schedule(url, async () => ++runs);
+    t.teardown(() => s.stop());
+    await s.stop();
+    await s.stop();
+    t.equal(s.state, 'stopped');
+    await t.rejects(s.runNow(), { code: 'internal' }, 'no job can be queued on a stopped schedule');
 
-  await s.start();
-  await t.rejects(s.start(), { code: 'already_running' }, 'a second start() is refused, not ignored');
-  await s.runNow();
-  await until('the first pass', () => runs >= 1);
-  await s.stop();
-  await s.stop();
-  t.equal(s.state, 'stopped');
-  await t.rejects(s.runNow(), { code: 'internal' });
+    await s.start();
+    await t.rejects(s.start(), { code: 'already_running' }, 'a second start() is refused, not ignored');
+    await s.runNow();
+    await until('the first pass', () => runs >= 1);
+    await s.stop();
+    await s.stop();
+    t.equal(s.state, 'stopped');
+    await t.rejects(s.runNow(), { code: 'internal' });
 
-  await s.start();
-  t.equal(s.state, 'running', 'restarted');
-  await s.runNow();
-  await until('a pass after the restart', () => runs >= 2);
-  t.equal(runs, 2);
-  await s.stop();
-});
+    await s.start();
+    t.equal(s.state, 'running', 'restarted');
+    await s.runNow();
+    await until('a pass after the restart', () => runs >= 2);
+    t.equal(runs, 2);
+    await s.stop();
+  },
+);
 
 t.test('every stop() call resolves only after the pass in progress finished', async (t) => {
   const url = await createTestDatabase(t);
@@ -169,39 +211,46 @@ async function cuttableProxy(t: Test, url: string): Promise<{ url: string; cut()
   return { url: proxied.toString(), cut };
 }
 
-t.test('the database goes away while the schedule runs and stops: one log line per failure code, no unhandled rejection', async (t) => {
-  const url = await createTestDatabase(t);
-  const proxy = await cuttableProxy(t, url);
-  const lines: Record<string, unknown>[] = [];
-  const sink = new Writable({
-    write(chunk: Buffer, _enc, done) {
-      for (const l of chunk.toString().split('\n').filter((x) => x !== '')) lines.push(JSON.parse(l) as Record<string, unknown>);
-      done();
-    },
-  });
-  const log = createLogger({ level: 'info', name: 'test', destination: sink });
-  const rejections: unknown[] = [];
-  const onRejection = (err: unknown): void => void rejections.push(err);
-  process.on('unhandledRejection', onRejection);
-  t.teardown(() => void process.off('unhandledRejection', onRejection));
+t.test(
+  'the database goes away while the schedule runs and stops: one log line per failure code, no unhandled rejection',
+  async (t) => {
+    const url = await createTestDatabase(t);
+    const proxy = await cuttableProxy(t, url);
+    const lines: Record<string, unknown>[] = [];
+    const sink = new Writable({
+      write(chunk: Buffer, _enc, done) {
+        for (const l of chunk
+          .toString()
+          .split('\n')
+          .filter((x) => x !== ''))
+          lines.push(JSON.parse(l) as Record<string, unknown>);
+        done();
+      },
+    });
+    const log = createLogger({ level: 'info', name: 'test', destination: sink });
+    const rejections: unknown[] = [];
+    const onRejection = (err: unknown): void => void rejections.push(err);
+    process.on('unhandledRejection', onRejection);
+    t.teardown(() => void process.off('unhandledRejection', onRejection));
 
-  let runs = 0;
-  const s = schedule(proxy.url, async () => ++runs, { log });
-  await s.start();
-  await s.runNow();
-  await until('a pass', () => runs >= 1);
-  await proxy.cut();
-  await until('pg-boss to notice', () => lines.some((l) => l.msg === 'reconciliation schedule: pg-boss error'));
-  // Polls go on against the dead database for a while.
-  await new Promise((r) => setTimeout(r, 5000));
-  await s.stop();
-  t.equal(s.state, 'stopped', 'stop() resolves with the database gone');
-  t.same(rejections, [], 'no unhandled rejection');
-  const failures = lines.filter((l) => l.msg === 'reconciliation schedule: pg-boss error');
-  const codes = failures.map((l) => l.code);
-  t.same(codes, [...new Set(codes)], `one line per failure code within the interval (${codes.join(', ')})`);
-  t.notOk(
-    failures.some((l) => 'repeated' in l),
-    'no repeat line within the 30 s interval',
-  );
-});
+    let runs = 0;
+    const s = schedule(proxy.url, async () => ++runs, { log });
+    await s.start();
+    await s.runNow();
+    await until('a pass', () => runs >= 1);
+    await proxy.cut();
+    await until('pg-boss to notice', () => lines.some((l) => l.msg === 'reconciliation schedule: pg-boss error'));
+    // Polls go on against the dead database for a while.
+    await new Promise((r) => setTimeout(r, 5000));
+    await s.stop();
+    t.equal(s.state, 'stopped', 'stop() resolves with the database gone');
+    t.same(rejections, [], 'no unhandled rejection');
+    const failures = lines.filter((l) => l.msg === 'reconciliation schedule: pg-boss error');
+    const codes = failures.map((l) => l.code);
+    t.same(codes, [...new Set(codes)], `one line per failure code within the interval (${codes.join(', ')})`);
+    t.notOk(
+      failures.some((l) => 'repeated' in l),
+      'no repeat line within the 30 s interval',
+    );
+  },
+);

@@ -1,7 +1,11 @@
 import { request as httpsRequest } from 'node:https';
 import t, { type Test } from 'tap';
 import { postJson, type HttpOutcome, type HttpResponse } from '../../dispatcher/http-client.js';
-import { AUTHORIZATION_REQUEST_FIELDS, SandboxAuthorizer, type AuthorizationRequest } from '../../sandbox/authorizer.js';
+import {
+  AUTHORIZATION_REQUEST_FIELDS,
+  SandboxAuthorizer,
+  type AuthorizationRequest,
+} from '../../sandbox/authorizer.js';
 import { startAuthorizer, testAgent, testPki } from '../helpers/sandbox.js';
 
 const request: AuthorizationRequest = {
@@ -47,10 +51,19 @@ async function rawAnswer(authorizer: SandboxAuthorizer): Promise<string> {
   return new Promise((resolve, reject) => {
     const req = httpsRequest(
       authorizer.authorizeUrl,
-      { method: 'POST', ca: p.ca.cert, cert: p.client.cert, key: p.client.key, headers: { 'content-type': 'application/json' } },
+      {
+        method: 'POST',
+        ca: p.ca.cert,
+        cert: p.client.cert,
+        key: p.client.key,
+        headers: { 'content-type': 'application/json' },
+      },
       (res) => {
         let text = '';
-        res.setEncoding('utf8').on('data', (c: string) => (text += c)).on('end', () => resolve(text));
+        res
+          .setEncoding('utf8')
+          .on('data', (c: string) => (text += c))
+          .on('end', () => resolve(text));
       },
     );
     req.on('error', reject);
@@ -65,7 +78,10 @@ t.test('allow by default: every field echoed, ISO 8601 UTC times, 60 s TTL; requ
   const res = response(t, await postJson(agent, authorizer.authorizeUrl, call()));
   t.equal(res.status, 200);
   t.match(res.json, { ...request, decision: 'allow' });
-  t.same(Object.keys(res.json ?? {}).sort(), [...AUTHORIZATION_REQUEST_FIELDS, 'decision', 'authorized_at', 'expires_at'].sort());
+  t.same(
+    Object.keys(res.json ?? {}).sort(),
+    [...AUTHORIZATION_REQUEST_FIELDS, 'decision', 'authorized_at', 'expires_at'].sort(),
+  );
   const { authorizedAt, expiresAt } = timestamps(res);
   t.ok(authorizedAt >= before - 1_000 && authorizedAt <= Date.now() + 1_000, 'authorized now');
   t.equal(expiresAt - authorizedAt, 60_000);
@@ -75,10 +91,16 @@ t.test('allow by default: every field echoed, ISO 8601 UTC times, 60 s TTL; requ
 });
 
 t.test('the decide callback sets the decision; ttlMs the lifetime', async (t) => {
-  const authorizer = await startAuthorizer(t, { decide: (r) => (r.tenant_id === 'tenant-a' ? 'deny' : 'allow'), ttlMs: 5_000 });
+  const authorizer = await startAuthorizer(t, {
+    decide: (r) => (r.tenant_id === 'tenant-a' ? 'deny' : 'allow'),
+    ttlMs: 5_000,
+  });
   const agent = await testAgent(t);
   t.match(response(t, await postJson(agent, authorizer.authorizeUrl, call())).json, { decision: 'deny' });
-  const other = response(t, await postJson(agent, authorizer.authorizeUrl, call({ ...request, tenant_id: 'tenant-b' })));
+  const other = response(
+    t,
+    await postJson(agent, authorizer.authorizeUrl, call({ ...request, tenant_id: 'tenant-b' })),
+  );
   t.match(other.json, { decision: 'allow', tenant_id: 'tenant-b' });
   const { authorizedAt, expiresAt } = timestamps(other);
   t.equal(expiresAt - authorizedAt, 5_000);
@@ -97,7 +119,10 @@ t.test('requests without exactly the binding fields are 400 and recorded as inva
     [request],
   ];
   for (const body of bodies) {
-    t.match(response(t, await postJson(agent, authorizer.authorizeUrl, call(body))), { status: 400, json: { error: 'invalid_request' } });
+    t.match(response(t, await postJson(agent, authorizer.authorizeUrl, call(body))), {
+      status: 400,
+      json: { error: 'invalid_request' },
+    });
   }
   t.equal(authorizer.requests().length, bodies.length);
   t.ok(authorizer.requests().every((r) => r.request === null));
@@ -152,7 +177,10 @@ t.test('wire-level faults: duplicate keys, oversized, slow', async (t) => {
   t.match(await postJson(agent, authorizer.authorizeUrl, call()), { kind: 'unknown', code: 'oversized' });
 
   authorizer.inject({ kind: 'slow', delayMs: 400 });
-  t.match(await postJson(agent, authorizer.authorizeUrl, call(request, { timeoutMs: 100 })), { kind: 'unknown', code: 'timeout' });
+  t.match(await postJson(agent, authorizer.authorizeUrl, call(request, { timeoutMs: 100 })), {
+    kind: 'unknown',
+    code: 'timeout',
+  });
   authorizer.inject({ kind: 'slow', delayMs: 50 });
   t.match(await postJson(agent, authorizer.authorizeUrl, call()), { kind: 'response', json: { decision: 'allow' } });
 });
@@ -163,10 +191,16 @@ t.test('faults by predicate and count; clearFaults; stop before start is safe', 
   authorizer.inject({ kind: 'deny' }, { when: (r) => r.operation_id === 'op-2', times: Infinity });
   t.match(response(t, await postJson(agent, authorizer.authorizeUrl, call())).json, { decision: 'allow' });
   for (let i = 0; i < 2; i++) {
-    t.match(response(t, await postJson(agent, authorizer.authorizeUrl, call({ ...request, operation_id: 'op-2' }))).json, { decision: 'deny' });
+    t.match(
+      response(t, await postJson(agent, authorizer.authorizeUrl, call({ ...request, operation_id: 'op-2' }))).json,
+      { decision: 'deny' },
+    );
   }
   authorizer.clearFaults();
-  t.match(response(t, await postJson(agent, authorizer.authorizeUrl, call({ ...request, operation_id: 'op-2' }))).json, { decision: 'allow' });
+  t.match(
+    response(t, await postJson(agent, authorizer.authorizeUrl, call({ ...request, operation_id: 'op-2' }))).json,
+    { decision: 'allow' },
+  );
 
   const p = await testPki();
   const idle = new SandboxAuthorizer({ tls: { ...p.server, ca: p.ca.cert } });

@@ -4,7 +4,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { checkServerIdentity } from 'node:tls';
 import t from 'tap';
-import { createCa, issueClientCert, issueServerCert, loadOrCreateDevPki, loadPki, writePki } from '../../sandbox/pki.js';
+import {
+  createCa,
+  issueClientCert,
+  issueServerCert,
+  loadOrCreateDevPki,
+  loadPki,
+  writePki,
+} from '../../sandbox/pki.js';
 
 t.test('a CA, a server certificate with DNS and IP SANs, a client certificate', async (t) => {
   const ca = await createCa('unit-ca');
@@ -46,7 +53,9 @@ t.test('validity: default now-ish, explicit dates, expired; unrelated CAs do not
   const expired = new X509Certificate((await issueClientCert(ca, 'old', { expired: true })).cert);
   t.ok(Date.parse(expired.validTo) < Date.now(), 'expired');
   const notBefore = new Date(Date.now() + 86_400_000);
-  const future = new X509Certificate((await issueServerCert(ca, { notBefore, notAfter: new Date(Date.now() + 2 * 86_400_000) })).cert);
+  const future = new X509Certificate(
+    (await issueServerCert(ca, { notBefore, notAfter: new Date(Date.now() + 2 * 86_400_000) })).cert,
+  );
   t.equal(Date.parse(future.validFrom), Math.floor(notBefore.getTime() / 1000) * 1000, 'notBefore is honoured');
 
   const otherCert = new X509Certificate(other.cert);
@@ -63,7 +72,8 @@ t.test('writePki: files, modes; loadOrCreateDevPki reuses it and replaces a brok
   const first = await loadOrCreateDevPki(dir);
   t.same(readdirSync(dir).sort(), ['ca.crt', 'ca.key', 'client.crt', 'client.key', 'server.crt', 'server.key']);
   t.equal(statSync(dir).mode & 0o777, 0o700, 'folder 0700');
-  for (const f of ['ca.key', 'server.key', 'client.key']) t.equal(statSync(join(dir, f)).mode & 0o777, 0o600, `${f} is 0600`);
+  for (const f of ['ca.key', 'server.key', 'client.key'])
+    t.equal(statSync(join(dir, f)).mode & 0o777, 0o600, `${f} is 0600`);
   t.equal(first.paths.serverKey, join(dir, 'server.key'));
   t.equal(new X509Certificate(first.client.cert).subject, 'CN=actionledger-dispatcher');
 

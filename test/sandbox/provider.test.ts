@@ -6,7 +6,11 @@ import { startProvider, testAgent, testPki } from '../helpers/sandbox.js';
 const TOKEN = 'sandbox-token';
 const auth = { authorization: `Bearer ${TOKEN}` };
 const opts = (headers: Record<string, string> = auth) => ({ headers, timeoutMs: 2_000, maxBytes: 64 * 1024 });
-const refund = (key: string, body: unknown = { order_id: 'o-1', amount: 500 }, headers: Record<string, string> = auth) => ({
+const refund = (
+  key: string,
+  body: unknown = { order_id: 'o-1', amount: 500 },
+  headers: Record<string, string> = auth,
+) => ({
   ...opts({ ...headers, 'idempotency-key': key }),
   body: JSON.stringify(body),
 });
@@ -28,11 +32,16 @@ t.test('Stripe-like idempotency: one effect per key, replays return the same rec
   t.equal(replay.headers['x-request-id'], first.headers['x-request-id'], 'the receipt header is stable too');
   t.equal(replay.headers['idempotent-replayed'], 'true');
 
-  const reused = response(t, await postJson(agent, provider.endpoint, refund('key-a', { order_id: 'o-1', amount: 9999 })));
+  const reused = response(
+    t,
+    await postJson(agent, provider.endpoint, refund('key-a', { order_id: 'o-1', amount: 9999 })),
+  );
   t.match(reused, { status: 422, json: { error: 'idempotency_key_reused' } }, 'same key, other body: refused');
   t.equal(provider.requestsFor('key-a'), 3);
   t.equal(provider.effectsFor('key-a'), 1);
-  t.match(provider.allEffects(), [{ key: 'key-a', body: { order_id: 'o-1', amount: 500 }, operationId: first.json?.operation_id }]);
+  t.match(provider.allEffects(), [
+    { key: 'key-a', body: { order_id: 'o-1', amount: 500 }, operationId: first.json?.operation_id },
+  ]);
 
   const noKey = response(t, await postJson(agent, provider.endpoint, { ...opts(), body: '{}' }));
   t.match(noKey, { status: 400, json: { error: 'missing_idempotency_key' } });
@@ -65,15 +74,25 @@ t.test('readback and listing are authoritative; readback faults for the next N c
   const receipt = response(t, await postJson(agent, provider.endpoint, refund('key/with?odd chars')));
   const applied = response(t, await getJson(agent, provider.readbackUrl('key/with?odd chars'), opts()));
   t.match(applied, { status: 200, json: { state: 'applied', operation_id: receipt.json?.operation_id } });
-  t.match(response(t, await getJson(agent, provider.readbackUrl('never'), opts())), { status: 404, json: { state: 'no_effect' } });
+  t.match(response(t, await getJson(agent, provider.readbackUrl('never'), opts())), {
+    status: 404,
+    json: { state: 'no_effect' },
+  });
 
   provider.inject({ kind: 'readbackFailing' }, { times: 2 });
   for (let i = 0; i < 2; i++) {
     t.equal(response(t, await getJson(agent, provider.readbackUrl('key/with?odd chars'), opts())).status, 503);
   }
-  t.equal(response(t, await getJson(agent, provider.readbackUrl('key/with?odd chars'), opts())).status, 200, 'then healthy');
+  t.equal(
+    response(t, await getJson(agent, provider.readbackUrl('key/with?odd chars'), opts())).status,
+    200,
+    'then healthy',
+  );
   provider.inject({ kind: 'readbackInconclusive' });
-  t.match(response(t, await getJson(agent, provider.readbackUrl('never'), opts())), { status: 200, json: { state: 'pending' } });
+  t.match(response(t, await getJson(agent, provider.readbackUrl('never'), opts())), {
+    status: 200,
+    json: { state: 'pending' },
+  });
 
   const listing = response(t, await getJson(agent, `${provider.url}/v1/effects`, opts()));
   t.match(listing.json, { effects: { 'key/with?odd chars': [{ operation_id: receipt.json?.operation_id }] } });
@@ -98,7 +117,10 @@ t.test('faults: next N requests, or only keys a predicate accepts; commit flags'
   t.equal(response(t, await postJson(agent, provider.endpoint, refund('c-1'))).status, 201, 'the replay finds it');
 
   provider.inject({ kind: 'status', status: 422, body: { error: 'card_declined' } });
-  t.match(response(t, await postJson(agent, provider.endpoint, refund('d-1'))), { status: 422, json: { error: 'card_declined' } });
+  t.match(response(t, await postJson(agent, provider.endpoint, refund('d-1'))), {
+    status: 422,
+    json: { error: 'card_declined' },
+  });
   provider.inject({ kind: 'noReceipt', commit: false });
   t.equal(response(t, await postJson(agent, provider.endpoint, refund('n-1'))).status, 201);
   t.equal(provider.effectsFor('n-1'), 0, 'commit: false overrides the default');
