@@ -7,6 +7,8 @@
  * group-commit pattern). `open` settles every item it was given; if it throws instead, every item of the
  * batch is rejected with that error (settling an item twice is a no-op).
  */
+import { sleep, type RetryPolicy } from '../core/retry.js';
+
 export class Batcher<T extends Settle<never>> {
   readonly #max: number;
   readonly #open: (items: T[]) => Promise<void>;
@@ -48,4 +50,33 @@ export interface Settle<R = void> {
 /** Adds `item` to `batcher` and returns the promise its batch settles. */
 export function submit<I, R = void>(batcher: Batcher<I & Settle<R>>, item: I): Promise<R> {
   return new Promise<R>((resolve, reject) => batcher.add({ ...item, resolve, reject }));
+}
+
+/**
+ * A whole batch statement that failed transiently is run again a few times (100 ms, doubling to 800 ms): it is
+ * idempotent per claim and nothing of the batch has been sent yet. Then its items are rejected (and, the
+ * failure being transient, their claims released).
+ */
+export const BATCH_RETRY_POLICY: RetryPolicy = { tries: 5, baseDelayMs: 100, maxDelayMs: 800 };
+
+/** A row another session holds is tried again after 20 ms, doubling to this cap, while its claim holds. */
+const BUSY_RETRY_MAX_MS = 1_000;
+
+/**
+ * An item whose row another session holds (a reviewer, a revocation in progress, a migration): it goes into
+ * a later batch after a short wait, 20 ms doubling to 1 s, as long as its claim holds (each try reads the
+ * claim again; a lost one ends as `claim_lost`) and the worker runs (`halt`; the item is then rejected with the
+ * signal's reason). Its authorization ages meanwhile, and a decision that grew too old is refused as stale,
+ * never sent.
+ */
+export function retryBusy<T extends Settle<never> & { busyRetries?: number }>(
+  batcher: Batcher<T>,
+  item: T,
+  halt: AbortSignal,
+): void {
+  item.busyRetries = (item.busyRetries ?? 0) + 1;
+  sleep(Math.min(BUSY_RETRY_MAX_MS, 10 * 2 ** item.busyRetries), halt).then(
+    () => batcher.add(item),
+    (err: unknown) => item.reject(err),
+  );
 }

@@ -5,10 +5,13 @@
  * `isTransient`) is retried with a bounded backoff for as long as the worker runs, never a fixed number of
  * times; anything else is thrown to the caller at once.
  */
-import { isTransient } from '../core/db.js';
 import type { RepeatedFailureLog } from '../core/log.js';
+import { retry, type RetryPolicy } from '../core/retry.js';
 
-/** Thrown out of a wait or a retry loop when the worker stops: what it held goes to the reconciler. */
+/**
+ * Thrown out of a wait or a retry loop when the worker stops: what it held goes to the reconciler. The worker's
+ * halt signal is aborted with one as its reason, so `retry` and `sleep` reject with it.
+ */
 export class WorkerHalted extends Error {
   constructor() {
     super('the dispatcher stopped');
@@ -18,6 +21,13 @@ export class WorkerHalted extends Error {
 
 /** First retry after 100 ms, doubling to this cap: a freed disk is noticed within 5 s. */
 export const OWED_WRITE_MAX_BACKOFF_MS = 5_000;
+
+/** An owed write: every transient failure, for as long as the worker runs. */
+export const OWED_WRITE_POLICY: Omit<RetryPolicy, 'signal' | 'onRetry'> = {
+  tries: Infinity,
+  baseDelayMs: 100,
+  maxDelayMs: OWED_WRITE_MAX_BACKOFF_MS,
+};
 
 /**
  * Runs `write` until it resolves. A transient failure is counted on `failures` (one log line per interval
@@ -30,35 +40,11 @@ export async function untilWritten<T>(
   failures: RepeatedFailureLog,
   fields: Record<string, unknown>,
 ): Promise<T> {
-  for (let attempt = 0; ; attempt++) {
-    if (halt.aborted) throw new WorkerHalted();
-    try {
-      const result = await write();
-      failures.ok(fields);
-      return result;
-    } catch (err) {
-      if (!isTransient(err)) throw err;
-      failures.fail(err, fields);
-    }
-    await pause(Math.min(OWED_WRITE_MAX_BACKOFF_MS, 100 * 2 ** attempt), halt);
-  }
-}
-
-/** Resolves after `ms`, or rejects with {@link WorkerHalted} when `halt` aborts first. */
-export function pause(ms: number, halt: AbortSignal): Promise<void> {
-  return new Promise<void>((resolve, reject) => {
-    if (halt.aborted) {
-      reject(new WorkerHalted());
-      return;
-    }
-    const onHalt = (): void => {
-      clearTimeout(timer);
-      reject(new WorkerHalted());
-    };
-    const timer = setTimeout(() => {
-      halt.removeEventListener('abort', onHalt);
-      resolve();
-    }, ms);
-    halt.addEventListener('abort', onHalt, { once: true });
+  const result = await retry(write, {
+    ...OWED_WRITE_POLICY,
+    signal: halt,
+    onRetry: (err) => failures.fail(err, fields),
   });
+  failures.ok(fields);
+  return result;
 }

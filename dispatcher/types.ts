@@ -1,3 +1,8 @@
+import type { ToolRoute } from '../core/config.js';
+import type { Secret } from '../core/secret.js';
+import type { AuthorizationDecision } from './authorize.js';
+import type { Settle } from './batcher.js';
+
 /** What the dispatcher holds for one claimed operation. */
 export interface ClaimedOperation {
   operation_id: string;
@@ -21,3 +26,24 @@ export interface ClaimedOperation {
 /** Where a pre-dispatch refusal happened (a metric label and the review reason's prefix). */
 export type DispatchStage =
   'route' | 'arguments' | 'credential' | 'authorization' | 'evidence' | 'final_check' | 'provider';
+
+/** A claimed operation waiting for its evidence to be recorded in a batch. */
+export interface EvidenceItem extends Settle {
+  op: ClaimedOperation;
+  decision: AuthorizationDecision;
+  /** How many times its row was found held by another session. */
+  busyRetries?: number;
+}
+
+/** A claimed operation with recorded evidence, waiting for a dispatch batch. */
+export interface DispatchItem extends Settle {
+  op: ClaimedOperation;
+  route: ToolRoute;
+  credential: Secret | null;
+  progress: { sent: boolean };
+  /** How many times its row was found held by another session. */
+  busyRetries?: number;
+}
+
+/** The final check's verdict on one operation of a dispatch batch. */
+export type FinalCheck = 'go' | 'authorization_stale' | 'tool_disabled';

@@ -1,0 +1,66 @@
+/**
+ * One retry loop for the whole code base: `retry(fn, policy)` runs `fn` again after a failure the policy calls
+ * transient, waiting an exponentially growing, capped delay between attempts. What counts as transient is
+ * core/sqlstate.ts `isTransient` unless a policy narrows it (never widens it with a second definition).
+ */
+import { isTransient } from './sqlstate.js';
+
+export interface RetryPolicy {
+  /** Attempts in all, the first included (at least 1); `Infinity` retries for as long as failures are transient. */
+  tries: number;
+  /** The wait after the first failed attempt; each later wait doubles it, up to {@link RetryPolicy.maxDelayMs}. */
+  baseDelayMs: number;
+  maxDelayMs: number;
+  /** Which failures are worth another attempt; `isTransient` when absent. A failure it rejects is thrown at once. */
+  retryOn?: (err: unknown) => boolean;
+  /**
+   * Ends the retries when aborted: checked before every attempt and during every wait (a call in flight is never
+   * interrupted); `retry` then rejects with the signal's `reason`.
+   */
+  signal?: AbortSignal;
+  /** Told about each failure that will be retried (attempt counts from 1), before the wait. */
+  onRetry?: (err: unknown, attempt: number) => void;
+}
+
+/**
+ * Runs `fn` (given the attempt number, from 1) until it resolves, and returns its result. Throws the failure of
+ * the last attempt when it is not retryable or the tries are spent, or the signal's reason once it aborts.
+ */
+export async function retry<T>(fn: (attempt: number) => Promise<T>, policy: RetryPolicy): Promise<T> {
+  const retryOn = policy.retryOn ?? isTransient;
+  const tries = Math.max(1, policy.tries);
+  for (let attempt = 1; ; attempt++) {
+    policy.signal?.throwIfAborted();
+    try {
+      return await fn(attempt);
+    } catch (err) {
+      if (attempt >= tries || !retryOn(err)) throw err;
+      policy.onRetry?.(err, attempt);
+    }
+    await sleep(backoffMs(policy, attempt), policy.signal);
+  }
+}
+
+/** The wait after failed attempt `attempt` (from 1): `baseDelayMs * 2^(attempt-1)`, at most `maxDelayMs`. */
+export function backoffMs(policy: Pick<RetryPolicy, 'baseDelayMs' | 'maxDelayMs'>, attempt: number): number {
+  return Math.min(policy.maxDelayMs, policy.baseDelayMs * 2 ** Math.min(attempt - 1, 30));
+}
+
+/** Resolves after `ms`, or rejects with the signal's reason as soon as `signal` aborts (at once if it has). */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    if (signal?.aborted === true) {
+      reject(signal.reason);
+      return;
+    }
+    const onAbort = (): void => {
+      clearTimeout(timer);
+      reject(signal?.reason);
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
+}

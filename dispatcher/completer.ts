@@ -1,0 +1,243 @@
+/**
+ * The completer of one dispatcher worker: every fenced write that ends a claim outside the dispatch batch's own
+ * transaction. Outcomes a batch could not commit, pre-dispatch refusals, releases of never-sent claims, and the
+ * recovery of a claim the normal path could not finish.
+ *
+ * States of one claim it ends:
+ *   outcome    - sent: the classified outcome, written again on its own connection when the batch's commit
+ *                failed or its fate is unknown (a no-op if it landed)
+ *   refused    - not sent, refused before dispatch: `needs_review` with `<stage>:<code>`
+ *   released   - not sent, a transient database failure: back to `pending` (`released:<code>`)
+ *   recovered  - an unexpected failure: `unknown` if possibly sent, `needs_review` (`internal:<code>`) if not
+ *   lost       - the claim was no longer current: nothing to write
+ * Each write is fenced on the claim token and retried while the worker runs (dispatcher/persist.ts); when the
+ * worker halts first, the claim stays executing for the reconciler.
+ */
+import { databaseErrorCode, isConnectionError, isTransient, sqlState } from '../core/db.js';
+import { isActionLedgerError, type ErrorCode } from '../core/errors.js';
+import type { JsonValue } from '../core/json.js';
+import type { DispatchContext } from './context.js';
+import type { Outcome } from './executor.js';
+import { untilWritten, WorkerHalted } from './persist.js';
+import type { ClaimedOperation, DispatchItem, DispatchStage, FinalCheck } from './types.js';
+
+/** How long a released operation waits in the outbox before it can be claimed again. */
+const RELEASE_BACKOFF_MS = 1_000;
+
+export class Completer {
+  readonly #ctx: DispatchContext;
+
+  constructor(ctx: DispatchContext) {
+    this.#ctx = ctx;
+  }
+
+  /**
+   * A claim the normal path could not finish. Never sent and the failure transient (a full disk, a lost
+   * connection, a timeout): released back to pending (`released:<code>`), to be claimed again. Possibly sent:
+   * `unknown`, for the reconciler's readback (the provider may have the effect, so it is never released). Not
+   * sent but unexpected (a bug): `needs_review` (`internal:<code>`; a reviewed retry is safe). Each write is
+   * retried while the worker runs; if it cannot be made, the claim leaves the heartbeat listing and the
+   * reconciler takes it.
+   */
+  async recover(op: ClaimedOperation, sent: boolean, err: unknown): Promise<void> {
+    const { o } = this.#ctx;
+    if (err instanceof WorkerHalted) throw err;
+    if (!sent && isTransient(err)) return this.#release(op, err);
+    const code =
+      sqlState(err) ?? (isActionLedgerError(err) ? err.code : isConnectionError(err) ? 'connection_lost' : 'error');
+    o.log.error({ err, operation_id: op.operation_id, sent }, 'dispatch failed unexpectedly');
+    const wrote = sent
+      ? await this.#complete(
+          op,
+          'unknown',
+          null,
+          { internal_error: code },
+          null,
+          `provider_outcome_unknown:internal:${code}`,
+        )
+      : await this.#complete(
+          op,
+          'needs_review',
+          null,
+          { stage: 'internal', code },
+          `internal:${code}`,
+          `predispatch_refused:internal:${code}`,
+        );
+    o.metrics.outcomes.inc({
+      tool: op.tool_name,
+      provider: op.provider_id,
+      outcome: wrote ? (sent ? 'unknown' : 'needs_review') : 'lost',
+    });
+  }
+
+  /** Gives a never-sent claim back to the queue (see {@link dispatcherQueries.operationRelease}). */
+  async #release(op: ClaimedOperation, err: unknown): Promise<void> {
+    const { o, q } = this.#ctx;
+    const code = databaseErrorCode(err) ?? 'database_error';
+    const sqlstate = sqlState(err) ?? null;
+    const detail = {
+      sqlstate,
+      code,
+      sent: false,
+      provider_called: false,
+      attempt: op.attempt,
+      claim_token: op.claim_token,
+      available_in_ms: RELEASE_BACKOFF_MS,
+    };
+    const n = await untilWritten(
+      async () =>
+        (
+          await o.pool.query<{ n: number }>(q.operationRelease, [
+            op.operation_id,
+            op.claim_token,
+            o.workerId,
+            `released:${code}`,
+            RELEASE_BACKOFF_MS,
+            JSON.stringify(detail),
+          ])
+        ).rows[0]?.n ?? 0,
+      this.#ctx.halt(),
+      this.#ctx.writeFailures,
+      { operation_id: op.operation_id, write: 'release' },
+    );
+    o.metrics.outcomes.inc({
+      tool: op.tool_name,
+      provider: op.provider_id,
+      outcome: n === 1 ? 'released' : 'lost',
+    });
+    o.log.warn(
+      { operation_id: op.operation_id, code, sqlstate, released: n === 1 },
+      'claim released after a database failure; the provider was not called',
+    );
+  }
+
+  /** Settles a sent operation of a dispatch batch: writes its outcome again unless the batch committed it. */
+  async settleOutcome(item: DispatchItem, outcome: Outcome, committed: boolean): Promise<void> {
+    const { o } = this.#ctx;
+    const { op } = item;
+    try {
+      // The batch's write failed, or its COMMIT's fate is unknown: write again on another connection, fenced on
+      // the claim (a no-op if it landed). If this throws, the row stays executing for the reconciler.
+      if (!committed)
+        await this.#complete(
+          op,
+          outcome.status,
+          outcome.receipt,
+          outcome.result,
+          reviewReason(outcome),
+          outcome.reason,
+        );
+      o.metrics.outcomes.inc({
+        tool: op.tool_name,
+        provider: op.provider_id,
+        outcome: outcome.status,
+      });
+      o.log.info(
+        {
+          operation_id: op.operation_id,
+          tool: op.tool_name,
+          tenant: op.tenant_id,
+          outcome: outcome.status,
+          code: outcome.code ?? undefined,
+        },
+        'dispatched',
+      );
+      o.crash.reach('after_outcome_commit');
+      item.resolve();
+    } catch (err) {
+      item.reject(err);
+    }
+  }
+
+  /** An operation that failed the final check: a refusal code, or none when its row must be re-read to say why. */
+  async settleUnchecked(item: DispatchItem, check: Exclude<FinalCheck, 'go'> | undefined): Promise<void> {
+    const { o, q } = this.#ctx;
+    const { op } = item;
+    try {
+      if (check === undefined) {
+        const { rows: now } = await o.pool.query<{ status: string; claim_token: string }>(q.operationSelectClaim, [
+          op.operation_id,
+        ]);
+        if (now[0]?.status !== 'executing' || now[0]?.claim_token !== op.claim_token) {
+          this.lost(op, 'final_check');
+          item.resolve();
+          return;
+        }
+      }
+      await this.refuse(op, 'final_check', check ?? 'authorization_stale');
+      item.resolve();
+    } catch (err) {
+      item.reject(err);
+    }
+  }
+
+  /** A pre-dispatch refusal: `needs_review` with `<stage>:<code>`; the provider was not called. */
+  async refuse(op: ClaimedOperation, stage: DispatchStage, code: ErrorCode, err?: unknown): Promise<void> {
+    const { o } = this.#ctx;
+    o.metrics.refusals.inc({ stage, code });
+    const details = isActionLedgerError(err) && err.details !== undefined ? err.details : {};
+    const wrote = await this.#complete(
+      op,
+      'needs_review',
+      null,
+      { stage, code, ...(details as Record<string, JsonValue>) },
+      `${stage}:${code}`,
+      `predispatch_refused:${stage}:${code}`,
+    );
+    o.log.warn(
+      {
+        operation_id: op.operation_id,
+        tool: op.tool_name,
+        tenant: op.tenant_id,
+        stage,
+        code,
+        wrote,
+      },
+      'pre-dispatch refusal; provider not called',
+    );
+  }
+
+  lost(op: ClaimedOperation, stage: DispatchStage): void {
+    this.#ctx.o.log.warn({ operation_id: op.operation_id, stage }, 'claim lost; nothing sent by this worker');
+  }
+
+  /**
+   * A fenced outcome write; returns whether it changed the row (false: the claim was no longer current). A
+   * transient failure is retried for as long as the worker runs (dispatcher/persist.ts): the claim stays listed
+   * in the heartbeat meanwhile. Throws a non-transient failure, or `WorkerHalted` once the worker has stopped.
+   */
+  async #complete(
+    op: ClaimedOperation,
+    status: Outcome['status'],
+    receipt: string | null,
+    result: Record<string, JsonValue>,
+    review: string | null,
+    reason: string,
+  ): Promise<boolean> {
+    const { o, q } = this.#ctx;
+    const n = await untilWritten(
+      async () =>
+        (
+          await o.pool.query<{ n: number }>(q.operationComplete, [
+            op.operation_id,
+            op.claim_token,
+            status,
+            receipt,
+            JSON.stringify(result),
+            review,
+            o.workerId,
+            reason,
+          ])
+        ).rows[0]?.n ?? 0,
+      this.#ctx.halt(),
+      this.#ctx.writeFailures,
+      { operation_id: op.operation_id, write: status },
+    );
+    return n === 1;
+  }
+}
+
+/** The review reason an outcome records: its reason when it goes to review, else none. */
+export function reviewReason(o: Outcome): string | null {
+  return o.status === 'needs_review' ? o.reason : null;
+}

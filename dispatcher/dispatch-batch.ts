@@ -1,0 +1,310 @@
+/**
+ * The dispatch batch: one transaction takes the row locks of its operations, runs the final check over them,
+ * sends the checked ones in parallel and writes their outcomes before it commits. A revocation either committed
+ * before the check (nothing is sent) or waits for the outcome.
+ *
+ * States of one batch:
+ *   queued     - its items wait for the previous batch's opening phase to end (dispatcher/batcher.ts)
+ *   locking    - BEGIN; the row locks no other session holds (the busy items go into a later batch); a
+ *                transient failure rolls back and retries from the start (`BATCH_RETRY_POLICY`; nothing sent)
+ *   checking   - the final check over the locked rows (fresh, young, not killed); the next batch may open now
+ *   sending    - the checked operations' requests are out, savepoint `outcomes` taken meanwhile
+ *   writing    - their outcomes in one statement; if it fails, each on its own from the savepoint, under the
+ *                same locks (transient failures retried); COMMIT
+ *   settled    - every item resolved or rejected; an outcome the commit did not carry is written again after
+ *                it, fenced on the claim (dispatcher/completer.ts)
+ */
+import { isConnectionError, isTransient, type PoolClient } from '../core/db.js';
+import { retry, type RetryPolicy } from '../core/retry.js';
+import { Batcher, BATCH_RETRY_POLICY, retryBusy, submit } from './batcher.js';
+import { reviewReason, type Completer } from './completer.js';
+import type { DispatchContext } from './context.js';
+import { callProvider, classify, type Outcome } from './executor.js';
+import { gate, runGated } from './gate-scope.js';
+import type { DispatchItem, FinalCheck } from './types.js';
+
+/** One outcome written on its own under the batch's locks: 40 ms, doubling to 320 ms, five tries in all. */
+const OUTCOME_RETRY_POLICY: RetryPolicy = {
+  tries: 5,
+  baseDelayMs: 40,
+  maxDelayMs: 320,
+  // A lost connection is not retried here: the locks went with it (the outcome is written after the batch).
+  retryOn: (err) => isTransient(err) && !isConnectionError(err),
+};
+
+export class DispatchBatch {
+  readonly #ctx: DispatchContext;
+  readonly #completer: Completer;
+  readonly #batcher: Batcher<DispatchItem>;
+  readonly #gatedCall: typeof callProvider;
+
+  constructor(ctx: DispatchContext, completer: Completer) {
+    this.#ctx = ctx;
+    this.#completer = completer;
+    this.#batcher = new Batcher(ctx.o.batchSize, (items) => this.#open(items));
+    this.#gatedCall = gate(callProvider, () => ctx.o.metrics.ungated.inc());
+  }
+
+  /** Dispatches one operation in the next batch; settles when its outcome is written (or handed on). */
+  dispatch(item: Omit<DispatchItem, 'resolve' | 'reject'>): Promise<void> {
+    return submit(this.#batcher, item);
+  }
+
+  /**
+   * Opens a dispatch batch: one transaction takes the row locks of its operations that no other session holds
+   * (the others go into a later batch), then (a second statement) the final check over the locked ones. Once
+   * the locks are held the next batch may open, and this one sends its requests in parallel and writes all
+   * their outcomes before it commits. A transient failure here retries from the start; any other failure
+   * rejects the items, none of which has been sent.
+   */
+  async #open(items: DispatchItem[]): Promise<void> {
+    this.#ctx.o.metrics.batchOperations.observe({ stage: 'dispatch' }, items.length);
+    const { held, state, locked, checks } = await retry(() => this.#lockAndCheck(items), BATCH_RETRY_POLICY);
+    // Only now, with nothing left to retry: an item is settled (or queued again) exactly once.
+    for (const item of items) {
+      const s = state.get(item.op.operation_id);
+      if (s === false) retryBusy(this.#batcher, item, this.#ctx.halt());
+      else if (s === undefined) void this.#completer.settleUnchecked(item, undefined);
+    }
+    if (locked.length === 0) {
+      await held.client.query('ROLLBACK').catch(() => undefined);
+      held.release();
+      return;
+    }
+    void this.#sendBatch(held, locked, checks);
+  }
+
+  /** BEGIN, the row locks and the final check: one try. On a failure it rolls back and releases, then throws. */
+  async #lockAndCheck(items: DispatchItem[]): Promise<{
+    held: HeldConnection;
+    state: Map<string, boolean>;
+    locked: DispatchItem[];
+    checks: Map<string, FinalCheck>;
+  }> {
+    const { o, prepared } = this.#ctx;
+    const maxAgeMs = o.profile.maximumAuthorizationAgeMs + o.profile.maximumClockSkewMs;
+    let held: HeldConnection | undefined;
+    try {
+      held = holdConnection(await o.pool.connect());
+      const { client } = held;
+      await client.query('BEGIN');
+      const { rows: claimed } = await client.query<{ operation_id: string; locked: boolean }>({
+        ...prepared.operationLockForDispatchBatch,
+        values: [items.map((i) => i.op.operation_id), items.map((i) => i.op.claim_token)],
+      });
+      const state = new Map(claimed.map((r) => [r.operation_id, r.locked]));
+      const locked = items.filter((i) => state.get(i.op.operation_id) === true);
+      let checks = new Map<string, FinalCheck>();
+      if (locked.length > 0) {
+        const { rows } = await client.query<{
+          operation_id: string;
+          fresh: boolean;
+          young: boolean;
+          killed: boolean;
+        }>({
+          ...prepared.operationFinalCheckBatch,
+          values: [locked.map((i) => i.op.operation_id), locked.map((i) => i.op.claim_token), maxAgeMs],
+        });
+        checks = new Map(
+          rows.map((r) => [
+            r.operation_id,
+            r.killed ? 'tool_disabled' : r.fresh && r.young ? 'go' : 'authorization_stale',
+          ]),
+        );
+      }
+      return { held, state, locked, checks };
+    } catch (err) {
+      if (held !== undefined) {
+        await held.client.query('ROLLBACK').catch(() => undefined);
+        held.release(isConnectionError(err) ? (err as Error) : undefined);
+      }
+      throw err;
+    }
+  }
+
+  /**
+   * Sends the batch's checked operations, writes their outcomes in the transaction that holds their locks, and
+   * commits; then settles every item. An operation that failed the check is handled after the commit, as
+   * before any send: its claim was lost, or it goes to review (`authorization_stale`, `tool_disabled`).
+   */
+  async #sendBatch(
+    held: HeldConnection,
+    items: DispatchItem[],
+    checks: ReadonlyMap<string, FinalCheck>,
+  ): Promise<void> {
+    const go = items.filter((i) => checks.get(i.op.operation_id) === 'go');
+    // The savepoint the outcome write may fall back to travels while the requests are out, not after them.
+    const savepoint =
+      go.length === 0 ? Promise.resolve() : held.client.query('SAVEPOINT outcomes').then(() => undefined);
+    savepoint.catch(() => undefined); // awaited below; a failure there is the commit's failure
+    const sends = await Promise.allSettled(go.map((i) => this.#send(i)));
+    const written: Written[] = [];
+    go.forEach((item, n) => {
+      const s = sends[n]!;
+      if (s.status === 'fulfilled') written.push({ item, outcome: s.value });
+    });
+    // Key order: the history and gate triggers these writes fire then touch shared rows in one order everywhere.
+    written.sort((a, b) => (a.item.op.operation_id < b.item.op.operation_id ? -1 : 1));
+    const unwritten = new Set<DispatchItem>();
+    let committed = false;
+    let broken: Error | undefined;
+    try {
+      await savepoint;
+      if (written.length > 0) await this.#writeOutcomes(held.client, written, unwritten);
+      await held.client.query('COMMIT');
+      committed = true;
+    } catch (err) {
+      if (isConnectionError(err)) broken = err as Error;
+      await held.client.query('ROLLBACK').catch(() => undefined);
+      this.#ctx.o.log.warn({ err, operations: written.length }, 'outcome commit failed; writing each again');
+    } finally {
+      held.release(broken);
+    }
+    await Promise.all([
+      ...written.map(({ item, outcome }) =>
+        this.#completer.settleOutcome(item, outcome, committed && !unwritten.has(item)),
+      ),
+      ...go.map((item, n) =>
+        sends[n]!.status === 'rejected' ? item.reject((sends[n] as PromiseRejectedResult).reason) : undefined,
+      ),
+      ...items.flatMap((item) => {
+        const check = checks.get(item.op.operation_id);
+        return check === 'go' ? [] : [this.#completer.settleUnchecked(item, check)];
+      }),
+    ]);
+  }
+
+  /**
+   * Writes a batch's outcomes inside the transaction that holds its locks, after its savepoint `outcomes`. If
+   * the one statement fails (a deadlock, a timeout, one bad row), each outcome is written on its own under the
+   * same locks, from the savepoint, retrying the transient failures: one operation's trouble never releases
+   * its batch-mates' locks while their requests are out. An outcome still not written is left in
+   * `unwritten`, for a fenced write after the commit. A lost connection throws: the locks went with it.
+   */
+  async #writeOutcomes(client: PoolClient, written: Written[], unwritten: Set<DispatchItem>): Promise<void> {
+    const { o, q, prepared } = this.#ctx;
+    try {
+      await client.query({
+        ...prepared.operationCompleteBatch,
+        values: [
+          written.map((w) => w.item.op.operation_id),
+          written.map((w) => w.item.op.claim_token),
+          written.map((w) => w.outcome.status),
+          written.map((w) => w.outcome.receipt),
+          written.map((w) => JSON.stringify(w.outcome.result)),
+          written.map((w) => reviewReason(w.outcome)),
+          written.map((w) => w.outcome.reason),
+          o.workerId,
+        ],
+      });
+      return;
+    } catch (err) {
+      if (isConnectionError(err)) throw err;
+      o.log.warn({ err, operations: written.length }, 'batch outcome write failed; writing each under the same locks');
+      await client.query('ROLLBACK TO SAVEPOINT outcomes');
+    }
+    for (const { item, outcome } of written) {
+      const { op } = item;
+      await client.query('SAVEPOINT outcome');
+      const writeOnce = async (): Promise<void> => {
+        try {
+          await client.query(q.operationComplete, [
+            op.operation_id,
+            op.claim_token,
+            outcome.status,
+            outcome.receipt,
+            JSON.stringify(outcome.result),
+            reviewReason(outcome),
+            o.workerId,
+            outcome.reason,
+          ]);
+        } catch (err) {
+          if (isConnectionError(err)) throw err;
+          // A failure to roll back is the batch's failure, never a reason to retry or to leave this one unwritten.
+          await client.query('ROLLBACK TO SAVEPOINT outcome').catch((rollbackErr: unknown) => {
+            throw new SavepointLost(rollbackErr);
+          });
+          throw err;
+        }
+      };
+      try {
+        await retry(writeOnce, OUTCOME_RETRY_POLICY);
+      } catch (err) {
+        if (err instanceof SavepointLost) throw err.cause;
+        if (isConnectionError(err)) throw err;
+        o.log.warn(
+          { err, operation_id: op.operation_id },
+          'outcome write failed under the batch locks; writing it after the commit',
+        );
+        unwritten.add(item);
+      }
+      await client.query('RELEASE SAVEPOINT outcome');
+    }
+  }
+
+  /** One provider call under the gated scope, crash points around it; returns its classified outcome. */
+  async #send({ op, route, credential, progress }: DispatchItem): Promise<Outcome> {
+    const { o } = this.#ctx;
+    const endProvider = o.metrics.providerSeconds.startTimer({
+      provider: op.provider_id,
+    });
+    const sent = {
+      url: op.provider_endpoint,
+      headerName: op.idempotency_header,
+      headerValue: op.effect_key,
+    };
+    let http;
+    progress.sent = true;
+    try {
+      http = await runGated(
+        () =>
+          o.crash.reachWhenSent('after_provider_request_sent', sent, () =>
+            this.#gatedCall(this.#ctx.agent('provider'), o.profile, op, credential),
+          ),
+        op.operation_id,
+      );
+    } finally {
+      endProvider();
+    }
+    o.crash.reach('after_response_before_outcome');
+    return classify(http, route);
+  }
+}
+
+interface Written {
+  item: DispatchItem;
+  outcome: Outcome;
+}
+
+/** The savepoint could not be rolled back to: carries that failure out of the retry unchanged. */
+class SavepointLost extends Error {
+  constructor(cause: unknown) {
+    super('ROLLBACK TO SAVEPOINT outcome failed', { cause });
+    this.name = 'SavepointLost';
+  }
+}
+
+/**
+ * A pooled connection held across provider calls. Between statements it is idle in its transaction, where
+ * pg reports a lost connection as an 'error' event and pg-pool listens only while the client is idle in the
+ * pool: the listener keeps that from crashing the process, and the release discards the connection.
+ */
+interface HeldConnection {
+  client: PoolClient;
+  release(err?: Error): void;
+}
+
+function holdConnection(client: PoolClient): HeldConnection {
+  let lost: Error | undefined;
+  const onError = (err: Error): void => {
+    lost = err;
+  };
+  client.on('error', onError);
+  return {
+    client,
+    release(err) {
+      client.off('error', onError);
+      client.release(err ?? lost);
+    },
+  };
+}

@@ -1,0 +1,108 @@
+/**
+ * The pipeline of one claimed operation: route check -> fresh authorization -> evidence -> final check under the
+ * row lock -> one provider call -> fenced outcome.
+ *
+ * States of one operation (the crash points' names in brackets):
+ *   claimed       - [after_claim] its route, arguments hash and credential checked against today's config;
+ *                   a mismatch is refused (`needs_review`), nothing sent
+ *   authorizing   - a fresh decision from the authorizer over mTLS; a denial or failure is refused
+ *   evidence      - [after_authorization_request] the decision recorded in an evidence batch
+ *                   (dispatcher/evidence-batch.ts); a lost claim ends here, a refusal goes to review
+ *   dispatching   - [after_evidence_commit] in a dispatch batch (dispatcher/dispatch-batch.ts): locks, final
+ *                   check, [after_provider_request_sent] the call, [after_response_before_outcome] the outcome
+ *                   write, [after_outcome_commit]
+ *   recovering    - anything it could not finish: released (never sent, transient), `unknown` (possibly sent) or
+ *                   `needs_review` (dispatcher/completer.ts `recover`)
+ *   done          - settled; the producer frees its slot and drops its claim from the heartbeat listing
+ */
+import { isActionLedgerError } from '../core/errors.js';
+import { canonicalJson, sha256Hex, type JsonValue } from '../core/json.js';
+import { authorizationRequest, fetchAuthorization, type AuthorizationDecision } from './authorize.js';
+import type { Completer } from './completer.js';
+import type { DispatchContext } from './context.js';
+import type { DispatchBatch } from './dispatch-batch.js';
+import type { EvidenceBatch } from './evidence-batch.js';
+import { WorkerHalted } from './persist.js';
+import type { ClaimedOperation } from './types.js';
+
+export class Pipeline {
+  readonly #ctx: DispatchContext;
+  readonly #evidence: EvidenceBatch;
+  readonly #dispatches: DispatchBatch;
+  readonly #completer: Completer;
+
+  constructor(ctx: DispatchContext, evidence: EvidenceBatch, dispatches: DispatchBatch, completer: Completer) {
+    this.#ctx = ctx;
+    this.#evidence = evidence;
+    this.#dispatches = dispatches;
+    this.#completer = completer;
+  }
+
+  /** Carries `op` to its end. Never rejects: a failure it cannot record is logged, and the reconciler takes the claim. */
+  async run(op: ClaimedOperation): Promise<void> {
+    const { log } = this.#ctx.o;
+    const progress = { sent: false };
+    await this.#process(op, progress)
+      .catch((err: unknown) => this.#completer.recover(op, progress.sent, err))
+      .catch((err: unknown) => {
+        if (err instanceof WorkerHalted) {
+          log.warn(
+            { operation_id: op.operation_id, sent: progress.sent },
+            'worker stopped with a write owed; the operation stays executing for the reconciler',
+          );
+          return;
+        }
+        log.error(
+          { err, operation_id: op.operation_id, sent: progress.sent },
+          'could not record the failure; the claim is no longer listed, so the reconciler takes it',
+        );
+      });
+  }
+
+  async #process(op: ClaimedOperation, progress: { sent: boolean }): Promise<void> {
+    const { o } = this.#ctx;
+    const { crash } = o;
+    const completer = this.#completer;
+    crash.reach('after_claim');
+    const route = o.config.tools.get(op.tool_name);
+    if (
+      route === undefined ||
+      route.providerId !== op.provider_id ||
+      route.endpoint !== op.provider_endpoint ||
+      route.idempotencyHeader !== op.idempotency_header ||
+      !route.allowedTenants.has(op.tenant_id)
+    ) {
+      return completer.refuse(op, 'route', 'route_changed');
+    }
+    if (sha256Hex(canonicalJson(op.arguments_json as JsonValue)) !== op.canonical_args_sha256)
+      return completer.refuse(op, 'arguments', 'args_hash_mismatch');
+    const credential = route.credentialEnv === null ? null : (o.credentials.get(op.tool_name) ?? null);
+    if (route.credentialEnv !== null && credential === null)
+      return completer.refuse(op, 'credential', 'credential_missing');
+
+    let decision: AuthorizationDecision;
+    const endAuth = o.metrics.authorizationSeconds.startTimer();
+    try {
+      decision = await fetchAuthorization(this.#ctx.agent('authorizer'), o.profile, authorizationRequest(op));
+      o.metrics.authorizations.inc({ result: 'allow' });
+    } catch (err) {
+      if (err instanceof WorkerHalted) throw err;
+      const code = isActionLedgerError(err) ? err.code : 'authorization_unavailable';
+      o.metrics.authorizations.inc({ result: code });
+      return completer.refuse(op, 'authorization', code, err);
+    } finally {
+      endAuth();
+    }
+    crash.reach('after_authorization_request');
+
+    try {
+      await this.#evidence.record(op, decision);
+    } catch (err) {
+      if (isActionLedgerError(err, 'claim_lost')) return completer.lost(op, 'evidence');
+      if (isActionLedgerError(err)) return completer.refuse(op, 'evidence', err.code, err);
+      throw err;
+    }
+    crash.reach('after_evidence_commit');
+    await this.#dispatches.dispatch({ op, route, credential, progress });
+  }
+}

@@ -1,0 +1,219 @@
+/**
+ * The producer of one dispatcher worker: registers the worker, keeps its heartbeat (with the claims it holds),
+ * listens for NOTIFY and polls, and claims only as many operations as it has free slots, handing each to `work`.
+ *
+ * Loop states (graphile-worker style):
+ *   idle      - not started, or closed; `start()` makes it running
+ *   running   - claims when it has free slots: woken by NOTIFY, a finished slot, or the poll timer; one claim
+ *               statement in flight at a time, for `free slots` (capped at batchSize) operations; a heartbeat
+ *               every interval, skipped while the previous one is still in flight
+ *   draining  - no more claims and no more heartbeats; the claim statement in flight lands (its operations run
+ *               too), then the operations in flight finish, up to the deadline
+ *   idle      - after `close()`: the LISTEN connection released, the heartbeat in flight landed, the worker
+ *               marked stopped
+ *
+ * Every claim it holds is listed in its heartbeat until its work has settled (the last write landed, or given up).
+ */
+import { hostname } from 'node:os';
+import { isConnectionError, type PoolClient } from '../core/db.js';
+import { RepeatedFailureLog } from '../core/log.js';
+import type { DispatchContext } from './context.js';
+import type { ClaimedOperation } from './types.js';
+
+export class Producer {
+  readonly #ctx: DispatchContext;
+  readonly #work: (op: ClaimedOperation) => Promise<void>;
+  readonly #channel: string;
+  readonly #inFlight = new Set<Promise<void>>();
+  /** Claim tokens this worker holds: claimed and not yet finished, released, or given up. The heartbeat lists them. */
+  readonly #held = new Set<string>();
+  #state: 'idle' | 'running' | 'draining' = 'idle';
+  /** The claim loop, while it runs. */
+  #claiming: Promise<void> | undefined;
+  #wakeAgain = false;
+  /** The heartbeat in flight, if any. */
+  #beating: Promise<void> | undefined;
+  #listener: PoolClient | undefined;
+  #poll: NodeJS.Timeout | undefined;
+  #heartbeat: NodeJS.Timeout | undefined;
+  readonly #claimFailures: RepeatedFailureLog;
+  readonly #heartbeatFailures: RepeatedFailureLog;
+
+  /** `work` carries one claimed operation to its end; it must never reject (the slot is freed when it settles). */
+  constructor(ctx: DispatchContext, work: (op: ClaimedOperation) => Promise<void>) {
+    this.#ctx = ctx;
+    this.#work = work;
+    this.#channel = `${ctx.o.config.schema}_outbox`;
+    this.#claimFailures = new RepeatedFailureLog(ctx.o.log, 'claim failed; retrying on the next wake-up');
+    this.#heartbeatFailures = new RepeatedFailureLog(ctx.o.log, 'heartbeat failed');
+  }
+
+  get inFlight(): number {
+    return this.#inFlight.size;
+  }
+
+  /** How many claims this worker holds (listed in its heartbeat). */
+  get held(): number {
+    return this.#held.size;
+  }
+
+  /** Registers the worker (live, no claims listed). Throws the raw database failure. */
+  async register(): Promise<void> {
+    const { o, q } = this.#ctx;
+    await o.pool.query(q.workerUpsert, [o.workerId, process.pid, hostname()]);
+  }
+
+  /** Starts the heartbeat, LISTEN and the poll timer, and claims at once. */
+  async start(): Promise<void> {
+    this.#state = 'running';
+    this.#heartbeat = setInterval(() => this.#beat(), this.#ctx.o.heartbeatIntervalMs);
+    await this.#listen();
+    this.#poll = setInterval(() => this.wake(), this.#ctx.o.pollIntervalMs);
+    this.wake();
+  }
+
+  /**
+   * Stops claiming and heartbeats, then waits for the claim statement in flight and every operation in flight,
+   * for at most `deadlineMs`. Resolves true when all of them finished in time.
+   */
+  async drain(deadlineMs: number): Promise<boolean> {
+    this.#state = 'draining';
+    clearInterval(this.#poll);
+    clearInterval(this.#heartbeat);
+    const drained = (async () => {
+      await this.#claiming;
+      await Promise.all([...this.#inFlight]);
+      return true;
+    })();
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<boolean>((r) => {
+      timer = setTimeout(() => r(false), deadlineMs);
+    });
+    const clean = await Promise.race([drained, timeout]);
+    clearTimeout(timer);
+    return clean;
+  }
+
+  /** Releases the LISTEN connection, waits for the heartbeat in flight, and marks the worker stopped. Never throws. */
+  async close(): Promise<void> {
+    const { o, q } = this.#ctx;
+    this.#state = 'idle';
+    const listener = this.#listener;
+    this.#listener = undefined;
+    listener?.release();
+    await this.#beating;
+    await o.pool
+      .query(q.workerStopped, [o.workerId])
+      .catch((err: unknown) =>
+        o.log.warn(
+          { err },
+          'could not mark the worker stopped; the reconciler takes its claims once its heartbeat is stale',
+        ),
+      );
+  }
+
+  /** Asks the producer to claim if it has free slots; safe to call any time, from anywhere. */
+  wake(): void {
+    if (this.#state !== 'running') return;
+    if (this.#claiming !== undefined) {
+      this.#wakeAgain = true;
+      return;
+    }
+    this.#claiming = this.#claim().finally(() => {
+      this.#claiming = undefined;
+    });
+  }
+
+  async #claim(): Promise<void> {
+    const { o, q } = this.#ctx;
+    try {
+      for (;;) {
+        this.#wakeAgain = false;
+        const free = o.concurrency - this.#inFlight.size;
+        if (free <= 0 || this.#state !== 'running') break;
+        const limit = Math.min(free, o.batchSize);
+        const { rows } = await o.pool.query<ClaimedOperation>(q.outboxClaimBatch, [limit, o.workerId]);
+        this.#claimFailures.ok();
+        if (rows.length > 0) {
+          o.metrics.claims.inc(rows.length);
+          o.metrics.claimBatches.inc();
+        }
+        for (const op of rows) this.#track(op);
+        if (rows.length < limit && !this.#wakeAgain) break;
+      }
+    } catch (err) {
+      this.#claimFailures.fail(err);
+    }
+  }
+
+  /** Holds one claimed operation's slot and listing until its work settles. */
+  #track(op: ClaimedOperation): void {
+    this.#ctx.o.metrics.inFlight.inc();
+    this.#held.add(op.claim_token);
+    const p = this.#work(op).finally(() => {
+      this.#held.delete(op.claim_token);
+      this.#inFlight.delete(p);
+      this.#ctx.o.metrics.inFlight.dec();
+      this.wake();
+    });
+    this.#inFlight.add(p);
+  }
+
+  /** One heartbeat, unless the previous one is still in flight (a slow or saturated pool): then this beat is skipped. */
+  #beat(): void {
+    if (this.#beating !== undefined) return;
+    this.#beating = this.#beatOnce().finally(() => {
+      this.#beating = undefined;
+    });
+  }
+
+  /**
+   * Takes the connection first and only then copies the list of held claims: a claim taken while the beat waited
+   * for a connection is in the list it stamps `claims_listed_at` with, never left out of it.
+   */
+  async #beatOnce(): Promise<void> {
+    const { o, q } = this.#ctx;
+    let client: PoolClient | undefined;
+    let lost: Error | undefined;
+    const onError = (err: Error): void => {
+      lost = err;
+    };
+    try {
+      client = await o.pool.connect();
+      client.on('error', onError);
+      await client.query(q.workerHeartbeat, [o.workerId, [...this.#held]]);
+      this.#heartbeatFailures.ok();
+    } catch (err) {
+      if (isConnectionError(err)) lost ??= err as Error;
+      this.#heartbeatFailures.fail(err);
+    } finally {
+      client?.off('error', onError);
+      client?.release(lost);
+    }
+  }
+
+  async #listen(): Promise<void> {
+    const { o } = this.#ctx;
+    try {
+      const client = await o.pool.connect();
+      client.on('notification', () => this.wake());
+      client.on('error', (err) => {
+        // Released already by close() (or by an earlier error): nothing to give back.
+        if (this.#listener !== client) return;
+        o.log.warn({ err }, 'LISTEN connection lost; polling until it is back');
+        this.#listener = undefined;
+        client.release(err);
+        if (this.#state === 'running') setTimeout(() => void this.#listen(), 1000).unref();
+      });
+      await client.query(`LISTEN "${this.#channel}"`);
+      if (this.#state !== 'running') {
+        client.release();
+        return;
+      }
+      this.#listener = client;
+    } catch (err) {
+      o.log.warn({ err }, 'LISTEN failed; polling');
+      if (this.#state === 'running') setTimeout(() => void this.#listen(), 1000).unref();
+    }
+  }
+}
