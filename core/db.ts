@@ -7,7 +7,7 @@
  */
 import { createHash } from 'node:crypto';
 import pg from 'pg';
-import { ActionLedgerError } from './errors.js';
+import { ActionLedgerError, asActionLedgerError } from './errors.js';
 import { isConnectionError } from './sqlstate.js';
 
 export type Queryable = Pick<pg.ClientBase, 'query'>;
@@ -43,11 +43,18 @@ export function createPool(
 
 /**
  * Runs `fn` in a transaction on a client from the pool: COMMIT when it resolves, ROLLBACK when it throws.
- * A client whose connection broke is destroyed, not returned to the pool.
+ * A client whose connection broke is destroyed, not returned to the pool. While the transaction holds the
+ * client, an 'error' listener is attached (pg-pool listens only while a client is idle in the pool): a
+ * connection cut mid-transaction then rejects the call with `database_unavailable` instead of ending the
+ * process with an unhandled 'error' event. Other failures are thrown as they came (`fn`'s own errors, SQLSTATEs).
  */
 export async function withTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
   const client = await pool.connect();
   let broken: unknown;
+  const onError = (err: Error): void => {
+    broken ??= err;
+  };
+  client.on('error', onError);
   try {
     await client.query('BEGIN');
     try {
@@ -56,14 +63,16 @@ export async function withTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClie
       return result;
     } catch (err) {
       await client.query('ROLLBACK').catch((rollbackErr: unknown) => {
-        broken = rollbackErr;
+        broken ??= rollbackErr;
       });
       throw err;
     }
   } catch (err) {
-    if (isConnectionError(err)) broken = err;
+    if (isConnectionError(err)) broken ??= err;
+    if (broken !== undefined && isConnectionError(err)) throw asActionLedgerError(err);
     throw err;
   } finally {
+    client.off('error', onError);
     client.release(broken instanceof Error ? broken : undefined);
   }
 }

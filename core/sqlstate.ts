@@ -72,6 +72,13 @@ export function isConnectionError(err: unknown): boolean {
  * timeout, or the server out of a resource (disk, memory, connections). A write that failed with one of these
  * is worth repeating later; what it must not be is assumed to have failed (for a lost connection it may have
  * committed) or treated as a verdict on the operation.
+ *
+ * This is the one definition of a transient failure; core/retry.ts retries on it, and a policy may only narrow
+ * it. 57014 (`query_canceled`: statement_timeout, or an operator's pg_cancel_backend) is transient on purpose: the
+ * canceled statement was rolled back with certainty, so repeating it is safe, and what makes a statement run
+ * past the timeout (lock waits, an overloaded server) passes. A statement that always times out is a bug that
+ * the policies' bounds and the repeated-failure log surface; it must not be mistaken for a verdict on an
+ * operation (a refusal or a review).
  */
 export function isTransient(err: unknown): boolean {
   if (isConnectionError(err) || isRetryable(err)) return true;

@@ -1,0 +1,49 @@
+/**
+ * withTransaction against a real PostgreSQL: a connection cut from another session in the middle of a
+ * transaction rejects the call with a coded error, the process survives, and the pool goes on working.
+ */
+import t from 'tap';
+import { createPool, withTransaction } from '../../core/db.js';
+import { isActionLedgerError } from '../../core/errors.js';
+import { createTestDatabase } from '../helpers/db.js';
+
+t.test('a connection cut mid-transaction rejects with database_unavailable and the process survives', async (t) => {
+  const url = await createTestDatabase(t);
+  const pool = createPool(url, { max: 2, statementTimeoutMs: 30_000, applicationName: 'db-test' });
+  t.teardown(() => pool.end());
+  const uncaught: unknown[] = [];
+  const onUncaught = (err: unknown): void => void uncaught.push(err);
+  process.on('uncaughtException', onUncaught);
+  t.teardown(() => void process.off('uncaughtException', onUncaught));
+
+  for (const where of ['idle in the transaction', 'in a statement'] as const) {
+    let pidSeen!: (pid: number) => void;
+    const pid = new Promise<number>((r) => (pidSeen = r));
+    let proceed!: () => void;
+    const cut = new Promise<void>((r) => (proceed = r));
+    // Its rejection is taken at once: the cut may land while this test still waits for the killer.
+    const outcome = withTransaction(pool, async (c) => {
+      const { rows } = await c.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+      pidSeen(rows[0]!.pid);
+      if (where === 'in a statement') await c.query('SELECT pg_sleep(30)');
+      else await cut;
+      await c.query('SELECT 1');
+    }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    const killer = createPool(url, { max: 1, statementTimeoutMs: 30_000, applicationName: 'db-test-killer' });
+    const { rows } = await killer.query<{ ok: boolean }>('SELECT pg_terminate_backend($1) AS ok', [await pid]);
+    await killer.end();
+    t.same(rows, [{ ok: true }], `the backend was terminated (${where})`);
+    // Let the socket's end (and pg's 'error' event) arrive before the transaction goes on.
+    await new Promise((r) => setTimeout(r, 200));
+    proceed();
+    const err = await outcome;
+    t.ok(isActionLedgerError(err, 'database_unavailable'), `rejected with database_unavailable (${where})`);
+  }
+  await new Promise((r) => setTimeout(r, 100));
+  t.same(uncaught, [], 'no uncaught error event');
+  const { rows } = await withTransaction(pool, (c) => c.query<{ n: number }>('SELECT 1 AS n'));
+  t.same(rows, [{ n: 1 }], 'the pool still serves transactions');
+});
