@@ -102,3 +102,27 @@ t.test('every concurrent stop() resolves only once the worker has stopped', asyn
     'its outcome was recorded before the stop returned',
   );
 });
+
+t.test('a stop called while another drains resolves after it; stop after stop resolves at once', async (t) => {
+  const e = await dispatchEnv(t);
+  const slow = await e.ledger.reserve(ctx('slow-2'), 'issue_refund', args(3));
+  e.provider.inject({ kind: 'hangHeaders', commit: true }, { when: (key) => key === slow.effect_key });
+  const d = await e.dispatcher(2);
+  const deadline = Date.now() + 10_000;
+  while (e.provider.requestsFor(slow.effect_key) === 0 && Date.now() < deadline)
+    await new Promise((r) => setTimeout(r, 10));
+  t.equal(d.inFlight, 1, 'one operation in flight');
+  const order: string[] = [];
+  const first = d.stop(10_000).then(() => void order.push(`first:${d.inFlight}`));
+  // Called while the first drains: it must not overtake it.
+  await new Promise((r) => setTimeout(r, 50));
+  const second = d.stop(10_000).then(() => void order.push(`second:${d.inFlight}`));
+  await Promise.all([first, second]);
+  t.same(order, ['first:0', 'second:0'], 'the second stop resolved after the first, with nothing in flight');
+  await d.stop(10_000);
+  t.pass('a stop after stop resolves');
+  const { rows } = await e.pool.query<{ stopped: boolean }>(
+    'SELECT stopped_at IS NOT NULL AS stopped FROM actionledger.workers',
+  );
+  t.same(rows, [{ stopped: true }], 'the worker is marked stopped');
+});
