@@ -7,6 +7,7 @@
  * group-commit pattern). `open` settles every item it was given; if it throws instead, every item of the
  * batch is rejected with that error (settling an item twice is a no-op).
  */
+import { isConnectionError, isRetryable, isTransient } from '../core/db.js';
 import { sleep, type RetryPolicy } from '../core/retry.js';
 
 export class Batcher<T extends Settle<never>> {
@@ -53,11 +54,18 @@ export function submit<I, R = void>(batcher: Batcher<I & Settle<R>>, item: I): P
 }
 
 /**
- * A whole batch statement that failed transiently is run again a few times (100 ms, doubling to 800 ms): it is
- * idempotent per claim and nothing of the batch has been sent yet. Then its items are rejected (and, the
- * failure being transient, their claims released).
+ * A whole batch statement that failed on a lost connection, a serialization failure or a deadlock is run again a
+ * few times (100 ms, doubling to 800 ms): it is idempotent per claim and nothing of the batch has been sent yet.
+ * The policy narrows `isTransient`: a full disk, a timeout or an exhausted server rejects the items at once, and
+ * their claims are released (the release itself retried until written) rather than held by the batch while their
+ * authorizations age.
  */
-export const BATCH_RETRY_POLICY: RetryPolicy = { tries: 5, baseDelayMs: 100, maxDelayMs: 800 };
+export const BATCH_RETRY_POLICY: RetryPolicy = {
+  tries: 5,
+  baseDelayMs: 100,
+  maxDelayMs: 800,
+  retryOn: (err) => isTransient(err) && (isConnectionError(err) || isRetryable(err)),
+};
 
 /** A row another session holds is tried again after 20 ms, doubling to this cap, while its claim holds. */
 const BUSY_RETRY_MAX_MS = 1_000;

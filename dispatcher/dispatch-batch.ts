@@ -6,7 +6,7 @@
  * States of one batch:
  *   queued     - its items wait for the previous batch's opening phase to end (dispatcher/batcher.ts)
  *   locking    - BEGIN; the row locks no other session holds (the busy items go into a later batch); a
- *                transient failure rolls back and retries from the start (`BATCH_RETRY_POLICY`; nothing sent)
+ *                lost connection or a conflict rolls back and retries from the start (`BATCH_RETRY_POLICY`)
  *   checking   - the final check over the locked rows (fresh, young, not killed); the next batch may open now
  *   sending    - the checked operations' requests are out, savepoint `outcomes` taken meanwhile
  *   writing    - their outcomes in one statement; if it fails, each on its own from the savepoint, under the
@@ -54,7 +54,7 @@ export class DispatchBatch {
    * Opens a dispatch batch: one transaction takes the row locks of its operations that no other session holds
    * (the others go into a later batch), then (a second statement) the final check over the locked ones. Once
    * the locks are held the next batch may open, and this one sends its requests in parallel and writes all
-   * their outcomes before it commits. A transient failure here retries from the start; any other failure
+   * their outcomes before it commits. A lost connection or a conflict here retries from the start; any other failure
    * rejects the items, none of which has been sent.
    */
   async #open(items: DispatchItem[]): Promise<void> {

@@ -4,7 +4,7 @@
  *
  * States of one item:
  *   queued    - waiting for the batch in its opening phase to end (dispatcher/batcher.ts)
- *   recording - in the batch statement; the whole statement is retried on a transient failure
+ *   recording - in the batch statement; the whole statement is retried on a lost connection or a conflict
  *               (`BATCH_RETRY_POLICY`: the insert is idempotent per claim, so one that landed without its reply
  *               is harmless to repeat)
  *   busy      - its row was held by another session: queued again after a short wait (`retryBusy`)
