@@ -37,12 +37,12 @@ import { RepeatedFailureLog, type Logger } from '../core/log.js';
 import type { Secret } from '../core/secret.js';
 import { Batcher, submit, type Settle } from './batcher.js';
 import { authorizationRequest, checkWindows, fetchAuthorization, type AuthorizationDecision } from './authorize.js';
-import type { CrashPoints } from './crash-points.js';
+import type { CrashPoints } from '../core/crash-points.js';
 import { callProvider, classify, type Outcome } from './executor.js';
-import { gate, runGated } from './gate-scope.js';
+import { guardExternalWrite as gate, withExternalWrites as runGated } from '../core/external-writes.js';
 import type { DispatchMetrics } from './metrics.js';
 import { pause, untilWritten, WorkerHalted } from './persist.js';
-import type { DispatchProfile } from './profile.js';
+import type { DispatchProfile } from '../core/profile.js';
 import { dispatcherQueries } from './queries.js';
 import type { ClaimedOperation, DispatchStage } from './types.js';
 

@@ -30,9 +30,9 @@ import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import type { TLSSocket } from 'node:tls';
 import type { Socket } from 'node:net';
 import { Agent, buildConnector, errors } from 'undici';
-import { ActionLedgerError, isActionLedgerError } from '../core/errors.js';
-import { parseStrictJson, type JsonObject } from '../core/json.js';
-import { Secret } from '../core/secret.js';
+import { ActionLedgerError, isActionLedgerError } from './errors.js';
+import { parseStrictJson, type JsonObject } from './json.js';
+import { Secret } from './secret.js';
 
 export interface MtlsAgentOptions {
   /** PEM trust anchors for the server certificate. Omitted: Node's bundled public roots. */
