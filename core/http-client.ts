@@ -1,5 +1,5 @@
 /**
- * The dispatcher's outbound HTTPS client (authorizer and providers), on undici 7.
+ * The outbound mTLS HTTPS client (the authorizer, providers and their readback), on undici 7.
  *
  * Every call returns a classified outcome instead of throwing, grouped by what must happen next:
  * - `response`: a complete, strictly parsed JSON object (or an empty body) arrived with a non-3xx status.
@@ -54,7 +54,7 @@ export interface RequestOptions {
   timeoutMs: number;
   /** Largest response body read; more is `unknown` / `oversized`. */
   maxBytes: number;
-  /** Caller's cancellation (the dispatcher's gated scope, shutdown). */
+  /** Caller's cancellation (the external-write scope, shutdown). */
   signal?: AbortSignal;
 }
 

@@ -138,12 +138,7 @@ export class Gate {
     const prior =
       mode === 'confirm' || needsApproval
         ? undefined
-        : (
-            await client.query<{ canonical_args_sha256: string; tenant_id: string; tool_name: string }>(
-              core.ledger.q.ledgerSelectByIdentity,
-              [ctx.principal_id, ctx.task_id, ctx.workflow_step_id],
-            )
-          ).rows[0];
+        : await core.ledger.findStep(client, ctx);
     const replay =
       prior !== undefined &&
       prior.tenant_id === ctx.tenant_id &&

@@ -38,7 +38,7 @@ export interface ReconcilerOptions {
   credentials: ReadonlyMap<string, Secret>;
   /** Who the history rows name, e.g. `reconciler:host:pid`. */
   actor: string;
-  /** Fault-injection crash points (armed only by environment; see dispatcher/crash-points.ts). */
+  /** Fault-injection crash points (armed only by environment; see core/crash-points.ts). */
   crash?: CrashPoints;
 }
 

@@ -20,7 +20,7 @@ import type { Secret } from '../core/secret.js';
 import { LEGAL_TRANSITIONS, type OperationStatus } from '../core/types.js';
 import { withExternalWrites } from '../core/external-writes.js';
 import type { DispatchProfile } from '../core/profile.js';
-import type { EffectKeyer } from '../ledger/effect-key.js';
+import type { EffectKeyer } from '../ledger/index.js';
 import { gatedGetJson } from './readback.js';
 import { retryIsSafe } from './review.js';
 

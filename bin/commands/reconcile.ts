@@ -6,7 +6,7 @@ import { parseArgs } from 'node:util';
 import { ActionLedgerError, isActionLedgerError } from '../../core/errors.js';
 import { openRuntime, type Runtime } from '../../core/runtime.js';
 import { loadDispatchIdentity } from '../../core/identity.js';
-import { EffectKeyer } from '../../ledger/effect-key.js';
+import { EffectKeyer } from '../../ledger/index.js';
 import {
   openReconciler,
   openReview,
