@@ -135,10 +135,7 @@ export class Gate {
     // existing operation and takes nothing from the caps a second time.
     // Only the caller's own tenant's operation counts as a replay (identity has no tenant): another tenant's
     // step must be refused exactly like a wrong guess of its arguments (see foreignConflict).
-    const prior =
-      mode === 'confirm' || needsApproval
-        ? undefined
-        : await core.ledger.findStep(client, ctx);
+    const prior = mode === 'confirm' || needsApproval ? undefined : await core.ledger.findStep(client, ctx);
     const replay =
       prior !== undefined &&
       prior.tenant_id === ctx.tenant_id &&

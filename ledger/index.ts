@@ -1,10 +1,4 @@
 export { EffectKeyer } from './effect-key.js';
-export {
-  Ledger,
-  checkTrustedContext,
-  type Reservation,
-  type ReservedStep,
-  type ReserveOptions,
-} from './reserve.js';
+export { Ledger, checkTrustedContext, type Reservation, type ReservedStep, type ReserveOptions } from './reserve.js';
 export type { LedgerStatus, HistoryRow } from './inspect.js';
 export { outboxChannel } from './notifier.js';
