@@ -1,5 +1,63 @@
 // @ts-check
+import { dirname, isAbsolute, relative, resolve, sep } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import tseslint from 'typescript-eslint';
+
+const ROOT = dirname(fileURLToPath(import.meta.url));
+
+/** The top-level folders that are components: each is imported by the others only through its `index.ts`. */
+const COMPONENTS = new Set(['ledger', 'dispatcher', 'reconciler', 'compensator', 'gate', 'sandbox', 'server', 'bin']);
+
+/**
+ * `local/component-boundaries`: a file may import another component only through that component's `index.js`,
+ * and a file in `core/` (shared infrastructure) may import no component at all. Relative specifiers are
+ * resolved against the importing file, so `../dispatcher/queries.js` and `../../dispatcher/queries.js` are
+ * judged by where they land, not by how they are spelled. Covers static imports, `export ... from`, dynamic
+ * `import()` with a literal and `import('...')` types.
+ *
+ * @type {import('eslint').Rule.RuleModule}
+ */
+const componentBoundaries = {
+  meta: {
+    type: 'problem',
+    docs: { description: "Forbid imports of another component's files other than its index" },
+    schema: [],
+    messages: {
+      deep: "'{{source}}' reaches into {{target}}/ internals: import {{target}}/index.js, or move the shared piece to core/",
+      core: "'{{source}}' imports the {{target}} component from core/: core/ is shared infrastructure and imports no component",
+    },
+  },
+  create(context) {
+    const own = relative(ROOT, context.filename).split(sep)[0];
+    /** @param {import('estree').Node} node @param {unknown} source */
+    function check(node, source) {
+      if (typeof source !== 'string' || !source.startsWith('.')) return;
+      const rel = relative(ROOT, resolve(dirname(context.filename), source));
+      if (rel.startsWith('..') || isAbsolute(rel)) return;
+      const [target, ...rest] = rel.split(sep);
+      if (target === undefined || !COMPONENTS.has(target) || target === own) return;
+      if (own === 'core') context.report({ node, messageId: 'core', data: { source, target } });
+      else if (rest.join('/') !== 'index.js') context.report({ node, messageId: 'deep', data: { source, target } });
+    }
+    /** @param {any} node */
+    const fromSource = (node) => {
+      if (node.source != null) check(node, node.source.value);
+    };
+    return {
+      ImportDeclaration: fromSource,
+      ExportNamedDeclaration: fromSource,
+      ExportAllDeclaration: fromSource,
+      /** @param {any} node */
+      ImportExpression(node) {
+        if (node.source.type === 'Literal') check(node, node.source.value);
+      },
+      /** @param {any} node */
+      TSImportType(node) {
+        check(node, node.source?.value ?? node.argument?.literal?.value);
+      },
+    };
+  },
+};
 
 export default tseslint.config(
   { ignores: ['dist/**', 'node_modules/**', '.actionledger/**', 'coverage/**'] },
@@ -13,5 +71,12 @@ export default tseslint.config(
       '@typescript-eslint/no-non-null-assertion': 'off',
       'no-control-regex': 'off',
     },
+  },
+  {
+    // Tests, benchmarks and the chaos run may open any file (a component's queries, a helper); shipped code may not.
+    files: ['**/*.ts', '**/*.js'],
+    ignores: ['test/**', 'bench/**', 'chaos/**'],
+    plugins: { local: { rules: { 'component-boundaries': componentBoundaries } } },
+    rules: { 'local/component-boundaries': 'error' },
   },
 );

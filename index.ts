@@ -14,8 +14,8 @@ export { OPERATION_STATUSES, type OperationStatus, type TrustedContext } from '.
 export {
   EffectKeyer,
   Ledger,
-  ledgerStatus,
-  showOperation,
+  type HistoryRow,
+  type LedgerStatus,
   type Reservation,
   type ReserveOptions,
 } from './ledger/index.js';

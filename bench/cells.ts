@@ -22,7 +22,7 @@ import { migrate } from '../core/migrate.js';
 import { Secret } from '../core/secret.js';
 import { authorizationRequest, fetchAuthorization } from '../dispatcher/authorize.js';
 import { callProvider, classify } from '../dispatcher/executor.js';
-import { loadDispatchIdentity } from '../dispatcher/identity.js';
+import { loadDispatchIdentity } from '../core/identity.js';
 import type { ClaimedOperation } from '../dispatcher/types.js';
 import { EffectKeyer, Ledger } from '../ledger/index.js';
 import { cpuSplit, type CpuSplit } from './cpu.js';

@@ -20,13 +20,9 @@ import { createLogger } from '../core/log.js';
 import { Metrics } from '../core/metrics.js';
 import type { Runtime } from '../core/runtime.js';
 import { Secret } from '../core/secret.js';
-import {
-  dispatcherQueries,
-  generateProfileKeyPair,
-  openDispatcher,
-  signProfile,
-  type Dispatcher,
-} from '../dispatcher/index.js';
+import { generateProfileKeyPair, signProfile } from '../core/profile.js';
+import { openDispatcher, type Dispatcher } from '../dispatcher/index.js';
+import { dispatcherQueries } from '../dispatcher/queries.js';
 import { EffectKeyer, Ledger } from '../ledger/index.js';
 import { createCa, issueClientCert, issueServerCert, type ServerTls } from '../sandbox/index.js';
 import type { SandboxThreadData, SandboxThreadMessage } from './dispatch-sandbox.js';

@@ -23,7 +23,7 @@ import { openRuntime, type Runtime } from '../core/runtime.js';
 import { acquireServiceLock } from '../core/service-lock.js';
 import { isConnectionError } from '../core/sqlstate.js';
 import { OPERATION_STATUSES } from '../core/types.js';
-import { EffectKeyer, Ledger, ledgerStatus } from '../ledger/index.js';
+import { EffectKeyer, Ledger } from '../ledger/index.js';
 import { HttpServer } from '../server/index.js';
 import { printRefusal } from './cli-util.js';
 import { SERVICE_QUERIES } from './queries.js';
@@ -179,7 +179,7 @@ export async function runService(options: ServiceOptions): Promise<number> {
     stops.push({ name: 'ledger', run: async () => ledger.stop() });
     let sandboxEnv: Record<string, string> = {};
     if (rt.config.sandbox.enabled && stopReason === null) {
-      const { startDevSandbox } = await import('../sandbox/dev.js');
+      const { startDevSandbox } = await import('../sandbox/index.js');
       const sandbox = await startDevSandbox(rt.config, options.env, rt.log, rt.databaseUrl);
       sandboxEnv = sandbox.env;
       stops.push({ name: 'sandbox', run: () => sandbox.stop() });
@@ -204,7 +204,7 @@ export async function runService(options: ServiceOptions): Promise<number> {
         return { contentType: rt.metrics.registry.contentType, body: `${own}\n${fleetMetrics}` };
       },
       beforeScrape: async () => {
-        const s = await ledgerStatus(rt.pool, ledger.q);
+        const s = await ledger.status();
         for (const st of OPERATION_STATUSES) rt.metrics.operations.set({ status: st }, s.by_status[st]);
         rt.metrics.outboxDepth.set(s.outbox_depth);
         rt.metrics.oldestPendingAge.set(s.oldest_pending_age_s ?? 0);

@@ -30,7 +30,7 @@ import { Metrics } from '../core/metrics.js';
 import { migrate } from '../core/migrate.js';
 import type { Runtime } from '../core/runtime.js';
 import { Secret } from '../core/secret.js';
-import { CRASH_POINTS } from '../dispatcher/crash-points.js';
+import { CRASH_POINTS } from '../core/crash-points.js';
 import { EffectKeyer } from '../ledger/effect-key.js';
 import { Gate } from '../gate/index.js';
 import { Ledger } from '../ledger/reserve.js';

@@ -20,7 +20,7 @@ import { bindQueries, withTransaction, type Pool, type PoolClient } from '../cor
 import { ActionLedgerError, isActionLedgerError } from '../core/errors.js';
 import type { JsonValue } from '../core/json.js';
 import type { Logger } from '../core/log.js';
-import type { Ledger } from '../ledger/reserve.js';
+import type { Ledger } from '../ledger/index.js';
 import { compensationArguments } from './mapping.js';
 import { compensatorQueries } from './queries.js';
 

@@ -10,8 +10,8 @@
 import type { Agent } from 'undici';
 import { ActionLedgerError } from '../core/errors.js';
 import { canonicalJson, sha256Hex, type JsonObject } from '../core/json.js';
-import { postJson } from './http-client.js';
-import type { DispatchProfile } from './profile.js';
+import { postJson } from '../core/http-client.js';
+import type { DispatchProfile } from '../core/profile.js';
 import type { ClaimedOperation } from './types.js';
 
 export const BINDING_FIELDS = [

@@ -7,9 +7,9 @@ import type { Config } from '../core/config.js';
 import type { Pool } from '../core/db.js';
 import type { Logger, RepeatedFailureLog } from '../core/log.js';
 import type { Secret } from '../core/secret.js';
-import type { CrashPoints } from './crash-points.js';
+import type { CrashPoints } from '../core/crash-points.js';
 import type { DispatchMetrics } from './metrics.js';
-import type { DispatchProfile } from './profile.js';
+import type { DispatchProfile } from '../core/profile.js';
 import type { dispatcherQueries } from './queries.js';
 
 export interface DispatcherOptions {

@@ -20,7 +20,7 @@ import { Batcher, BATCH_RETRY_POLICY, retryBusy, submit } from './batcher.js';
 import { reviewReason, type Completer } from './completer.js';
 import type { DispatchContext } from './context.js';
 import { callProvider, classify, type Outcome } from './executor.js';
-import { gate, runGated } from './gate-scope.js';
+import { guardExternalWrite, withExternalWrites } from '../core/external-writes.js';
 import type { DispatchItem, FinalCheck } from './types.js';
 
 /** One outcome written on its own under the batch's locks: 40 ms, doubling to 320 ms, five tries in all. */
@@ -42,7 +42,7 @@ export class DispatchBatch {
     this.#ctx = ctx;
     this.#completer = completer;
     this.#batcher = new Batcher(ctx.o.batchSize, (items) => this.#open(items));
-    this.#gatedCall = gate(callProvider, () => ctx.o.metrics.ungated.inc());
+    this.#gatedCall = guardExternalWrite(callProvider, () => ctx.o.metrics.ungated.inc());
   }
 
   /** Dispatches one operation in the next batch; settles when its outcome is written (or handed on). */
@@ -256,7 +256,7 @@ export class DispatchBatch {
     let http;
     progress.sent = true;
     try {
-      http = await runGated(
+      http = await withExternalWrites(
         () =>
           o.crash.reachWhenSent('after_provider_request_sent', sent, () =>
             this.#gatedCall(this.#ctx.agent('provider'), o.profile, op, credential),

@@ -11,8 +11,8 @@ import type { ErrorCode } from '../core/errors.js';
 import { canonicalJson, type JsonValue } from '../core/json.js';
 import type { Secret } from '../core/secret.js';
 import type { OperationStatus } from '../core/types.js';
-import { postJson, type HttpOutcome } from './http-client.js';
-import type { DispatchProfile } from './profile.js';
+import { postJson, type HttpOutcome } from '../core/http-client.js';
+import type { DispatchProfile } from '../core/profile.js';
 import type { ClaimedOperation } from './types.js';
 
 export interface Outcome {

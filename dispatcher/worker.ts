@@ -5,10 +5,10 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import type { Runtime } from '../core/runtime.js';
-import { CrashPoints } from './crash-points.js';
+import { CrashPoints } from '../core/crash-points.js';
 import { Dispatcher } from './dispatcher.js';
 import { DispatchMetrics } from './metrics.js';
-import { loadDispatchIdentity } from './identity.js';
+import { loadDispatchIdentity } from '../core/identity.js';
 
 export interface OpenDispatcherOptions {
   concurrency?: number;

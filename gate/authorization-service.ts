@@ -35,7 +35,7 @@ import type { Config } from '../core/config.js';
 import type { Logger } from '../core/log.js';
 import type { Metrics } from '../core/metrics.js';
 import { parseStrictJson, type JsonObject } from '../core/json.js';
-import { authorizationRequest, BINDING_FIELDS } from '../dispatcher/authorize.js';
+import { authorizationRequest, BINDING_FIELDS } from '../dispatcher/index.js';
 import { GateCore, type AuditEntry } from './core.js';
 import type { BoundResource, ResourceResolver } from './types.js';
 

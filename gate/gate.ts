@@ -135,15 +135,7 @@ export class Gate {
     // existing operation and takes nothing from the caps a second time.
     // Only the caller's own tenant's operation counts as a replay (identity has no tenant): another tenant's
     // step must be refused exactly like a wrong guess of its arguments (see foreignConflict).
-    const prior =
-      mode === 'confirm' || needsApproval
-        ? undefined
-        : (
-            await client.query<{ canonical_args_sha256: string; tenant_id: string; tool_name: string }>(
-              core.ledger.q.ledgerSelectByIdentity,
-              [ctx.principal_id, ctx.task_id, ctx.workflow_step_id],
-            )
-          ).rows[0];
+    const prior = mode === 'confirm' || needsApproval ? undefined : await core.ledger.findStep(client, ctx);
     const replay =
       prior !== undefined &&
       prior.tenant_id === ctx.tenant_id &&

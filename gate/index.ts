@@ -13,7 +13,6 @@ export {
   type AuthorizationServiceOptions,
 } from './authorization-service.js';
 export { REDACTED, checkGateContext, type GateDeps } from './core.js';
-export { gateQueries } from './queries.js';
 export {
   GATE_CONTEXT_FIELDS,
   type BoundResource,

@@ -1,5 +1,4 @@
 export { EffectKeyer } from './effect-key.js';
-export { Ledger, checkTrustedContext, type Reservation, type ReserveOptions } from './reserve.js';
-export { ledgerStatus, showOperation, type LedgerStatus, type HistoryRow } from './inspect.js';
+export { Ledger, checkTrustedContext, type Reservation, type ReservedStep, type ReserveOptions } from './reserve.js';
+export type { LedgerStatus, HistoryRow } from './inspect.js';
 export { outboxChannel } from './notifier.js';
-export { ledgerQueries } from './queries.js';

@@ -8,6 +8,7 @@ import { ActionLedgerError, asActionLedgerError } from '../core/errors.js';
 import { canonicalArguments, sha256Hex } from '../core/json.js';
 import { TRUSTED_CONTEXT_FIELDS, type OperationStatus, type TrustedContext } from '../core/types.js';
 import type { EffectKeyer } from './effect-key.js';
+import { ledgerStatus, showOperation, type HistoryRow, type LedgerStatus } from './inspect.js';
 import { OutboxNotifier, outboxChannel } from './notifier.js';
 import { ledgerQueries } from './queries.js';
 
@@ -32,7 +33,8 @@ export interface ReserveOptions {
 
 const MAX_CONTEXT_FIELD = 256;
 
-type IdentityRow = {
+/** What the ledger holds for one reserved workflow step: its identity, binding and current state. */
+export type ReservedStep = {
   operation_id: string;
   effect_key: string;
   status: OperationStatus;
@@ -78,7 +80,7 @@ export class Ledger {
   readonly #keyer: EffectKeyer;
   readonly #notifier: OutboxNotifier;
   readonly #channel: string;
-  readonly q: Readonly<typeof ledgerQueries>;
+  readonly #q: Readonly<typeof ledgerQueries>;
 
   constructor(config: Config, pool: Pool, keyer: EffectKeyer) {
     this.#config = config;
@@ -86,7 +88,7 @@ export class Ledger {
     this.#keyer = keyer;
     this.#channel = outboxChannel(config.schema);
     this.#notifier = new OutboxNotifier(pool, this.#channel);
-    this.q = bindQueries(ledgerQueries, config.schemaQuoted);
+    this.#q = bindQueries(ledgerQueries, config.schemaQuoted);
   }
 
   get keyer(): EffectKeyer {
@@ -156,8 +158,8 @@ export class Ledger {
     try {
       const inserted =
         options.client === undefined
-          ? await db.query<IdentityRow>(this.q.ledgerInsertReservation, params)
-          : await db.query<IdentityRow>(this.q.ledgerInsertReservationNotify, [...params, this.#channel]);
+          ? await db.query<ReservedStep>(this.#q.ledgerInsertReservation, params)
+          : await db.query<ReservedStep>(this.#q.ledgerInsertReservationNotify, [...params, this.#channel]);
       const row = inserted.rows[0];
       if (row !== undefined) {
         if (options.client === undefined) this.#notifier.poke();
@@ -185,12 +187,7 @@ export class Ledger {
     argsSha256: string,
     actor: string,
   ): Promise<Reservation> {
-    const { rows } = await db.query<IdentityRow>(this.q.ledgerSelectByIdentity, [
-      ctx.principal_id,
-      ctx.task_id,
-      ctx.workflow_step_id,
-    ]);
-    const row = rows[0];
+    const row = await this.findStep(db, ctx);
     if (row === undefined) throw new Error('reservation conflicted but its row is not visible');
     const changed: string[] = [];
     if (row.tool_name !== tool) changed.push('tool');
@@ -213,7 +210,7 @@ export class Ledger {
       status === 'pending' &&
       (row.current_approval_id !== ctx.approval_id || row.current_policy_version !== ctx.policy_version)
     ) {
-      const upd = await db.query<{ status: OperationStatus }>(this.q.ledgerUpdateAuthorizationContext, [
+      const upd = await db.query<{ status: OperationStatus }>(this.#q.ledgerUpdateAuthorizationContext, [
         row.operation_id,
         ctx.approval_id,
         ctx.policy_version,
@@ -222,7 +219,7 @@ export class Ledger {
       // Not updated: the operation left `pending` in between; report where it is now.
       status =
         upd.rows[0]?.status ??
-        (await db.query<{ status: OperationStatus }>(this.q.ledgerSelectStatus, [row.operation_id])).rows[0]?.status ??
+        (await db.query<{ status: OperationStatus }>(this.#q.ledgerSelectStatus, [row.operation_id])).rows[0]?.status ??
         status;
     }
     return {
@@ -233,6 +230,36 @@ export class Ledger {
       status,
       provider_receipt: row.provider_receipt,
     };
+  }
+
+  /**
+   * The operation reserved for this workflow step, whatever its tenant or tool, or undefined when the step was
+   * never reserved. Read through `db` (the caller's transaction, when it has one). Throws only what PostgreSQL
+   * throws.
+   */
+  async findStep(
+    db: Queryable,
+    step: Pick<TrustedContext, 'principal_id' | 'task_id' | 'workflow_step_id'>,
+  ): Promise<ReservedStep | undefined> {
+    const { rows } = await db.query<ReservedStep>(this.#q.ledgerSelectByIdentity, [
+      step.principal_id,
+      step.task_id,
+      step.workflow_step_id,
+    ]);
+    return rows[0];
+  }
+
+  /** Operations counted by state, the outbox depth and the age of its oldest row. */
+  async status(db: Queryable = this.#pool): Promise<LedgerStatus> {
+    return ledgerStatus(db, this.#q);
+  }
+
+  /** One operation and its history, oldest first; throws `not_found` for an unknown or malformed id. */
+  async show(
+    operationId: string,
+    db: Queryable = this.#pool,
+  ): Promise<{ operation: Record<string, unknown>; history: HistoryRow[] }> {
+    return showOperation(db, this.#q, operationId);
   }
 
   stop(): void {

@@ -17,9 +17,9 @@ import type { Agent } from 'undici';
 import { EFFECT_KEY_PLACEHOLDER, type ToolRoute } from '../core/config.js';
 import type { JsonValue } from '../core/json.js';
 import type { Secret } from '../core/secret.js';
-import { gate } from '../dispatcher/gate-scope.js';
-import { getJson, type HttpOutcome } from '../dispatcher/http-client.js';
-import type { DispatchProfile } from '../dispatcher/profile.js';
+import { guardExternalWrite } from '../core/external-writes.js';
+import { getJson, type HttpOutcome } from '../core/http-client.js';
+import type { DispatchProfile } from '../core/profile.js';
 
 export type ReadbackOutcome = 'applied' | 'no_effect' | 'mismatch' | 'inconclusive' | 'failing' | 'unreachable';
 
@@ -44,8 +44,8 @@ export interface ReadbackTarget {
   canonical_args_sha256: string;
 }
 
-/** The readback GET; refused with `ungated_external_write` outside a gated scope. */
-export const gatedGetJson = gate(getJson);
+/** The readback GET; refused with `ungated_external_write` outside an external-write scope. */
+export const gatedGetJson = guardExternalWrite(getJson);
 
 export async function readback(
   agent: Agent,

@@ -21,9 +21,9 @@ import { bindQueries, type Pool, type PoolClient } from '../core/db.js';
 import type { JsonValue } from '../core/json.js';
 import type { Logger } from '../core/log.js';
 import type { Secret } from '../core/secret.js';
-import type { CrashPoints } from '../dispatcher/crash-points.js';
-import { runGated } from '../dispatcher/gate-scope.js';
-import type { DispatchProfile } from '../dispatcher/profile.js';
+import type { CrashPoints } from '../core/crash-points.js';
+import { withExternalWrites } from '../core/external-writes.js';
+import type { DispatchProfile } from '../core/profile.js';
 import type { ReconcileMetrics } from './metrics.js';
 import { reconcilerQueries } from './queries.js';
 import { readback, readbackUrl, type Readback } from './readback.js';
@@ -38,7 +38,7 @@ export interface ReconcilerOptions {
   credentials: ReadonlyMap<string, Secret>;
   /** Who the history rows name, e.g. `reconciler:host:pid`. */
   actor: string;
-  /** Fault-injection crash points (armed only by environment; see dispatcher/crash-points.ts). */
+  /** Fault-injection crash points (armed only by environment; see core/crash-points.ts). */
   crash?: CrashPoints;
 }
 
@@ -213,7 +213,7 @@ export class Reconciler {
     const credential = route.credentialEnv === null ? null : (this.#o.credentials.get(route.tool) ?? null);
     if (route.credentialEnv !== null && credential === null)
       return { outcome: 'failing', receipt: null, detail: { problem: 'credential_missing' } };
-    return runGated(() => readback(this.#o.agent, this.#o.profile, url, op, credential), op.operation_id);
+    return withExternalWrites(() => readback(this.#o.agent, this.#o.profile, url, op, credential), op.operation_id);
   }
 
   /** Writes the check and the transition; returns the state the operation is in afterwards. */

@@ -13,8 +13,8 @@
 import type { Config } from '../core/config.js';
 import { bindQueries, withTransaction, type Pool } from '../core/db.js';
 import { ActionLedgerError } from '../core/errors.js';
-import type { Compensator } from '../compensator/compensator.js';
-import { outboxChannel } from '../ledger/notifier.js';
+import type { Compensator } from '../compensator/index.js';
+import { outboxChannel } from '../ledger/index.js';
 import { reviewQueries } from './queries.js';
 
 export interface ReviewInput {

@@ -18,9 +18,9 @@ import { bindQueries, type Pool } from '../core/db.js';
 import { canonicalJson, sha256Hex, type JsonValue } from '../core/json.js';
 import type { Secret } from '../core/secret.js';
 import { LEGAL_TRANSITIONS, type OperationStatus } from '../core/types.js';
-import { runGated } from '../dispatcher/gate-scope.js';
-import type { DispatchProfile } from '../dispatcher/profile.js';
-import type { EffectKeyer } from '../ledger/effect-key.js';
+import { withExternalWrites } from '../core/external-writes.js';
+import type { DispatchProfile } from '../core/profile.js';
+import type { EffectKeyer } from '../ledger/index.js';
 import { gatedGetJson } from './readback.js';
 import { retryIsSafe } from './review.js';
 
@@ -250,7 +250,7 @@ async function verifyListings(
     const credential = l.credentialTool === null ? undefined : provider.credentials.get(l.credentialTool);
     const headers: Record<string, string> =
       credential === undefined ? {} : { authorization: `Bearer ${credential.reveal().toString('utf8')}` };
-    const http = await runGated(
+    const http = await withExternalWrites(
       () =>
         gatedGetJson(provider.agent, url, {
           headers,

@@ -10,7 +10,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Config } from '../core/config.js';
 import type { Logger } from '../core/log.js';
-import { generateProfileKeyPair, signProfile } from '../dispatcher/profile.js';
+import { generateProfileKeyPair, signProfile } from '../core/profile.js';
 import { createPool } from '../core/db.js';
 import { ActionLedgerError } from '../core/errors.js';
 import { AuthorizationService } from '../gate/index.js';

@@ -16,6 +16,7 @@ export {
   type ValidityOptions,
 } from './pki.js';
 export type { ListenOptions, ServerTls } from './mtls-server.js';
+export { startDevSandbox, type DevSandbox } from './dev.js';
 export {
   SandboxProvider,
   type FaultSelector,

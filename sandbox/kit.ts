@@ -5,7 +5,7 @@
  */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { generateProfileKeyPair, signProfile, type ProfileKeyKind } from '../dispatcher/profile.js';
+import { generateProfileKeyPair, signProfile, type ProfileKeyKind } from '../core/profile.js';
 import { SandboxAuthorizer } from './authorizer.js';
 import { createCa, issueClientCert, issueServerCert } from './pki.js';
 import { SandboxProvider } from './provider.js';

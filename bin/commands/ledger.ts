@@ -3,7 +3,7 @@ import { parseArgs } from 'node:util';
 import { parseStrictJson } from '../../core/json.js';
 import { ActionLedgerError } from '../../core/errors.js';
 import { openRuntime } from '../../core/runtime.js';
-import { EffectKeyer, Ledger, ledgerStatus, showOperation } from '../../ledger/index.js';
+import { EffectKeyer, Ledger } from '../../ledger/index.js';
 import { printJson, printRefusal, stderrLog, table, usageError, type Command } from '../cli-util.js';
 
 export const migrateCommand: Command = {
@@ -40,7 +40,7 @@ export const statusCommand: Command = {
       });
       try {
         const ledger = new Ledger(rt.config, rt.pool, new EffectKeyer(rt.effectKeys));
-        const s = await ledgerStatus(rt.pool, ledger.q);
+        const s = await ledger.status();
         ledger.stop();
         if (values.json === true) printJson({ ok: true, ...s });
         else {
@@ -150,7 +150,7 @@ export const showCommand: Command = {
       const rt = await openRuntime({ name: 'show', migrate: true, defaultMetrics: false, logDestination: stderrLog() });
       try {
         const ledger = new Ledger(rt.config, rt.pool, new EffectKeyer(rt.effectKeys));
-        const { operation, history } = await showOperation(rt.pool, ledger.q, id);
+        const { operation, history } = await ledger.show(id);
         ledger.stop();
         if (values.json === true) printJson({ ok: true, operation, history });
         else {

@@ -14,7 +14,7 @@ import {
   signProfile,
   verifyProfile,
   type ProfileKeyKind,
-} from '../../dispatcher/profile.js';
+} from '../../core/profile.js';
 import { printJson, printRefusal, usageError, type Command } from '../cli-util.js';
 
 const USAGE = [

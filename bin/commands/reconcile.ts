@@ -5,8 +5,8 @@
 import { parseArgs } from 'node:util';
 import { ActionLedgerError, isActionLedgerError } from '../../core/errors.js';
 import { openRuntime, type Runtime } from '../../core/runtime.js';
-import { loadDispatchIdentity } from '../../dispatcher/identity.js';
-import { EffectKeyer } from '../../ledger/effect-key.js';
+import { loadDispatchIdentity } from '../../core/identity.js';
+import { EffectKeyer } from '../../ledger/index.js';
 import {
   openReconciler,
   openReview,

@@ -6,7 +6,8 @@
 import t from 'tap';
 import { bindQueries, createPool } from '../../core/db.js';
 import { Metrics } from '../../core/metrics.js';
-import { dispatcherQueries, openDispatcher } from '../../dispatcher/index.js';
+import { openDispatcher } from '../../dispatcher/index.js';
+import { dispatcherQueries } from '../../dispatcher/queries.js';
 import { ctx, dispatchEnv, settled } from '../helpers/fleet.js';
 import { gateFixture } from '../helpers/gate.js';
 

@@ -5,7 +5,8 @@
  */
 import t, { type Test } from 'tap';
 import { spawn } from 'node:child_process';
-import { onRequestSent, postJson, type HttpOutcome } from '../../dispatcher/http-client.js';
+import { postJson, type HttpOutcome } from '../../core/http-client.js';
+import { onRequestSent } from '../../core/request-sent.js';
 import { BIN } from '../helpers/cli.js';
 import { ctx, dispatchEnv, type DispatchEnv } from '../helpers/fleet.js';
 import { startProvider, testAgent, testPki } from '../helpers/sandbox.js';

@@ -10,7 +10,7 @@ import { createPool, type Pool } from '../../core/db.js';
 import { createLogger } from '../../core/log.js';
 import { Metrics } from '../../core/metrics.js';
 import { authorizationRequest } from '../../dispatcher/authorize.js';
-import { postJson } from '../../dispatcher/http-client.js';
+import { postJson } from '../../core/http-client.js';
 import { AuthorizationService, Gate } from '../../gate/index.js';
 import { settled } from '../helpers/fleet.js';
 import {

@@ -17,7 +17,7 @@ import { createLogger } from '../../core/log.js';
 import { Metrics } from '../../core/metrics.js';
 import type { Runtime } from '../../core/runtime.js';
 import { openDispatcher, type Dispatcher } from '../../dispatcher/index.js';
-import { generateProfileKeyPair, signProfile } from '../../dispatcher/profile.js';
+import { generateProfileKeyPair, signProfile } from '../../core/profile.js';
 import { Ledger } from '../../ledger/index.js';
 import type { PemPair } from '../../sandbox/pki.js';
 import type { SandboxAuthorizer } from '../../sandbox/authorizer.js';

@@ -5,7 +5,7 @@
 import t, { type Test } from 'tap';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { ctx, dispatchEnv, settled, type DispatchEnv } from '../helpers/fleet.js';
-import { loadDispatchIdentity } from '../../dispatcher/identity.js';
+import { loadDispatchIdentity } from '../../core/identity.js';
 import { EffectKeyer } from '../../ledger/effect-key.js';
 import { verifyLedger } from '../../reconciler/index.js';
 

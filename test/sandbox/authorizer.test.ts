@@ -1,6 +1,6 @@
 import { request as httpsRequest } from 'node:https';
 import t, { type Test } from 'tap';
-import { postJson, type HttpOutcome, type HttpResponse } from '../../dispatcher/http-client.js';
+import { postJson, type HttpOutcome, type HttpResponse } from '../../core/http-client.js';
 import {
   AUTHORIZATION_REQUEST_FIELDS,
   SandboxAuthorizer,

@@ -1,5 +1,5 @@
 import t, { type Test } from 'tap';
-import { getJson, postJson, type HttpOutcome, type HttpResponse } from '../../dispatcher/http-client.js';
+import { getJson, postJson, type HttpOutcome, type HttpResponse } from '../../core/http-client.js';
 import { SandboxProvider } from '../../sandbox/provider.js';
 import { startProvider, testAgent, testPki } from '../helpers/sandbox.js';
 

@@ -13,7 +13,7 @@ import {
   signProfile,
   verifyProfile,
   type DispatchProfile,
-} from '../../dispatcher/profile.js';
+} from '../../core/profile.js';
 
 const PROFILE = {
   profile_id: 'prod-dispatch-2025-01',

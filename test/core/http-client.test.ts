@@ -7,7 +7,7 @@ import {
   getJson,
   postJson,
   type HttpOutcome,
-} from '../../dispatcher/http-client.js';
+} from '../../core/http-client.js';
 import { SandboxProvider } from '../../sandbox/provider.js';
 import { startProvider, testAgent, testPki } from '../helpers/sandbox.js';
 

@@ -1,13 +1,19 @@
 import t from 'tap';
 import { setTimeout as delay } from 'node:timers/promises';
 import { isActionLedgerError } from '../../core/errors.js';
-import { assertGated, gate, isGated, openGatedScopeCount, runGated } from '../../dispatcher/gate-scope.js';
+import {
+  assertExternalWriteAllowed,
+  externalWritesAllowed,
+  guardExternalWrite,
+  openExternalWriteScopeCount,
+  withExternalWrites,
+} from '../../core/external-writes.js';
 
 /** A stand-in provider client that counts the calls that actually reached it, and the refusals. */
 function provider(): { call: (body: string) => Promise<string>; sent: string[]; refused: () => number } {
   const sent: string[] = [];
   let refusals = 0;
-  const call = gate(
+  const call = guardExternalWrite(
     async (body: string) => {
       sent.push(body);
       return `receipt-${body}`;
@@ -21,9 +27,9 @@ function provider(): { call: (body: string) => Promise<string>; sent: string[]; 
 
 t.test('inside the scope the call goes through; outside it is refused and counted', async (t) => {
   const p = provider();
-  t.equal(await runGated(() => p.call('a')), 'receipt-a');
+  t.equal(await withExternalWrites(() => p.call('a')), 'receipt-a');
   t.equal(
-    await runGated(async () => {
+    await withExternalWrites(async () => {
       await delay(5);
       await Promise.resolve();
       return p.call('b');
@@ -36,13 +42,13 @@ t.test('inside the scope the call goes through; outside it is refused and counte
   t.match((err as { details: unknown }).details, { scope: 'none' });
   t.equal(p.refused(), 1, 'the counter increments');
   t.same(p.sent, ['a', 'b'], 'the refused call never reached the provider');
-  t.notOk(isGated());
-  t.throws(() => assertGated(), { code: 'ungated_external_write' });
-  t.equal(openGatedScopeCount(), 0);
+  t.notOk(externalWritesAllowed());
+  t.throws(() => assertExternalWriteAllowed(), { code: 'ungated_external_write' });
+  t.equal(openExternalWriteScopeCount(), 0);
 });
 
 t.test('a throwing counter callback does not replace the refusal', async (t) => {
-  const call = gate(
+  const call = guardExternalWrite(
     async () => 'x',
     () => {
       throw new Error('metrics down');
@@ -57,7 +63,7 @@ t.test('the create_task escape: a timer or detached promise started inside runs 
   const outcomes: Promise<unknown>[] = [];
   let timerOutcome!: Promise<unknown>;
   const timerFired = new Promise<void>((resolve) => {
-    void runGated(() => {
+    void withExternalWrites(() => {
       setTimeout(() => {
         timerOutcome = p.call('from-timer').catch((e: unknown) => e);
         resolve();
@@ -96,18 +102,18 @@ t.test('concurrent scopes do not leak into each other', async (t) => {
   const aHasClosed = new Promise<void>((r) => (aClosed = r));
   let leaked: Promise<unknown> | undefined;
 
-  const a = runGated(async () => {
+  const a = withExternalWrites(async () => {
     await p.call('a1');
     setTimeout(() => {
       leaked = p.call('a-late').catch((e: unknown) => e);
     }, 20);
     await aMayClose;
   }).then(() => aClosed());
-  const b = runGated(async () => {
+  const b = withExternalWrites(async () => {
     await p.call('b1');
     releaseA();
     await aHasClosed;
-    t.ok(isGated(), 'B is still open after A closed');
+    t.ok(externalWritesAllowed(), 'B is still open after A closed');
     await delay(40); // A's late timer fires while B is open
     return p.call('b2');
   });
@@ -115,19 +121,19 @@ t.test('concurrent scopes do not leak into each other', async (t) => {
   await a;
   t.ok(isActionLedgerError(await leaked, 'ungated_external_write'), "A's timer is refused although B is open");
   t.same(p.sent.sort(), ['a1', 'b1', 'b2']);
-  t.equal(openGatedScopeCount(), 0);
+  t.equal(openExternalWriteScopeCount(), 0);
 });
 
 t.test('nested scopes: the inner closing leaves the outer open, and an inner leftover is refused', async (t) => {
   const p = provider();
   let innerLeftover: Promise<unknown> | undefined;
-  await runGated(async () => {
-    await runGated(() => {
+  await withExternalWrites(async () => {
+    await withExternalWrites(() => {
       innerLeftover = delay(20)
         .then(() => p.call('inner-late'))
         .catch((e: unknown) => e);
     });
-    t.ok(isGated(), 'outer still open after inner closed');
+    t.ok(externalWritesAllowed(), 'outer still open after inner closed');
     await delay(40);
     await p.call('outer');
   });
@@ -139,7 +145,7 @@ t.test('a scope closes when its function throws', async (t) => {
   let leftover: Promise<unknown> | undefined;
   const p = provider();
   await t.rejects(
-    runGated(() => {
+    withExternalWrites(() => {
       leftover = delay(10)
         .then(() => p.call('x'))
         .catch((e: unknown) => e);
@@ -147,6 +153,6 @@ t.test('a scope closes when its function throws', async (t) => {
     }),
     { message: 'boom' },
   );
-  t.equal(openGatedScopeCount(), 0);
+  t.equal(openExternalWriteScopeCount(), 0);
   t.ok(isActionLedgerError(await leftover, 'ungated_external_write'));
 });

@@ -1,4 +1,4 @@
-import { onRequestSent, type SentRequestMatch } from './http-client.js';
+import { onRequestSent, type SentRequestMatch } from './request-sent.js';
 
 /**
  * Named crash points for the fault-injection runs: the process SIGKILLs itself at the named point.

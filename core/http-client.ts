@@ -1,5 +1,5 @@
 /**
- * The dispatcher's outbound HTTPS client (authorizer and providers), on undici 7.
+ * The outbound mTLS HTTPS client (the authorizer, providers and their readback), on undici 7.
  *
  * Every call returns a classified outcome instead of throwing, grouped by what must happen next:
  * - `response`: a complete, strictly parsed JSON object (or an empty body) arrived with a non-3xx status.
@@ -26,13 +26,12 @@
  * turn TLS verification off, or read more than `maxBytes` of a body.
  */
 import { createHash } from 'node:crypto';
-import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import type { TLSSocket } from 'node:tls';
 import type { Socket } from 'node:net';
 import { Agent, buildConnector, errors } from 'undici';
-import { ActionLedgerError, isActionLedgerError } from '../core/errors.js';
-import { parseStrictJson, type JsonObject } from '../core/json.js';
-import { Secret } from '../core/secret.js';
+import { ActionLedgerError, isActionLedgerError } from './errors.js';
+import { parseStrictJson, type JsonObject } from './json.js';
+import { Secret } from './secret.js';
 
 export interface MtlsAgentOptions {
   /** PEM trust anchors for the server certificate. Omitted: Node's bundled public roots. */
@@ -54,7 +53,7 @@ export interface RequestOptions {
   timeoutMs: number;
   /** Largest response body read; more is `unknown` / `oversized`. */
   maxBytes: number;
-  /** Caller's cancellation (the dispatcher's gated scope, shutdown). */
+  /** Caller's cancellation (the external-write scope, shutdown). */
   signal?: AbortSignal;
 }
 
@@ -398,64 +397,4 @@ export function assertTlsVerificationEnabled(env: NodeJS.ProcessEnv): void {
       'NODE_TLS_REJECT_UNAUTHORIZED=0 disables TLS certificate verification; unset it',
     );
   }
-}
-
-/** One outgoing request, recognised by its URL (origin + path + query) and the value of one of its headers. */
-export interface SentRequestMatch {
-  url: string;
-  headerName: string;
-  headerValue: string;
-}
-
-interface UndiciRequestMessage {
-  request?: { origin?: unknown; path?: unknown; headers?: unknown };
-}
-
-function matchesRequest(message: unknown, origin: string, path: string, name: string, value: string): boolean {
-  const req = (message as UndiciRequestMessage | null)?.request;
-  if (req === undefined || req.origin !== origin || req.path !== path || !Array.isArray(req.headers)) return false;
-  // undici keeps headers as a flat [name, value, name, value, ...] list, names as the caller spelled them.
-  const headers = req.headers as unknown[];
-  for (let i = 0; i + 1 < headers.length; i += 2) {
-    const n = headers[i];
-    if (typeof n === 'string' && n.toLowerCase() === name && headers[i + 1] === value) return true;
-  }
-  return false;
-}
-
-/**
- * Calls `fn` (at most once) at the moment undici has written a request matching `match` to its socket: the
- * request line, the headers and the whole body handed to `socket.write` (diagnostics channel
- * `undici:request:bodySent`, published synchronously right after the writes). Returns a function that stops
- * watching; call it when the request has settled. Nothing is published for a request that failed before it
- * was written (connect or TLS failure, `not_sent`), so `fn` is not called then.
- *
- * Limits: "written" means handed to `socket.write`, not acknowledged by the peer. A small request on a
- * connection with room in the kernel's send buffer is in the kernel by then (a SIGKILL does not stop its
- * delivery); a large one, or one behind a full buffer, may still wait in Node's write queue and die with the
- * process. Requests are told apart by URL and one header value (the Idempotency-Key, unique per operation):
- * two concurrent requests with the same URL and value in one process are indistinguishable, and the first
- * one written fires.
- */
-export function onRequestSent(match: SentRequestMatch, fn: () => void): () => void {
-  let target: URL;
-  try {
-    target = new URL(match.url);
-  } catch {
-    return () => undefined; // not a URL: undici could not have sent it either
-  }
-  const origin = target.origin;
-  const path = `${target.pathname}${target.search}`;
-  const name = match.headerName.toLowerCase();
-  let done = false;
-  const listener = (message: unknown): void => {
-    if (done || !matchesRequest(message, origin, path, name, match.headerValue)) return;
-    done = true;
-    fn();
-  };
-  subscribe('undici:request:bodySent', listener);
-  return () => {
-    done = true;
-    unsubscribe('undici:request:bodySent', listener);
-  };
 }

@@ -6,9 +6,9 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Agent } from 'undici';
-import { ActionLedgerError } from '../core/errors.js';
-import type { Runtime } from '../core/runtime.js';
-import { Secret } from '../core/secret.js';
+import { ActionLedgerError } from './errors.js';
+import type { Runtime } from './runtime.js';
+import { Secret } from './secret.js';
 import { assertTlsVerificationEnabled, createMtlsAgent } from './http-client.js';
 import { loadVerifiedProfile, type DispatchProfile } from './profile.js';
 

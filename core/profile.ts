@@ -29,9 +29,9 @@ import {
   type KeyObject,
 } from 'node:crypto';
 import { open, readFile } from 'node:fs/promises';
-import { ActionLedgerError } from '../core/errors.js';
-import { parseStrictJson, type JsonObject, type JsonValue } from '../core/json.js';
-import { canonicalHttpsProblem } from '../core/url.js';
+import { ActionLedgerError } from './errors.js';
+import { parseStrictJson, type JsonObject, type JsonValue } from './json.js';
+import { canonicalHttpsProblem } from './url.js';
 
 export type ProfileKeyKind = 'ecdsa-p256' | 'ed25519';
 export type ProfileSignatureAlgorithm = 'ecdsa-p256-sha256' | 'ed25519';

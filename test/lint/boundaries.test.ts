@@ -1,0 +1,77 @@
+/**
+ * The component boundary rule (eslint.config.js, `local/component-boundaries`), run through eslint's Node API
+ * with the repository's own configuration: a component reaches another only through its `index.js`, core/
+ * imports no component, and test/, bench/ and chaos/ are exempt. The last test lints the shipped tree itself.
+ */
+import t from 'tap';
+import { fileURLToPath } from 'node:url';
+import { ESLint } from 'eslint';
+
+const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
+const RULE = 'local/component-boundaries';
+const eslint = new ESLint({ cwd: ROOT, ruleFilter: ({ ruleId }) => ruleId === RULE });
+
+/** The boundary findings for `code` as if it were the file at `path` (relative to the repository root). */
+async function findings(path: string, code: string): Promise<string[]> {
+  const [result] = await eslint.lintText(code, { filePath: `${ROOT}${path}` });
+  if (result === undefined) throw new Error('eslint returned no result');
+  return result.messages.map((m) => `${m.ruleId ?? 'fatal'}: ${m.message}`);
+}
+
+t.test("a component importing another component's internal file is reported", async (t) => {
+  const found = await findings(
+    'reconciler/boundary-probe.ts',
+    "import { dispatcherQueries } from '../dispatcher/queries.js';\nexport const q = dispatcherQueries;\n",
+  );
+  t.equal(found.length, 1, 'one finding');
+  t.match(found[0], `${RULE}: '../dispatcher/queries.js' reaches into dispatcher/ internals`);
+});
+
+t.test("importing another component's index.js, core/ or a file of one's own component passes", async (t) => {
+  const code = [
+    "import { openDispatcher } from '../dispatcher/index.js';",
+    "import { ActionLedgerError } from '../core/errors.js';",
+    "import { reviewQueries } from './queries.js';",
+    'export const all = [openDispatcher, ActionLedgerError, reviewQueries];',
+    '',
+  ].join('\n');
+  t.same(await findings('reconciler/boundary-probe.ts', code), []);
+});
+
+t.test('every form of import is judged by where it lands, at any depth', async (t) => {
+  const cases: Array<[string, string]> = [
+    ['bin/commands/probe.ts', "import { Ledger } from '../../ledger/reserve.js';\nexport { Ledger };\n"],
+    ['gate/probe.ts', "export { verifyLedger } from '../reconciler/verify.js';\n"],
+    ['server/probe.ts', "export * from '../compensator/mapping.js';\n"],
+    ['bin/probe.ts', "export const load = () => import('../sandbox/dev.js');\n"],
+    ['compensator/probe.ts', "export type P = import('../ledger/inspect.js').LedgerStatus;\n"],
+  ];
+  for (const [path, code] of cases) {
+    const found = await findings(path, code);
+    t.equal(found.length, 1, `${path}: ${code.trim()}`);
+    t.match(found[0], `${RULE}:`, path);
+  }
+});
+
+t.test('core/ may import no component, not even its index', async (t) => {
+  const found = await findings('core/probe.ts', "import { Ledger } from '../ledger/index.js';\nexport { Ledger };\n");
+  t.equal(found.length, 1);
+  t.match(found[0], 'imports the ledger component from core/');
+});
+
+t.test('test/, bench/ and chaos/ may open any file', async (t) => {
+  for (const path of ['test/dispatcher/probe.test.ts', 'bench/probe.ts', 'chaos/probe.ts']) {
+    const depth = path.split('/').length - 1;
+    const code = `import { dispatcherQueries } from '${'../'.repeat(depth)}dispatcher/queries.js';\nexport const q = dispatcherQueries;\n`;
+    t.same(await findings(path, code), [], path);
+  }
+});
+
+t.test('the shipped tree has no import across a component boundary', async (t) => {
+  const results = await eslint.lintFiles(['.']);
+  const found = results.flatMap((r) =>
+    r.messages.map((m) => `${r.filePath.slice(ROOT.length)}:${m.line} ${m.message}`),
+  );
+  t.ok(results.length > 50, `linted ${results.length} files`);
+  t.same(found, []);
+});
