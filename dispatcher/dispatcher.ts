@@ -45,6 +45,7 @@ import { pause, untilWritten, WorkerHalted } from './persist.js';
 import type { DispatchProfile } from './profile.js';
 import { dispatcherQueries } from './queries.js';
 import type { ClaimedOperation, DispatchStage } from './types.js';
+import type { ProviderContact } from '../ledger/index.js';
 
 export interface DispatcherOptions {
   config: Config;
@@ -331,6 +332,7 @@ export class Dispatcher {
           { internal_error: code },
           null,
           `provider_outcome_unknown:internal:${code}`,
+          'maybe_called',
         )
       : await this.#complete(
           op,
@@ -339,6 +341,7 @@ export class Dispatcher {
           { stage: 'internal', code },
           `internal:${code}`,
           `predispatch_refused:internal:${code}`,
+          'not_called',
         );
     this.#o.metrics.outcomes.inc({
       tool: op.tool_name,
@@ -678,6 +681,7 @@ export class Dispatcher {
           written.map((w) => reviewReason(w.outcome)),
           written.map((w) => w.outcome.reason),
           this.#o.workerId,
+          written.map((w) => providerContact(w.outcome)),
         ],
       });
       return;
@@ -703,6 +707,7 @@ export class Dispatcher {
             reviewReason(outcome),
             this.#o.workerId,
             outcome.reason,
+            providerContact(outcome),
           ]);
           break;
         } catch (err) {
@@ -763,6 +768,7 @@ export class Dispatcher {
           outcome.result,
           reviewReason(outcome),
           outcome.reason,
+          providerContact(outcome),
         );
       this.#o.metrics.outcomes.inc({
         tool: op.tool_name,
@@ -818,6 +824,7 @@ export class Dispatcher {
       { stage, code, ...(details as Record<string, JsonValue>) },
       `${stage}:${code}`,
       `predispatch_refused:${stage}:${code}`,
+      'not_called',
     );
     this.#o.log.warn(
       {
@@ -848,6 +855,7 @@ export class Dispatcher {
     result: Record<string, JsonValue>,
     review: string | null,
     reason: string,
+    contact: ProviderContact,
   ): Promise<boolean> {
     const n = await untilWritten(
       async () =>
@@ -861,6 +869,7 @@ export class Dispatcher {
             review,
             this.#o.workerId,
             reason,
+            contact,
           ])
         ).rows[0]?.n ?? 0,
       this.#halt.signal,
@@ -926,4 +935,9 @@ function sleep(ms: number): Promise<void> {
 
 function reviewReason(o: Outcome): string | null {
   return o.status === 'needs_review' ? o.reason : null;
+}
+
+/** Whether the request may have left: only a connection that failed before any byte was written says no. */
+function providerContact(o: Outcome): ProviderContact {
+  return o.code === 'provider_unreachable' ? 'not_called' : 'maybe_called';
 }

@@ -3,3 +3,12 @@ export { Ledger, checkTrustedContext, type Reservation, type ReserveOptions } fr
 export { ledgerStatus, showOperation, type LedgerStatus, type HistoryRow } from './inspect.js';
 export { outboxChannel } from './notifier.js';
 export { ledgerQueries } from './queries.js';
+export {
+  LEGAL_TRANSITIONS,
+  isLegalTransition,
+  providerHasNoEffect,
+  transitionCte,
+  type LegalTransition,
+  type ProviderContact,
+  type TransitionSpec,
+} from './transitions.js';
