@@ -148,7 +148,9 @@ export async function checkInvariants(input: {
     'provider effects the ledger denies (failed, or in review as never applied)',
     [...effectsPerKey.keys()].filter((k) => {
       const o = byKey.get(k);
-      return o === undefined || o.status === 'failed' || (o.status === 'needs_review' && retryIsSafe(o.provider_contact));
+      return (
+        o === undefined || o.status === 'failed' || (o.status === 'needs_review' && retryIsSafe(o.provider_contact))
+      );
     }),
   );
   add(

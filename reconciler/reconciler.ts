@@ -270,7 +270,13 @@ export class Reconciler {
       case 'applied':
         return resolve('succeeded', null, 'readback_applied', { receipt: r.receipt });
       case 'no_effect':
-        return resolve('needs_review', 'no_effect_confirmed', 'reconcile:no_effect_confirmed', {}, 'no_effect_confirmed');
+        return resolve(
+          'needs_review',
+          'no_effect_confirmed',
+          'reconcile:no_effect_confirmed',
+          {},
+          'no_effect_confirmed',
+        );
       case 'mismatch':
         return resolve('needs_review', 'readback_mismatch', 'reconcile:readback_mismatch');
       default: {
