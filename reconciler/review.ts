@@ -5,7 +5,7 @@
  *
  * | action              | from                      | to                                         |
  * |---------------------|---------------------------|--------------------------------------------|
- * | `retry`             | needs_review, when the reason proves no effect (readback said no effect, or the provider was never called) | pending: a new outbox attempt, same operation and effect key, fresh authorization again |
+ * | `retry`             | needs_review, when the recorded provider contact proves no effect (readback said no effect, or the provider was never called) | pending: a new outbox attempt, same operation and effect key, fresh authorization again |
  * | `resolve-succeeded` | needs_review, unknown     | succeeded, with the receipt the reviewer found |
  * | `resolve-failed`    | needs_review              | failed (a later pass compensates the task's earlier steps) |
  * | `compensate`        | succeeded, needs_review   | compensating, with a minted compensation operation |
