@@ -5,6 +5,7 @@
 import { createHash } from 'node:crypto';
 import type { Pool } from '../core/db.js';
 import type { OperationStatus } from '../core/types.js';
+import type { ProviderContact } from '../ledger/index.js';
 import { retryIsSafe } from '../reconciler/review.js';
 import { historyProblems } from '../reconciler/verify.js';
 import type { ProviderEffect, ProviderRequest } from '../sandbox/provider.js';
@@ -52,7 +53,8 @@ export async function checkInvariants(input: {
     effect_key: string;
     status: OperationStatus;
     review_reason: string | null;
-  }>(`SELECT operation_id, effect_key, status, review_reason FROM ${s}.operations`);
+    provider_contact: ProviderContact;
+  }>(`SELECT operation_id, effect_key, status, review_reason, provider_contact FROM ${s}.operations`);
   // The reason too: a dispatcher's release (executing -> pending) is legal only with its `released:` reason.
   const { rows: hist } = await input.pool.query<{
     operation_id: string;
@@ -146,7 +148,9 @@ export async function checkInvariants(input: {
     'provider effects the ledger denies (failed, or in review as never applied)',
     [...effectsPerKey.keys()].filter((k) => {
       const o = byKey.get(k);
-      return o === undefined || o.status === 'failed' || (o.status === 'needs_review' && retryIsSafe(o.review_reason));
+      return (
+        o === undefined || o.status === 'failed' || (o.status === 'needs_review' && retryIsSafe(o.provider_contact))
+      );
     }),
   );
   add(

@@ -34,6 +34,7 @@ import { CRASH_POINTS } from '../core/crash-points.js';
 import { EffectKeyer } from '../ledger/effect-key.js';
 import { Gate } from '../gate/index.js';
 import { Ledger } from '../ledger/reserve.js';
+import type { ProviderContact } from '../ledger/index.js';
 import { openReconciler, retryIsSafe } from '../reconciler/index.js';
 import { startDispatchKit } from '../sandbox/kit.js';
 import { checkInvariants } from './checker.js';
@@ -355,12 +356,17 @@ async function main(): Promise<number> {
      FROM actionledger.operations GROUP BY 1 ORDER BY 1`,
   );
   say(`after the fault phase and reconciliation: ${before.map((r) => `${r.state} ${r.n}`).join(', ')}`);
-  const { rows: review } = await pool.query<{ operation_id: string; effect_key: string; review_reason: string }>(
-    `SELECT operation_id, effect_key, review_reason FROM actionledger.operations WHERE status = 'needs_review'`,
+  const { rows: review } = await pool.query<{
+    operation_id: string;
+    effect_key: string;
+    review_reason: string;
+    provider_contact: ProviderContact;
+  }>(
+    `SELECT operation_id, effect_key, review_reason, provider_contact FROM actionledger.operations WHERE status = 'needs_review'`,
   );
   let retried = 0;
   for (const r of review) {
-    if (!retryIsSafe(r.review_reason)) continue;
+    if (!retryIsSafe(r.provider_contact)) continue;
     faults.forget(r.effect_key);
     await kit.review.retry(r.operation_id, { actor: 'chaos-reviewer', reason: `retry after ${r.review_reason}` });
     retried++;

@@ -89,23 +89,28 @@ export class Compensator {
         compensation_status: e.status,
         compensation_receipt: e.provider_receipt,
       });
-      const { rows } =
-        e.original_status === 'needs_review'
-          ? await this.#o.pool.query<{ n: number }>(this.#q.finishFromReview, [
-              e.original_operation_id,
-              e.original_review_reason,
-              this.#o.actor,
-              detail,
-            ])
-          : await this.#o.pool.query<{ n: number }>(this.#q.finish, [
-              e.original_operation_id,
-              to,
-              review,
-              this.#o.actor,
-              to === 'compensated' ? 'compensation_succeeded' : `compensation_${e.status}`,
-              detail,
-            ]);
-      if (rows[0]?.n !== 1) continue;
+      const n = await withTransaction(this.#o.pool, async (c) => {
+        // From review: needs_review -> compensating first, so each of the two moves is a legal one.
+        if (e.original_status === 'needs_review') {
+          const { rows } = await c.query<{ n: number }>(this.#q.finishFromReview, [
+            e.original_operation_id,
+            e.original_review_reason,
+            this.#o.actor,
+            detail,
+          ]);
+          if (rows[0]?.n !== 1) return 0;
+        }
+        const { rows } = await c.query<{ n: number }>(this.#q.finish, [
+          e.original_operation_id,
+          to,
+          review,
+          this.#o.actor,
+          to === 'compensated' ? 'compensation_succeeded' : `compensation_${e.status}`,
+          detail,
+        ]);
+        return rows[0]?.n ?? 0;
+      });
+      if (n !== 1) continue;
       if (to === 'compensated') summary.completed++;
       else summary.escalated++;
       this.#emit(to === 'compensated' ? 'completed' : 'escalated');

@@ -1,4 +1,9 @@
-/** The compensator's SQL; `@schema.` is bound once at start (core/db.ts). */
+/**
+ * The compensator's SQL; every transition is the ledger's fenced transition (ledger/transitions.ts), with its
+ * history row in the same statement. `@schema.` is bound once at start (core/db.ts).
+ */
+import { transitionCte } from '../ledger/index.js';
+
 export const compensatorQueries = {
   /**
    * Originals whose compensation moved on: still `compensating` with a compensation that ended or went to
@@ -16,31 +21,36 @@ export const compensatorQueries = {
 
   /** compensating -> compensated | needs_review, fenced, with its history row. */
   finish: `
-    WITH done AS (
-      UPDATE @schema.operations SET status = $2, review_reason = $3, updated_at = now()
-      WHERE operation_id = $1 AND status = 'compensating'
-      RETURNING operation_id
-    ), history AS (
-      INSERT INTO @schema.operation_history (operation_id, from_status, to_status, actor, reason, detail)
-      SELECT operation_id, 'compensating', $2, $4, $5, $6::jsonb FROM done
-    )
+    WITH ${transitionCte({
+      name: 'done',
+      input: '(SELECT $1::uuid AS operation_id) i',
+      from: "'compensating'",
+      to: '$2::text',
+      fence: 'TRUE',
+      set: 'review_reason = $3',
+      actor: '$4',
+      reason: '$5',
+      detail: '$6::jsonb',
+    })}
     SELECT count(*)::int AS n FROM done`,
 
   /**
-   * An original in review for its compensation's uncertain outcome, whose compensation has now succeeded:
-   * needs_review -> compensating -> compensated (two legal steps, two history rows), fenced on the reason read.
+   * An original in review for its compensation's uncertain outcome, whose compensation has now succeeded: the
+   * first of its two legal steps, needs_review -> compensating, fenced on the reason read; `finish` (in the
+   * same transaction) then moves it on to compensated.
    */
   finishFromReview: `
-    WITH done AS (
-      UPDATE @schema.operations SET status = 'compensated', review_reason = NULL, updated_at = now()
-      WHERE operation_id = $1 AND status = 'needs_review' AND review_reason = $2
-      RETURNING operation_id
-    ), history AS (
-      INSERT INTO @schema.operation_history (operation_id, from_status, to_status, actor, reason, detail)
-      SELECT operation_id, 'needs_review', 'compensating', $3, 'compensation_resolved', $4::jsonb FROM done
-      UNION ALL
-      SELECT operation_id, 'compensating', 'compensated', $3, 'compensation_succeeded', $4::jsonb FROM done
-    )
+    WITH ${transitionCte({
+      name: 'done',
+      input: '(SELECT $1::uuid AS operation_id) i',
+      from: "'needs_review'",
+      to: "'compensating'",
+      fence: 'l.review_reason = $2',
+      set: 'review_reason = NULL',
+      actor: '$3',
+      reason: "'compensation_resolved'",
+      detail: '$4::jsonb',
+    })}
     SELECT count(*)::int AS n FROM done`,
 
   isCompensation: `SELECT 1 FROM @schema.compensations WHERE compensation_operation_id = $1`,
@@ -74,15 +84,18 @@ export const compensatorQueries = {
     INSERT INTO @schema.compensations (original_operation_id, compensation_operation_id, requested_by, reason)
     VALUES ($1, $2, $3, $4)`,
 
-  /** $1 id, $2 from, $3 to, $4 review reason, $5 actor, $6 reason, $7 detail. */
+  /** $1 id, $2 from (read under the row lock), $3 to, $4 review reason, $5 actor, $6 reason, $7 detail. */
   move: `
-    WITH done AS (
-      UPDATE @schema.operations SET status = $3, review_reason = $4, updated_at = now()
-      WHERE operation_id = $1 AND status = $2
-      RETURNING operation_id
-    ), history AS (
-      INSERT INTO @schema.operation_history (operation_id, from_status, to_status, actor, reason, detail)
-      SELECT operation_id, $2, $3, $5, $6, $7::jsonb FROM done
-    )
+    WITH ${transitionCte({
+      name: 'done',
+      input: '(SELECT $1::uuid AS operation_id) i',
+      from: '$2::text',
+      to: '$3::text',
+      fence: 'TRUE',
+      set: 'review_reason = $4',
+      actor: '$5',
+      reason: '$6',
+      detail: '$7::jsonb',
+    })}
     SELECT count(*)::int AS n FROM done`,
 } as const;

@@ -27,6 +27,7 @@ export const ERROR_CODES = {
   database_conflict: 'retryable',
   database_read_only: 'retryable',
   database_error: 'internal',
+  illegal_transition: 'internal',
   audit_unavailable: 'retryable',
   // refusals of a caller's request: nothing was written
   invalid_context: 'refused',
@@ -137,6 +138,8 @@ const DATABASE_MESSAGES: Record<DatabaseErrorCode, string> = {
     'a database conflict (serialization failure or deadlock) outlived its retries; nothing was written',
   database_read_only: 'PostgreSQL is read-only (a standby or a failover in progress); nothing was written',
   database_error: 'the database refused the statement; nothing was written',
+  illegal_transition:
+    'the database refused an operation state change its legal transitions do not allow; nothing was written',
 };
 
 /** Turns anything thrown into a refusal; unexpected errors become `internal` without leaking their text. */

@@ -24,6 +24,8 @@ export const SQLSTATE = {
   duplicateDatabase: '42P04',
   duplicateSchema: '42P06',
   raiseException: 'P0001',
+  /** Raised by the operations trigger of migration 0007 for a status change the legal table does not hold. */
+  illegalTransition: 'P0T01',
 } as const;
 
 /** The SQLSTATE of a pg error, or undefined for anything else. */
@@ -99,6 +101,7 @@ export type DatabaseErrorCode =
   | 'database_overloaded'
   | 'database_conflict'
   | 'database_read_only'
+  | 'illegal_transition'
   | 'database_error';
 
 /**
@@ -114,5 +117,6 @@ export function databaseErrorCode(err: unknown): DatabaseErrorCode | undefined {
   if (state.startsWith('53')) return 'database_overloaded';
   if (isRetryable(err)) return 'database_conflict';
   if (state === SQLSTATE.readOnlyTransaction) return 'database_read_only';
+  if (state === SQLSTATE.illegalTransition) return 'illegal_transition';
   return 'database_error';
 }

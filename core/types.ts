@@ -16,25 +16,6 @@ export type OperationStatus = (typeof OPERATION_STATUSES)[number];
 export const END_STATUSES: ReadonlySet<OperationStatus> = new Set(['succeeded', 'failed', 'compensated']);
 
 /**
- * The legal transitions (DESIGN.md, "Operation states"). `null` is the reservation itself.
- * A `pending -> pending` row records a refreshed approval or policy version, not a state change.
- */
-export const LEGAL_TRANSITIONS: ReadonlyMap<OperationStatus | null, ReadonlySet<OperationStatus>> = new Map<
-  OperationStatus | null,
-  ReadonlySet<OperationStatus>
->([
-  [null, new Set<OperationStatus>(['pending'])],
-  ['pending', new Set<OperationStatus>(['pending', 'executing'])],
-  ['executing', new Set<OperationStatus>(['succeeded', 'unknown', 'needs_review', 'failed'])],
-  ['unknown', new Set<OperationStatus>(['succeeded', 'needs_review'])],
-  ['needs_review', new Set<OperationStatus>(['pending', 'succeeded', 'failed', 'compensating'])],
-  ['succeeded', new Set<OperationStatus>(['compensating'])],
-  ['compensating', new Set<OperationStatus>(['compensated', 'needs_review'])],
-  ['failed', new Set<OperationStatus>()],
-  ['compensated', new Set<OperationStatus>()],
-]);
-
-/**
  * Who is asking, established by authentication and workflow state, never by tool arguments or model text.
  * Operation identity is (principal_id, task_id, workflow_step_id).
  */

@@ -13,6 +13,7 @@
  * Each write is fenced on the claim token and retried while the worker runs (dispatcher/persist.ts); when the
  * worker halts first, the claim stays executing for the reconciler.
  */
+import type { ProviderContact } from '../ledger/index.js';
 import { databaseErrorCode, isConnectionError, isTransient, sqlState } from '../core/db.js';
 import { isActionLedgerError, type ErrorCode } from '../core/errors.js';
 import type { JsonValue } from '../core/json.js';
@@ -54,6 +55,7 @@ export class Completer {
           { internal_error: code },
           null,
           `provider_outcome_unknown:internal:${code}`,
+          'maybe_called',
         )
       : await this.#complete(
           op,
@@ -62,6 +64,7 @@ export class Completer {
           { stage: 'internal', code },
           `internal:${code}`,
           `predispatch_refused:internal:${code}`,
+          'not_called',
         );
     o.metrics.outcomes.inc({
       tool: op.tool_name,
@@ -126,6 +129,7 @@ export class Completer {
           outcome.result,
           reviewReason(outcome),
           outcome.reason,
+          providerContact(outcome),
         );
       o.metrics.outcomes.inc({
         tool: op.tool_name,
@@ -183,6 +187,7 @@ export class Completer {
       { stage, code, ...(details as Record<string, JsonValue>) },
       `${stage}:${code}`,
       `predispatch_refused:${stage}:${code}`,
+      'not_called',
     );
     o.log.warn(
       {
@@ -213,6 +218,7 @@ export class Completer {
     result: Record<string, JsonValue>,
     review: string | null,
     reason: string,
+    contact: ProviderContact,
   ): Promise<boolean> {
     const { o, q } = this.#ctx;
     const n = await untilWritten(
@@ -227,6 +233,7 @@ export class Completer {
             review,
             o.workerId,
             reason,
+            contact,
           ])
         ).rows[0]?.n ?? 0,
       this.#ctx.halt(),
@@ -240,4 +247,9 @@ export class Completer {
 /** The review reason an outcome records: its reason when it goes to review, else none. */
 export function reviewReason(o: Outcome): string | null {
   return o.status === 'needs_review' ? o.reason : null;
+}
+
+/** Whether the request may have left: only a connection that failed before any byte was written says no. */
+export function providerContact(o: Outcome): ProviderContact {
+  return o.code === 'provider_unreachable' ? 'not_called' : 'maybe_called';
 }

@@ -17,7 +17,7 @@
 import { isConnectionError, isTransient, type PoolClient } from '../core/db.js';
 import { retry, type RetryPolicy } from '../core/retry.js';
 import { Batcher, BATCH_RETRY_POLICY, retryBusy, submit } from './batcher.js';
-import { reviewReason, type Completer } from './completer.js';
+import { providerContact, reviewReason, type Completer } from './completer.js';
 import type { DispatchContext } from './context.js';
 import { callProvider, classify, type Outcome } from './executor.js';
 import { guardExternalWrite, withExternalWrites } from '../core/external-writes.js';
@@ -195,6 +195,7 @@ export class DispatchBatch {
           written.map((w) => reviewReason(w.outcome)),
           written.map((w) => w.outcome.reason),
           o.workerId,
+          written.map((w) => providerContact(w.outcome)),
         ],
       });
       return;
@@ -217,6 +218,7 @@ export class DispatchBatch {
             reviewReason(outcome),
             o.workerId,
             outcome.reason,
+            providerContact(outcome),
           ]);
         } catch (err) {
           if (isConnectionError(err)) throw err;

@@ -1,7 +1,10 @@
 /**
- * The dispatcher's SQL. Every write is fenced on the state and claim token it expects; `@schema.` is bound
- * once at start (core/db.ts).
+ * The dispatcher's SQL. Every write is fenced on the state and claim token it expects, and every status change
+ * is the ledger's fenced transition (ledger/transitions.ts) with its history row in the same statement;
+ * `@schema.` is bound once at start (core/db.ts).
  */
+import { transitionCte } from '../ledger/index.js';
+
 export const dispatcherQueries = {
   // The batch statements below find their operations by primary key (`operation_id = ANY($1)`) and test the
   // status as `status || '' = 'executing'`, which the planner cannot match to the partial operations_open_idx:
@@ -38,21 +41,24 @@ export const dispatcherQueries = {
       DELETE FROM @schema.outbox o USING picked p
       WHERE o.operation_id = p.operation_id AND o.attempt = p.attempt
       RETURNING o.operation_id, o.attempt
-    ), claimed AS (
-      UPDATE @schema.operations l
-      SET status = 'executing', claim_token = gen_random_uuid(), claimed_by = $2, claimed_at = now(),
-          attempt = t.attempt, updated_at = now()
-      FROM taken t
-      WHERE l.operation_id = t.operation_id AND l.status = 'pending'
-      RETURNING l.operation_id, l.effect_key, l.principal_id, l.task_id, l.workflow_step_id, l.tool_name,
-                l.tenant_id, l.provider_id, l.provider_endpoint, l.idempotency_header, l.canonical_args_sha256,
-                l.arguments_json, l.current_approval_id, l.current_policy_version, l.claim_token, l.attempt
-    ), history AS (
-      INSERT INTO @schema.operation_history (operation_id, from_status, to_status, actor, reason, detail)
-      SELECT operation_id, 'pending', 'executing', $2, 'claimed', jsonb_build_object('attempt', attempt, 'claim_token', claim_token)
-      FROM claimed
-    )
-    SELECT * FROM claimed`,
+    ), ${transitionCte({
+      name: 'claimed',
+      input: 'taken i',
+      from: "'pending'",
+      to: "'executing'",
+      fence: 'TRUE',
+      set: 'claim_token = gen_random_uuid(), claimed_by = $2, claimed_at = now(), attempt = i.attempt',
+      actor: '$2',
+      reason: "'claimed'",
+      detail: "jsonb_build_object('attempt', l.attempt, 'claim_token', l.claim_token)",
+      returning: `l.effect_key, l.principal_id, l.task_id, l.workflow_step_id, l.tool_name, l.tenant_id, l.provider_id,
+                l.provider_endpoint, l.idempotency_header, l.canonical_args_sha256, l.arguments_json,
+                l.current_approval_id, l.current_policy_version, l.claim_token, l.attempt`,
+    })}
+    SELECT operation_id, effect_key, principal_id, task_id, workflow_step_id, tool_name, tenant_id, provider_id,
+           provider_endpoint, idempotency_header, canonical_args_sha256, arguments_json, current_approval_id,
+           current_policy_version, claim_token, attempt
+    FROM claimed`,
 
   /**
    * Records a batch of authorization decisions in one statement (its own transaction). Element i of the arrays
@@ -145,34 +151,42 @@ export const dispatcherQueries = {
     WHERE l.operation_id = ANY($1::uuid[]) AND l.status || '' = 'executing'
       AND e.approval_id = l.current_approval_id AND e.policy_version = l.current_policy_version`,
 
-  /** Writes an outcome, fenced on executing + claim token, with its history row. */
+  /**
+   * Writes an outcome, fenced on executing + claim token, with its history row. $9 is what the worker knows
+   * about the provider contact (`not_called` for a refusal before the send; NULL leaves the claim's
+   * `maybe_called`).
+   */
   operationComplete: `
-    WITH done AS (
-      UPDATE @schema.operations
-      SET status = $3, provider_receipt = $4, result_json = $5::jsonb, review_reason = $6, updated_at = now()
-      WHERE operation_id = $1 AND status = 'executing' AND claim_token = $2
-      RETURNING operation_id
-    ), history AS (
-      INSERT INTO @schema.operation_history (operation_id, from_status, to_status, actor, reason, detail)
-      SELECT operation_id, 'executing', $3, $7, $8, $5::jsonb FROM done
-    )
+    WITH ${transitionCte({
+      name: 'done',
+      input: '(SELECT $1::uuid AS operation_id) i',
+      from: "'executing'",
+      to: '$3',
+      fence: 'l.claim_token = $2',
+      set: 'provider_receipt = $4, result_json = $5::jsonb, review_reason = $6',
+      contact: '$9::text',
+      actor: '$7',
+      reason: '$8',
+      detail: '$5::jsonb',
+    })}
     SELECT count(*)::int AS n FROM done`,
 
   /** The same for a batch: element i of each array is one outcome; returns the operations it changed. */
   operationCompleteBatch: `
-    WITH input AS (
-      SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[])
-        AS i(operation_id, claim_token, status, receipt, result, review, reason)
-    ), done AS (
-      UPDATE @schema.operations l
-      SET status = i.status, provider_receipt = i.receipt, result_json = i.result::jsonb, review_reason = i.review, updated_at = now()
-      FROM input i
-      WHERE l.operation_id = i.operation_id AND l.operation_id = ANY($1::uuid[]) AND l.status || '' = 'executing' AND l.claim_token = i.claim_token
-      RETURNING l.operation_id, i.status, i.result, i.reason
-    ), history AS (
-      INSERT INTO @schema.operation_history (operation_id, from_status, to_status, actor, reason, detail)
-      SELECT operation_id, 'executing', status, $8, reason, result::jsonb FROM done
-    )
+    WITH ${transitionCte({
+      name: 'done',
+      input: `unnest($1::uuid[], $2::uuid[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $9::text[])
+        AS i(operation_id, claim_token, status, receipt, result, review, reason, contact)`,
+      from: "'executing'",
+      to: 'i.status',
+      fence: 'l.operation_id = ANY($1::uuid[]) AND l.claim_token = i.claim_token',
+      hideStatusFromPlanner: true,
+      set: 'provider_receipt = i.receipt, result_json = i.result::jsonb, review_reason = i.review',
+      contact: 'i.contact',
+      actor: '$8',
+      reason: 'i.reason',
+      detail: 'i.result::jsonb',
+    })}
     SELECT operation_id FROM done`,
 
   operationSelectClaim: `SELECT status, claim_token FROM @schema.operations WHERE operation_id = $1`,
@@ -183,18 +197,22 @@ export const dispatcherQueries = {
    * history. Only for a claim whose provider request was never sent. Fenced on executing + claim token.
    */
   operationRelease: `
-    WITH released AS (
-      UPDATE @schema.operations
-      SET status = 'pending', claim_token = NULL, claimed_by = NULL, claimed_at = NULL, updated_at = now()
-      WHERE operation_id = $1 AND status = 'executing' AND claim_token = $2
-      RETURNING operation_id, attempt
-    ), queued AS (
+    WITH ${transitionCte({
+      name: 'released',
+      input: '(SELECT $1::uuid AS operation_id) i',
+      from: "'executing'",
+      to: "'pending'",
+      fence: 'l.claim_token = $2',
+      set: 'claim_token = NULL, claimed_by = NULL, claimed_at = NULL',
+      contact: "'not_called'",
+      actor: '$3',
+      reason: '$4',
+      detail: '$6::jsonb',
+      returning: 'l.attempt',
+    })}, queued AS (
       INSERT INTO @schema.outbox (operation_id, attempt, available_at)
       SELECT operation_id, attempt, now() + make_interval(secs => $5::float8 / 1000) FROM released
       ON CONFLICT (operation_id, attempt) DO UPDATE SET available_at = excluded.available_at
-    ), history AS (
-      INSERT INTO @schema.operation_history (operation_id, from_status, to_status, actor, reason, detail)
-      SELECT operation_id, 'executing', 'pending', $3, $4, $6::jsonb FROM released
     )
     SELECT count(*)::int AS n FROM released`,
 

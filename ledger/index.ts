@@ -2,3 +2,12 @@ export { EffectKeyer } from './effect-key.js';
 export { Ledger, checkTrustedContext, type Reservation, type ReservedStep, type ReserveOptions } from './reserve.js';
 export type { LedgerStatus, HistoryRow } from './inspect.js';
 export { outboxChannel } from './notifier.js';
+export {
+  LEGAL_TRANSITIONS,
+  isLegalTransition,
+  providerHasNoEffect,
+  transitionCte,
+  type LegalTransition,
+  type ProviderContact,
+  type TransitionSpec,
+} from './transitions.js';

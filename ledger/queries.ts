@@ -2,6 +2,8 @@
  * The ledger's SQL, as fixed text with `$n` parameters. `@schema.` is bound once at start (core/db.ts).
  * Each reservation is one statement: ledger row, outbox row and history row commit together or not at all.
  */
+import { transitionCte } from './transitions.js';
+
 const reserveCte = `
   WITH ins AS (
     INSERT INTO @schema.operations (
@@ -34,18 +36,18 @@ export const ledgerQueries = {
 
   /** Records a refreshed approval / policy version on a still-pending operation; identity and key unchanged. */
   ledgerUpdateAuthorizationContext: `
-    WITH upd AS (
-      UPDATE @schema.operations
-      SET current_approval_id = $2, current_policy_version = $3, updated_at = now()
-      WHERE operation_id = $1 AND status = 'pending'
-        AND (current_approval_id, current_policy_version) IS DISTINCT FROM ($2, $3)
-      RETURNING operation_id, status
-    ), history AS (
-      INSERT INTO @schema.operation_history (operation_id, from_status, to_status, actor, reason, detail)
-      SELECT operation_id, 'pending', 'pending', $4, 'authorization_context_updated',
-             jsonb_build_object('approval_id', $2::text, 'policy_version', $3::text)
-      FROM upd
-    )
+    WITH ${transitionCte({
+      name: 'upd',
+      input: '(SELECT $1::uuid AS operation_id) i',
+      from: "'pending'",
+      to: "'pending'",
+      fence: '(l.current_approval_id, l.current_policy_version) IS DISTINCT FROM ($2, $3)',
+      set: 'current_approval_id = $2, current_policy_version = $3',
+      actor: '$4',
+      reason: "'authorization_context_updated'",
+      detail: "jsonb_build_object('approval_id', $2::text, 'policy_version', $3::text)",
+      returning: 'l.status',
+    })}
     SELECT status FROM upd`,
 
   ledgerSelectStatus: `SELECT status FROM @schema.operations WHERE operation_id = $1`,

@@ -1,7 +1,9 @@
 /**
- * The reconciler's, reviewers' and verifier's SQL. Every transition is fenced on the state (and claim) it read
- * and appends its history row in the same statement; `@schema.` is bound once at start (core/db.ts).
+ * The reconciler's, reviewers' and verifier's SQL. Every transition is the ledger's fenced transition
+ * (ledger/transitions.ts): fenced on the state (and claim) it read, with its history row in the same
+ * statement; `@schema.` is bound once at start (core/db.ts).
  */
+import { transitionCte } from '../ledger/index.js';
 
 /**
  * A claim is orphaned when its worker is unknown, stopped, or has not heartbeated for $1 ms; or when its worker
@@ -81,19 +83,21 @@ export const reconcilerQueries = {
   /**
    * A reconciled end: succeeded with the provider's receipt, or needs_review with a reason. Fenced on the
    * status and claim read under the lock. $1 id, $2 from, $3 claim, $4 to, $5 receipt, $6 review reason,
-   * $7 actor, $8 history reason, $9 detail.
+   * $7 actor, $8 history reason, $9 detail, $10 provider contact learned (`no_effect_confirmed`, or NULL).
    */
   resolve: `
-    WITH done AS (
-      UPDATE @schema.operations
-      SET status = $4, provider_receipt = coalesce($5, provider_receipt), review_reason = $6,
-          next_reconcile_at = NULL, updated_at = now()
-      WHERE operation_id = $1 AND status = $2 AND claim_token IS NOT DISTINCT FROM $3::uuid
-      RETURNING operation_id
-    ), history AS (
-      INSERT INTO @schema.operation_history (operation_id, from_status, to_status, actor, reason, detail)
-      SELECT operation_id, $2, $4, $7, $8, $9::jsonb FROM done
-    )
+    WITH ${transitionCte({
+      name: 'done',
+      input: '(SELECT $1::uuid AS operation_id) i',
+      from: '$2::text',
+      to: '$4::text',
+      fence: 'l.claim_token IS NOT DISTINCT FROM $3::uuid',
+      set: 'provider_receipt = coalesce($5, provider_receipt), review_reason = $6, next_reconcile_at = NULL',
+      contact: '$10::text',
+      actor: '$7',
+      reason: '$8',
+      detail: '$9::jsonb',
+    })}
     SELECT count(*)::int AS n FROM done`,
 
   /**
@@ -101,45 +105,63 @@ export const reconcilerQueries = {
    * only when the state changes (orphaned executing -> unknown); every check is in reconciliation_checks.
    */
   backoff: `
-    WITH done AS (
-      UPDATE @schema.operations
-      SET status = 'unknown', reconcile_attempts = reconcile_attempts + 1,
-          next_reconcile_at = now() + make_interval(secs => $4::float8 / 1000), updated_at = now()
-      WHERE operation_id = $1 AND status = $2 AND claim_token IS NOT DISTINCT FROM $3::uuid
-      RETURNING operation_id
-    ), history AS (
-      INSERT INTO @schema.operation_history (operation_id, from_status, to_status, actor, reason, detail)
-      SELECT operation_id, $2, 'unknown', $5, $6, $7::jsonb FROM done WHERE $2 <> 'unknown'
-    )
+    WITH ${transitionCte({
+      name: 'done',
+      input: '(SELECT $1::uuid AS operation_id) i',
+      from: '$2::text',
+      to: "'unknown'",
+      fence: 'l.claim_token IS NOT DISTINCT FROM $3::uuid',
+      set: `reconcile_attempts = reconcile_attempts + 1,
+          next_reconcile_at = now() + make_interval(secs => $4::float8 / 1000)`,
+      actor: '$5',
+      reason: '$6',
+      detail: '$7::jsonb',
+      historyWhen: "from_status <> 'unknown'",
+    })}
     SELECT count(*)::int AS n FROM done`,
 } as const;
 
 export const reviewQueries = {
   lock: `
-    SELECT operation_id, status, review_reason, attempt, tool_name, tenant_id, principal_id, task_id, workflow_step_id,
-           provider_receipt
+    SELECT operation_id, status, review_reason, provider_contact, attempt, tool_name, tenant_id, principal_id, task_id,
+           workflow_step_id, provider_receipt
     FROM @schema.operations WHERE operation_id = $1 FOR UPDATE`,
 
-  /** needs_review -> pending: a new dispatch attempt for the same operation and effect key. */
+  /**
+   * needs_review -> pending: a new dispatch attempt for the same operation and effect key, fenced on the review
+   * reason read under the lock, with its history row ($5 actor, $6 detail, the new attempt added).
+   */
   retry: `
-    UPDATE @schema.operations
-    SET status = 'pending', attempt = attempt + 1, claim_token = NULL, claimed_by = NULL, claimed_at = NULL,
-        review_reason = NULL, reconcile_attempts = 0, next_reconcile_at = NULL,
-        current_approval_id = coalesce($3, current_approval_id),
-        current_policy_version = coalesce($4, current_policy_version), updated_at = now()
-    WHERE operation_id = $1 AND status = 'needs_review' AND review_reason = $2
-    RETURNING attempt`,
+    WITH ${transitionCte({
+      name: 'done',
+      input: '(SELECT $1::uuid AS operation_id) i',
+      from: "'needs_review'",
+      to: "'pending'",
+      fence: 'l.review_reason = $2',
+      set: `attempt = attempt + 1, claim_token = NULL, claimed_by = NULL, claimed_at = NULL,
+          review_reason = NULL, reconcile_attempts = 0, next_reconcile_at = NULL,
+          current_approval_id = coalesce($3, current_approval_id),
+          current_policy_version = coalesce($4, current_policy_version)`,
+      actor: '$5',
+      reason: "'review:retry'",
+      detail: "$6::jsonb || jsonb_build_object('attempt', l.attempt)",
+      returning: 'l.attempt',
+    })}
+    SELECT attempt FROM done`,
   outboxInsert: `INSERT INTO @schema.outbox (operation_id, attempt) VALUES ($1, $2)`,
 
-  /** Any reviewed move; $1 id, $2 from, $3 to, $4 receipt, $5 review reason. */
+  /** Any reviewed move, fenced on the state read under the lock; $1 id, $2 from, $3 to, $4 receipt, $5 review reason, $6 actor, $7 history reason, $8 detail. */
   move: `
-    UPDATE @schema.operations
-    SET status = $3, provider_receipt = coalesce($4, provider_receipt), review_reason = $5,
-        next_reconcile_at = NULL, updated_at = now()
-    WHERE operation_id = $1 AND status = $2
-    RETURNING operation_id`,
-
-  history: `
-    INSERT INTO @schema.operation_history (operation_id, from_status, to_status, actor, reason, detail)
-    VALUES ($1, $2, $3, $4, $5, $6::jsonb)`,
+    WITH ${transitionCte({
+      name: 'done',
+      input: '(SELECT $1::uuid AS operation_id) i',
+      from: '$2::text',
+      to: '$3::text',
+      fence: 'TRUE',
+      set: 'provider_receipt = coalesce($4, provider_receipt), review_reason = $5, next_reconcile_at = NULL',
+      actor: '$6',
+      reason: '$7',
+      detail: '$8::jsonb',
+    })}
+    SELECT operation_id FROM done`,
 } as const;

@@ -21,6 +21,7 @@ import { bindQueries, type Pool, type PoolClient } from '../core/db.js';
 import type { JsonValue } from '../core/json.js';
 import type { Logger } from '../core/log.js';
 import type { Secret } from '../core/secret.js';
+import type { ProviderContact } from '../ledger/index.js';
 import type { CrashPoints } from '../core/crash-points.js';
 import { withExternalWrites } from '../core/external-writes.js';
 import type { DispatchProfile } from '../core/profile.js';
@@ -242,6 +243,7 @@ export class Reconciler {
       review: string | null,
       reason: string,
       extra: Record<string, JsonValue> = {},
+      contact: ProviderContact | null = null,
     ): Promise<Locked['status'] | typeof to> => {
       const { rows } = await client.query<{ n: number }>(q.resolve, [
         op.operation_id,
@@ -253,6 +255,7 @@ export class Reconciler {
         actor,
         reason,
         JSON.stringify({ ...detail, ...extra }),
+        contact,
       ]);
       // Under the row lock the fence cannot miss; if it ever does, nothing changed and the pass reports that.
       return rows[0]?.n === 1 ? to : op.status;
@@ -267,7 +270,13 @@ export class Reconciler {
       case 'applied':
         return resolve('succeeded', null, 'readback_applied', { receipt: r.receipt });
       case 'no_effect':
-        return resolve('needs_review', 'no_effect_confirmed', 'reconcile:no_effect_confirmed');
+        return resolve(
+          'needs_review',
+          'no_effect_confirmed',
+          'reconcile:no_effect_confirmed',
+          {},
+          'no_effect_confirmed',
+        );
       case 'mismatch':
         return resolve('needs_review', 'readback_mismatch', 'reconcile:readback_mismatch');
       default: {

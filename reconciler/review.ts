@@ -5,7 +5,7 @@
  *
  * | action              | from                      | to                                         |
  * |---------------------|---------------------------|--------------------------------------------|
- * | `retry`             | needs_review, when the reason proves no effect (readback said no effect, or the provider was never called) | pending: a new outbox attempt, same operation and effect key, fresh authorization again |
+ * | `retry`             | needs_review, when the recorded provider contact proves no effect (readback said no effect, or the provider was never called) | pending: a new outbox attempt, same operation and effect key, fresh authorization again |
  * | `resolve-succeeded` | needs_review, unknown     | succeeded, with the receipt the reviewer found |
  * | `resolve-failed`    | needs_review              | failed (a later pass compensates the task's earlier steps) |
  * | `compensate`        | succeeded, needs_review   | compensating, with a minted compensation operation |
@@ -15,6 +15,7 @@ import { bindQueries, withTransaction, type Pool } from '../core/db.js';
 import { ActionLedgerError } from '../core/errors.js';
 import type { Compensator } from '../compensator/index.js';
 import { outboxChannel } from '../ledger/index.js';
+import { providerHasNoEffect, type ProviderContact } from '../ledger/index.js';
 import { reviewQueries } from './queries.js';
 
 export interface ReviewInput {
@@ -33,14 +34,13 @@ export interface ReviewResult {
   compensation?: 'minted' | 'escalated';
 }
 
-/** Review reasons that prove the provider has no effect for this operation's effect key. */
-export function retryIsSafe(reviewReason: string | null): boolean {
-  if (reviewReason === null) return false;
-  if (reviewReason === 'no_effect_confirmed') return true;
-  // Pre-dispatch refusals: the provider was never called (dispatcher/dispatcher.ts #refuse).
-  if (/^(route|arguments|credential|authorization|evidence|final_check|internal):/.test(reviewReason)) return true;
-  // The connection failed before any byte of the request was written (dispatcher/executor.ts classify).
-  return reviewReason.startsWith('provider:provider_unreachable:');
+/**
+ * Whether a reviewed retry (a new attempt with the same effect key) cannot apply the effect twice: the
+ * operation's recorded provider contact (ledger/transitions.ts `ProviderContact`) says no request of its
+ * current attempt left, or a readback found no effect. `maybe_called`, or no fact at all, is never safe.
+ */
+export function retryIsSafe(contact: ProviderContact | null | undefined): boolean {
+  return providerHasNoEffect(contact);
 }
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -72,6 +72,8 @@ function checkText(field: string, v: unknown, max: number): string {
   }
   return v;
 }
+
+type Locked = { status: string; review_reason: string | null; provider_contact: ProviderContact };
 
 export class Review {
   readonly #config: Config;
@@ -164,12 +166,12 @@ export class Review {
     return withTransaction(this.#pool, async (c) => {
       const op = await this.#lock(c, operationId);
       if (op.status !== 'needs_review') throw this.#wrongState('retry', op.status);
-      if (!retryIsSafe(op.review_reason)) {
+      if (!retryIsSafe(op.provider_contact)) {
         throw new ActionLedgerError(
           'retry_not_safe',
-          `retry needs proof that the provider has no effect; this operation is in review for ${op.review_reason}`,
+          `retry needs proof that the provider has no effect; this operation is in review for ${op.review_reason} and the provider may have been called`,
           {
-            details: { review_reason: op.review_reason },
+            details: { review_reason: op.review_reason, provider_contact: op.provider_contact },
           },
         );
       }
@@ -178,24 +180,18 @@ export class Review {
         op.review_reason,
         approval,
         policy,
-      ]);
-      const attempt = rows[0]?.attempt;
-      if (attempt === undefined) throw new Error('retry fence missed under the row lock');
-      await c.query(this.#q.outboxInsert, [operationId, attempt]);
-      await c.query(this.#q.history, [
-        operationId,
-        'needs_review',
-        'pending',
         actor,
-        'review:retry',
         JSON.stringify({
           why: reason,
-          attempt,
           previous_review_reason: op.review_reason,
+          provider_contact: op.provider_contact,
           approval_id: approval,
           policy_version: policy,
         }),
       ]);
+      const attempt = rows[0]?.attempt;
+      if (attempt === undefined) throw new Error('retry fence missed under the row lock');
+      await c.query(this.#q.outboxInsert, [operationId, attempt]);
       await c.query('SELECT pg_notify($1, $2)', [outboxChannel(this.#config.schema), '']);
       return { ok: true as const, operation_id: operationId, from: 'needs_review', to: 'pending', attempt };
     });
@@ -254,9 +250,9 @@ export class Review {
     return { actor: checkText('actor', input?.actor, 256), reason: checkText('reason', input?.reason, 2000) };
   }
 
-  async #lock(c: Pick<Pool, 'query'>, operationId: string): Promise<{ status: string; review_reason: string | null }> {
+  async #lock(c: Pick<Pool, 'query'>, operationId: string): Promise<Locked> {
     if (!UUID.test(operationId)) throw new ActionLedgerError('not_found', 'no such operation');
-    const { rows } = await c.query<{ status: string; review_reason: string | null }>(this.#q.lock, [operationId]);
+    const { rows } = await c.query<Locked>(this.#q.lock, [operationId]);
     const op = rows[0];
     if (op === undefined) throw new ActionLedgerError('not_found', 'no such operation');
     return op;
@@ -280,16 +276,17 @@ export class Review {
     return withTransaction(this.#pool, async (c) => {
       const op = await this.#lock(c, operationId);
       if (!from.includes(op.status)) throw this.#wrongState(reason.replace('review:', '').replace('_', '-'), op.status);
-      const { rows } = await c.query(this.#q.move, [operationId, op.status, to, receipt, null]);
-      if (rows.length !== 1) throw new Error('review fence missed under the row lock');
-      await c.query(this.#q.history, [
+      const { rows } = await c.query(this.#q.move, [
         operationId,
         op.status,
         to,
+        receipt,
+        null,
         actor,
         reason,
         JSON.stringify({ ...detail, previous_review_reason: op.review_reason }),
       ]);
+      if (rows.length !== 1) throw new Error('review fence missed under the row lock');
       return { ok: true as const, operation_id: operationId, from: op.status, to };
     });
   }

@@ -3,9 +3,9 @@
  *
  * - every operation's canonical arguments hash, recomputed from its stored arguments;
  * - every effect key unique and equal to the HMAC this service mints for its operation id;
- * - every operation's history a legal path (core/types.ts LEGAL_TRANSITIONS, plus a dispatcher's release of a
- *   claim it never sent, `executing -> pending` with a `released:` reason) from the reservation to its
- *   current state;
+ * - every operation's history a legal path (ledger/transitions.ts LEGAL_TRANSITIONS, the table the database's
+ *   trigger enforces too, where a dispatcher's release of a claim it never sent, `executing -> pending`, needs
+ *   a `released:` reason) from the reservation to its current state;
  * - every operation that reached the provider (receipt from dispatch or readback) has authorization evidence
  *   bound to its stored arguments hash;
  * - for tools whose provider lists its effects by key: every provider effect maps to exactly one ledger
@@ -17,10 +17,10 @@ import type { Config } from '../core/config.js';
 import { bindQueries, type Pool } from '../core/db.js';
 import { canonicalJson, sha256Hex, type JsonValue } from '../core/json.js';
 import type { Secret } from '../core/secret.js';
-import { LEGAL_TRANSITIONS, type OperationStatus } from '../core/types.js';
+import type { OperationStatus } from '../core/types.js';
 import { withExternalWrites } from '../core/external-writes.js';
 import type { DispatchProfile } from '../core/profile.js';
-import type { EffectKeyer } from '../ledger/index.js';
+import { isLegalTransition, type EffectKeyer, type ProviderContact } from '../ledger/index.js';
 import { gatedGetJson } from './readback.js';
 import { retryIsSafe } from './review.js';
 
@@ -88,7 +88,7 @@ const queries = {
     WHERE e.operation_id = ANY($1::uuid[]) AND e.args_sha256 = o.canonical_args_sha256`,
   duplicateKeys: `SELECT effect_key, count(*)::int AS n FROM @schema.operations GROUP BY effect_key HAVING count(*) > 1`,
   byKeys: `
-    SELECT operation_id, effect_key, status, provider_id, canonical_args_sha256, review_reason
+    SELECT operation_id, effect_key, status, provider_id, canonical_args_sha256, review_reason, provider_contact
     FROM @schema.operations WHERE effect_key = ANY($1::text[])`,
   expectingEffects: `
     SELECT operation_id, effect_key FROM @schema.operations
@@ -176,18 +176,8 @@ export async function verifyLedger(o: VerifyOptions): Promise<VerifyReport> {
   return report;
 }
 
-/**
- * `executing -> pending`: a dispatcher gave back a claim it could no longer finish (its evidence or batch
- * write failed) and whose provider request it never sent. Legal only with that reason, so a history that
- * moves an executing operation back for any other reason is still reported.
- */
-export const RELEASE_REASON_PREFIX = 'released:';
-
 function legal(r: Pick<HistRow, 'from_status' | 'to_status'> & { reason?: string }): boolean {
-  if (LEGAL_TRANSITIONS.get(r.from_status)?.has(r.to_status) === true) return true;
-  return (
-    r.from_status === 'executing' && r.to_status === 'pending' && r.reason?.startsWith(RELEASE_REASON_PREFIX) === true
-  );
+  return isLegalTransition(r.from_status, r.to_status, r.reason);
 }
 
 /**
@@ -279,6 +269,7 @@ async function verifyListings(
         provider_id: string;
         canonical_args_sha256: string;
         review_reason: string | null;
+        provider_contact: ProviderContact;
       }>(q.byKeys, [chunk.map(([k]) => k)]);
       const byKey = new Map(rows.map((r) => [r.effect_key, r]));
       for (const [key, list] of chunk) {
@@ -317,7 +308,7 @@ async function verifyListings(
         if (
           op.status === 'pending' ||
           op.status === 'failed' ||
-          (op.status === 'needs_review' && retryIsSafe(op.review_reason))
+          (op.status === 'needs_review' && retryIsSafe(op.provider_contact))
         ) {
           add({
             kind: 'provider_effect_contradicts_ledger',

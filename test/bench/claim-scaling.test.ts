@@ -140,7 +140,7 @@ t.test(
       [q.operationFinalCheckBatch, [ids, ids, 1000]],
       [
         q.operationCompleteBatch,
-        [ids, ids, ['succeeded', 'succeeded'], ['r', 'r'], ['{}', '{}'], [null, null], ['x', 'x'], 'w'],
+        [ids, ids, ['succeeded', 'succeeded'], ['r', 'r'], ['{}', '{}'], [null, null], ['x', 'x'], 'w', [null, null]],
       ],
     ];
     for (const [text, values] of statements) {

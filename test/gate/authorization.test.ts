@@ -266,9 +266,12 @@ t.test('decisions: policy version, kill switch, direct reservations, binding mis
     { allow: false, reason: 'not_reserved_through_gate' },
     'its original is not being compensated',
   );
-  await x.e.pool.query(`UPDATE actionledger.operations SET status = 'compensating' WHERE operation_id = $1`, [
-    direct.operation_id,
-  ]);
+  // Along legal moves only: the database refuses pending -> compensating.
+  for (const status of ['executing', 'succeeded', 'compensating'])
+    await x.e.pool.query(
+      `UPDATE actionledger.operations SET status = $2, claim_token = coalesce(claim_token, gen_random_uuid()) WHERE operation_id = $1`,
+      [direct.operation_id, status],
+    );
   t.match(
     await x.service.decide(compReq),
     { allow: true, reason: 'compensation' },

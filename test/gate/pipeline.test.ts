@@ -107,6 +107,11 @@ t.test('a cap is released when the operation ends failed', async (t) => {
     false,
     'cap is held',
   );
+  // Through executing: the database refuses pending -> failed.
+  await pool.query(
+    "UPDATE actionledger.operations SET status = 'executing', claim_token = gen_random_uuid() WHERE operation_id = $1",
+    [r.operation_id],
+  );
   await pool.query("UPDATE actionledger.operations SET status = 'failed' WHERE operation_id = $1", [r.operation_id]);
   const { rows } = await pool.query(
     'SELECT used_value::text, used_count FROM actionledger.gate_counters ORDER BY scope',
@@ -132,6 +137,9 @@ t.test('a cap is released when the operation ends failed', async (t) => {
     'budget usable again',
   );
   // Succeeded operations keep their budget.
+  await pool.query(
+    "UPDATE actionledger.operations SET status = 'executing', claim_token = gen_random_uuid() WHERE workflow_step_id = 'y'",
+  );
   await pool.query("UPDATE actionledger.operations SET status = 'succeeded' WHERE workflow_step_id = 'y'");
   t.equal(
     (await pool.query("SELECT used_value::text FROM actionledger.gate_counters WHERE scope = 'account_day'")).rows[0]
