@@ -23,7 +23,10 @@ import { bindQueries, withTransaction, type Queryable } from '../core/db.js';
 import { ActionLedgerError, asActionLedgerError } from '../core/errors.js';
 import { canonicalJson, sha256Hex, type JsonObject } from '../core/json.js';
 import type { GateTool } from '../core/config.js';
-import { GateCore, Refused, refuse, type AuditEntry, type Value } from './core.js';
+import type { AuditEntry } from './audit.js';
+import type { Value } from './checks.js';
+import type { GateCore } from './core.js';
+import { Refused, refuse } from './refusal.js';
 import { gateOperationQueries } from './queries.js';
 import type { BoundResource, GateContext, GateResult, Reviewer } from './types.js';
 
@@ -87,7 +90,7 @@ export class Approvals {
     value: Value | null,
   ): Promise<GateResult> {
     const core = this.core;
-    const resources = await core.resolveResources(c, t, ctx.tenant_id, args);
+    const resources = await core.registry.resolveResources(c, t, ctx.tenant_id, args);
     if (resources === null) throw refuse('not_found', 'not found');
     const id = randomUUID();
     const created = new Date();
@@ -136,7 +139,7 @@ export class Approvals {
       created,
       expires,
     ]);
-    await core.hold(c, counters, value, { approval: id });
+    await core.budgets.hold(c, counters, value, { approval: id });
     return {
       ok: false,
       error: 'approval_required',
@@ -183,7 +186,7 @@ export class Approvals {
           if (err instanceof Refused && audit.detail?.commit === true) return err.refusal;
           throw err;
         });
-        await core.auditDecision(c, {
+        await core.audit.decision(c, {
           action,
           outcome: r.ok ? r.status : r.error,
           context: reviewer,
@@ -199,10 +202,12 @@ export class Approvals {
       result =
         err instanceof Refused
           ? err.refusal
-          : core.failed(err, { action, tool: audit.tool ?? null, subject_id: audit.subjectId ?? null }).toRefusal();
+          : core.failures
+              .failed(err, { action, tool: audit.tool ?? null, subject_id: audit.subjectId ?? null })
+              .toRefusal();
     }
     if (!written) {
-      await core.auditAfter({
+      await core.audit.after({
         action,
         outcome: result.ok ? result.status : result.error,
         context: reviewer,
@@ -231,9 +236,7 @@ export class Approvals {
 
   async #reviewerMay(c: Queryable, row: ApprovalRow, reviewer: Reviewer): Promise<void> {
     const tool = this.core.tool(row.tool_name);
-    const revoked =
-      (await c.query(this.core.q.roleRevoked, [reviewer.tenant_id, reviewer.principal_id, reviewer.role])).rowCount !==
-      0;
+    const revoked = await this.core.access.roleRevoked(c, reviewer.tenant_id, reviewer.principal_id, reviewer.role);
     if (tool === undefined || !tool.approverRoles.has(reviewer.role) || revoked)
       throw refuse('permission_denied', 'your role may not decide this approval');
   }
@@ -255,7 +258,7 @@ export class Approvals {
       // Refused before the vote is recorded: approving here could never execute (the operator CLI has no
       // resolvers), and an approval committed without its execution is a decision nobody carried out.
       const missing = (this.core.tool(row.tool_name)?.resources ?? [])
-        .filter((r) => this.core.resolvers[r.type] === undefined)
+        .filter((r) => this.core.registry.resolvers[r.type] === undefined)
         .map((r) => r.type);
       if (missing.length > 0) {
         throw refuse(
@@ -366,7 +369,7 @@ export class Approvals {
       if ((row.status === 'pending' || row.status === 'approved') && row.expired) await this.#expire(c, row, audit);
       if (row.status !== 'approved')
         throw refuse('invalid_state_transition', `this approval is ${row.status}`, { request_id: row.approval_id });
-      const killed = await core.killSwitch(c, row.tenant_id, row.tool_name);
+      const killed = await core.access.killSwitch(c, row.tenant_id, row.tool_name);
       if (killed !== null)
         throw refuse(
           'tool_disabled',
@@ -384,7 +387,7 @@ export class Approvals {
           { request_id: row.approval_id, details: stale },
         );
       }
-      const r = await core.reserve(
+      const r = await core.reservation.reserve(
         c,
         {
           tenant_id: row.tenant_id,
@@ -426,7 +429,10 @@ export class Approvals {
     if (row.policy_version !== core.config.gate.policyVersion)
       return { reason: 'policy_changed', approved: row.policy_version, current: core.config.gate.policyVersion };
     const tool = core.tool(row.tool_name);
-    if (tool === undefined || !(await core.permitted(c, tool, row.tenant_id, row.requester_id, row.requester_role)))
+    if (
+      tool === undefined ||
+      !(await core.access.permitted(c, tool, row.tenant_id, row.requester_id, row.requester_role))
+    )
       return { reason: 'permission_denied' };
     const held = await c.query<{ scope: string; used_count: number; used_value: string }>(core.q.holdCountersOf, [
       row.approval_id,
@@ -445,7 +451,7 @@ export class Approvals {
       )
         return { reason: 'limit_exceeded', scope: h.scope };
     }
-    const now = await core.resolveResources(c, tool, row.tenant_id, row.arguments_json);
+    const now = await core.registry.resolveResources(c, tool, row.tenant_id, row.arguments_json);
     const changed = row.resources
       .filter((r, i) => now?.[i]?.version !== r.version)
       .map((r, i) => ({
@@ -468,7 +474,7 @@ export class Approvals {
         this.core.q.approvalExpireDue,
       );
       for (const r of rows)
-        await this.core.auditDecision(c, {
+        await this.core.audit.decision(c, {
           action: 'expire',
           outcome: 'expired',
           context: { tenant_id: r.tenant_id },

@@ -27,16 +27,20 @@
  * What this does not prove: that the resources will not change between this decision and the provider call
  * (a provider-side version precondition closes that window), nor anything about policies outside the gate.
  */
-import { createServer, type Server } from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Socket } from 'node:net';
-import type { Pool } from '../core/db.js';
+import { bindQueries, type Pool } from '../core/db.js';
 import type { Config } from '../core/config.js';
 import type { Logger } from '../core/log.js';
 import type { Metrics } from '../core/metrics.js';
 import { parseStrictJson, type JsonObject } from '../core/json.js';
+import { MtlsJsonServer, readBody, sendJson as send } from '../core/mtls-json-server.js';
 import { authorizationRequest, BINDING_FIELDS } from '../dispatcher/index.js';
-import { GateCore, type AuditEntry } from './core.js';
+import { AccessChecks } from './access.js';
+import { AuditWriter, type AuditEntry } from './audit.js';
+import { gateLogger } from './core.js';
+import { DecisionFailures } from './failures.js';
+import { gateQueries } from './queries.js';
+import { GateRegistry } from './registry.js';
 import type { BoundResource, ResourceResolver } from './types.js';
 
 /** The dispatch contract's binding fields, one list for both sides (dispatcher/authorize.ts). */
@@ -82,91 +86,59 @@ type OperationRow = {
   db_now: Date;
 };
 
-export class AuthorizationService {
-  readonly #core: GateCore;
+/**
+ * The parts of the gate a decision reads: the tools and resolvers (never validators), the role, revocation
+ * and kill-switch checks, the audit writer, and the failure coding. It never reserves, so it has no ledger.
+ */
+interface DecisionParts {
+  readonly pool: Pool;
+  readonly q: Readonly<typeof gateQueries>;
+  readonly registry: GateRegistry;
+  readonly access: AccessChecks;
+  readonly audit: AuditWriter;
+  readonly failures: DecisionFailures;
+}
+
+export class AuthorizationService extends MtlsJsonServer {
+  readonly #parts: DecisionParts;
   readonly #options: AuthorizationServiceOptions;
-  readonly #sockets = new Set<Socket>();
-  #server: Server | undefined;
-  #port: number | undefined;
 
+  /** Throws `config_invalid` when a tool binds resources of a type with no registered resolver. */
   constructor(options: AuthorizationServiceOptions) {
+    super(options.tls, options);
     this.#options = options;
-    // The service never reserves: the ledger slot is unused, validators are irrelevant here.
-    this.#core = new GateCore({
-      config: options.config,
+    const q = bindQueries(gateQueries, options.config.schemaQuoted);
+    const log = gateLogger(options.log);
+    this.#parts = {
       pool: options.pool,
-      ledger: undefined as never,
-      resolvers: options.resolvers ?? {},
-      withoutValidators: true,
-      ...(options.log === undefined ? {} : { log: options.log }),
-      ...(options.metrics === undefined ? {} : { metrics: options.metrics }),
-    });
-  }
-
-  get url(): string {
-    if (this.#port === undefined) throw new Error('authorization service not started');
-    return `https://${this.#options.urlHost ?? 'localhost'}:${this.#port}`;
+      q,
+      registry: new GateRegistry(options.config, { resolvers: options.resolvers, withoutValidators: true }),
+      access: new AccessChecks(options.config, q),
+      audit: new AuditWriter({ config: options.config, pool: options.pool, log, metrics: options.metrics }),
+      failures: new DecisionFailures(log),
+    };
   }
 
   get authorizeUrl(): string {
     return `${this.url}${AUTHORIZE_PATH}`;
   }
 
-  /** Listens (client certificates required and verified); a second call while running does nothing. */
-  async start(): Promise<void> {
-    if (this.#server !== undefined) return;
-    const { tls } = this.#options;
-    const server = createServer(
-      { cert: tls.cert, key: tls.key, ca: tls.ca, requestCert: true, rejectUnauthorized: true, minVersion: 'TLSv1.2' },
-      (req, res) => {
-        this.#handle(req, res).catch((err: unknown) => {
-          // A decision the database could not make: its code (503 while it may pass), never a stack or a server message.
-          const coded = this.#core.failed(err, { action: 'authorize' });
-          if (res.headersSent) res.destroy();
-          else if (coded.code === 'internal') send(res, 500, { error: 'internal' });
-          else send(res, coded.group === 'retryable' ? 503 : 500, { error: coded.code, message: coded.message });
-        });
-      },
-    );
-    server.on('connection', (s: Socket) => {
-      this.#sockets.add(s);
-      s.once('close', () => this.#sockets.delete(s));
-    });
-    server.on('tlsClientError', () => undefined);
-    this.#server = server;
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(this.#options.port ?? 0, this.#options.host ?? '127.0.0.1', () => {
-        server.off('error', reject);
-        resolve();
-      });
-    });
-    this.#port = (server.address() as { port: number }).port;
+  /** A decision the database could not make: its code (503 while it may pass), never a stack or a server message. */
+  protected override answerFailure(err: unknown, res: ServerResponse): void {
+    const coded = this.#parts.failures.failed(err, { action: 'authorize' });
+    if (res.headersSent) res.destroy();
+    else if (coded.code === 'internal') send(res, 500, { error: 'internal' });
+    else send(res, coded.group === 'retryable' ? 503 : 500, { error: coded.code, message: coded.message });
   }
 
-  /** Closes the server and its connections. Safe before start and repeatable. */
-  async stop(): Promise<void> {
-    const server = this.#server;
-    this.#server = undefined;
-    this.#port = undefined;
-    for (const s of this.#sockets) s.destroy();
-    this.#sockets.clear();
-    if (server !== undefined) await new Promise<void>((resolve) => server.close(() => resolve()));
-  }
-
-  async #handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  protected override async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const path = new URL(req.url ?? '/', 'https://x').pathname;
     if (req.method !== 'POST' || path !== AUTHORIZE_PATH) return send(res, 404, { error: 'not_found' });
-    const chunks: Buffer[] = [];
-    let total = 0;
-    for await (const chunk of req as AsyncIterable<Buffer>) {
-      total += chunk.byteLength;
-      if (total <= MAX_REQUEST_BYTES) chunks.push(chunk);
-    }
-    if (total > MAX_REQUEST_BYTES) return send(res, 413, { error: 'request_too_large' });
+    const body = await readBody(req, MAX_REQUEST_BYTES);
+    if (body === null) return send(res, 413, { error: 'request_too_large' });
     let request: AuthorizationRequest | null = null;
     try {
-      request = toRequest(parseStrictJson(Buffer.concat(chunks), { requireObject: true }) as JsonObject);
+      request = toRequest(parseStrictJson(body, { requireObject: true }) as JsonObject);
     } catch {
       request = null;
     }
@@ -182,10 +154,10 @@ export class AuthorizationService {
     };
     if (!verdict.allow) {
       // A deny is answered even unaudited (it cannot be refused harder); auditAfter logs and counts the loss.
-      await this.#core.auditAfter(entry);
-    } else if ((await this.#core.tryAudit(entry)) !== null) {
+      await this.#parts.audit.after(entry);
+    } else if ((await this.#parts.audit.tryWrite(entry)) !== null) {
       // Nothing is allowed unaudited: the allow becomes a refusal, itself audited (or logged and counted).
-      await this.#core.auditAfter({ ...entry, outcome: 'audit_unavailable' });
+      await this.#parts.audit.after({ ...entry, outcome: 'audit_unavailable' });
       return send(res, 503, {
         error: 'audit_unavailable',
         message: 'the decision could not be written to the audit log, so it is refused',
@@ -206,7 +178,7 @@ export class AuthorizationService {
   /** The original of a compensation operation whose original is `compensating` now; '' otherwise. */
   async #compensationOriginal(operationId: string): Promise<string> {
     const schema = this.#options.config.schemaQuoted;
-    const { rows } = await this.#core.pool.query<{ original_operation_id: string }>(
+    const { rows } = await this.#parts.pool.query<{ original_operation_id: string }>(
       `SELECT c.original_operation_id FROM ${schema}.compensations c
        JOIN ${schema}.operations o ON o.operation_id = c.original_operation_id
        WHERE c.compensation_operation_id = $1 AND o.status = 'compensating'`,
@@ -216,7 +188,7 @@ export class AuthorizationService {
   }
 
   async decide(request: AuthorizationRequest): Promise<{ allow: boolean; reason: string; now: Date; notAfter?: Date }> {
-    const core = this.#core;
+    const core = this.#parts;
     const now = new Date();
     if (!UUID.test(request.operation_id)) return { allow: false, reason: 'unknown_operation', now };
     const op = (await core.pool.query<OperationRow>(core.q.authorizeSelectOperation, [request.operation_id])).rows[0];
@@ -224,7 +196,7 @@ export class AuthorizationService {
     const ledgerView: AuthorizationRequest = authorizationRequest(op);
     const mismatched = AUTHORIZATION_FIELDS.filter((f) => ledgerView[f] !== request[f]);
     if (mismatched.length > 0) return { allow: false, reason: `binding_mismatch:${mismatched.join(',')}`, now };
-    if ((await core.killSwitch(core.pool, op.tenant_id, op.tool_name)) !== null)
+    if ((await core.access.killSwitch(core.pool, op.tenant_id, op.tool_name)) !== null)
       return { allow: false, reason: 'kill_switch', now };
     if (
       op.approval_kind === null &&
@@ -240,8 +212,8 @@ export class AuthorizationService {
     }
     if (op.current_policy_version !== this.#options.config.gate.policyVersion)
       return { allow: false, reason: 'policy_version', now };
-    const tool = core.tool(op.tool_name);
-    if (tool === undefined || !(await core.permitted(core.pool, tool, op.tenant_id, op.principal_id, op.role)))
+    const tool = core.registry.tool(op.tool_name);
+    if (tool === undefined || !(await core.access.permitted(core.pool, tool, op.tenant_id, op.principal_id, op.role)))
       return { allow: false, reason: 'role_not_held', now };
     if (op.approval_kind === 'proposal') {
       const p = (
@@ -277,7 +249,7 @@ export class AuthorizationService {
       // invalidation no longer reaches: executed is final) stops dispatch here.
       if (a.plan_version !== a.current_plan_version) return { allow: false, reason: 'plan_version', now };
       if (a.args_sha256 !== op.canonical_args_sha256) return { allow: false, reason: 'approval_arguments', now };
-      const current = await core.resolveResources(core.pool, tool, op.tenant_id, op.arguments_json);
+      const current = await core.registry.resolveResources(core.pool, tool, op.tenant_id, op.arguments_json);
       const stale =
         current === null ||
         a.resources.length !== current.length ||
@@ -298,10 +270,4 @@ function toRequest(value: JsonObject): AuthorizationRequest | null {
     out[f] = v;
   }
   return out as AuthorizationRequest;
-}
-
-function send(res: ServerResponse, status: number, body: unknown): void {
-  const text = JSON.stringify(body);
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(text)) });
-  res.end(text);
 }

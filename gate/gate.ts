@@ -19,7 +19,9 @@ import { asActionLedgerError, type ErrorCode } from '../core/errors.js';
 import { canonicalJson, sha256Hex, type JsonObject } from '../core/json.js';
 import type { GateTool } from '../core/config.js';
 import { Approvals } from './approvals.js';
-import { checkGateContext, GateCore, Refused, refuse, type GateDeps, type Value } from './core.js';
+import { checkArguments, checkGateContext, valueOf, type Value } from './checks.js';
+import { GateCore, type GateDeps } from './core.js';
+import { Refused, refuse } from './refusal.js';
 import { housekeepingWith, type GateHousekeepingSummary } from './housekeeping.js';
 import { Proposals } from './proposals.js';
 import type { GateContext, GateResult, Reviewer } from './types.js';
@@ -76,7 +78,7 @@ export class Gate {
       checkCallOptions(options);
       result = await withTransaction(core.pool, async (client) => {
         const r = await this.#pipeline(client, ctx, t, args, options);
-        await core.auditDecision(client, {
+        await core.audit.decision(client, {
           action: 'call',
           outcome: r.ok ? 'allowed' : r.error,
           context: ctx,
@@ -93,11 +95,11 @@ export class Gate {
       result =
         err instanceof Refused
           ? err.refusal
-          : core.failed(err, { action: 'call', tool: typeof tool === 'string' ? tool : null }).toRefusal();
+          : core.failures.failed(err, { action: 'call', tool: typeof tool === 'string' ? tool : null }).toRefusal();
     }
     if (!audited) {
       // Never dropped silently: a fallback row, or a logged and counted loss when the database is down.
-      await core.auditAfter({
+      await core.audit.after({
         action: 'call',
         outcome: result.ok ? 'allowed' : result.error,
         context,
@@ -118,15 +120,15 @@ export class Gate {
     options: CallOptions,
   ): Promise<GateResult> {
     const core = this.core;
-    if (!(await core.permitted(client, t, ctx.tenant_id, ctx.principal_id, ctx.role))) {
+    if (!(await core.access.permitted(client, t, ctx.tenant_id, ctx.principal_id, ctx.role))) {
       throw refuse('permission_denied', `your role may not call ${t.name}`);
     }
-    const killed = await core.killSwitch(client, ctx.tenant_id, t.name);
+    const killed = await core.access.killSwitch(client, ctx.tenant_id, t.name);
     if (killed !== null) throw refuse('tool_disabled', `${t.name} is disabled for now (${killed.reason})`);
-    await core.takeRate(client, t, ctx);
-    const checked = core.checkArguments(t, args);
-    await core.validateBusiness(client, t, ctx, checked.args);
-    const value = core.valueOf(t, checked.args);
+    await core.budgets.takeRate(client, t, ctx);
+    const checked = checkArguments(t, args, core.config.argumentBounds);
+    await core.registry.validateBusiness(client, t, ctx, checked.args);
+    const value = valueOf(t, checked.args);
     const mode = t.approval.mode;
     const needsApproval =
       mode === 'always' ||
@@ -141,7 +143,7 @@ export class Gate {
       prior.tenant_id === ctx.tenant_id &&
       prior.tool_name === t.name &&
       prior.canonical_args_sha256 === checked.sha256;
-    const counters = replay ? [] : await core.reserveCaps(client, t, ctx, value);
+    const counters = replay ? [] : await core.budgets.reserveCaps(client, t, ctx, value);
     if (ctx.plan_version !== undefined) {
       const invalidated = await client.query<{ approval_id: string }>(core.q.planRecord, [
         ctx.tenant_id,
@@ -149,7 +151,7 @@ export class Gate {
         ctx.plan_version,
       ]);
       for (const a of invalidated.rows)
-        await core.auditDecision(client, {
+        await core.audit.decision(client, {
           action: 'invalidate',
           outcome: 'plan_changed',
           context: ctx,
@@ -161,7 +163,7 @@ export class Gate {
     if (mode === 'confirm')
       return this.#propose(client, ctx, t, checked.args, checked.sha256, counters, value, options);
     if (needsApproval) return this.approvals.request(client, ctx, t, checked.args, checked.sha256, counters, value);
-    const r = await core.reserve(
+    const r = await core.reservation.reserve(
       client,
       ctx,
       t.name,
@@ -217,7 +219,7 @@ export class Gate {
       core.config.gate.policyVersion,
       ttl,
     ]);
-    await core.hold(client, counters, value, { proposal: id });
+    await core.budgets.hold(client, counters, value, { proposal: id });
     return {
       ok: false,
       error: 'confirmation_required',
@@ -278,7 +280,7 @@ export class Gate {
     await coded(() =>
       withTransaction(core.pool, async (c) => {
         await c.query(core.q.killSwitchEngage, [tenant, tool, actor, reason]);
-        await core.auditDecision(c, {
+        await core.audit.decision(c, {
           action: 'kill_switch',
           outcome: 'engaged',
           context: { tenant_id: tenant, principal_id: actor },
@@ -293,7 +295,7 @@ export class Gate {
     try {
       rows = (await core.pool.query<{ operation_id: string }>(core.q.killSwitchInFlight, [tenant, tool])).rows;
     } catch (err) {
-      const code = core.failed(err, { action: 'kill_switch', stage: 'list_in_flight' }).code;
+      const code = core.failures.failed(err, { action: 'kill_switch', stage: 'list_in_flight' }).code;
       return { executing: 0, still_in_flight: 0, wait_failed: code };
     }
     let stillInFlight = 0;
@@ -303,7 +305,7 @@ export class Gate {
         await core.pool.query(core.q.killSwitchAwaitOperation, [operation_id]);
       } catch (err) {
         if (sqlState(err) !== SQLSTATE.queryCanceled)
-          waitFailed = core.failed(err, { action: 'kill_switch', stage: 'await', operation_id }).code;
+          waitFailed = core.failures.failed(err, { action: 'kill_switch', stage: 'await', operation_id }).code;
         stillInFlight++;
       }
     }
@@ -319,7 +321,7 @@ export class Gate {
     return coded(() =>
       withTransaction(this.core.pool, async (c) => {
         const { rowCount } = await c.query(this.core.q.killSwitchLift, [tenant, tool]);
-        await this.core.auditDecision(c, {
+        await this.core.audit.decision(c, {
           action: 'kill_switch',
           outcome: rowCount === 0 ? 'not_engaged' : 'lifted',
           context: { tenant_id: tenant, principal_id: actor },
@@ -338,7 +340,7 @@ export class Gate {
     await coded(() =>
       withTransaction(this.core.pool, async (c) => {
         await c.query(this.core.q.roleRevoke, [tenant, principal, role, actor]);
-        await this.core.auditDecision(c, {
+        await this.core.audit.decision(c, {
           action: 'role',
           outcome: 'revoked',
           context: { tenant_id: tenant, principal_id: principal, role },
@@ -353,7 +355,7 @@ export class Gate {
     await coded(() =>
       withTransaction(this.core.pool, async (c) => {
         await c.query(this.core.q.roleRestore, [tenant, principal, role]);
-        await this.core.auditDecision(c, {
+        await this.core.audit.decision(c, {
           action: 'role',
           outcome: 'restored',
           context: { tenant_id: tenant, principal_id: principal, role },

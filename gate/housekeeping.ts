@@ -29,7 +29,7 @@ export async function expireDueProposals(core: GateCore): Promise<number> {
       core.q.proposalExpireDue,
     );
     for (const r of rows)
-      await core.auditDecision(c, {
+      await core.audit.decision(c, {
         action: 'expire',
         outcome: 'expired',
         context: { tenant_id: r.tenant_id },

@@ -12,7 +12,10 @@ export {
   AUTHORIZATION_FIELDS,
   type AuthorizationServiceOptions,
 } from './authorization-service.js';
-export { REDACTED, checkGateContext, type GateDeps } from './core.js';
+export { type GateDeps } from './core.js';
+export { checkGateContext } from './checks.js';
+export { REDACTED } from './redaction.js';
+export { AuditWriter, type AuditEntry, type AuditWriterOptions } from './audit.js';
 export {
   GATE_CONTEXT_FIELDS,
   type BoundResource,

@@ -19,7 +19,10 @@
  */
 import { withTransaction, type Queryable } from '../core/db.js';
 import { canonicalArguments, sha256Hex, type JsonObject } from '../core/json.js';
-import { checkGateContext, GateCore, Refused, refuse, type AuditEntry } from './core.js';
+import type { AuditEntry } from './audit.js';
+import { checkGateContext } from './checks.js';
+import type { GateCore } from './core.js';
+import { Refused, refuse } from './refusal.js';
 import type { GateContext, GateResult } from './types.js';
 
 type ProposalRow = {
@@ -68,7 +71,7 @@ export class Proposals {
           if (err instanceof Refused && audit.detail?.commit === true) return err.refusal;
           throw err;
         });
-        await core.auditDecision(c, {
+        await core.audit.decision(c, {
           action,
           outcome: r.ok ? r.status : r.error,
           context: ctx,
@@ -83,10 +86,12 @@ export class Proposals {
       result =
         err instanceof Refused
           ? err.refusal
-          : core.failed(err, { action, tool: audit.tool ?? null, subject_id: audit.subjectId ?? null }).toRefusal();
+          : core.failures
+              .failed(err, { action, tool: audit.tool ?? null, subject_id: audit.subjectId ?? null })
+              .toRefusal();
     }
     if (audit.detail?.written !== true) {
-      await core.auditAfter({
+      await core.audit.after({
         action,
         outcome: result.ok ? result.status : result.error,
         context,
@@ -216,11 +221,11 @@ export class Proposals {
           request_id: row.proposal_id,
         });
       const tool = core.tool(row.tool_name);
-      if (tool === undefined || !(await core.permitted(c, tool, row.tenant_id, row.principal_id, row.role)))
+      if (tool === undefined || !(await core.access.permitted(c, tool, row.tenant_id, row.principal_id, row.role)))
         throw refuse('permission_denied', `the proposer's role may no longer call ${row.tool_name}`);
-      const killed = await core.killSwitch(c, row.tenant_id, row.tool_name);
+      const killed = await core.access.killSwitch(c, row.tenant_id, row.tool_name);
       if (killed !== null) throw refuse('tool_disabled', `${row.tool_name} is disabled for now (${killed.reason})`);
-      const r = await core.reserve(
+      const r = await core.reservation.reserve(
         c,
         {
           tenant_id: row.tenant_id,

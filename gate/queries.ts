@@ -197,6 +197,13 @@ export const gateQueries = {
     INSERT INTO @schema.gate_audit (action, outcome, tenant_id, principal_id, role, account_id, conversation_id, turn_id,
       trace_id, tool_name, subject_id, arguments, detail, duration_ms)
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, $13::jsonb, $14)`,
+  /** The same row about an operation: the tenant and tool not given ($3, $10 null) are the operation's ($15). */
+  auditInsertForOperation: `
+    INSERT INTO @schema.gate_audit (action, outcome, tenant_id, principal_id, role, account_id, conversation_id, turn_id,
+      trace_id, tool_name, subject_id, arguments, detail, duration_ms)
+    SELECT $1, $2, COALESCE($3, o.tenant_id), $4, $5, $6, $7, $8, $9, COALESCE($10, o.tool_name), $11, $12::jsonb,
+      $13::jsonb, $14
+    FROM (SELECT 1) one LEFT JOIN @schema.operations o ON o.operation_id = $15::uuid`,
 
   /** What the built-in authorization service decides from: the operation as the ledger holds it, and the gate's record. */
   authorizeSelectOperation: `

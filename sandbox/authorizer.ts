@@ -23,7 +23,7 @@ import {
   sendJson,
   type ListenOptions,
   type ServerTls,
-} from './mtls-server.js';
+} from '../core/mtls-json-server.js';
 
 export const AUTHORIZATION_REQUEST_FIELDS = [
   'operation_id',

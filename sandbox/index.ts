@@ -15,7 +15,7 @@ export {
   type ServerCertOptions,
   type ValidityOptions,
 } from './pki.js';
-export type { ListenOptions, ServerTls } from './mtls-server.js';
+export type { ListenOptions, ServerTls } from '../core/mtls-json-server.js';
 export { startDevSandbox, type DevSandbox } from './dev.js';
 export {
   SandboxProvider,

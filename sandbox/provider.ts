@@ -39,7 +39,7 @@ import {
   sendJson,
   type ListenOptions,
   type ServerTls,
-} from './mtls-server.js';
+} from '../core/mtls-json-server.js';
 
 export type ProviderFault =
   | { kind: 'status'; status: number; body?: JsonValue; commit?: boolean }

@@ -1,7 +1,8 @@
 /**
- * The part the sandbox provider and authorizer share: a node:https server that requires a client certificate
- * from the given CA (`requestCert`, `rejectUnauthorized: true`), with the service lifecycle the house style
- * asks for (`start()` / `stop()`, stop safe before start and safe to repeat) and a few JSON helpers.
+ * The one mTLS JSON server of the repository, under the sandbox provider and authorizer and the gate's
+ * authorization service: a node:https server that requires a client certificate from the given CA
+ * (`requestCert`, `rejectUnauthorized: true`), with the service lifecycle the house style asks for
+ * (`start()` / `stop()`, stop safe before start and safe to repeat), a bounded request body and JSON answers.
  *
  * `stop()` destroys every open socket, including ones a fault mode deliberately left hanging, and cancels the
  * timers it started, so a test's teardown never waits on a half-answered request.
@@ -98,11 +99,17 @@ export abstract class MtlsJsonServer {
 
   protected abstract handle(req: IncomingMessage, res: ServerResponse): Promise<void>;
 
+  /**
+   * Answers a request whose {@link handle} threw: by default 500 `internal` (never a stack), or the
+   * connection destroyed when the answer had already begun.
+   */
+  protected answerFailure(_err: unknown, res: ServerResponse): void {
+    if (!res.headersSent) sendJson(res, 500, { error: 'internal' });
+    else res.destroy();
+  }
+
   #dispatch(req: IncomingMessage, res: ServerResponse): void {
-    this.handle(req, res).catch(() => {
-      if (!res.headersSent) sendJson(res, 500, { error: 'internal' });
-      else res.destroy();
-    });
+    this.handle(req, res).catch((err: unknown) => this.answerFailure(err, res));
   }
 }
 

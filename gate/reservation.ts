@@ -1,0 +1,96 @@
+/**
+ * The reservation step: the operation reserved through the ledger on the gate's client, so the budgets, the
+ * gate's record of the operation and the audit row commit (or roll back) in one transaction.
+ */
+import type { Queryable } from '../core/db.js';
+import { ActionLedgerError } from '../core/errors.js';
+import type { JsonObject } from '../core/json.js';
+import type { Ledger, Reservation } from '../ledger/index.js';
+import type { Budgets } from './budgets.js';
+import type { Value } from './checks.js';
+import type { gateQueries } from './queries.js';
+import { refuse, type Refused } from './refusal.js';
+
+export interface ReservingContext {
+  tenant_id: string;
+  principal_id: string;
+  task_id: string;
+  workflow_step_id: string;
+  role: string;
+}
+
+export class ReservationStep {
+  readonly #ledger: Ledger;
+  readonly #q: Readonly<typeof gateQueries>;
+  readonly #budgets: Budgets;
+
+  constructor(ledger: Ledger, q: Readonly<typeof gateQueries>, budgets: Budgets) {
+    this.#ledger = ledger;
+    this.#q = q;
+    this.#budgets = budgets;
+  }
+
+  /**
+   * Reserves the operation through the ledger on the gate's client (one transaction with the budgets and the
+   * audit row), records the gate's view of it, and moves the subject's holds to it. A replayed step
+   * (`created: false`) gives back what this call took: the effect exists once, so it is counted once.
+   * Throws the ledger's coded errors; a conflict with another tenant's step is the fixed refusal of
+   * {@link foreignConflict}.
+   */
+  async reserve(
+    db: Queryable,
+    ctx: ReservingContext,
+    tool: string,
+    args: JsonObject,
+    approval: { kind: 'auto' | 'proposal' | 'approval'; id: string; policyVersion: string },
+    taken: { counters: string[]; value: Value | null; subject?: { proposal?: string; approval?: string } },
+  ): Promise<Reservation> {
+    const r = await this.#ledger
+      .reserve(
+        {
+          tenant_id: ctx.tenant_id,
+          principal_id: ctx.principal_id,
+          task_id: ctx.task_id,
+          workflow_step_id: ctx.workflow_step_id,
+          approval_id: approval.id,
+          policy_version: approval.policyVersion,
+        },
+        tool,
+        args,
+        { client: db, actor: `gate:${ctx.principal_id}` },
+      )
+      .catch((err: unknown) => {
+        throw foreignConflict(err) ?? err;
+      });
+    await db.query(this.#q.gateOperationInsert, [
+      r.operation_id,
+      ctx.tenant_id,
+      ctx.principal_id,
+      ctx.role,
+      approval.kind,
+    ]);
+    const subject = taken.subject;
+    if (r.created) {
+      if (subject !== undefined) await this.#budgets.transferHolds(db, subject, r.operation_id);
+      else await this.#budgets.hold(db, taken.counters, taken.value, { operation: r.operation_id });
+    } else if (subject !== undefined) {
+      await this.#budgets.releaseHolds(db, subject, 'replayed_step');
+    } else {
+      await this.#budgets.giveBack(db, taken.counters, taken.value);
+    }
+    return r;
+  }
+}
+
+/**
+ * Operation identity is (principal, task, step), without the tenant, so a caller of another tenant can hit a
+ * step some tenant already reserved. The ledger's conflict then names that operation and what changed (an
+ * oracle on the other tenant's arguments): "not yours" must say nothing about it. Returns the one fixed
+ * refusal for such a conflict (no id, no changed list, the same whatever was guessed), or null.
+ */
+export function foreignConflict(err: unknown): Refused | null {
+  if (!(err instanceof ActionLedgerError) || err.code !== 'operation_conflict') return null;
+  const changed = (err.details as { changed?: unknown } | undefined)?.changed;
+  if (!Array.isArray(changed) || !changed.includes('tenant')) return null;
+  return refuse('operation_conflict', 'this workflow step cannot be reserved by you; use another workflow_step_id');
+}
