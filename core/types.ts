@@ -16,7 +16,7 @@ export type OperationStatus = (typeof OPERATION_STATUSES)[number];
 export const END_STATUSES: ReadonlySet<OperationStatus> = new Set(['succeeded', 'failed', 'compensated']);
 
 /**
- * The legal transitions (DESIGN.md, "Operation states"). `null` is the reservation itself.
+ * The legal transitions (docs/architecture.md, "Operation states and who moves them"). `null` is the reservation itself.
  * A `pending -> pending` row records a refreshed approval or policy version, not a state change.
  */
 export const LEGAL_TRANSITIONS: ReadonlyMap<OperationStatus | null, ReadonlySet<OperationStatus>> = new Map<
