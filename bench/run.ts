@@ -420,14 +420,17 @@ async function mainParts(): Promise<void> {
       }),
     );
   }
-  log(
-    '\nThroughput and latency (medians over rounds; ratios are medians of per-round ratios; latency per operation, ms):',
-  );
-  const t1 = printTable(
-    ['N', 'measurement', 'ops/s', 'p50 ms', 'p99 ms', '/ INSERT', '/ SQL lifecycle', '/ pg-boss'],
-    rows,
-  );
-  log(`Other processes, most cores in any cell of each kept round: ${loads.join('; ')}`);
+  let t1 = '';
+  if (rows.length > 0) {
+    log(
+      '\nThroughput and latency (medians over rounds; ratios are medians of per-round ratios; latency per operation, ms):',
+    );
+    t1 = printTable(
+      ['N', 'measurement', 'ops/s', 'p50 ms', 'p99 ms', '/ INSERT', '/ SQL lifecycle', '/ pg-boss'],
+      rows,
+    );
+    log(`Other processes, most cores in any cell of each kept round: ${loads.join('; ')}`);
+  }
 
   const { table: scalingRows, entries: scalingEntries } = scalingReport(scaling, SCALING_CASES[0]);
   entries.push(...scalingEntries);
