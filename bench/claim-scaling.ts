@@ -1,6 +1,6 @@
 /**
- * Does the claim stay flat as the queue and the ledger grow? Shared by `npm run bench:scaling` and
- * `npm run bench`.
+ * Does the claim stay flat as the queue and the ledger grow? The scaling part of `npm run bench`
+ * (`npm run bench -- --only scaling` runs it alone).
  *
  * For each ledger (e.g. 1,000 / 10,000 / 100,000 queued operations, and 1,000 queued beside 100,000 finished
  * ones) on a fresh database: the rows are bulk-loaded by set-based SQL, then the loaded tables are analyzed,

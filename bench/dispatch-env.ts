@@ -1,15 +1,15 @@
 /**
- * The dispatch environment for bench/dispatch.ts, built the way test/helpers/fleet.ts builds the tests' (only
- * what the benchmark needs is copied): a PKI generated for the run, the sandbox provider and authorizer over
- * mutual TLS on loopback (in a worker thread, see dispatch-sandbox.ts), a signed dispatch profile, a config
- * routing `issue_refund` to the sandbox, and a real Dispatcher opened with openDispatcher on a runtime.
+ * The benchmarks' dispatch environment, built with the sandbox's builder (sandbox/kit.ts) as the tests' is: a
+ * PKI generated for the run, the sandbox provider and authorizer over mutual TLS on loopback (here in a worker
+ * thread, see dispatch-sandbox.ts), a signed dispatch profile, a config routing `issue_refund` to the sandbox,
+ * and a real Dispatcher opened with openDispatcher on a runtime.
  *
  * Measurement without touching the dispatcher: {@link DispatchProbe} wraps `query` on the dispatcher pool's
  * clients and recognises the dispatcher's own statements (dispatcher/queries.ts, bound to the same schema),
  * so it sees when a claim returned, when the final check took the row lock, when the outcome UPDATE was sent
  * (the provider answer is in hand) and when the outcome COMMIT was acknowledged.
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
@@ -20,31 +20,20 @@ import { createLogger } from '../core/log.js';
 import { Metrics } from '../core/metrics.js';
 import type { Runtime } from '../core/runtime.js';
 import { Secret } from '../core/secret.js';
-import { generateProfileKeyPair, signProfile } from '../core/profile.js';
 import { openDispatcher, type Dispatcher } from '../dispatcher/index.js';
 import { dispatcherQueries } from '../dispatcher/queries.js';
 import { EffectKeyer, Ledger } from '../ledger/index.js';
-import { createCa, issueClientCert, issueServerCert, type ServerTls } from '../sandbox/index.js';
+import type { ServerTls } from '../sandbox/index.js';
+import { createDispatchPki, DispatchFiles, sandboxRoute, type DispatchPki } from '../sandbox/kit.js';
 import type { SandboxThreadData, SandboxThreadMessage } from './dispatch-sandbox.js';
 
 const PROVIDER_TOKEN = 'bench-provider-token';
 const CREDENTIAL_ENV = 'BENCH_BILLING_TOKEN';
 
-export interface BenchPki {
-  serverTls: ServerTls;
-  clientCert: string;
-  clientKey: string;
-}
+export type BenchPki = DispatchPki;
 
-export async function createBenchPki(): Promise<BenchPki> {
-  const ca = await createCa('bench-ca');
-  const server = await issueServerCert(ca, { hosts: ['localhost', '127.0.0.1'] });
-  const client = await issueClientCert(ca, 'dispatcher');
-  return {
-    serverTls: { cert: server.cert, key: server.key, ca: ca.cert },
-    clientCert: client.cert,
-    clientKey: client.key,
-  };
+export function createBenchPki(): Promise<BenchPki> {
+  return createDispatchPki('bench-ca');
 }
 
 /** The sandbox servers in a worker thread. */
@@ -353,46 +342,25 @@ export async function openDispatchBench(
 ): Promise<DispatchBench> {
   const dir = mkdtempSync(join(tmpdir(), 'al-bench-dispatch-'));
   tempDirs.add(dir);
-  const sandbox = await SandboxThread.start(pki.serverTls);
-  writeFileSync(join(dir, 'ca.crt'), String(pki.serverTls.ca));
-  writeFileSync(join(dir, 'client.crt'), pki.clientCert);
-  writeFileSync(join(dir, 'client.key'), pki.clientKey, { mode: 0o600 });
-  const keys = generateProfileKeyPair('ecdsa-p256');
-  const profile = Buffer.from(
-    JSON.stringify({
-      profile_id: 'bench',
-      authorization_url: sandbox.authorizeUrl,
-      maximum_authorization_age_seconds: 30,
-      maximum_authorization_ttl_seconds: 120,
-      maximum_clock_skew_seconds: 2,
-      authorization_http_timeout_seconds: 5,
-      provider_http_timeout_seconds: 5,
-      authorization_response_max_bytes: 4096,
-      provider_response_max_bytes: 4096,
-    }),
-  );
-  writeFileSync(join(dir, 'profile.json'), profile);
-  writeFileSync(join(dir, 'profile.sig'), signProfile({ profileBytes: profile, privateKeyPem: keys.privateKeyPem }));
-  writeFileSync(join(dir, 'profile.pub'), keys.publicKeyPem);
+  const sandbox = await SandboxThread.start(pki.server);
+  const files = new DispatchFiles(dir, pki.ca.cert);
   const raw = {
     dispatcher: {
       concurrency,
-      profile: {
-        path: join(dir, 'profile.json'),
-        signature_path: join(dir, 'profile.sig'),
-        public_key_path: join(dir, 'profile.pub'),
-      },
-      tls: { ca_file: join(dir, 'ca.crt'), cert_file: join(dir, 'client.crt'), key_file: join(dir, 'client.key') },
+      profile: files.profile({
+        profile_id: 'bench',
+        authorization_url: sandbox.authorizeUrl,
+        authorization_http_timeout_seconds: 5,
+        provider_http_timeout_seconds: 5,
+      }),
+      tls: files.client(pki.client),
     },
     tools: {
-      issue_refund: {
+      issue_refund: sandboxRoute({
         provider_id: 'billing-bench',
         endpoint: sandbox.endpoint,
-        allowed_tenants: ['tenant-a'],
         credential_env: CREDENTIAL_ENV,
-        idempotency: { mechanism: 'header', name: 'Idempotency-Key' },
-        definitive_failure_statuses: [400, 422],
-      },
+      }),
     },
   };
   const env: NodeJS.ProcessEnv = { DATABASE_URL: url, [CREDENTIAL_ENV]: PROVIDER_TOKEN, LOG_LEVEL: 'warn' };

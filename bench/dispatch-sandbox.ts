@@ -1,5 +1,5 @@
 /**
- * Worker-thread entry for bench/dispatch.ts: the sandbox provider and authorizer (real mutual TLS on
+ * Worker-thread entry for bench/dispatch-env.ts: the sandbox provider and authorizer (real mutual TLS on
  * loopback), on their own event loop so the dispatcher's thread does only the client side of each request,
  * as it would against a remote provider. Messages: `stats` -> request and effect counts; `stop` -> servers
  * stopped, then `stopped`.

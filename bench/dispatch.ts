@@ -1,5 +1,5 @@
 /**
- * `npm run bench:dispatch`: operations per second from reservation to `succeeded` through a real Dispatcher
+ * `npm run bench -- --only dispatch`: operations per second from reservation to `succeeded` through a real Dispatcher
  * (fresh mTLS authorization, evidence, final check under the row lock, one provider call over mTLS, fenced
  * outcome), beside, on the same PostgreSQL in the same run:
  *   - the server's 3-commit SQL-only lifecycle (insert ledger+outbox, claim with SKIP LOCKED, mark succeeded),
@@ -16,12 +16,10 @@
  * machines are shared: a round during which other processes used 0.3 cores or more (bench/cpu.ts) is run
  * again, up to `--rounds` extra rounds per level, and the load that remained is reported.
  *
- * Options (flag or environment): --ops / BENCH_OPS (default 600), --min-seconds / BENCH_MIN_SECONDS (default 0;
- * 2 keeps the fast SQL and pg-boss cells running long enough to be steadier), --seconds / BENCH_CELL_SECONDS
- * (default 6), --rounds / BENCH_ROUNDS (default 3), --levels / BENCH_LEVELS (default 1,8,32),
- * BENCH_QUIET_MAX_SECONDS (default 15).
+ * Options (bench/run.ts passes them; see {@link DispatchBenchOptions}): --ops (default 600), --min-seconds
+ * (default 0; 2 keeps the fast SQL and pg-boss cells running long enough to be steadier), --cap-seconds
+ * (default 6), --rounds (default 3), --levels (default 1,8,32); BENCH_QUIET_MAX_SECONDS (default 15).
  */
-import { parseArgs } from 'node:util';
 import {
   actionledgerCell,
   cellContext,
@@ -42,30 +40,35 @@ import { findPostmaster, waitForQuiet } from './cpu.js';
 import { createBenchPki } from './dispatch-env.js';
 import { machine, openBenchDatabase, stopOnSignal, printTable, saveResults, type ResultEntry } from './harness.js';
 
-const { values: flags } = parseArgs({
-  options: {
-    ops: { type: 'string' },
-    seconds: { type: 'string' },
-    'min-seconds': { type: 'string' },
-    levels: { type: 'string' },
-    rounds: { type: 'string' },
-  },
-});
-const OPS = Number(flags.ops ?? process.env.BENCH_OPS ?? 600);
-const CELL_MS = Number(flags.seconds ?? process.env.BENCH_CELL_SECONDS ?? 6) * 1000;
-const MIN_MS = Number(flags['min-seconds'] ?? process.env.BENCH_MIN_SECONDS ?? 0) * 1000;
-const ROUNDS = Number(flags.rounds ?? process.env.BENCH_ROUNDS ?? 3);
-const LEVELS = (flags.levels ?? process.env.BENCH_LEVELS ?? '1,8,32').split(',').map(Number);
-const LIMITS: CellLimits = { ops: OPS, capMs: CELL_MS, minMs: MIN_MS };
-/** Longest wait, before each round, for other processes on the machine to go quiet. */
-const QUIET_MAX_MS = Number(process.env.BENCH_QUIET_MAX_SECONDS ?? 15) * 1000;
+export interface DispatchBenchOptions {
+  /** Each cell runs at least this many operations (600). */
+  ops: number;
+  /** ... and at least this long (0 s) ... */
+  minSeconds: number;
+  /** ... and starts none after this long (6 s). */
+  capSeconds: number;
+  rounds: number;
+  levels: number[];
+  /** Longest wait, before each round, for other processes on the machine to go quiet (15 s). */
+  quietMaxSeconds: number;
+  /** Replace `runs.dispatch` in bench/results.json. */
+  save: boolean;
+}
 /**
  * A round in which other processes used this many cores during any of its cells is run again (at most
  * ROUNDS times per level; after that rounds are kept whatever the load, and the results say how loaded).
  */
 const NOISY_CORES = 0.3;
 
-async function main(): Promise<void> {
+/** The dispatch detail run (see the file comment); prints its tables, and saves them when `o.save`. */
+export async function runDispatchBench(o: DispatchBenchOptions): Promise<void> {
+  const OPS = o.ops;
+  const CELL_MS = o.capSeconds * 1000;
+  const MIN_MS = o.minSeconds * 1000;
+  const ROUNDS = o.rounds;
+  const LEVELS = o.levels;
+  const LIMITS: CellLimits = { ops: OPS, capMs: CELL_MS, minMs: MIN_MS };
+  const QUIET_MAX_MS = o.quietMaxSeconds * 1000;
   const db = await openBenchDatabase();
   stopOnSignal(db);
   cellContext.postmaster = await findPostmaster(db.adminUrl).catch(() => null);
@@ -333,6 +336,7 @@ async function main(): Promise<void> {
     ],
     cpu,
   );
+  if (!o.save) return;
   saveResults('dispatch', entries, {
     machine: machine(),
     postgres: db.version,
@@ -344,8 +348,3 @@ async function main(): Promise<void> {
     tables: [t1, t2, t3, t4].join('\n\n'),
   });
 }
-
-main().catch((err: unknown) => {
-  process.stderr.write(`${(err as Error)?.stack ?? String(err)}\n`);
-  process.exit(1);
-});

@@ -150,3 +150,17 @@ export function saveResults(bench: string, entries: ResultEntry[], meta: Record<
   all.runs[bench] = { ...meta, at: new Date().toISOString(), entries };
   writeFileSync(path, JSON.stringify(all, null, 2) + '\n');
 }
+
+/** Where `npm run bench` writes its last run in bench/results.md; everything outside the markers is kept. */
+export const LAST_RUN_START = '<!-- bench: last run (written by npm run bench, between these markers) -->';
+export const LAST_RUN_END = '<!-- bench: end of last run -->';
+
+/** Replaces the last run between the markers in `path`; a file without them gets them at its top. */
+export function writeLastRun(path: string, lastRun: string): void {
+  const old = existsSync(path) ? readFileSync(path, 'utf8') : '';
+  const start = old.indexOf(LAST_RUN_START);
+  const end = old.indexOf(LAST_RUN_END);
+  const [before, after] =
+    start >= 0 && end > start ? [old.slice(0, start), old.slice(end + LAST_RUN_END.length)] : ['', '\n\n' + old];
+  writeFileSync(path, `${before}${LAST_RUN_START}\n\n${lastRun.trim()}\n\n${LAST_RUN_END}${after}`);
+}

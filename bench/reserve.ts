@@ -1,5 +1,5 @@
 /**
- * `npm run bench:reserve`: reservations per second at 1, 4 and 16 concurrent clients, beside the same
+ * `npm run bench -- --only reserve`: reservations per second at 1, 4 and 16 concurrent clients, beside the same
  * server's plain single-row INSERT commit rate measured in the same run. The ratio is the figure.
  */
 import { createPool } from '../core/db.js';
@@ -15,10 +15,11 @@ import {
   type ResultEntry,
 } from './harness.js';
 
-const DURATION_MS = Number(process.env.BENCH_SECONDS ?? 4) * 1000;
 const LEVELS = [1, 4, 16];
 
-async function main(): Promise<void> {
+/** Runs every level for `seconds` per cell (4 in a full run); replaces `runs.reserve` in results.json when `save`. */
+export async function runReserveBench(o: { seconds: number; save: boolean }): Promise<void> {
+  const DURATION_MS = o.seconds * 1000;
   const db = await openBenchDatabase();
   const url = await freshDatabase(db.adminUrl, 'al_bench_reserve');
   const pool = createPool(url, { max: 20, statementTimeoutMs: 60_000, applicationName: 'bench' });
@@ -77,13 +78,8 @@ async function main(): Promise<void> {
     ['clients', 'plain INSERT commits/s', 'reserve/s', 'reserve / INSERT', 'reserve p50 ms', 'reserve p99 ms'],
     rows,
   );
-  saveResults('reserve', entries, { machine: machine(), postgres: db.version });
+  if (o.save) saveResults('reserve', entries, { machine: machine(), postgres: db.version });
   ledger.stop();
   await pool.end();
   await db.close();
 }
-
-main().catch((err: unknown) => {
-  process.stderr.write(`${(err as Error)?.stack ?? String(err)}\n`);
-  process.exit(1);
-});

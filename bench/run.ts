@@ -1,6 +1,13 @@
 /**
- * `npm run bench`: the performance table, in one run on one PostgreSQL server (DATABASE_URL, or a fresh
- * embedded cluster).
+ * `npm run bench`: the one benchmark entry point. Its parts, chosen with `--only a,b` (default
+ * `table,scaling,backlog`, the whole of bench/results.md's last run):
+ *   - table: the throughput and latency table below,
+ *   - scaling: the claim's cost as the queue grows (bench/claim-scaling.ts),
+ *   - backlog: backlogs drained by one dispatcher (bench/backlog.ts),
+ *   - reserve: reservations at 1, 4 and 16 clients against plain INSERTs (bench/reserve.ts),
+ *   - dispatch: end to end with CPU per operation, connections in use and the row lock's SQL model
+ *     (bench/dispatch.ts).
+ * Each part runs on one PostgreSQL server (DATABASE_URL, or a fresh embedded cluster).
  *
  * At N = 1, 8 and 32 (closed loops: N callers, each starting its next operation when the previous one is
  * acknowledged), each round measuring, one after the other on fresh databases (bench/cells.ts):
@@ -17,14 +24,17 @@
  * (bench/cpu.ts) is run again, at most `--rounds` extra times per level, and the load that remained is reported. Then the claim's cost as the queue grows from 1,000 to 100,000 operations, and beside 100,000
  * finished ones, with EXPLAIN (ANALYZE, BUFFERS) (bench/claim-scaling.ts).
  *
- * Writes `runs.bench` in bench/results.json (other runs kept) and the markdown tables to bench/results.md.
+ * A run of all of table, scaling and backlog writes `runs.bench` in bench/results.json (other runs kept) and
+ * its tables and query plans into bench/results.md, between the last-run markers ({@link writeLastRun}; the
+ * history after them is kept). A run of only some of them writes nothing: the tables come from one run. The
+ * reserve and dispatch parts replace `runs.reserve` and `runs.dispatch` in bench/results.json.
  *
- * Options: --quick (smoke run: 1 round, short cells, queues up to 10,000; writes nothing unless --save),
- * --rounds R (default 3), --levels 1,8,32, --seconds S (throughput cells, default 2), --no-scaling, --no-backlog,
- * --save.
- * BENCH_QUIET_MAX_SECONDS (default 15): the longest wait, before each round, for other processes to go quiet.
+ * Options: --only PARTS, --quick (smoke run: 1 round, short cells, queues up to 10,000; writes nothing unless
+ * --save), --rounds R (default 3), --levels 1,8,32, --seconds S (throughput cells, default 2; reserve cells,
+ * default 4), --save; for the dispatch part --ops N (default 600), --min-seconds S (default 0), --cap-seconds S
+ * (default 6). BENCH_QUIET_MAX_SECONDS (default 15): the longest wait, before each round, for other processes to
+ * go quiet.
  */
-import { writeFileSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -53,21 +63,36 @@ import { backlogCell, type BacklogRow } from './backlog.js';
 import { DEFAULT_CASES, runClaimScaling, scalingReport, type ScalingRow } from './claim-scaling.js';
 import { findPostmaster, waitForQuiet } from './cpu.js';
 import { createBenchPki } from './dispatch-env.js';
-import { openBenchDatabase, stopOnSignal, printTable, saveResults, type ResultEntry } from './harness.js';
+import { runDispatchBench } from './dispatch.js';
+import { runReserveBench } from './reserve.js';
+import { openBenchDatabase, stopOnSignal, printTable, saveResults, writeLastRun, type ResultEntry } from './harness.js';
 
 const { values: flags } = parseArgs({
   options: {
     quick: { type: 'boolean', default: false },
     save: { type: 'boolean', default: false },
-    'no-scaling': { type: 'boolean', default: false },
-    'no-backlog': { type: 'boolean', default: false },
+    only: { type: 'string' },
     rounds: { type: 'string' },
     levels: { type: 'string' },
     seconds: { type: 'string' },
+    ops: { type: 'string' },
+    'min-seconds': { type: 'string' },
+    'cap-seconds': { type: 'string' },
   },
 });
+const PARTS = ['table', 'scaling', 'backlog', 'reserve', 'dispatch'] as const;
+/** The parts whose tables make up bench/results.md's last run. */
+const MAIN_PARTS = ['table', 'scaling', 'backlog'] as const;
+const ONLY = new Set((flags.only ?? MAIN_PARTS.join(',')).split(',').map((p) => p.trim()));
+for (const part of ONLY)
+  if (!(PARTS as readonly string[]).includes(part)) {
+    process.stderr.write(`bench: unknown part ${JSON.stringify(part)}; the parts are ${PARTS.join(', ')}\n`);
+    process.exit(2);
+  }
 const QUICK = flags.quick === true;
 const SAVE = !QUICK || flags.save === true;
+/** Whether this run writes bench/results.md and runs.bench: every main part ran, and not a smoke run. */
+const SAVE_MAIN = SAVE && MAIN_PARTS.every((p) => ONLY.has(p));
 const ROUNDS = Number(flags.rounds ?? (QUICK ? 1 : 3));
 const LEVELS = (flags.levels ?? '1,8,32').split(',').map(Number);
 const THROUGHPUT_MS = Number(flags.seconds ?? (QUICK ? 0.5 : 2)) * 1000;
@@ -131,6 +156,22 @@ async function serverFacts(url: string): Promise<Record<string, string>> {
 }
 
 async function main(): Promise<void> {
+  if (ONLY.has('reserve')) await runReserveBench({ seconds: Number(flags.seconds ?? (QUICK ? 0.5 : 4)), save: SAVE });
+  if (ONLY.has('dispatch'))
+    await runDispatchBench({
+      ops: Number(flags.ops ?? (QUICK ? 50 : 600)),
+      minSeconds: Number(flags['min-seconds'] ?? 0),
+      capSeconds: Number(flags['cap-seconds'] ?? (QUICK ? 1 : 6)),
+      rounds: Number(flags.rounds ?? (QUICK ? 1 : 3)),
+      levels: LEVELS,
+      quietMaxSeconds: QUIET_MAX_MS / 1000,
+      save: SAVE,
+    });
+  if (MAIN_PARTS.some((p) => ONLY.has(p))) await mainParts();
+}
+
+/** The table, scaling and backlog parts, on one database server, and bench/results.md's last run. */
+async function mainParts(): Promise<void> {
   const started = Date.now();
   const db = await openBenchDatabase();
   stopOnSignal(db);
@@ -157,7 +198,7 @@ async function main(): Promise<void> {
     // Rounds interleave the levels and the systems. A round during which other processes used NOISY_CORES or
     // more in any cell is run again, at most ROUNDS extra times per level; after that it is kept, and the
     // results say how loaded it was.
-    for (let round = 1; LEVELS.some((n) => (byLevel.get(n)?.length ?? 0) < ROUNDS); round++) {
+    for (let round = 1; ONLY.has('table') && LEVELS.some((n) => (byLevel.get(n)?.length ?? 0) < ROUNDS); round++) {
       for (const n of LEVELS) {
         if ((byLevel.get(n)?.length ?? 0) >= ROUNDS) continue;
         const quiet = await waitForQuiet(cellContext.postmaster, QUIET_MAX_MS, NOISY_CORES);
@@ -189,7 +230,7 @@ async function main(): Promise<void> {
         ]);
       }
     }
-    if (flags['no-scaling'] !== true) {
+    if (ONLY.has('scaling')) {
       log(`\nClaim scaling (${SCALING_CASES.map((c) => c.name).join('; ')}):`);
       const result = await runClaimScaling(db.adminUrl, {
         cases: SCALING_CASES,
@@ -200,7 +241,7 @@ async function main(): Promise<void> {
       scaling = result.rows;
       scalingNotes = result.notes;
     }
-    if (flags['no-backlog'] !== true) {
+    if (ONLY.has('backlog')) {
       log(`\nBacklog drains (${BACKLOGS.join(', ')} queued; one dispatcher, concurrency ${BACKLOG_CONCURRENCY}):`);
       for (const queued of BACKLOGS) {
         await waitForQuiet(cellContext.postmaster, QUIET_MAX_MS, NOISY_CORES);
@@ -379,14 +420,17 @@ async function main(): Promise<void> {
       }),
     );
   }
-  log(
-    '\nThroughput and latency (medians over rounds; ratios are medians of per-round ratios; latency per operation, ms):',
-  );
-  const t1 = printTable(
-    ['N', 'measurement', 'ops/s', 'p50 ms', 'p99 ms', '/ INSERT', '/ SQL lifecycle', '/ pg-boss'],
-    rows,
-  );
-  log(`Other processes, most cores in any cell of each kept round: ${loads.join('; ')}`);
+  let t1 = '';
+  if (rows.length > 0) {
+    log(
+      '\nThroughput and latency (medians over rounds; ratios are medians of per-round ratios; latency per operation, ms):',
+    );
+    t1 = printTable(
+      ['N', 'measurement', 'ops/s', 'p50 ms', 'p99 ms', '/ INSERT', '/ SQL lifecycle', '/ pg-boss'],
+      rows,
+    );
+    log(`Other processes, most cores in any cell of each kept round: ${loads.join('; ')}`);
+  }
 
   const { table: scalingRows, entries: scalingEntries } = scalingReport(scaling, SCALING_CASES[0]);
   entries.push(...scalingEntries);
@@ -468,8 +512,12 @@ async function main(): Promise<void> {
   const minutes = (Date.now() - started) / 60_000;
   log(`\n# ${minutes.toFixed(1)} minutes`);
 
-  if (!SAVE) {
-    log('# --quick: bench/results.json and bench/results.md left as they were (--save writes them)');
+  if (!SAVE_MAIN) {
+    log(
+      SAVE
+        ? '# only some of table, scaling, backlog ran: bench/results.json and bench/results.md left as they were'
+        : '# --quick: bench/results.json and bench/results.md left as they were (--save writes them)',
+    );
     return;
   }
   const md = [
@@ -510,7 +558,7 @@ async function main(): Promise<void> {
           '',
         ]),
   ].join('\n');
-  writeFileSync(join('bench', 'results.md'), md);
+  writeLastRun(join('bench', 'results.md'), md);
   saveResults('bench', entries, {
     machine: machineLine,
     postgres: server.server_version ?? '?',

@@ -4,7 +4,9 @@
  *
  * History is checked before anything is applied: every applied version must still exist with the same name
  * and sha256, and applied versions must be exactly the first N files. Edited, removed, renamed or
- * out-of-order history refuses with `migration_history_mismatch` and applies nothing.
+ * out-of-order history refuses with `migration_history_mismatch` and applies nothing. The one exception is
+ * {@link RENAMED_MIGRATIONS}: a file renamed with its content unchanged (same sha256) is accepted under its old
+ * recorded name, and the record is updated to the new name.
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -21,6 +23,19 @@ export interface Migration {
 }
 
 const FILE = /^(\d{4})_([a-z0-9_]+)\.sql$/;
+
+/** Migration files renamed after release, content unchanged: an applied version recorded as `from` is `to`. */
+export const RENAMED_MIGRATIONS: readonly { version: number; from: string; to: string }[] = [
+  { version: 5, from: 'gate_fixes', to: 'gate_caps_keyed_without_currency' },
+];
+
+/** Whether an applied row recorded as `recorded` is the file `file` under a name listed in RENAMED_MIGRATIONS. */
+function isRename(file: Migration, recorded: { version: number; name: string; sha256: string }): boolean {
+  return (
+    file.sha256 === recorded.sha256 &&
+    RENAMED_MIGRATIONS.some((r) => r.version === recorded.version && r.from === recorded.name && r.to === file.name)
+  );
+}
 
 /** The repository's `sql/` folder, found from this module (works from `dist/` and from source). */
 export function defaultMigrationsDir(): string {
@@ -85,15 +100,23 @@ export async function migrate(
     const { rows } = await client.query<{ version: number; name: string; sha256: string }>(
       `SELECT version, name, sha256 FROM ${schemaQuoted}.schema_migrations ORDER BY version`,
     );
+    const renamed: Migration[] = [];
     rows.forEach((row, i) => {
       const file = migrations[i];
       if (row.version !== i + 1)
         throw mismatch(`applied history has version ${row.version} where ${i + 1} was expected`);
       if (file === undefined) throw mismatch(`database has migration ${row.version} (${row.name}) that sql/ does not`);
-      if (file.name !== row.name || file.sha256 !== row.sha256) {
+      if (isRename(file, row)) renamed.push(file);
+      else if (file.name !== row.name || file.sha256 !== row.sha256) {
         throw mismatch(`migration ${row.version} (${row.name}) was edited after it was applied`);
       }
     });
+    // Only after the whole history checked out: record the renamed files' new names.
+    for (const file of renamed)
+      await client.query(`UPDATE ${schemaQuoted}.schema_migrations SET name = $2 WHERE version = $1`, [
+        file.version,
+        file.name,
+      ]);
     const applied: number[] = [];
     for (const m of migrations.slice(rows.length)) {
       await client.query('BEGIN');

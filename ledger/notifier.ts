@@ -2,7 +2,7 @@
  * Wakes the dispatchers after reservations commit, without a NOTIFY inside every reservation.
  *
  * PostgreSQL takes a global lock at commit for a transaction that has queued a NOTIFY, which serialised
- * concurrent reservations (PERFORMANCE.md: 16 in flight were no faster than one). Reservations made in our
+ * concurrent reservations (measured: 16 in flight were no faster than one). Reservations made in our
  * own statement call {@link OutboxNotifier.poke} after they commit; the first poke sends at once, later ones
  * within the interval collapse into one trailing NOTIFY, so every commit is followed by a wake-up within
  * `intervalMs`. Dispatchers also poll, so a lost NOTIFY delays work and never loses it.

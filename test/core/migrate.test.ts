@@ -86,3 +86,41 @@ t.test('edited, removed and out-of-order history is refused and nothing is appli
   const { rows } = await c.query('SELECT count(*)::int AS n FROM hist.schema_migrations');
   t.equal((rows[0] as { n: number }).n, real.length, 'the failed one rolled back and is not recorded');
 });
+
+t.test('a migration renamed with its content unchanged is accepted under its old recorded name', async (t) => {
+  const url = await createTestDatabase(t, { empty: true });
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  t.teardown(() => c.end());
+  const real = readMigrations();
+  t.equal(real[4]?.name, 'gate_caps_keyed_without_currency', 'version 5 is the file under its new name');
+  await migrate(c, 'renames', '"renames"', real);
+  const names = async (): Promise<string[]> =>
+    (await c.query<{ name: string }>('SELECT name FROM renames.schema_migrations ORDER BY version')).rows.map(
+      (r) => r.name,
+    );
+  const recorded = await names();
+
+  // A database migrated before the rename recorded version 5 under its old name.
+  await c.query(`UPDATE renames.schema_migrations SET name = 'gate_fixes' WHERE version = 5`);
+  const again = await migrate(c, 'renames', '"renames"', real);
+  t.same(again.applied, [], 'nothing applied again');
+  t.same(await names(), recorded, 'the recorded name is now the new one');
+
+  // The rename table covers only that name, that version and that content.
+  await c.query(`UPDATE renames.schema_migrations SET name = 'gate_fixes_2' WHERE version = 5`);
+  await t.rejects(migrate(c, 'renames', '"renames"', real), { code: 'migration_history_mismatch' }, 'another name');
+  await c.query(`UPDATE renames.schema_migrations SET name = 'gate_fixes', sha256 = 'x' WHERE version = 5`);
+  await t.rejects(migrate(c, 'renames', '"renames"', real), { code: 'migration_history_mismatch' }, 'other content');
+  const { rows } = await c.query<{ name: string }>('SELECT name FROM renames.schema_migrations WHERE version = 5');
+  t.equal(rows[0]?.name, 'gate_fixes', 'a refused history is left as it was');
+  await c.query(`UPDATE renames.schema_migrations SET name = 'gate_fixes', sha256 = $1 WHERE version = 5`, [
+    real[4]!.sha256,
+  ]);
+  await c.query(`UPDATE renames.schema_migrations SET name = 'gate_fixes' WHERE version = 4`);
+  await t.rejects(
+    migrate(c, 'renames', '"renames"', real),
+    { code: 'migration_history_mismatch' },
+    'the old name under another version',
+  );
+});

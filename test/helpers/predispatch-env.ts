@@ -2,12 +2,13 @@
  * A dispatch environment whose dispatchers can each run under their own configuration: reserve under one tool
  * registry, then dispatch under another (a changed route, a missing credential, another client certificate or
  * authorization URL). Real parts throughout: the run's PostgreSQL (a cloned database), the sandbox provider and
- * authorizer over mTLS with the test file's PKI (test/helpers/sandbox.ts), a signed dispatch profile, and
- * dispatchers built by `openDispatcher` exactly as a worker process builds them.
+ * authorizer over mTLS with the test file's PKI (test/helpers/sandbox.ts), signed dispatch profiles and client
+ * certificate files written by the sandbox's DispatchFiles (sandbox/kit.ts), and dispatchers built by
+ * `openDispatcher` exactly as a worker process builds them.
  *
  * Run one dispatcher at a time (`open`, wait, `stop`): every dispatcher claims whatever is pending.
  */
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Test } from 'tap';
@@ -17,8 +18,8 @@ import { createLogger } from '../../core/log.js';
 import { Metrics } from '../../core/metrics.js';
 import type { Runtime } from '../../core/runtime.js';
 import { openDispatcher, type Dispatcher } from '../../dispatcher/index.js';
-import { generateProfileKeyPair, signProfile } from '../../core/profile.js';
 import { Ledger } from '../../ledger/index.js';
+import { DispatchFiles, sandboxRoute, type SandboxRoute } from '../../sandbox/kit.js';
 import type { PemPair } from '../../sandbox/pki.js';
 import type { SandboxAuthorizer } from '../../sandbox/authorizer.js';
 import type { SandboxProvider } from '../../sandbox/provider.js';
@@ -28,14 +29,7 @@ import { startAuthorizer, startProvider, testPki, type TestPki } from './sandbox
 export const PREDISPATCH_TOKEN = 'predispatch-provider-token';
 
 /** One tool's route as written in the configuration file. */
-export interface RawRoute {
-  provider_id: string;
-  endpoint: string;
-  allowed_tenants: string[];
-  credential_env?: string;
-  idempotency: { mechanism: 'header'; name: string };
-  definitive_failure_statuses: number[];
-}
+export type RawRoute = SandboxRoute;
 export type RawTools = Record<string, RawRoute>;
 
 export interface OpenOptions {
@@ -84,44 +78,15 @@ export async function predispatchEnv(t: Test): Promise<PredispatchEnv> {
   const pki = await testPki();
   const provider = await startProvider(t, { token: PREDISPATCH_TOKEN });
   const authorizer = await startAuthorizer(t);
-  writeFileSync(join(dir, 'ca.crt'), pki.ca.cert);
-  const keys = generateProfileKeyPair('ecdsa-p256');
-  writeFileSync(join(dir, 'profile.pub'), keys.publicKeyPem);
-  let files = 0;
-
-  const writeProfile = (
-    authorizationUrl: string,
-  ): { path: string; signature_path: string; public_key_path: string } => {
-    const n = ++files;
-    const bytes = Buffer.from(
-      JSON.stringify({
-        profile_id: `predispatch-${n}`,
-        authorization_url: authorizationUrl,
-        maximum_authorization_age_seconds: 30,
-        maximum_authorization_ttl_seconds: 120,
-        maximum_clock_skew_seconds: 2,
-        authorization_http_timeout_seconds: 2,
-        provider_http_timeout_seconds: 2,
-        authorization_response_max_bytes: 4096,
-        provider_response_max_bytes: 4096,
-      }),
-    );
-    const path = join(dir, `profile-${n}.json`);
-    const sig = join(dir, `profile-${n}.sig`);
-    writeFileSync(path, bytes);
-    writeFileSync(sig, signProfile({ profileBytes: bytes, privateKeyPem: keys.privateKeyPem }));
-    return { path, signature_path: sig, public_key_path: join(dir, 'profile.pub') };
-  };
-  const writeClient = (client: PemPair): { ca_file: string; cert_file: string; key_file: string } => {
-    const n = ++files;
-    writeFileSync(join(dir, `client-${n}.crt`), client.cert);
-    writeFileSync(join(dir, `client-${n}.key`), client.key, { mode: 0o600 });
-    return {
-      ca_file: join(dir, 'ca.crt'),
-      cert_file: join(dir, `client-${n}.crt`),
-      key_file: join(dir, `client-${n}.key`),
-    };
-  };
+  const files = new DispatchFiles(dir, pki.ca.cert);
+  let profiles = 0;
+  const writeProfile = (authorizationUrl: string) =>
+    files.profile({
+      profile_id: `predispatch-${++profiles}`,
+      authorization_url: authorizationUrl,
+      provider_http_timeout_seconds: 2,
+    });
+  const writeClient = (client: PemPair) => files.client(client);
   const defaultProfile = writeProfile(authorizer.authorizeUrl);
   const defaultTls = writeClient(pki.client);
 
@@ -154,15 +119,13 @@ export async function predispatchEnv(t: Test): Promise<PredispatchEnv> {
     provider,
     authorizer,
     env,
-    route: (over = {}) => ({
-      provider_id: 'billing-test',
-      endpoint: provider.endpoint,
-      allowed_tenants: ['tenant-a'],
-      credential_env: 'TEST_BILLING_TOKEN',
-      idempotency: { mechanism: 'header', name: 'Idempotency-Key' },
-      definitive_failure_statuses: [400, 422],
-      ...over,
-    }),
+    route: (over = {}) =>
+      sandboxRoute({
+        provider_id: 'billing-test',
+        endpoint: provider.endpoint,
+        credential_env: 'TEST_BILLING_TOKEN',
+        ...over,
+      }),
     compile,
     ledger(tools) {
       const l = new Ledger(compile(tools), pool, testKeyer());

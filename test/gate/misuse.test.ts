@@ -1,8 +1,7 @@
 /**
- * Regression tests for the adversarial review of the gate (issue 5): each test is the finding's proving
- * test, inverted to assert the correct behaviour. F1 caps across currencies, F2 cross-tenant conflicts,
- * F3 unstorable audit input, F4 abandoned proposals, F5 plan change after execution, F6 nested redaction,
- * F7 hostile input, F8 approve without resolvers and execute without the approver's role.
+ * The gate under misuse: caps across currencies, conflicts with another tenant's step, audit rows for input
+ * PostgreSQL cannot store, caps held by abandoned proposals, a plan changed after execution, redaction of
+ * nested secrets, hostile input, and approval or execution by someone without the right role or resolvers.
  */
 import t from 'tap';
 import { AuthorizationService, Gate, runGateHousekeeping, type GateResult } from '../../gate/index.js';
@@ -17,7 +16,7 @@ function requestId(r: GateResult): string {
   return r.request_id;
 }
 
-t.test('F1: alternating GBP/EUR refunds never double the per-conversation count and value caps', async (t) => {
+t.test('alternating GBP/EUR refunds never double the per-conversation count and value caps', async (t) => {
   const { gate, pool } = await gateFixture(t);
   const results: GateResult[] = [];
   for (let i = 1; i <= 14; i++) {
@@ -53,7 +52,7 @@ t.test('F1: alternating GBP/EUR refunds never double the per-conversation count 
   t.equal(errorOf(eur), 'invalid_arguments', 'EUR 600 is neither auto-approved nor held under a GBP threshold');
 });
 
-t.test("F2: a conflict with another tenant's step says nothing about it, whatever the guessed arguments", async (t) => {
+t.test("a conflict with another tenant's step says nothing about it, whatever the guessed arguments", async (t) => {
   const { gate, pool } = await gateFixture(t);
   const step = { task_id: 'task-x', workflow_step_id: 'step-x' };
   const mine = await gate.call(gctx(step), 'transfer_funds', { to_account: 'ACC0000000002', amount: 10 });
@@ -71,7 +70,7 @@ t.test("F2: a conflict with another tenant's step says nothing about it, whateve
   t.notOk(JSON.stringify(audit).includes(mine.operation_id), "nor is it in tenant-b's audit rows");
 });
 
-t.test('F3: refusals whose tool name or arguments hold U+0000 or lone surrogates are audited', async (t) => {
+t.test('refusals whose tool name or arguments hold U+0000 or lone surrogates are audited', async (t) => {
   const { gate, pool } = await gateFixture(t);
   const calls: [string, unknown][] = [
     ['bad\u0000tool', { a: 1 }],
@@ -98,7 +97,7 @@ t.test('F3: refusals whose tool name or arguments hold U+0000 or lone surrogates
   );
 });
 
-t.test('F4: a cap held by an abandoned proposal is released by the scheduled housekeeping', async (t) => {
+t.test('a cap held by an abandoned proposal is released by the scheduled housekeeping', async (t) => {
   const { gate, pool, config } = await gateFixture(t, {
     gate: { tools: { send_email: { limits: { per_conversation: { max_count: 1 } } } } },
   });
@@ -130,7 +129,7 @@ t.test('F4: a cap held by an abandoned proposal is released by the scheduled hou
   );
 });
 
-t.test('F5: a plan change after an approval was executed stops dispatch', async (t) => {
+t.test('a plan change after an approval was executed stops dispatch', async (t) => {
   const { gate, pool, config } = await gateFixture(t);
   const id = requestId(await gate.call(editor({ plan_version: 'p1' }), 'update_document', publish));
   const view = await gate.approvals.show(id, { tenant_id: 'tenant-a' });
@@ -155,7 +154,7 @@ t.test('F5: a plan change after an approval was executed stops dispatch', async 
   t.same({ allow: after.allow, reason: after.reason }, { allow: false, reason: 'plan_version' });
 });
 
-t.test('F6: audit redaction reaches nested objects and arrays', async (t) => {
+t.test('audit redaction reaches nested objects and arrays', async (t) => {
   const { gate, pool } = await gateFixture(t);
   await gate.call(gctx(), 'transfer_funds', {
     to_account: 'ACC0000000002',
@@ -173,7 +172,7 @@ t.test('F6: audit redaction reaches nested objects and arrays', async (t) => {
   });
 });
 
-t.test('F7: hostile input gets a specific refusal, never internal', async (t) => {
+t.test('hostile input gets a specific refusal, never internal', async (t) => {
   const { gate, pool } = await gateFixture(t);
   let deep: Record<string, unknown> = {};
   for (let i = 0; i < 100_000; i++) deep = { a: deep };
@@ -195,7 +194,7 @@ t.test('F7: hostile input gets a specific refusal, never internal', async (t) =>
   t.equal(await count(pool, "actionledger.gate_audit WHERE outcome = 'internal'"), 0, 'no internal refusal audited');
 });
 
-t.test("F8: approve without resolvers changes nothing; execute needs an approver's role", async (t) => {
+t.test("approve without resolvers changes nothing; execute needs an approver's role", async (t) => {
   const { gate, pool, config, ledger } = await gateFixture(t);
   const id = requestId(await gate.call(editor(), 'update_document', publish));
   const view = await gate.approvals.show(id, { tenant_id: 'tenant-a' });

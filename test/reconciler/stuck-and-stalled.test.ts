@@ -1,6 +1,6 @@
 /**
- * Regressions from the adversarial review of the reconciler, compensator and verifier: each case once left an
- * operation stuck, stalled every pass, or let the verifier miss (or invent) a discrepancy.
+ * The reconciler, compensator and verifier on hostile answers and unexpected errors: no case may leave an
+ * operation stuck, stall every pass, or let the verifier miss (or invent) a discrepancy.
  */
 import t, { type Test } from 'tap';
 import type { IncomingMessage, ServerResponse } from 'node:http';
