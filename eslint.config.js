@@ -61,9 +61,19 @@ const componentBoundaries = {
 
 export default tseslint.config(
   { ignores: ['dist/**', 'node_modules/**', '.actionledger/**', 'coverage/**'] },
-  ...tseslint.configs.recommended,
+  // The config files themselves are plain JavaScript outside the TypeScript project.
+  { files: ['**/*.js'], ...tseslint.configs.disableTypeChecked },
+  ...tseslint.configs.recommendedTypeChecked,
   {
+    languageOptions: { parserOptions: { projectService: true, tsconfigRootDir: ROOT } },
     rules: {
+      // Every promise is awaited, returned or deliberately voided; none is passed where a callback returns void.
+      '@typescript-eslint/no-floating-promises': [
+        'error',
+        // tap queues a subtest when `t.test` is called and awaits it before the parent ends.
+        { allowForKnownSafePromises: [{ from: 'package', name: 'PromiseWithSubtest', package: '@tapjs/core' }] },
+      ],
+      '@typescript-eslint/no-misused-promises': 'error',
       '@typescript-eslint/no-unused-vars': [
         'error',
         { argsIgnorePattern: '^_', varsIgnorePattern: '^_', caughtErrorsIgnorePattern: '^_' },
