@@ -10,7 +10,7 @@
  * set holds the tokens of the scopes open right now. A call is allowed only when the token it sees is still in
  * the set. A bare "inside the scope" flag in the async context would not do: a timer, `setImmediate` or a
  * detached promise chain started inside the scope inherits that context and would keep the flag for its whole
- * life, long after the scope closed (the escape the seed reports with Python's `asyncio.create_task`). Such a
+ * life, long after the scope closed (the same escape as a Python contextvar inherited by `asyncio.create_task`). Such a
  * continuation still sees its token here, but the token has left the open set, so it is refused.
  *
  * Limits (what this does not prove):

@@ -68,7 +68,7 @@ type FieldRule =
   | { kind: 'seconds'; max: number; allowZero: boolean }
   | { kind: 'bytes'; max: number };
 
-/** Exactly the seed's field set: a missing or an extra field refuses the profile. */
+/** Exactly the documented profile fields: a missing or an extra field refuses the profile. */
 const FIELDS: Readonly<Record<string, FieldRule>> = Object.freeze({
   profile_id: { kind: 'string' },
   authorization_url: { kind: 'url' },

@@ -1,5 +1,5 @@
 /**
- * One provider call, and the classification of what came back (DESIGN.md, "Operation states"):
+ * One provider call, and the classification of what came back (docs/architecture.md, "Operation states and who moves them"):
  * 2xx with a receipt -> succeeded; 2xx without -> needs_review; a status the contract declares definitive ->
  * failed; anything else once the request may have left (other statuses, timeout, reset, oversized or
  * malformed body, redirect) -> unknown; a connection that failed before any byte was sent -> needs_review

@@ -16,6 +16,7 @@ import { ActionLedgerError } from '../core/errors.js';
 import type { Compensator } from '../compensator/index.js';
 import { outboxChannel } from '../ledger/index.js';
 import { providerHasNoEffect, type ProviderContact } from '../ledger/index.js';
+import { AuditWriter } from '../gate/index.js';
 import { reviewQueries } from './queries.js';
 
 export interface ReviewInput {
@@ -78,12 +79,14 @@ type Locked = { status: string; review_reason: string | null; provider_contact: 
 export class Review {
   readonly #config: Config;
   readonly #pool: Pool;
+  readonly #audit: AuditWriter;
   readonly #compensator: Compensator;
   readonly #q: Readonly<typeof reviewQueries>;
 
   constructor(config: Config, pool: Pool, compensator: Compensator) {
     this.#config = config;
     this.#pool = pool;
+    this.#audit = new AuditWriter({ config, pool });
     this.#compensator = compensator;
     this.#q = bindQueries(reviewQueries, config.schemaQuoted);
   }
@@ -122,24 +125,19 @@ export class Review {
     run: () => Promise<ReviewResult>,
   ): Promise<ReviewResult> {
     const started = performance.now();
+    // Written through the gate's audit writer: a refused row falls back to a smaller one, and a lost one is logged
+    // and counted (actionledger_audit_lost_total), never dropped silently.
     const write = async (outcome: string, detail: Record<string, unknown>): Promise<void> => {
       const id = UUID.test(operationId) ? operationId : null;
-      await this.#pool
-        .query(
-          `INSERT INTO ${this.#config.schemaQuoted}.gate_audit (action, outcome, tenant_id, principal_id, tool_name, subject_id, detail, duration_ms)
-           SELECT $1, $2, o.tenant_id, $3, o.tool_name, $4, $5::jsonb, $6
-           FROM (SELECT 1) one LEFT JOIN ${this.#config.schemaQuoted}.operations o ON o.operation_id = $7::uuid`,
-          [
-            `review:${action}`,
-            outcome,
-            printable(input?.actor),
-            id ?? printable(operationId),
-            JSON.stringify(detail),
-            performance.now() - started,
-            id,
-          ],
-        )
-        .catch(() => undefined);
+      await this.#audit.after({
+        action: `review:${action}`,
+        outcome,
+        context: { principal_id: printable(input?.actor) ?? undefined },
+        subjectId: id ?? printable(operationId),
+        operationId: id,
+        detail,
+        durationMs: performance.now() - started,
+      });
     };
     try {
       const r = await run();

@@ -4,7 +4,7 @@ import { ActionLedgerError, ERROR_CODES, toRefusal } from '../../core/errors.js'
 
 t.test('every code is unique, documented once in docs/errors.md with its group, and nothing else is', async (t) => {
   const doc = readFileSync('docs/errors.md', 'utf8');
-  const documented = [...doc.matchAll(/^\| `([a-z_]+)` \| ([a-z_]+) \|/gm)].map((m) => [m[1], m[2]] as const);
+  const documented = [...doc.matchAll(/^\| `([a-z_]+)` +\| ([a-z_]+) +\|/gm)].map((m) => [m[1], m[2]] as const);
   const codes = Object.entries(ERROR_CODES);
   t.equal(new Set(documented.map(([c]) => c)).size, documented.length, 'no code documented twice');
   t.same(new Map(documented), new Map(codes), 'documented codes and groups match the code exactly');

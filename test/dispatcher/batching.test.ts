@@ -110,7 +110,7 @@ t.test('a revocation issued while a batch is at the provider waits for its outco
   t.equal(e.provider.requestsFor(mate.effect_key), 1);
 });
 
-// Regressions from the adversarial review of the batching change.
+// A dispatch batch's locks and sends when a batch-mate fails, a row is held elsewhere, or a switch is engaged.
 
 async function untilSent(e: Awaited<ReturnType<typeof dispatchEnv>>, key: string): Promise<void> {
   const deadline = Date.now() + 10_000;

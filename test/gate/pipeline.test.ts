@@ -11,7 +11,7 @@ import { auditRows, count, gateFixture, gctx } from '../helpers/gate.js';
 const refund = (order = 'O-1', amount = 243.71) => ({ order_id: order, amount, currency: 'GBP' });
 const ops = (pool: Parameters<typeof count>[0]) => count(pool, 'actionledger.operations');
 
-t.test('the seed incident: 14 injected refunds from one conversation stop at the per-conversation cap', async (t) => {
+t.test('14 prompt-injected refunds from one conversation stop at the per-conversation cap', async (t) => {
   const { gate, pool } = await gateFixture(t);
   const results = [];
   for (let i = 1; i <= 14; i++)
