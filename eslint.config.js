@@ -65,7 +65,10 @@ export default tseslint.config(
   { files: ['**/*.js'], ...tseslint.configs.disableTypeChecked },
   ...tseslint.configs.recommendedTypeChecked,
   {
+    files: ['**/*.ts'],
     languageOptions: { parserOptions: { projectService: true, tsconfigRootDir: ROOT } },
+  },
+  {
     rules: {
       // Every promise is awaited, returned or deliberately voided; none is passed where a callback returns void.
       '@typescript-eslint/no-floating-promises': [

@@ -9,7 +9,12 @@ import { ESLint } from 'eslint';
 
 const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 const RULE = 'local/component-boundaries';
-const eslint = new ESLint({ cwd: ROOT, ruleFilter: ({ ruleId }) => ruleId === RULE });
+// Only the boundary rule runs, and it needs no type information: the probes are text, not files of the project.
+const eslint = new ESLint({
+  cwd: ROOT,
+  ruleFilter: ({ ruleId }) => ruleId === RULE,
+  overrideConfig: { languageOptions: { parserOptions: { projectService: false } } },
+});
 
 /** The boundary findings for `code` as if it were the file at `path` (relative to the repository root). */
 async function findings(path: string, code: string): Promise<string[]> {
