@@ -61,8 +61,6 @@ const componentBoundaries = {
 
 export default tseslint.config(
   { ignores: ['dist/**', 'node_modules/**', '.actionledger/**', 'coverage/**'] },
-  // The config files themselves are plain JavaScript outside the TypeScript project.
-  { files: ['**/*.js'], ...tseslint.configs.disableTypeChecked },
   ...tseslint.configs.recommendedTypeChecked,
   {
     files: ['**/*.ts'],
@@ -92,4 +90,6 @@ export default tseslint.config(
     plugins: { local: { rules: { 'component-boundaries': componentBoundaries } } },
     rules: { 'local/component-boundaries': 'error' },
   },
+  // The config files themselves are plain JavaScript outside the TypeScript project: no type-aware rules.
+  { files: ['**/*.js'], ...tseslint.configs.disableTypeChecked },
 );
