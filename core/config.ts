@@ -189,7 +189,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
   return compileConfig(raw, env, { configPath: path, cwd });
 }
 
-type RawTool = {
+/** One tool's route as written in the configuration file. */
+export type RawTool = {
   provider_id: string;
   endpoint: string;
   allowed_tenants: string[];

@@ -56,3 +56,17 @@ export const IDENTITY_ARGUMENT_NAMES = [
   'approved_by',
   'requester_id',
 ] as const;
+
+/** The longest trusted-context field, in UTF-16 code units. */
+export const MAX_CONTEXT_FIELD = 256;
+
+/** Whether `v` can be a trusted-context field: non-empty well-formed text, bounded, no control characters. */
+export function isContextText(v: unknown): v is string {
+  return (
+    typeof v === 'string' &&
+    v.length > 0 &&
+    v.length <= MAX_CONTEXT_FIELD &&
+    v.isWellFormed() &&
+    !/[\u0000-\u001f\u007f]/.test(v)
+  );
+}

@@ -6,12 +6,12 @@
 import type { GateTool } from '../core/config.js';
 import { ActionLedgerError } from '../core/errors.js';
 import { canonicalArguments, sha256Hex, type JsonBounds, type JsonObject } from '../core/json.js';
-import { IDENTITY_ARGUMENT_NAMES } from '../core/types.js';
+import { IDENTITY_ARGUMENT_NAMES, isContextText, MAX_CONTEXT_FIELD } from '../core/types.js';
 import { refuse } from './refusal.js';
 import { GATE_CONTEXT_FIELDS, type GateContext } from './types.js';
 
 /** The longest text a context field may hold (and the longest the audit log keeps of one). */
-export const MAX_CONTEXT_FIELD = 256;
+export { MAX_CONTEXT_FIELD };
 
 export interface CheckedArgs {
   args: JsonObject;
@@ -32,14 +32,7 @@ export function checkGateContext(ctx: unknown): GateContext {
   if ((ctx as Record<string, unknown>).plan_version !== undefined) fields.push('plan_version');
   for (const f of fields) {
     const v = (ctx as Record<string, unknown>)[f];
-    if (
-      typeof v !== 'string' ||
-      v.length === 0 ||
-      v.length > MAX_CONTEXT_FIELD ||
-      !v.isWellFormed() ||
-      /[\u0000-\u001f\u007f]/.test(v)
-    )
-      bad.push(f);
+    if (!isContextText(v)) bad.push(f);
   }
   if (bad.length > 0)
     throw refuse('invalid_context', `trusted context fields missing or malformed: ${bad.join(', ')}`, {

@@ -6,7 +6,7 @@ import type { Config, ToolRoute } from '../core/config.js';
 import { bindQueries, type Pool, type Queryable } from '../core/db.js';
 import { ActionLedgerError, asActionLedgerError } from '../core/errors.js';
 import { canonicalArguments, sha256Hex } from '../core/json.js';
-import { TRUSTED_CONTEXT_FIELDS, type OperationStatus, type TrustedContext } from '../core/types.js';
+import { isContextText, TRUSTED_CONTEXT_FIELDS, type OperationStatus, type TrustedContext } from '../core/types.js';
 import type { EffectKeyer } from './effect-key.js';
 import { ledgerStatus, showOperation, type HistoryRow, type LedgerStatus } from './inspect.js';
 import { OutboxNotifier, outboxChannel } from './notifier.js';
@@ -31,8 +31,6 @@ export interface ReserveOptions {
   actor?: string;
 }
 
-const MAX_CONTEXT_FIELD = 256;
-
 /** What the ledger holds for one reserved workflow step: its identity, binding and current state. */
 export type ReservedStep = {
   operation_id: string;
@@ -56,15 +54,7 @@ export function checkTrustedContext(ctx: unknown): TrustedContext {
   const bad: string[] = [];
   for (const field of TRUSTED_CONTEXT_FIELDS) {
     const v = (ctx as Record<string, unknown>)[field];
-    if (
-      typeof v !== 'string' ||
-      v.length === 0 ||
-      v.length > MAX_CONTEXT_FIELD ||
-      !v.isWellFormed() ||
-      /[\u0000-\u001f\u007f]/.test(v)
-    ) {
-      bad.push(field);
-    }
+    if (!isContextText(v)) bad.push(field);
   }
   if (bad.length > 0) {
     throw new ActionLedgerError('invalid_context', `trusted context fields missing or malformed: ${bad.join(', ')}`, {

@@ -8,6 +8,7 @@
  */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import type { RawTool } from '../core/config.js';
 import { generateProfileKeyPair, signProfile, type ProfileKeyKind } from '../core/profile.js';
 import { SandboxAuthorizer } from './authorizer.js';
 import type { ServerTls } from '../core/mtls-json-server.js';
@@ -101,15 +102,8 @@ export class DispatchFiles {
   }
 }
 
-/** One tool's route as written in the configuration file. */
-export interface SandboxRoute {
-  provider_id: string;
-  endpoint: string;
-  allowed_tenants: string[];
-  credential_env?: string;
-  idempotency: { mechanism: 'header'; name: string };
-  definitive_failure_statuses: number[];
-}
+/** One tool's route as written in the configuration file, without readback or compensation. */
+export type SandboxRoute = Omit<RawTool, 'readback' | 'effects_listing_url' | 'compensation'>;
 
 /** A route to a sandbox provider for `tenant-a`, keyed by the `Idempotency-Key` header, 400 and 422 definitive. */
 export function sandboxRoute(
