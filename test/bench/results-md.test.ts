@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { LAST_RUN_END, LAST_RUN_START, writeLastRun } from '../../bench/harness.js';
 
-t.test('a benchmark run replaces only the last run in results.md and keeps the history after it', async (t) => {
+t.test('a benchmark run replaces only the last run in results.md and keeps the history after it', (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'al-results-md-'));
   const path = join(dir, 'results.md');
   writeFileSync(path, '# Benchmark results\n\nOlder runs, written by hand.\n');

@@ -10,7 +10,7 @@ const tool = {
   idempotency: { mechanism: 'header', name: 'Idempotency-Key' },
 };
 
-t.test('the shipped example configuration compiles and routes issue_refund for tenant-a', async (t) => {
+t.test('the shipped example configuration compiles and routes issue_refund for tenant-a', (t) => {
   const cfg = loadConfig({ ACTIONLEDGER_CONFIG: 'actionledger.config.json' });
   const route = cfg.tools.get('issue_refund');
   t.ok(route?.allowedTenants.has('tenant-a'));
@@ -21,7 +21,7 @@ t.test('the shipped example configuration compiles and routes issue_refund for t
   t.match(readFileSync('actionledger.config.json', 'utf8'), /secret_env/, 'secrets only by environment variable name');
 });
 
-t.test('every problem is listed at once', async (t) => {
+t.test('every problem is listed at once', (t) => {
   const err = (() => {
     try {
       compileConfig(
@@ -78,13 +78,13 @@ t.test('every problem is listed at once', async (t) => {
   t.match(endpoints.join('\n'), /schema/);
 });
 
-t.test('schema names are validated and quoted once', async (t) => {
+t.test('schema names are validated and quoted once', (t) => {
   t.equal(quoteSchemaName('actionledger'), '"actionledger"');
   for (const bad of ['a"b', 'A', 'pg_catalog', '', 'x;drop', 'a'.repeat(64)])
     t.throws(() => quoteSchemaName(bad), { code: 'schema_name_invalid' }, bad);
 });
 
-t.test('effect-key secrets: required with a real database, at least 32 bytes', async (t) => {
+t.test('effect-key secrets: required with a real database, at least 32 bytes', (t) => {
   const cfg = compileConfig({ tools: { x: tool } }, { DATABASE_URL: 'postgres://x/y' });
   t.throws(() => resolveEffectKeySecrets(cfg, {}, { embedded: false }), { code: 'secret_missing' });
   t.throws(() => resolveEffectKeySecrets(cfg, { ACTIONLEDGER_EFFECT_KEY_SECRET: 'short' }, { embedded: false }), {

@@ -55,7 +55,7 @@ function refuses(t: Test, fn: () => unknown, pattern: RegExp, what: string): voi
   }
 }
 
-t.test('ECDSA P-256 and Ed25519 round trips give a frozen profile in milliseconds', async (t) => {
+t.test('ECDSA P-256 and Ed25519 round trips give a frozen profile in milliseconds', (t) => {
   for (const [kind, pair, algorithm] of [
     ['ecdsa-p256', ec, 'ecdsa-p256-sha256'],
     ['ed25519', ed, 'ed25519'],
@@ -91,7 +91,7 @@ t.test('ECDSA P-256 and Ed25519 round trips give a frozen profile in millisecond
   );
 });
 
-t.test('a DER ECDSA signature as cosign sign-blob writes it verifies', async (t) => {
+t.test('a DER ECDSA signature as cosign sign-blob writes it verifies', (t) => {
   const profileBytes = bytesOf(PROFILE);
   const der = cryptoSign('sha256', profileBytes, { key: ec.privateKeyPem, dsaEncoding: 'der' }).toString('base64');
   t.equal(verifyProfile({ profileBytes, signature: der, publicKeyPem: ec.publicKeyPem }).profileId, PROFILE.profile_id);
@@ -120,7 +120,7 @@ t.test('a DER ECDSA signature as cosign sign-blob writes it verifies', async (t)
   t.equal(p.profileId, PROFILE.profile_id, 'openssl dgst -sha256 -sign (the cosign format) verifies');
 });
 
-t.test('signatures that do not match refuse', async (t) => {
+t.test('signatures that do not match refuse', (t) => {
   const profileBytes = bytesOf(PROFILE);
   for (const pair of [ec, ed]) {
     const signature = signProfile({ profileBytes, privateKeyPem: pair.privateKeyPem });
@@ -195,7 +195,7 @@ t.test('signatures that do not match refuse', async (t) => {
   );
 });
 
-t.test('RSA and P-384 keys refuse, for verifying and for signing', async (t) => {
+t.test('RSA and P-384 keys refuse, for verifying and for signing', (t) => {
   const profileBytes = bytesOf(PROFILE);
   const pem = (pair: { publicKey: KeyObject; privateKey: KeyObject }): { publicKey: string; privateKey: string } => ({
     publicKey: pair.publicKey.export({ type: 'spki', format: 'pem' }).toString(),
@@ -231,7 +231,7 @@ t.test('RSA and P-384 keys refuse, for verifying and for signing', async (t) => 
   );
 });
 
-t.test('content problems refuse after a valid signature', async (t) => {
+t.test('content problems refuse after a valid signature', (t) => {
   const without = (k: string): Record<string, unknown> =>
     Object.fromEntries(Object.entries(PROFILE).filter(([f]) => f !== k));
   refuses(
@@ -351,7 +351,7 @@ t.test('loadVerifiedProfile reads the three files and refuses a missing one', as
   t.ok(isActionLedgerError(big, 'profile_invalid'), 'oversized profile refuses');
 });
 
-t.test('the profile CLI round trips as a child process', async (t) => {
+t.test('the profile CLI round trips as a child process', (t) => {
   const cli = fileURLToPath(new URL('../helpers/run-profile-cli.js', import.meta.url));
   const run = (...args: string[]): { code: number | null; out: string; err: string } => {
     const r = spawnSync(process.execPath, [cli, ...args], { encoding: 'utf8' });

@@ -15,7 +15,7 @@ const problems = (fn: () => unknown): string[] => {
   return [];
 };
 
-t.test('an object schema without additionalProperties: false is refused, nested ones too', async (t) => {
+t.test('an object schema without additionalProperties: false is refused, nested ones too', (t) => {
   const open = { type: 'object', properties: { order_id: { type: 'string' } }, required: ['order_id'] };
   t.match(
     problems(() => gateConfig(url, { gate: { tools: { issue_refund: { schema: open } } } })).join('\n'),
@@ -42,7 +42,7 @@ t.test('an object schema without additionalProperties: false is refused, nested 
   );
 });
 
-t.test('strict mode, identity arguments, value wiring and routes are checked', async (t) => {
+t.test('strict mode, identity arguments, value wiring and routes are checked', (t) => {
   const unknownKeyword = {
     type: 'object',
     additionalProperties: false,
@@ -81,7 +81,7 @@ t.test('strict mode, identity arguments, value wiring and routes are checked', a
   );
 });
 
-t.test('a configured validator or resolver that is not registered refuses to start', async (t) => {
+t.test('a configured validator or resolver that is not registered refuses to start', (t) => {
   const config = gateConfig(url);
   t.throws(() => new Gate({ config, pool: undefined as never, ledger: undefined as never }), {
     code: 'config_invalid',

@@ -3,7 +3,7 @@ import { Writable } from 'node:stream';
 import { createLogger } from '../../core/log.js';
 import { ctx, ledgerFixture, testKeyer, TEST_SECRET } from '../helpers/db.js';
 
-t.test('the effect key depends only on the secret, its key id and the operation id', async (t) => {
+t.test('the effect key depends only on the secret, its key id and the operation id', (t) => {
   const id = '1b4e28ba-2fa1-11d2-883f-0016d3cca427';
   const k = testKeyer();
   t.match(k.derive(id), /^v1\.k1\.[0-9a-f]{64}$/);

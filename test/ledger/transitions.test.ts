@@ -87,7 +87,7 @@ t.test(
   },
 );
 
-t.test('a release is legal in history only with its released: reason', async (t) => {
+t.test('a release is legal in history only with its released: reason', (t) => {
   t.ok(isLegalTransition('executing', 'pending', 'released:storage_full'));
   t.notOk(isLegalTransition('executing', 'pending', 'claimed'));
   t.notOk(isLegalTransition('executing', 'pending'));

@@ -20,7 +20,7 @@ async function compensationOf(e: DispatchEnv, id: string): Promise<string | unde
 
 const voids = (e: DispatchEnv) => e.provider.requests().filter((r) => r.method === 'POST' && r.path === VOID_PATH);
 
-t.test('step order is natural; the next to compensate is the newest succeeded step before the failure', async (t) => {
+t.test('step order is natural; the next to compensate is the newest succeeded step before the failure', (t) => {
   t.same(['step-10', 'step-2', 'step-1'].sort(compareSteps), ['step-1', 'step-2', 'step-10']);
   const s = (id: string, step: string, st: string) => ({ operation_id: id, workflow_step_id: step, status: st });
   t.same(nextToCompensate([s('a', '1', 'succeeded'), s('b', '2', 'succeeded'), s('c', '3', 'failed')]), {
