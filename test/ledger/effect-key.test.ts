@@ -34,10 +34,10 @@ t.test('the secret never appears in a log line, an error or a row', async (t) =>
   const err = await ledger.reserve(ctx(), 'issue_refund', { amount: 2 }).catch((e: unknown) => e);
   log.error({ err }, 'conflict');
   const dump = (
-    await pool.query(
+    await pool.query<{ all: string }>(
       `SELECT (SELECT json_agg(o)::text FROM actionledger.operations o) || (SELECT json_agg(h)::text FROM actionledger.operation_history h) AS all`,
     )
-  ).rows[0].all as string;
+  ).rows[0]!.all;
   const hex = Buffer.from(TEST_SECRET).toString('hex');
   for (const [where, text] of [
     ['log', lines.join('')],

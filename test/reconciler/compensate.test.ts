@@ -91,11 +91,11 @@ t.test('three-step task, step 3 definitively fails: compensations for steps 2 th
 
   const sent = voids(e);
   t.equal(sent.length, 2, 'two compensation requests, each once');
-  const { rows: comps } = await e.pool.query(
+  const { rows: comps } = await e.pool.query<{ operation_id: string }>(
     'SELECT operation_id, effect_key, workflow_step_id, tool_name, arguments_json, current_approval_id FROM actionledger.operations WHERE operation_id = ANY($1::uuid[])',
     [[c1, c2]],
   );
-  const byId = new Map(comps.map((c) => [c.operation_id as string, c as Record<string, unknown>]));
+  const byId = new Map(comps.map((c) => [c.operation_id, c as Record<string, unknown>]));
   t.same(
     sent.map((r) => r.key),
     [byId.get(c2 as string)?.effect_key, byId.get(c1 as string)?.effect_key],
