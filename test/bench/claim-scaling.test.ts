@@ -28,6 +28,7 @@ t.test("summarizePlan: the pick's scans, the rows they read and the statement's 
   t.equal(s.rowsRead, 64);
   t.equal(s.buffers, 1234);
   t.equal(s.executionMs, 2.195);
+  t.end();
 });
 
 t.test('the previous claim takes the same operations as the shipped one, kill switches included', async (t) => {

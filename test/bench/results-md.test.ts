@@ -23,4 +23,5 @@ t.test('a benchmark run replaces only the last run in results.md and keeps the h
   t.ok(second.includes("## History\n\nsecond run's notes"), 'the history after the markers is kept');
   t.ok(second.includes('Older runs, written by hand.'), 'and so is everything else');
   t.equal(second.split(LAST_RUN_START).length, 2, 'one last run');
+  t.end();
 });

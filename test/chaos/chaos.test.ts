@@ -215,4 +215,5 @@ t.test('the proxy sees a COMMIT in simple and extended protocol messages; the PR
     Array.from({ length: 5 }, () => a.int(0, 1000)),
     Array.from({ length: 5 }, () => b.int(0, 1000)),
   );
+  t.end();
 });

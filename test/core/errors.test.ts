@@ -8,6 +8,7 @@ t.test('every code is unique, documented once in docs/errors.md with its group, 
   const codes = Object.entries(ERROR_CODES);
   t.equal(new Set(documented.map(([c]) => c)).size, documented.length, 'no code documented twice');
   t.same(new Map(documented), new Map(codes), 'documented codes and groups match the code exactly');
+  t.end();
 });
 
 t.test('refusals are structured and never leak unexpected error text', (t) => {
@@ -18,6 +19,7 @@ t.test('refusals are structured and never leak unexpected error text', (t) => {
   t.same(toRefusal(e), { ok: false, error: 'route_not_approved', message: 'no route', details: { tool: 'x' } });
   t.equal(e.group, 'refused');
   t.same(toRefusal(new Error('password=hunter2 at db')), { ok: false, error: 'internal', message: 'internal error' });
+  t.end();
 });
 
 t.test('database failures become coded errors with their SQLSTATE, never internal', (t) => {
@@ -42,4 +44,5 @@ t.test('database failures become coded errors with their SQLSTATE, never interna
   }
   t.same(toRefusal(pgError('53100')).details, { sqlstate: '53100' });
   t.equal(toRefusal(new TypeError('x')).error, 'internal', 'a non-database failure stays internal');
+  t.end();
 });

@@ -286,4 +286,5 @@ t.test('NODE_TLS_REJECT_UNAUTHORIZED=0 is refused at start-up', (t) => {
   });
   t.doesNotThrow(() => assertTlsVerificationEnabled({}));
   t.doesNotThrow(() => assertTlsVerificationEnabled({ NODE_TLS_REJECT_UNAUTHORIZED: '1' }));
+  t.end();
 });

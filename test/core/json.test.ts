@@ -40,6 +40,7 @@ t.test('RFC 8785 test vectors', (t) => {
     [295147905179352830000, '295147905179352830000'],
   ];
   for (const [n, text] of numbers) t.equal(canonicalJson(n), text, `number ${text}`);
+  t.end();
 });
 
 t.test('key order and number spelling do not change the hash', (t) => {
@@ -51,6 +52,7 @@ t.test('key order and number spelling do not change the hash', (t) => {
     sha256Hex(canonicalArguments({ amount: 10 }, bounds)),
     sha256Hex(canonicalArguments({ amount: 10000 }, bounds)),
   );
+  t.end();
 });
 
 t.test('strict parsing refuses what JSON.parse accepts', (t) => {
@@ -88,4 +90,5 @@ t.test('strict parsing refuses what JSON.parse accepts', (t) => {
   const ok = parseStrictJson('{"a":[1,2.5,"x",null,true],"b":{"c":-1e-3}}') as Record<string, JsonValue>;
   t.same(ok, { a: [1, 2.5, 'x', null, true], b: { c: -0.001 } });
   t.equal(Object.getPrototypeOf(ok), Object.prototype, 'parsed objects are plain');
+  t.end();
 });

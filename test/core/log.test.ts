@@ -38,4 +38,5 @@ t.test('a repeating failure is logged once per interval with a count, a new code
   t.equal(lines[3]?.failures, 52);
   rep.fail(refused);
   t.equal(lines.length, 5, 'after a recovery the next failure is logged at once');
+  t.end();
 });

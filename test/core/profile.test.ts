@@ -89,6 +89,7 @@ t.test('ECDSA P-256 and Ed25519 round trips give a frozen profile in millisecond
     64,
     'raw Ed25519',
   );
+  t.end();
 });
 
 t.test('a DER ECDSA signature as cosign sign-blob writes it verifies', (t) => {
@@ -118,6 +119,7 @@ t.test('a DER ECDSA signature as cosign sign-blob writes it verifies', (t) => {
   }
   const p = verifyProfile({ profileBytes, signature: sig.toString('base64'), publicKeyPem: ec.publicKeyPem });
   t.equal(p.profileId, PROFILE.profile_id, 'openssl dgst -sha256 -sign (the cosign format) verifies');
+  t.end();
 });
 
 t.test('signatures that do not match refuse', (t) => {
@@ -193,6 +195,7 @@ t.test('signatures that do not match refuse', (t) => {
     /PUBLIC KEY/,
     'not a PEM',
   );
+  t.end();
 });
 
 t.test('RSA and P-384 keys refuse, for verifying and for signing', (t) => {
@@ -229,6 +232,7 @@ t.test('RSA and P-384 keys refuse, for verifying and for signing', (t) => {
     /unsupported EC curve/,
     'signing with P-384',
   );
+  t.end();
 });
 
 t.test('content problems refuse after a valid signature', (t) => {
@@ -327,6 +331,7 @@ t.test('content problems refuse after a valid signature', (t) => {
     /UTF-8/,
     'not UTF-8',
   );
+  t.end();
 });
 
 t.test('loadVerifiedProfile reads the three files and refuses a missing one', async (t) => {
@@ -421,4 +426,5 @@ t.test('the profile CLI round trips as a child process', (t) => {
   t.equal(run('verify', '--profile', profilePath).code, 2, 'missing options');
   t.equal(run('keygen', '--kind', 'rsa', '--out-dir', dir).code, 2, 'bad kind');
   t.equal(run('sign', '--profile', profilePath, '--key', 'k', '--bogus', 'x').code, 2, 'unknown option');
+  t.end();
 });

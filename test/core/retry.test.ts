@@ -78,6 +78,7 @@ t.test(
     t.ok(isTransient(new Error('Connection terminated unexpectedly')), 'a lost connection');
     for (const code of ['23505', '42P01', 'P0001', '22P02']) t.notOk(isTransient(pgError(code)), code);
     t.notOk(isTransient(new Error('a bug')));
+    t.end();
   },
 );
 

@@ -40,6 +40,7 @@ t.test('an object schema without additionalProperties: false is refused, nested 
     [],
     'the example registry is valid',
   );
+  t.end();
 });
 
 t.test('strict mode, identity arguments, value wiring and routes are checked', (t) => {
@@ -79,6 +80,7 @@ t.test('strict mode, identity arguments, value wiring and routes are checked', (
     ).join('\n'),
     /orphan has no provider route/,
   );
+  t.end();
 });
 
 t.test('a configured validator or resolver that is not registered refuses to start', (t) => {
@@ -87,4 +89,5 @@ t.test('a configured validator or resolver that is not registered refuses to sta
     code: 'config_invalid',
     message: /order_owned.*not registered[\s\S]*resolver registered for type document/,
   });
+  t.end();
 });

@@ -14,6 +14,7 @@ t.test('the effect key depends only on the secret, its key id and the operation 
   t.ok(k.verify(id, k.derive(id)));
   t.notOk(k.verify(id, testKeyer(TEST_SECRET + 'x').derive(id)));
   t.notOk(k.verify(id, 'v1.k9.' + '0'.repeat(64)), 'unknown key id does not verify');
+  t.end();
 });
 
 t.test('the secret never appears in a log line, an error or a row', async (t) => {

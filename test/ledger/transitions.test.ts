@@ -93,6 +93,7 @@ t.test('a release is legal in history only with its released: reason', (t) => {
   t.notOk(isLegalTransition('executing', 'pending'));
   t.ok(isLegalTransition(null, 'pending'));
   t.notOk(isLegalTransition(null, 'executing'));
+  t.end();
 });
 
 t.test(

@@ -44,6 +44,7 @@ t.test('step order is natural; the next to compensate is the newest succeeded st
   t.equal(nextToCompensate([s('a', '1', 'failed'), s('b', '2', 'succeeded')]), null, 'nothing before the failure');
   t.equal(resolvePointer({ a: [{ 'b/c': 1 }] }, '/a/0/b~1c'), 1);
   t.equal(resolvePointer({ a: 1 }, '/b'), undefined);
+  t.end();
 });
 
 t.test('three-step task, step 3 definitively fails: compensations for steps 2 then 1, each once', async (t) => {

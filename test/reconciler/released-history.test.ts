@@ -16,4 +16,5 @@ t.test('executing -> pending is legal only as a release', (t) => {
   t.same(historyProblems(path('released:storage_full'), 'succeeded'), [], 'a release');
   t.match(historyProblems(path('claimed'), 'succeeded'), [{ kind: 'illegal_transition' }], 'any other reason');
   t.match(historyProblems(path(undefined), 'succeeded'), [{ kind: 'illegal_transition' }], 'no reason given');
+  t.end();
 });

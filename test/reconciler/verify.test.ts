@@ -31,6 +31,7 @@ t.test('history paths: legal, broken, illegal', (t) => {
   );
   t.match(historyProblems([{ from_status: null, to_status: 'pending' }], 'succeeded'), [{ kind: 'history_broken' }]);
   t.match(historyProblems([], 'pending'), [{ kind: 'history_broken' }]);
+  t.end();
 });
 
 t.test(

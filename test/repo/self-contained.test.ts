@@ -18,6 +18,7 @@ function outsideMentions(text: string): string[] {
 t.test('the check finds each outside document it looks for', (t) => {
   for (const name of OUTSIDE) t.same(outsideMentions(`see ${name}, section 2`), [name], name);
   t.same(outsideMentions('see docs/architecture.md'), [], 'a document of the repository is not outside');
+  t.end();
 });
 
 t.test('no tracked file mentions a document outside the repository', (t) => {
@@ -42,4 +43,5 @@ t.test('no tracked file mentions a document outside the repository', (t) => {
     });
   }
   t.same(found, [], 'every mention, as file:line');
+  t.end();
 });
