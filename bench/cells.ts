@@ -528,7 +528,7 @@ export async function pgBossCell(adminUrl: string, n: number, mode: BossMode, li
   try {
     await boss.start();
     await boss.createQueue('bench');
-    const workerId = await boss.work('bench', { batchSize: n, pollingIntervalSeconds: 0.5 }, async () => undefined);
+    const workerId = await boss.work('bench', { batchSize: n, pollingIntervalSeconds: 0.5 }, () => Promise.resolve());
     const cycle = async (_w: number, i: number): Promise<number> => {
       const id = await boss.send('bench', { i });
       const committed = performance.now();
@@ -586,8 +586,9 @@ export async function pgBossEnqueueDrainCell(
     const load = nodeLoad();
     const start = performance.now();
     const worker: { id?: string } = {};
-    worker.id = await boss.work('bench', { batchSize: n, pollingIntervalSeconds: 0.5 }, async () => {
+    worker.id = await boss.work('bench', { batchSize: n, pollingIntervalSeconds: 0.5 }, () => {
       if (worker.id !== undefined) boss.notifyWorker(worker.id);
+      return Promise.resolve();
     });
     const deadline = start + COMPLETION_TIMEOUT_MS;
     while (b.completed() < target && performance.now() < deadline) await sleep(2);
@@ -711,7 +712,7 @@ export function median<T extends object>(runs: T[]): T {
 }
 
 export function medianOf(values: number[]): number {
-  return (median(values.map((v) => ({ v }))) as { v: number }).v;
+  return median(values.map((v) => ({ v }))).v;
 }
 
 /** The median over rounds of a per-round ratio: cells of one round ran minutes apart at most. */

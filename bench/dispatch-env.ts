@@ -148,7 +148,7 @@ export function instrumentPool(
 ): void {
   pool.on('connect', (client: pg.PoolClient) => {
     const target = client as unknown as { query: QueryFn };
-    const original = target.query.bind(client) as QueryFn;
+    const original = target.query.bind(client);
     target.query = (...args: unknown[]) => {
       const first = args[0];
       const text = typeof first === 'string' ? first : (first as { text?: unknown } | null)?.text;
@@ -389,7 +389,7 @@ export async function openDispatchBench(
     databaseUrl: url,
     embedded: null,
     effectKeys: { active: 'k1', secrets: new Map() },
-    close: async () => undefined,
+    close: () => Promise.resolve(),
   };
   const dispatcher = await openDispatcher(runtime, env, { concurrency });
   if (startDispatcher) await dispatcher.start();

@@ -37,7 +37,7 @@ export function stopOnSignal(db: BenchDatabase): void {
 
 export async function openBenchDatabase(): Promise<BenchDatabase> {
   let url = process.env.DATABASE_URL;
-  let stop = async (): Promise<void> => undefined;
+  let stop = (): Promise<void> => Promise.resolve();
   if (url === undefined || url === '') {
     const { openEmbeddedDatabase } = await import('../core/embedded.js');
     const dir = mkdtempSync(join(tmpdir(), 'actionledger-bench-'));

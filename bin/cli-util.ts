@@ -18,10 +18,13 @@ export function printRefusal(err: unknown): number {
   printJson(coded.toRefusal());
   // A coded failure is explained by its code and message; only the unexpected ones need their stack.
   if (coded.code === 'internal') process.stderr.write(`${(err as Error)?.stack ?? String(err)}\n`);
-  else if (coded !== err)
+  else if (coded !== err) {
+    // Set here only by asActionLedgerError, from sqlState(): a string or absent.
+    const sqlstate = coded.details?.sqlstate;
     process.stderr.write(
-      `actionledger: ${coded.code}${coded.details?.sqlstate === undefined ? '' : ` (SQLSTATE ${String(coded.details.sqlstate)})`}: ${(err as Error)?.message ?? String(err)}\n`,
+      `actionledger: ${coded.code}${typeof sqlstate === 'string' ? ` (SQLSTATE ${sqlstate})` : ''}: ${(err as Error)?.message ?? String(err)}\n`,
     );
+  }
   return 1;
 }
 

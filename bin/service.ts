@@ -44,7 +44,8 @@ export function quietConnectionErrors(log: Logger, repeated: RepeatedFailureLog)
         return (obj: unknown, ...rest: unknown[]) => {
           const err = (obj as { err?: unknown } | null)?.err ?? obj;
           if (isConnectionError(err)) return repeated.fail(err, typeof rest[0] === 'string' ? { source: rest[0] } : {});
-          return (target[prop] as (...args: unknown[]) => void).call(target, obj, ...rest);
+          const write: (...args: unknown[]) => void = target[prop];
+          return write.call(target, obj, ...rest);
         };
       }
       if (prop === 'child')
@@ -135,7 +136,13 @@ export async function runService(options: ServiceOptions): Promise<number> {
 
   try {
     const lock = acquireServiceLock(config.dataDir);
-    stops.push({ name: 'lock', run: async () => lock.release() });
+    stops.push({
+      name: 'lock',
+      run: () => {
+        lock.release();
+        return Promise.resolve();
+      },
+    });
     runtime = await openRuntime({
       name: 'service',
       config,
@@ -176,7 +183,13 @@ export async function runService(options: ServiceOptions): Promise<number> {
       },
     });
     const ledger = new Ledger(rt.config, rt.pool, new EffectKeyer(rt.effectKeys));
-    stops.push({ name: 'ledger', run: async () => ledger.stop() });
+    stops.push({
+      name: 'ledger',
+      run: () => {
+        ledger.stop();
+        return Promise.resolve();
+      },
+    });
     let sandboxEnv: Record<string, string> = {};
     if (rt.config.sandbox.enabled && stopReason === null) {
       const { startDevSandbox } = await import('../sandbox/index.js');
@@ -219,7 +232,13 @@ export async function runService(options: ServiceOptions): Promise<number> {
       try {
         const { openReconciler, ReconcileSchedule } = await import('../reconciler/index.js');
         const kit = await openReconciler({ ...rt, log: quietLog }, { ...options.env, ...sandboxEnv });
-        stops.push({ name: 'reconciler', run: async () => kit.close() });
+        stops.push({
+          name: 'reconciler',
+          run: () => {
+            kit.close();
+            return Promise.resolve();
+          },
+        });
         const schedule = new ReconcileSchedule({
           databaseUrl: rt.databaseUrl,
           schema: rt.config.schema,
@@ -278,7 +297,7 @@ export async function runService(options: ServiceOptions): Promise<number> {
   const summary = {
     reason: stopReason ?? 'start_failed',
     exit_code: exitCode,
-    ...(failure === null ? {} : { code: (failure as ActionLedgerError).code }),
+    ...(failure === null ? {} : { code: failure.code }),
     workers: r?.total ?? 0,
     workers_clean: r?.clean ?? 0,
     workers_killed: r?.killed ?? 0,

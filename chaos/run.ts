@@ -347,7 +347,7 @@ async function main(): Promise<number> {
     databaseUrl: url,
     embedded: null,
     effectKeys: secrets,
-    close: async () => undefined,
+    close: () => Promise.resolve(),
   };
   const kit = await openReconciler(runtime, { ...baseEnv, DATABASE_URL: url });
   await reconcileUntilStable(kit, count, deadline);

@@ -185,7 +185,7 @@ export async function openEmbeddedDatabase(options: OpenEmbeddedOptions): Promis
     startedHere: false,
     owned: false,
     state: 'running',
-    stop: async () => undefined,
+    stop: () => Promise.resolve(),
   });
 
   const state = await settledProbe(`${base}/postgres`, clusterDir);

@@ -276,7 +276,7 @@ function discard(body: { destroy(): unknown; on(event: 'error', fn: () => void):
 async function readCapped(body: UndiciResponse['body'], maxBytes: number): Promise<Buffer | null> {
   const chunks: Buffer[] = [];
   let total = 0;
-  for await (const chunk of body) {
+  for await (const chunk of body as AsyncIterable<Buffer>) {
     total += chunk.byteLength;
     if (total > maxBytes) {
       discard(body);

@@ -17,7 +17,7 @@ export interface DispatchIdentity {
   /** Provider credentials by tool name; a tool whose variable is unset is absent. */
   credentials: ReadonlyMap<string, Secret>;
   /** A new dedicated mTLS agent (one per purpose: authorizer, provider, readback). */
-  agent(): Agent;
+  agent: () => Agent;
 }
 
 /** Throws `tls_verification_disabled`, `profile_invalid`, `config_invalid`. */

@@ -174,7 +174,7 @@ function checkJsonData(value: unknown, path: string, depth: number, maxDepth: nu
       if (!key.isWellFormed()) throw argsError('contain a lone surrogate in a key', path);
       if (key.includes('\u0000')) throw argsError('contain a NUL character in a key', path);
       if (key === '__proto__') throw argsError('contain the key __proto__', childPath);
-      checkJsonData((obj as Record<string, unknown>)[key], childPath, depth + 1, maxDepth, seen);
+      checkJsonData(obj[key], childPath, depth + 1, maxDepth, seen);
     }
   }
   seen.delete(obj);

@@ -50,11 +50,13 @@ export function backoffMs(policy: Pick<RetryPolicy, 'baseDelayMs' | 'maxDelayMs'
 export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise<void>((resolve, reject) => {
     if (signal?.aborted === true) {
+      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- the abort's own reason is the documented rejection, whatever its type
       reject(signal.reason);
       return;
     }
     const onAbort = (): void => {
       clearTimeout(timer);
+      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- the abort's own reason is the documented rejection, whatever its type
       reject(signal?.reason);
     };
     const timer = setTimeout(() => {

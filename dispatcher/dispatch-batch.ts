@@ -160,13 +160,15 @@ export class DispatchBatch {
     } finally {
       held.release(broken);
     }
+    const settled = written.map(({ item, outcome }) =>
+      this.#completer.settleOutcome(item, outcome, committed && !unwritten.has(item)),
+    );
+    go.forEach((item, n) => {
+      const send = sends[n]!;
+      if (send.status === 'rejected') item.reject(send.reason);
+    });
     await Promise.all([
-      ...written.map(({ item, outcome }) =>
-        this.#completer.settleOutcome(item, outcome, committed && !unwritten.has(item)),
-      ),
-      ...go.map((item, n) =>
-        sends[n]!.status === 'rejected' ? item.reject((sends[n] as PromiseRejectedResult).reason) : undefined,
-      ),
+      ...settled,
       ...items.flatMap((item) => {
         const check = checks.get(item.op.operation_id);
         return check === 'go' ? [] : [this.#completer.settleUnchecked(item, check)];

@@ -42,6 +42,7 @@ export function safeDetail(v: unknown, depth = 0): unknown {
   if (typeof v === 'string') return safeText(v);
   if (typeof v === 'number') return Number.isFinite(v) ? v : String(v);
   if (v === null || typeof v === 'boolean') return v;
+  // eslint-disable-next-line @typescript-eslint/no-base-to-string -- left here: bigint, symbol, function, whose String form is the text wanted
   if (typeof v !== 'object') return v === undefined ? null : safeText(String(v));
   if (depth >= 8) return '[too deep]';
   if (Array.isArray(v)) return v.map((x) => safeDetail(x, depth + 1));

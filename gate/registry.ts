@@ -84,10 +84,8 @@ export class GateRegistry {
       const id = args[r.idArgument];
       const resolver = this.resolvers[r.type];
       if (resolver === undefined) throw new ActionLedgerError('config_invalid', `no resolver for ${r.type}`);
-      const version =
-        typeof id === 'string' || typeof id === 'number'
-          ? await resolver({ tenant_id: tenant, id: String(id), db })
-          : null;
+      if (typeof id !== 'string' && typeof id !== 'number') return null;
+      const version = await resolver({ tenant_id: tenant, id: String(id), db });
       if (version === null) return null;
       out.push({ type: r.type, id: String(id), version: String(version) });
     }

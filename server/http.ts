@@ -53,7 +53,7 @@ export class HttpServer {
         return;
       }
       if (req.method === 'GET' && path === '/metrics') {
-        (this.#options.beforeScrape ?? (async () => undefined))()
+        (this.#options.beforeScrape ?? (() => Promise.resolve()))()
           .catch((err: unknown) => runtime.log.warn({ err }, 'scrape-time gauges failed'))
           .then(metrics)
           .then(({ contentType, body }) => res.writeHead(200, { 'content-type': contentType }).end(body))

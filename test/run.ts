@@ -28,7 +28,7 @@ async function freePort(): Promise<number> {
 
 async function main(): Promise<number> {
   let adminUrl = process.env.DATABASE_URL;
-  let stop = async (): Promise<void> => undefined;
+  let stop = (): Promise<void> => Promise.resolve();
   if (adminUrl === undefined || adminUrl === '') {
     const { openEmbeddedDatabase } = await import('../core/embedded.js');
     const dir = mkdtempSync(join(tmpdir(), 'actionledger-test-'));

@@ -37,7 +37,7 @@ function options(argv: string[], required: string[], optional: string[] = []): V
       allowPositionals: false,
       options: Object.fromEntries([...required, ...optional].map((k) => [k, { type: 'string' as const }])),
     });
-    const v = values as Values;
+    const v: Values = values;
     const missing = required.filter((k) => v[k] === undefined || v[k] === '');
     if (missing.length > 0) return `missing --${missing.join(', --')}`;
     return v;

@@ -11,7 +11,7 @@ import { createTestDatabase } from '../helpers/db.js';
 
 const q = bindQueries(dispatcherQueries, '"actionledger"');
 
-t.test("summarizePlan: the pick's scans, the rows they read and the statement's buffers", async (t) => {
+t.test("summarizePlan: the pick's scans, the rows they read and the statement's buffers", (t) => {
   const plan = [
     'CTE Scan on claimed  (cost=1.00..2.00 rows=32 width=452) (actual time=0.1..0.2 rows=32.00 loops=1)',
     '  Buffers: shared hit=1200 read=34',
@@ -28,6 +28,7 @@ t.test("summarizePlan: the pick's scans, the rows they read and the statement's 
   t.equal(s.rowsRead, 64);
   t.equal(s.buffers, 1234);
   t.equal(s.executionMs, 2.195);
+  t.end();
 });
 
 t.test('the previous claim takes the same operations as the shipped one, kill switches included', async (t) => {

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { LAST_RUN_END, LAST_RUN_START, writeLastRun } from '../../bench/harness.js';
 
-t.test('a benchmark run replaces only the last run in results.md and keeps the history after it', async (t) => {
+t.test('a benchmark run replaces only the last run in results.md and keeps the history after it', (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'al-results-md-'));
   const path = join(dir, 'results.md');
   writeFileSync(path, '# Benchmark results\n\nOlder runs, written by hand.\n');
@@ -23,4 +23,5 @@ t.test('a benchmark run replaces only the last run in results.md and keeps the h
   t.ok(second.includes("## History\n\nsecond run's notes"), 'the history after the markers is kept');
   t.ok(second.includes('Older runs, written by hand.'), 'and so is everything else');
   t.equal(second.split(LAST_RUN_START).length, 2, 'one last run');
+  t.end();
 });

@@ -196,7 +196,7 @@ t.test(
   },
 );
 
-t.test('the proxy sees a COMMIT in simple and extended protocol messages; the PRNG is deterministic', async (t) => {
+t.test('the proxy sees a COMMIT in simple and extended protocol messages; the PRNG is deterministic', (t) => {
   const q = (sql: string): Buffer => {
     const body = Buffer.from(`${sql}\0`);
     const b = Buffer.alloc(5 + body.length);
@@ -215,4 +215,5 @@ t.test('the proxy sees a COMMIT in simple and extended protocol messages; the PR
     Array.from({ length: 5 }, () => a.int(0, 1000)),
     Array.from({ length: 5 }, () => b.int(0, 1000)),
   );
+  t.end();
 });

@@ -10,7 +10,7 @@ const tool = {
   idempotency: { mechanism: 'header', name: 'Idempotency-Key' },
 };
 
-t.test('the shipped example configuration compiles and routes issue_refund for tenant-a', async (t) => {
+t.test('the shipped example configuration compiles and routes issue_refund for tenant-a', (t) => {
   const cfg = loadConfig({ ACTIONLEDGER_CONFIG: 'actionledger.config.json' });
   const route = cfg.tools.get('issue_refund');
   t.ok(route?.allowedTenants.has('tenant-a'));
@@ -19,9 +19,10 @@ t.test('the shipped example configuration compiles and routes issue_refund for t
   t.equal(loadConfig({ PORT: '8080' }).http.port, 8080);
   t.ok(Object.isFrozen(cfg));
   t.match(readFileSync('actionledger.config.json', 'utf8'), /secret_env/, 'secrets only by environment variable name');
+  t.end();
 });
 
-t.test('every problem is listed at once', async (t) => {
+t.test('every problem is listed at once', (t) => {
   const err = (() => {
     try {
       compileConfig(
@@ -76,15 +77,17 @@ t.test('every problem is listed at once', async (t) => {
   })();
   t.equal(endpoints.length, 9, 'eight non-canonical endpoints and the schema name, all listed');
   t.match(endpoints.join('\n'), /schema/);
+  t.end();
 });
 
-t.test('schema names are validated and quoted once', async (t) => {
+t.test('schema names are validated and quoted once', (t) => {
   t.equal(quoteSchemaName('actionledger'), '"actionledger"');
   for (const bad of ['a"b', 'A', 'pg_catalog', '', 'x;drop', 'a'.repeat(64)])
     t.throws(() => quoteSchemaName(bad), { code: 'schema_name_invalid' }, bad);
+  t.end();
 });
 
-t.test('effect-key secrets: required with a real database, at least 32 bytes', async (t) => {
+t.test('effect-key secrets: required with a real database, at least 32 bytes', (t) => {
   const cfg = compileConfig({ tools: { x: tool } }, { DATABASE_URL: 'postgres://x/y' });
   t.throws(() => resolveEffectKeySecrets(cfg, {}, { embedded: false }), { code: 'secret_missing' });
   t.throws(() => resolveEffectKeySecrets(cfg, { ACTIONLEDGER_EFFECT_KEY_SECRET: 'short' }, { embedded: false }), {
@@ -93,4 +96,5 @@ t.test('effect-key secrets: required with a real database, at least 32 bytes', a
   const keys = resolveEffectKeySecrets(cfg, { ACTIONLEDGER_EFFECT_KEY_SECRET: 'x'.repeat(32) }, { embedded: false });
   t.equal(keys.secrets.get('k1')?.byteLength, 32);
   t.equal(JSON.stringify(keys.secrets.get('k1')), '"[redacted]"');
+  t.end();
 });

@@ -2,15 +2,16 @@ import t from 'tap';
 import { readFileSync } from 'node:fs';
 import { ActionLedgerError, ERROR_CODES, toRefusal } from '../../core/errors.js';
 
-t.test('every code is unique, documented once in docs/errors.md with its group, and nothing else is', async (t) => {
+t.test('every code is unique, documented once in docs/errors.md with its group, and nothing else is', (t) => {
   const doc = readFileSync('docs/errors.md', 'utf8');
   const documented = [...doc.matchAll(/^\| `([a-z_]+)` +\| ([a-z_]+) +\|/gm)].map((m) => [m[1], m[2]] as const);
   const codes = Object.entries(ERROR_CODES);
   t.equal(new Set(documented.map(([c]) => c)).size, documented.length, 'no code documented twice');
   t.same(new Map(documented), new Map(codes), 'documented codes and groups match the code exactly');
+  t.end();
 });
 
-t.test('refusals are structured and never leak unexpected error text', async (t) => {
+t.test('refusals are structured and never leak unexpected error text', (t) => {
   const e = new ActionLedgerError('route_not_approved', 'no route', {
     details: { tool: 'x' },
     cause: new Error('inner'),
@@ -18,9 +19,10 @@ t.test('refusals are structured and never leak unexpected error text', async (t)
   t.same(toRefusal(e), { ok: false, error: 'route_not_approved', message: 'no route', details: { tool: 'x' } });
   t.equal(e.group, 'refused');
   t.same(toRefusal(new Error('password=hunter2 at db')), { ok: false, error: 'internal', message: 'internal error' });
+  t.end();
 });
 
-t.test('database failures become coded errors with their SQLSTATE, never internal', async (t) => {
+t.test('database failures become coded errors with their SQLSTATE, never internal', (t) => {
   const pgError = (code: string): Error => Object.assign(new Error(`server says ${code}`), { code });
   const cases: [unknown, string][] = [
     [pgError('53100'), 'storage_full'],
@@ -42,4 +44,5 @@ t.test('database failures become coded errors with their SQLSTATE, never interna
   }
   t.same(toRefusal(pgError('53100')).details, { sqlstate: '53100' });
   t.equal(toRefusal(new TypeError('x')).error, 'internal', 'a non-database failure stays internal');
+  t.end();
 });

@@ -14,9 +14,9 @@ function provider(): { call: (body: string) => Promise<string>; sent: string[]; 
   const sent: string[] = [];
   let refusals = 0;
   const call = guardExternalWrite(
-    async (body: string) => {
+    (body: string) => {
       sent.push(body);
-      return `receipt-${body}`;
+      return Promise.resolve(`receipt-${body}`);
     },
     () => {
       refusals++;
@@ -49,7 +49,7 @@ t.test('inside the scope the call goes through; outside it is refused and counte
 
 t.test('a throwing counter callback does not replace the refusal', async (t) => {
   const call = guardExternalWrite(
-    async () => 'x',
+    () => Promise.resolve('x'),
     () => {
       throw new Error('metrics down');
     },

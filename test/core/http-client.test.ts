@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { createServer, type Socket } from 'node:net';
+import { inspect } from 'node:util';
 import t, { type Test } from 'tap';
 import {
   assertTlsVerificationEnabled,
@@ -26,10 +27,12 @@ function expectKind<K extends HttpOutcome['kind']>(
   kind: K,
 ): Extract<HttpOutcome, { kind: K }> {
   t.equal(out.kind, kind, `outcome kind (${out.kind}/${'code' in out ? out.code : ''})`);
-  if (out.kind !== kind)
+  if (out.kind !== kind) {
+    const cause: unknown = ('cause' in out && out.cause) || '';
     throw new Error(
-      `expected ${kind}, got ${JSON.stringify({ ...out, cause: String(('cause' in out && out.cause) || '') })}`,
+      `expected ${kind}, got ${JSON.stringify({ ...out, cause: typeof cause === 'string' ? cause : inspect(cause) })}`,
     );
+  }
   return out as Extract<HttpOutcome, { kind: K }>;
 }
 
@@ -277,10 +280,11 @@ t.test('requests that cannot be made are refused before any connection', async (
   t.throws(() => createMtlsAgent({ cert: 'x', connectTimeoutMs: 100 }), { code: 'config_invalid' });
 });
 
-t.test('NODE_TLS_REJECT_UNAUTHORIZED=0 is refused at start-up', async (t) => {
+t.test('NODE_TLS_REJECT_UNAUTHORIZED=0 is refused at start-up', (t) => {
   t.throws(() => assertTlsVerificationEnabled({ NODE_TLS_REJECT_UNAUTHORIZED: '0' }), {
     code: 'tls_verification_disabled',
   });
   t.doesNotThrow(() => assertTlsVerificationEnabled({}));
   t.doesNotThrow(() => assertTlsVerificationEnabled({ NODE_TLS_REJECT_UNAUTHORIZED: '1' }));
+  t.end();
 });

@@ -3,7 +3,7 @@ import { canonicalArguments, canonicalJson, parseStrictJson, sha256Hex, type Jso
 
 const bounds = { maxBytes: 1 << 20, maxDepth: 32 };
 
-t.test('RFC 8785 test vectors', async (t) => {
+t.test('RFC 8785 test vectors', (t) => {
   // RFC 8785 section 3.2.2: the sample object and its canonical form.
   const sample = parseStrictJson(
     '{"numbers": [333333333.33333329, 1E30, 4.50, 2e-3, 0.000000000000000000000000001], "string": "\\u20ac$\\u000F\\u000aA\'\\u0042\\u0022\\u005c\\\\\\"\\/", "literals": [null, true, false]}',
@@ -40,9 +40,10 @@ t.test('RFC 8785 test vectors', async (t) => {
     [295147905179352830000, '295147905179352830000'],
   ];
   for (const [n, text] of numbers) t.equal(canonicalJson(n), text, `number ${text}`);
+  t.end();
 });
 
-t.test('key order and number spelling do not change the hash', async (t) => {
+t.test('key order and number spelling do not change the hash', (t) => {
   const a = canonicalArguments(parseStrictJson('{"b":1.0,"a":[1e2,"x"],"c":{"z":0.50,"y":-0}}'), bounds);
   const b = canonicalArguments({ c: { y: 0, z: 0.5 }, a: [100, 'x'], b: 1 }, bounds);
   t.equal(a, b);
@@ -51,9 +52,10 @@ t.test('key order and number spelling do not change the hash', async (t) => {
     sha256Hex(canonicalArguments({ amount: 10 }, bounds)),
     sha256Hex(canonicalArguments({ amount: 10000 }, bounds)),
   );
+  t.end();
 });
 
-t.test('strict parsing refuses what JSON.parse accepts', async (t) => {
+t.test('strict parsing refuses what JSON.parse accepts', (t) => {
   const hostile: [string, string][] = [
     ['duplicate key', '{"a":1,"a":2}'],
     ['nested duplicate key', '{"x":{"amount":10,"amount":10000}}'],
@@ -88,4 +90,5 @@ t.test('strict parsing refuses what JSON.parse accepts', async (t) => {
   const ok = parseStrictJson('{"a":[1,2.5,"x",null,true],"b":{"c":-1e-3}}') as Record<string, JsonValue>;
   t.same(ok, { a: [1, 2.5, 'x', null, true], b: { c: -0.001 } });
   t.equal(Object.getPrototypeOf(ok), Object.prototype, 'parsed objects are plain');
+  t.end();
 });

@@ -55,7 +55,7 @@ function refuses(t: Test, fn: () => unknown, pattern: RegExp, what: string): voi
   }
 }
 
-t.test('ECDSA P-256 and Ed25519 round trips give a frozen profile in milliseconds', async (t) => {
+t.test('ECDSA P-256 and Ed25519 round trips give a frozen profile in milliseconds', (t) => {
   for (const [kind, pair, algorithm] of [
     ['ecdsa-p256', ec, 'ecdsa-p256-sha256'],
     ['ed25519', ed, 'ed25519'],
@@ -89,9 +89,10 @@ t.test('ECDSA P-256 and Ed25519 round trips give a frozen profile in millisecond
     64,
     'raw Ed25519',
   );
+  t.end();
 });
 
-t.test('a DER ECDSA signature as cosign sign-blob writes it verifies', async (t) => {
+t.test('a DER ECDSA signature as cosign sign-blob writes it verifies', (t) => {
   const profileBytes = bytesOf(PROFILE);
   const der = cryptoSign('sha256', profileBytes, { key: ec.privateKeyPem, dsaEncoding: 'der' }).toString('base64');
   t.equal(verifyProfile({ profileBytes, signature: der, publicKeyPem: ec.publicKeyPem }).profileId, PROFILE.profile_id);
@@ -118,9 +119,10 @@ t.test('a DER ECDSA signature as cosign sign-blob writes it verifies', async (t)
   }
   const p = verifyProfile({ profileBytes, signature: sig.toString('base64'), publicKeyPem: ec.publicKeyPem });
   t.equal(p.profileId, PROFILE.profile_id, 'openssl dgst -sha256 -sign (the cosign format) verifies');
+  t.end();
 });
 
-t.test('signatures that do not match refuse', async (t) => {
+t.test('signatures that do not match refuse', (t) => {
   const profileBytes = bytesOf(PROFILE);
   for (const pair of [ec, ed]) {
     const signature = signProfile({ profileBytes, privateKeyPem: pair.privateKeyPem });
@@ -193,9 +195,10 @@ t.test('signatures that do not match refuse', async (t) => {
     /PUBLIC KEY/,
     'not a PEM',
   );
+  t.end();
 });
 
-t.test('RSA and P-384 keys refuse, for verifying and for signing', async (t) => {
+t.test('RSA and P-384 keys refuse, for verifying and for signing', (t) => {
   const profileBytes = bytesOf(PROFILE);
   const pem = (pair: { publicKey: KeyObject; privateKey: KeyObject }): { publicKey: string; privateKey: string } => ({
     publicKey: pair.publicKey.export({ type: 'spki', format: 'pem' }).toString(),
@@ -229,9 +232,10 @@ t.test('RSA and P-384 keys refuse, for verifying and for signing', async (t) => 
     /unsupported EC curve/,
     'signing with P-384',
   );
+  t.end();
 });
 
-t.test('content problems refuse after a valid signature', async (t) => {
+t.test('content problems refuse after a valid signature', (t) => {
   const without = (k: string): Record<string, unknown> =>
     Object.fromEntries(Object.entries(PROFILE).filter(([f]) => f !== k));
   refuses(
@@ -327,6 +331,7 @@ t.test('content problems refuse after a valid signature', async (t) => {
     /UTF-8/,
     'not UTF-8',
   );
+  t.end();
 });
 
 t.test('loadVerifiedProfile reads the three files and refuses a missing one', async (t) => {
@@ -351,7 +356,7 @@ t.test('loadVerifiedProfile reads the three files and refuses a missing one', as
   t.ok(isActionLedgerError(big, 'profile_invalid'), 'oversized profile refuses');
 });
 
-t.test('the profile CLI round trips as a child process', async (t) => {
+t.test('the profile CLI round trips as a child process', (t) => {
   const cli = fileURLToPath(new URL('../helpers/run-profile-cli.js', import.meta.url));
   const run = (...args: string[]): { code: number | null; out: string; err: string } => {
     const r = spawnSync(process.execPath, [cli, ...args], { encoding: 'utf8' });
@@ -421,4 +426,5 @@ t.test('the profile CLI round trips as a child process', async (t) => {
   t.equal(run('verify', '--profile', profilePath).code, 2, 'missing options');
   t.equal(run('keygen', '--kind', 'rsa', '--out-dir', dir).code, 2, 'bad kind');
   t.equal(run('sign', '--profile', profilePath, '--key', 'k', '--bogus', 'x').code, 2, 'unknown option');
+  t.end();
 });

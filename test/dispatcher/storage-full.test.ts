@@ -147,8 +147,8 @@ t.test(
     // Claims and evidence land; every outcome write after the provider call fails.
     await fill(e.pool, ['ledger']);
     await e.dispatcher(8);
-    await until('every request to reach the provider', async () =>
-      reserved.every((r) => e.provider.requestsFor(r.effect_key) === 1),
+    await until('every request to reach the provider', () =>
+      Promise.resolve(reserved.every((r) => e.provider.requestsFor(r.effect_key) === 1)),
     );
     await until(
       'the outcome writes to fail again and again',

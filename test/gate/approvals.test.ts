@@ -79,9 +79,11 @@ t.test(
       principal_id: 'editor-1',
     });
     t.same(await status(pool, id), { status: 'executed', reason: null });
-    t.same((await pool.query('SELECT approvers FROM actionledger.gate_approvals')).rows[0]?.approvers, [
-      'supervisor-1',
-    ]);
+    t.same(
+      (await pool.query<{ approvers: string[] }>('SELECT approvers FROM actionledger.gate_approvals')).rows[0]
+        ?.approvers,
+      ['supervisor-1'],
+    );
     t.same(
       (await auditRows(pool, 'subject_id = $1', [id])).map((a) => [a.action, a.outcome]),
       [
@@ -120,7 +122,7 @@ t.test('self-approval, an approver without the role, and a stale displayed hash 
   t.match(await gate.approve(id, stale, reviewer('supervisor-1')), { ok: false, error: 'approval_hash_mismatch' });
   t.same(await status(pool, id), { status: 'pending', reason: null }, 'still pending after every refusal');
   t.same(
-    (await pool.query('SELECT approvers FROM actionledger.gate_approvals')).rows[0]?.approvers,
+    (await pool.query<{ approvers: string[] }>('SELECT approvers FROM actionledger.gate_approvals')).rows[0]?.approvers,
     [],
     'no vote recorded',
   );
@@ -151,9 +153,10 @@ t.test('two approvers approving at once: one wins, one operation', async (t) => 
     );
     t.equal(
       (
-        await pool.query('SELECT cardinality(approvers) AS n FROM actionledger.gate_approvals WHERE approval_id = $1', [
-          id,
-        ])
+        await pool.query<{ n: number }>(
+          'SELECT cardinality(approvers) AS n FROM actionledger.gate_approvals WHERE approval_id = $1',
+          [id],
+        )
       ).rows[0]?.n,
       1,
     );
@@ -261,8 +264,11 @@ t.test('TTL passed: expired, final, never revivable; reject is final with its re
     }),
   );
   const capUsed = async () =>
-    (await pool.query("SELECT used_value::text FROM actionledger.gate_counters WHERE scope = 'conversation'")).rows[0]
-      ?.used_value;
+    (
+      await pool.query<{ used_value: string }>(
+        "SELECT used_value::text FROM actionledger.gate_counters WHERE scope = 'conversation'",
+      )
+    ).rows[0]?.used_value;
   t.equal(await capUsed(), '600', 'the pending approval holds its value');
   t.match(
     await gate.reject(big, reviewer('supervisor-1'), ''),
@@ -302,7 +308,11 @@ t.test('a changed plan version invalidates the approval', async (t) => {
   const { gate, pool } = await gateFixture(t);
   const { id, hash } = await requestAndShow(gate, editor({ plan_version: 'plan-4' }));
   t.equal(
-    (await pool.query('SELECT envelope_json->>$1 AS v FROM actionledger.gate_approvals', ['plan_version'])).rows[0]?.v,
+    (
+      await pool.query<{ v: string }>('SELECT envelope_json->>$1 AS v FROM actionledger.gate_approvals', [
+        'plan_version',
+      ])
+    ).rows[0]?.v,
     'plan-4',
     'bound into the envelope',
   );
@@ -347,8 +357,11 @@ t.test('a re-approval of the same step keeps the operation identity and effect k
   const op = (await pool.query('SELECT current_approval_id FROM actionledger.operations')).rows;
   t.same(op, [{ current_approval_id: second }], 'the pending operation now carries the new approval');
   t.equal(
-    (await pool.query("SELECT used_value::text FROM actionledger.gate_counters WHERE scope = 'conversation'")).rows[0]
-      ?.used_value,
+    (
+      await pool.query<{ used_value: string }>(
+        "SELECT used_value::text FROM actionledger.gate_counters WHERE scope = 'conversation'",
+      )
+    ).rows[0]?.used_value,
     '800',
     'counted once',
   );

@@ -20,6 +20,21 @@ import {
 import { predispatchEnv, type PredispatchEnv } from '../helpers/predispatch-env.js';
 import { testAgent } from '../helpers/sandbox.js';
 
+/** The operations columns these tests read: uuids and text (read as the strings an authorizer request binds). */
+interface OperationRow {
+  operation_id: string;
+  effect_key: string;
+  principal_id: string;
+  task_id: string;
+  workflow_step_id: string;
+  tool_name: string;
+  tenant_id: string;
+  provider_id: string;
+  canonical_args_sha256: string;
+  current_approval_id: string;
+  current_policy_version: string;
+}
+
 interface Env {
   e: PredispatchEnv;
   g: GateFixture;
@@ -134,8 +149,11 @@ t.test('kill switch: a running dispatcher holds pending work until it is lifted'
   const d = await x.e.open({ tools: gateRoutes(x.e.provider.endpoint), authorizationUrl: x.service.authorizeUrl });
   await new Promise((res) => setTimeout(res, 1000)); // ten poll intervals
   t.equal(
-    (await x.e.pool.query('SELECT status FROM actionledger.operations WHERE operation_id = $1', [r.operation_id]))
-      .rows[0]?.status,
+    (
+      await x.e.pool.query<{ status: string }>('SELECT status FROM actionledger.operations WHERE operation_id = $1', [
+        r.operation_id,
+      ])
+    ).rows[0]?.status,
     'pending',
     'held',
   );
@@ -155,8 +173,10 @@ t.test('decisions: policy version, kill switch, direct reservations, binding mis
   });
   if (!auto.ok || auto.operation_id === undefined) throw new Error(JSON.stringify(auto));
   const row = (
-    await x.e.pool.query('SELECT * FROM actionledger.operations WHERE operation_id = $1', [auto.operation_id])
-  ).rows[0];
+    await x.e.pool.query<OperationRow>('SELECT * FROM actionledger.operations WHERE operation_id = $1', [
+      auto.operation_id,
+    ])
+  ).rows[0]!;
   const request = {
     operation_id: row.operation_id,
     effect_key: row.effect_key,
@@ -203,8 +223,10 @@ t.test('decisions: policy version, kill switch, direct reservations, binding mis
     { to_account: 'ACC0000000002', amount: 1 },
   );
   const d = (
-    await x.e.pool.query('SELECT * FROM actionledger.operations WHERE operation_id = $1', [direct.operation_id])
-  ).rows[0];
+    await x.e.pool.query<OperationRow>('SELECT * FROM actionledger.operations WHERE operation_id = $1', [
+      direct.operation_id,
+    ])
+  ).rows[0]!;
   const directReq = {
     ...request,
     operation_id: d.operation_id,
@@ -242,8 +264,11 @@ t.test('decisions: policy version, kill switch, direct reservations, binding mis
     'transfer_funds',
     { to_account: 'ACC0000000001', amount: 1 },
   );
-  const c = (await x.e.pool.query('SELECT * FROM actionledger.operations WHERE operation_id = $1', [comp.operation_id]))
-    .rows[0];
+  const c = (
+    await x.e.pool.query<OperationRow>('SELECT * FROM actionledger.operations WHERE operation_id = $1', [
+      comp.operation_id,
+    ])
+  ).rows[0]!;
   const compReq = {
     ...directReq,
     operation_id: c.operation_id,

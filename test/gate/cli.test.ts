@@ -62,9 +62,10 @@ t.test('show, approve with the displayed hash, reject, kill switch engage / list
   t.match(lastJson(rejected.stdout), { ok: true, status: 'rejected' });
   t.equal(
     (
-      await pool.query('SELECT status, reason FROM actionledger.gate_approvals WHERE approval_id = $1', [
-        !c.ok ? c.request_id : '',
-      ])
+      await pool.query<{ reason: string | null }>(
+        'SELECT status, reason FROM actionledger.gate_approvals WHERE approval_id = $1',
+        [!c.ok ? c.request_id : ''],
+      )
     ).rows[0]?.reason,
     'duplicate request',
   );
@@ -131,7 +132,7 @@ t.test('show, approve with the displayed hash, reject, kill switch engage / list
   t.equal((await runCli(['gate', 'approve', id], env)).code, 2, 'usage error without the hash and identity');
   t.same(
     (
-      await pool.query(
+      await pool.query<{ action: string; outcome: string }>(
         "SELECT action, outcome FROM actionledger.gate_audit WHERE action IN ('approve','reject','kill_switch','role') ORDER BY id",
       )
     ).rows.map((r) => `${r.action}:${r.outcome}`),

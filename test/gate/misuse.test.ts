@@ -92,7 +92,7 @@ t.test('refusals whose tool name or arguments hold U+0000 or lone surrogates are
     'unstorable arguments are marked, not dropped',
   );
   t.ok(
-    rows.every((r) => typeof r.tool_name === 'string' && !(r.tool_name as string).includes('\u0000')),
+    rows.every((r) => typeof r.tool_name === 'string' && !r.tool_name.includes('\u0000')),
     'tool names escaped',
   );
 });

@@ -76,7 +76,7 @@ t.test('daily cap 100,000 with two concurrent 80,000 transfers: exactly one', as
     ),
   );
   t.equal(many.filter((r) => r.ok).length, 3, '3 x 30,000 fit under 100,000; nine refused');
-  const used = await pool.query(
+  const used = await pool.query<{ used_value: string }>(
     "SELECT used_value::text FROM actionledger.gate_counters WHERE scope = 'account_day' AND scope_key = 'acct-9'",
   );
   t.equal(used.rows[0]?.used_value, '90000');
@@ -142,8 +142,11 @@ t.test('a cap is released when the operation ends failed', async (t) => {
   );
   await pool.query("UPDATE actionledger.operations SET status = 'succeeded' WHERE workflow_step_id = 'y'");
   t.equal(
-    (await pool.query("SELECT used_value::text FROM actionledger.gate_counters WHERE scope = 'account_day'")).rows[0]
-      ?.used_value,
+    (
+      await pool.query<{ used_value: string }>(
+        "SELECT used_value::text FROM actionledger.gate_counters WHERE scope = 'account_day'",
+      )
+    ).rows[0]?.used_value,
     '20000',
   );
 });
@@ -232,7 +235,7 @@ t.test('order of checks: unknown_tool, permission_denied (default deny), tool_di
     'retry_after_s given',
   );
   t.equal(
-    (await pool.query('SELECT used FROM actionledger.gate_rate_windows')).rows[0]?.used,
+    (await pool.query<{ used: number }>('SELECT used FROM actionledger.gate_rate_windows')).rows[0]?.used,
     2,
     'the window counts only allowed calls',
   );
@@ -293,7 +296,10 @@ t.test('kill switch: pending operations are not claimed until it is lifted', asy
   await gate.liftKillSwitch('tenant-a', '*', 'oncall');
   const claimed = await pool.query(q.outboxClaimBatch, [10, 'w-1']);
   t.equal(claimed.rowCount, 1, "claimed once lifted; another tenant's switch does not hold it");
-  t.equal((await pool.query('SELECT status FROM actionledger.operations')).rows[0]?.status, 'executing');
+  t.equal(
+    (await pool.query<{ status: string }>('SELECT status FROM actionledger.operations')).rows[0]?.status,
+    'executing',
+  );
 });
 
 t.test('audit: every decision, arguments redacted per tool at write time', async (t) => {
@@ -348,8 +354,11 @@ t.test('a replayed step is one operation and counts once against the caps', asyn
   t.match(b, { ok: true, created: false });
   t.equal(a.ok && b.ok && a.operation_id === b.operation_id, true);
   t.equal(
-    (await pool.query("SELECT used_value::text FROM actionledger.gate_counters WHERE scope = 'account_day'")).rows[0]
-      ?.used_value,
+    (
+      await pool.query<{ used_value: string }>(
+        "SELECT used_value::text FROM actionledger.gate_counters WHERE scope = 'account_day'",
+      )
+    ).rows[0]?.used_value,
     '60000',
   );
   // The same step with other arguments is refused by the ledger after the caps were taken: all rolled back.
@@ -358,8 +367,11 @@ t.test('a replayed step is one operation and counts once against the caps', asyn
     { ok: false, error: 'operation_conflict' },
   );
   t.equal(
-    (await pool.query("SELECT used_value::text FROM actionledger.gate_counters WHERE scope = 'account_day'")).rows[0]
-      ?.used_value,
+    (
+      await pool.query<{ used_value: string }>(
+        "SELECT used_value::text FROM actionledger.gate_counters WHERE scope = 'account_day'",
+      )
+    ).rows[0]?.used_value,
     '60000',
     'the conflicting call took nothing',
   );

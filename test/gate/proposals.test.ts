@@ -22,8 +22,10 @@ t.test('propose -> confirm next turn -> execute; token stored only as its sha256
   const p = held(await gate.call(gctx(), 'send_email', email));
   t.equal(await count(pool, 'actionledger.operations'), 0, 'nothing reserved by a proposal');
   const row = (
-    await pool.query('SELECT p::text AS text, token_sha256, status, arguments_json FROM actionledger.gate_proposals p')
-  ).rows[0];
+    await pool.query<{ arguments_json: Record<string, unknown>; text: string; token_sha256: string }>(
+      'SELECT p::text AS text, token_sha256, status, arguments_json FROM actionledger.gate_proposals p',
+    )
+  ).rows[0]!;
   t.equal(row.token_sha256, sha256Hex(p.token));
   t.notMatch(row.text, p.token, 'the raw token is not stored anywhere in the row');
   t.same(row.arguments_json, email, 'the exact arguments are stored');
@@ -49,8 +51,10 @@ t.test('propose -> confirm next turn -> execute; token stored only as its sha256
   );
   t.equal(await count(pool, 'actionledger.operations'), 1);
   const op = (
-    await pool.query('SELECT arguments_json, current_approval_id, current_policy_version FROM actionledger.operations')
-  ).rows[0];
+    await pool.query<{ arguments_json: Record<string, unknown>; current_approval_id: string | null }>(
+      'SELECT arguments_json, current_approval_id, current_policy_version FROM actionledger.operations',
+    )
+  ).rows[0]!;
   t.same(op.arguments_json, email, 'the payload is the stored proposal');
   t.equal(op.current_approval_id, `proposal:${p.id}`);
   t.same(
@@ -72,7 +76,7 @@ t.test('replayed confirm, same-turn confirm, unknown and other-tenant tokens', a
     'same user turn refused',
   );
   t.equal(
-    (await pool.query('SELECT status FROM actionledger.gate_proposals')).rows[0]?.status,
+    (await pool.query<{ status: string }>('SELECT status FROM actionledger.gate_proposals')).rows[0]?.status,
     'proposed',
     'still proposed',
   );
@@ -89,7 +93,8 @@ t.test('replayed confirm, same-turn confirm, unknown and other-tenant tokens', a
     'any actor of the tenant may confirm',
   );
   t.equal(
-    (await pool.query('SELECT actor_mismatch FROM actionledger.gate_proposals')).rows[0]?.actor_mismatch,
+    (await pool.query<{ actor_mismatch: boolean }>('SELECT actor_mismatch FROM actionledger.gate_proposals')).rows[0]
+      ?.actor_mismatch,
     true,
     'actor mismatch recorded',
   );
@@ -121,7 +126,7 @@ t.test('$10 proposed, confirmed, executed with a $10,000 payload: params_mismatc
   t.match(tampered, { ok: false, error: 'params_mismatch' });
   t.equal(await count(pool, 'actionledger.operations'), 0, 'nothing reserved');
   t.equal(
-    (await pool.query('SELECT status FROM actionledger.gate_proposals')).rows[0]?.status,
+    (await pool.query<{ status: string }>('SELECT status FROM actionledger.gate_proposals')).rows[0]?.status,
     'confirmed',
     'proposal untouched',
   );
@@ -129,7 +134,14 @@ t.test('$10 proposed, confirmed, executed with a $10,000 payload: params_mismatc
     args: { currency: 'GBP', amount: 10.0, order_id: 'O-1' },
   });
   t.match(same, { ok: true, status: 'reserved' }, 'the same arguments (any key order) execute');
-  t.equal((await pool.query('SELECT arguments_json FROM actionledger.operations')).rows[0]?.arguments_json.amount, 10);
+  t.equal(
+    (
+      await pool.query<{ arguments_json: Record<string, unknown> }>(
+        'SELECT arguments_json FROM actionledger.operations',
+      )
+    ).rows[0]?.arguments_json.amount,
+    10,
+  );
   t.match(
     await gate.executeProposal(p.id, gctx(), { args: { ...args, amount: 10000 } }),
     { ok: false, error: 'params_mismatch' },
@@ -137,8 +149,11 @@ t.test('$10 proposed, confirmed, executed with a $10,000 payload: params_mismatc
   );
   // The cap was held by the proposal and moved to the operation: 10 of 500 used.
   t.equal(
-    (await pool.query("SELECT used_value::text FROM actionledger.gate_counters WHERE scope = 'conversation'")).rows[0]
-      ?.used_value,
+    (
+      await pool.query<{ used_value: string }>(
+        "SELECT used_value::text FROM actionledger.gate_counters WHERE scope = 'conversation'",
+      )
+    ).rows[0]?.used_value,
     '10',
   );
 });
@@ -154,7 +169,7 @@ t.test('TTL is min(requested, configured); expiry is lazy, final, never revivabl
     ),
   );
   const ttl = (
-    await pool.query(
+    await pool.query<{ s: number }>(
       'SELECT extract(epoch FROM expires_at - created_at)::int AS s FROM actionledger.gate_proposals WHERE proposal_id = $1',
       [long.id],
     )
@@ -169,28 +184,40 @@ t.test('TTL is min(requested, configured); expiry is lazy, final, never revivabl
     ),
   );
   t.equal(
-    (await pool.query("SELECT used_value::text FROM actionledger.gate_counters WHERE scope = 'conversation'")).rows[0]
-      ?.used_value,
+    (
+      await pool.query<{ used_value: string }>(
+        "SELECT used_value::text FROM actionledger.gate_counters WHERE scope = 'conversation'",
+      )
+    ).rows[0]?.used_value,
     '15',
     'both proposals hold their value',
   );
   await new Promise((r) => setTimeout(r, 1200));
   t.equal(
-    (await pool.query('SELECT status FROM actionledger.gate_proposals WHERE proposal_id = $1', [short.id])).rows[0]
-      ?.status,
+    (
+      await pool.query<{ status: string }>('SELECT status FROM actionledger.gate_proposals WHERE proposal_id = $1', [
+        short.id,
+      ])
+    ).rows[0]?.status,
     'proposed',
     'expiry is lazy: untouched until the next use',
   );
   t.match(await gate.confirm(short.token, gctx({ turn_id: 'turn-2' })), { ok: false, error: 'proposal_expired' });
   t.equal(
-    (await pool.query('SELECT status FROM actionledger.gate_proposals WHERE proposal_id = $1', [short.id])).rows[0]
-      ?.status,
+    (
+      await pool.query<{ status: string }>('SELECT status FROM actionledger.gate_proposals WHERE proposal_id = $1', [
+        short.id,
+      ])
+    ).rows[0]?.status,
     'expired',
     'marked expired on that touch',
   );
   t.equal(
-    (await pool.query("SELECT used_value::text FROM actionledger.gate_counters WHERE scope = 'conversation'")).rows[0]
-      ?.used_value,
+    (
+      await pool.query<{ used_value: string }>(
+        "SELECT used_value::text FROM actionledger.gate_counters WHERE scope = 'conversation'",
+      )
+    ).rows[0]?.used_value,
     '5',
     'its hold released',
   );

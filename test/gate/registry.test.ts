@@ -15,7 +15,7 @@ const problems = (fn: () => unknown): string[] => {
   return [];
 };
 
-t.test('an object schema without additionalProperties: false is refused, nested ones too', async (t) => {
+t.test('an object schema without additionalProperties: false is refused, nested ones too', (t) => {
   const open = { type: 'object', properties: { order_id: { type: 'string' } }, required: ['order_id'] };
   t.match(
     problems(() => gateConfig(url, { gate: { tools: { issue_refund: { schema: open } } } })).join('\n'),
@@ -40,9 +40,10 @@ t.test('an object schema without additionalProperties: false is refused, nested 
     [],
     'the example registry is valid',
   );
+  t.end();
 });
 
-t.test('strict mode, identity arguments, value wiring and routes are checked', async (t) => {
+t.test('strict mode, identity arguments, value wiring and routes are checked', (t) => {
   const unknownKeyword = {
     type: 'object',
     additionalProperties: false,
@@ -79,12 +80,14 @@ t.test('strict mode, identity arguments, value wiring and routes are checked', a
     ).join('\n'),
     /orphan has no provider route/,
   );
+  t.end();
 });
 
-t.test('a configured validator or resolver that is not registered refuses to start', async (t) => {
+t.test('a configured validator or resolver that is not registered refuses to start', (t) => {
   const config = gateConfig(url);
   t.throws(() => new Gate({ config, pool: undefined as never, ledger: undefined as never }), {
     code: 'config_invalid',
     message: /order_owned.*not registered[\s\S]*resolver registered for type document/,
   });
+  t.end();
 });

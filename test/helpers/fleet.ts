@@ -137,7 +137,7 @@ export async function dispatchEnv(
     databaseUrl: url,
     embedded: null,
     effectKeys: { active: 'k1', secrets: new Map([['k1', new Secret(Buffer.from(TEST_SECRET))]]) },
-    close: async () => undefined,
+    close: () => Promise.resolve(),
   };
   const started: Dispatcher[] = [];
   const kits: ReconcileKit[] = [];

@@ -146,7 +146,7 @@ export async function predispatchEnv(t: Test): Promise<PredispatchEnv> {
         databaseUrl: url,
         embedded: null,
         effectKeys: { active: 'k1', secrets: new Map() },
-        close: async () => undefined,
+        close: () => Promise.resolve(),
       };
       const dispatcher = await openDispatcher(runtime, denv, { concurrency: 2 });
       running.add(dispatcher);

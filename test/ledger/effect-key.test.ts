@@ -3,7 +3,7 @@ import { Writable } from 'node:stream';
 import { createLogger } from '../../core/log.js';
 import { ctx, ledgerFixture, testKeyer, TEST_SECRET } from '../helpers/db.js';
 
-t.test('the effect key depends only on the secret, its key id and the operation id', async (t) => {
+t.test('the effect key depends only on the secret, its key id and the operation id', (t) => {
   const id = '1b4e28ba-2fa1-11d2-883f-0016d3cca427';
   const k = testKeyer();
   t.match(k.derive(id), /^v1\.k1\.[0-9a-f]{64}$/);
@@ -14,6 +14,7 @@ t.test('the effect key depends only on the secret, its key id and the operation 
   t.ok(k.verify(id, k.derive(id)));
   t.notOk(k.verify(id, testKeyer(TEST_SECRET + 'x').derive(id)));
   t.notOk(k.verify(id, 'v1.k9.' + '0'.repeat(64)), 'unknown key id does not verify');
+  t.end();
 });
 
 t.test('the secret never appears in a log line, an error or a row', async (t) => {
@@ -34,10 +35,10 @@ t.test('the secret never appears in a log line, an error or a row', async (t) =>
   const err = await ledger.reserve(ctx(), 'issue_refund', { amount: 2 }).catch((e: unknown) => e);
   log.error({ err }, 'conflict');
   const dump = (
-    await pool.query(
+    await pool.query<{ all: string }>(
       `SELECT (SELECT json_agg(o)::text FROM actionledger.operations o) || (SELECT json_agg(h)::text FROM actionledger.operation_history h) AS all`,
     )
-  ).rows[0].all as string;
+  ).rows[0]!.all;
   const hex = Buffer.from(TEST_SECRET).toString('hex');
   for (const [where, text] of [
     ['log', lines.join('')],

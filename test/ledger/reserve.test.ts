@@ -204,7 +204,7 @@ t.test("the caller's transaction: rolled back leaves nothing, committed leaves b
     t.same(heard, ['actionledger_outbox'], 'woken on commit');
     await listener.end();
     t.same(await counts(pool), { ops: 1, outbox: 1, history: 1 }, 'committed: ledger and outbox rows');
-    const { rows } = await pool.query('SELECT operation_id FROM actionledger.outbox');
+    const { rows } = await pool.query<{ operation_id: string }>('SELECT operation_id FROM actionledger.outbox');
     t.equal(rows[0]?.operation_id, r2.operation_id);
   } finally {
     client.release();

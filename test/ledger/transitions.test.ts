@@ -87,12 +87,13 @@ t.test(
   },
 );
 
-t.test('a release is legal in history only with its released: reason', async (t) => {
+t.test('a release is legal in history only with its released: reason', (t) => {
   t.ok(isLegalTransition('executing', 'pending', 'released:storage_full'));
   t.notOk(isLegalTransition('executing', 'pending', 'claimed'));
   t.notOk(isLegalTransition('executing', 'pending'));
   t.ok(isLegalTransition(null, 'pending'));
   t.notOk(isLegalTransition(null, 'executing'));
+  t.end();
 });
 
 t.test(

@@ -20,7 +20,7 @@ async function compensationOf(e: DispatchEnv, id: string): Promise<string | unde
 
 const voids = (e: DispatchEnv) => e.provider.requests().filter((r) => r.method === 'POST' && r.path === VOID_PATH);
 
-t.test('step order is natural; the next to compensate is the newest succeeded step before the failure', async (t) => {
+t.test('step order is natural; the next to compensate is the newest succeeded step before the failure', (t) => {
   t.same(['step-10', 'step-2', 'step-1'].sort(compareSteps), ['step-1', 'step-2', 'step-10']);
   const s = (id: string, step: string, st: string) => ({ operation_id: id, workflow_step_id: step, status: st });
   t.same(nextToCompensate([s('a', '1', 'succeeded'), s('b', '2', 'succeeded'), s('c', '3', 'failed')]), {
@@ -44,6 +44,7 @@ t.test('step order is natural; the next to compensate is the newest succeeded st
   t.equal(nextToCompensate([s('a', '1', 'failed'), s('b', '2', 'succeeded')]), null, 'nothing before the failure');
   t.equal(resolvePointer({ a: [{ 'b/c': 1 }] }, '/a/0/b~1c'), 1);
   t.equal(resolvePointer({ a: 1 }, '/b'), undefined);
+  t.end();
 });
 
 t.test('three-step task, step 3 definitively fails: compensations for steps 2 then 1, each once', async (t) => {
@@ -91,11 +92,11 @@ t.test('three-step task, step 3 definitively fails: compensations for steps 2 th
 
   const sent = voids(e);
   t.equal(sent.length, 2, 'two compensation requests, each once');
-  const { rows: comps } = await e.pool.query(
+  const { rows: comps } = await e.pool.query<{ operation_id: string }>(
     'SELECT operation_id, effect_key, workflow_step_id, tool_name, arguments_json, current_approval_id FROM actionledger.operations WHERE operation_id = ANY($1::uuid[])',
     [[c1, c2]],
   );
-  const byId = new Map(comps.map((c) => [c.operation_id as string, c as Record<string, unknown>]));
+  const byId = new Map(comps.map((c) => [c.operation_id, c as Record<string, unknown>]));
   t.same(
     sent.map((r) => r.key),
     [byId.get(c2 as string)?.effect_key, byId.get(c1 as string)?.effect_key],

@@ -5,7 +5,7 @@
 import t from 'tap';
 import { historyProblems } from '../../reconciler/index.js';
 
-t.test('executing -> pending is legal only as a release', async (t) => {
+t.test('executing -> pending is legal only as a release', (t) => {
   const path = (reason: string | undefined) => [
     { from_status: null, to_status: 'pending' as const, reason: 'reserved' },
     { from_status: 'pending' as const, to_status: 'executing' as const, reason: 'claimed' },
@@ -16,4 +16,5 @@ t.test('executing -> pending is legal only as a release', async (t) => {
   t.same(historyProblems(path('released:storage_full'), 'succeeded'), [], 'a release');
   t.match(historyProblems(path('claimed'), 'succeeded'), [{ kind: 'illegal_transition' }], 'any other reason');
   t.match(historyProblems(path(undefined), 'succeeded'), [{ kind: 'illegal_transition' }], 'no reason given');
+  t.end();
 });

@@ -73,15 +73,16 @@ t.test(
     }
     await sender.stop({ graceful: false, close: true });
     t.equal((await firstExit).signal, 'SIGKILL', 'the pass died mid-run');
-    const checks = await e.pool.query(
+    const checks = await e.pool.query<{ n: number }>(
       'SELECT count(*)::int AS n FROM actionledger.reconciliation_checks WHERE operation_id = $1',
       [r.operation_id],
     );
-    t.equal(checks.rows[0].n, 0, 'its check was never committed');
-    const { rows } = await e.pool.query('SELECT status FROM actionledger.operations WHERE operation_id = $1', [
-      r.operation_id,
-    ]);
-    t.equal(rows[0].status, 'executing', 'the orphan is still unresolved');
+    t.equal(checks.rows[0]!.n, 0, 'its check was never committed');
+    const { rows } = await e.pool.query<{ status: string }>(
+      'SELECT status FROM actionledger.operations WHERE operation_id = $1',
+      [r.operation_id],
+    );
+    t.equal(rows[0]!.status, 'executing', 'the orphan is still unresolved');
 
     // The next schedule (as a restarted fleet would start it) gets a job; its pass must run and resolve the orphan.
     const kit = await e.reconciler();

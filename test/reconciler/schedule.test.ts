@@ -34,9 +34,9 @@ function schedule(
 t.test('the pg-boss schedule: cron registered once, every queued pass runs in either fleet', async (t) => {
   const url = await createTestDatabase(t);
   let runs = 0;
-  const run = async (): Promise<object> => {
+  const run = (): Promise<object> => {
     runs++;
-    return { ok: true };
+    return Promise.resolve({ ok: true });
   };
   const a = schedule(url, run);
   const b = schedule(url, run);
@@ -82,7 +82,7 @@ t.test(
     await old.stop({ graceful: false, close: true });
 
     let runs = 0;
-    const s = schedule(url, async () => ++runs);
+    const s = schedule(url, () => Promise.resolve(++runs));
     t.teardown(() => s.stop());
     await s.start();
     t.same(await s.schedules(), [{ name: RECONCILE_QUEUE, cron: '*/5 * * * *' }], 'the legacy schedule is gone');
@@ -113,7 +113,7 @@ t.test(
   async (t) => {
     const url = await createTestDatabase(t);
     let runs = 0;
-    const s = schedule(url, async () => ++runs);
+    const s = schedule(url, () => Promise.resolve(++runs));
     t.teardown(() => s.stop());
     await s.stop();
     await s.stop();
@@ -234,7 +234,7 @@ t.test(
     t.teardown(() => void process.off('unhandledRejection', onRejection));
 
     let runs = 0;
-    const s = schedule(proxy.url, async () => ++runs, { log });
+    const s = schedule(proxy.url, () => Promise.resolve(++runs), { log });
     await s.start();
     await s.runNow();
     await until('a pass', () => runs >= 1);

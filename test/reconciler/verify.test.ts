@@ -7,7 +7,7 @@ import { createMtlsAgent, postJson } from '../../core/http-client.js';
 import { canonicalJson, type JsonValue } from '../../core/json.js';
 import { historyProblems } from '../../reconciler/index.js';
 
-t.test('history paths: legal, broken, illegal', async (t) => {
+t.test('history paths: legal, broken, illegal', (t) => {
   t.same(
     historyProblems(
       [
@@ -31,6 +31,7 @@ t.test('history paths: legal, broken, illegal', async (t) => {
   );
   t.match(historyProblems([{ from_status: null, to_status: 'pending' }], 'succeeded'), [{ kind: 'history_broken' }]);
   t.match(historyProblems([], 'pending'), [{ kind: 'history_broken' }]);
+  t.end();
 });
 
 t.test(

@@ -15,12 +15,13 @@ function outsideMentions(text: string): string[] {
   return OUTSIDE.filter((name) => text.includes(name));
 }
 
-t.test('the check finds each outside document it looks for', async (t) => {
+t.test('the check finds each outside document it looks for', (t) => {
   for (const name of OUTSIDE) t.same(outsideMentions(`see ${name}, section 2`), [name], name);
   t.same(outsideMentions('see docs/architecture.md'), [], 'a document of the repository is not outside');
+  t.end();
 });
 
-t.test('no tracked file mentions a document outside the repository', async (t) => {
+t.test('no tracked file mentions a document outside the repository', (t) => {
   const root = execFileSync('git', ['rev-parse', '--show-toplevel'], {
     cwd: dirname(fileURLToPath(import.meta.url)),
     encoding: 'utf8',
@@ -42,4 +43,5 @@ t.test('no tracked file mentions a document outside the repository', async (t) =
     });
   }
   t.same(found, [], 'every mention, as file:line');
+  t.end();
 });
