@@ -83,9 +83,6 @@ export default tseslint.config(
       'no-control-regex': 'off',
     },
   },
-  // After the typed options above, which it must override: the config files themselves are plain JavaScript
-  // outside the TypeScript project.
-  { files: ['**/*.js'], ...tseslint.configs.disableTypeChecked },
   {
     // Tests, benchmarks and the chaos run may open any file (a component's queries, a helper); shipped code may not.
     files: ['**/*.ts', '**/*.js'],
