@@ -3,7 +3,7 @@
  * reserving operations with `Gate.call`, and an operator engaging and lifting kill switches (per tenant, per
  * tool and `*`) and revoking and restoring the agent's role.
  *
- * The agent's loop, per workflow step: call -> accepted (the operation is the run's) | refused (a switch, the
+ * The agent's loop, per workflow step (several steps at once, as an agent's parallel tool calls): call -> accepted (the operation is the run's) | refused (a switch, the
  * revoked role, the database restarting) -> wait -> call again with the same step and arguments. A call whose
  * COMMIT was cut comes back as a refusal although it reserved: the next call is then the gate's replay of the
  * same step and answers with the same operation.
@@ -45,7 +45,7 @@ export class GateFaults {
   };
   /** Every change a gate call returned from: what the audit must hold. */
   readonly changes: GateChange[] = [];
-  /** The operations the agent's accepted calls reserved, in call order. */
+  /** The operations the agent's accepted calls reserved, in the order they were accepted. */
   readonly reserved: { operation_id: string; effect_key: string }[] = [];
   readonly #gate: Gate;
   readonly #rng: Rng;
@@ -69,37 +69,44 @@ export class GateFaults {
   }
 
   /**
-   * Makes `calls` agent calls, each repeated until accepted; `onReserved` sees each operation as it is
-   * accepted. Returns when all are accepted, or at `deadline` (ms since the epoch) with the rest not made.
+   * Makes `calls` agent calls over `lanes` concurrent callers (an agent's parallel tool calls), each call repeated
+   * until accepted; `onReserved` sees each operation as it is accepted. Returns when all are accepted, or at
+   * `deadline` (ms since the epoch) with the rest not made.
    */
-  async agent(calls: number, deadline: number, onReserved: (effectKey: string) => void): Promise<void> {
-    for (let i = 0; i < calls && Date.now() < deadline; i++) {
-      const context = {
-        tenant_id: AGENT.tenant,
-        principal_id: AGENT.principal,
-        role: AGENT.role,
-        account_id: 'account-1',
-        conversation_id: `conversation-${i}`,
-        turn_id: `turn-${i}`,
-        trace_id: `trace-${i}`,
-        task_id: `gate-task-${i}`,
-        workflow_step_id: '1',
-      };
-      const args = { order_id: `g-${i}`, amount: 1 + (i % 997), currency: 'EUR' };
-      while (Date.now() < deadline) {
-        const r = await this.#gate.call(context, this.#tool, args);
-        if (r.ok && r.status === 'reserved' && r.operation_id !== undefined && r.effect_key !== undefined) {
-          this.stats.accepted++;
-          this.reserved.push({ operation_id: r.operation_id, effect_key: r.effect_key });
-          onReserved(r.effect_key);
-          break;
-        }
-        const code = r.ok ? `unexpected ${r.status}` : r.error;
-        this.stats.refused[code] = (this.stats.refused[code] ?? 0) + 1;
-        await sleep(this.#rng.int(50, 250));
+  async agent(calls: number, lanes: number, deadline: number, onReserved: (effectKey: string) => void): Promise<void> {
+    await Promise.all(
+      Array.from({ length: lanes }, async (_, lane) => {
+        for (let i = lane; i < calls && Date.now() < deadline; i += lanes) await this.#call(i, deadline, onReserved);
+      }),
+    );
+  }
+
+  async #call(i: number, deadline: number, onReserved: (effectKey: string) => void): Promise<void> {
+    const context = {
+      tenant_id: AGENT.tenant,
+      principal_id: AGENT.principal,
+      role: AGENT.role,
+      account_id: 'account-1',
+      conversation_id: `conversation-${i}`,
+      turn_id: `turn-${i}`,
+      trace_id: `trace-${i}`,
+      task_id: `gate-task-${i}`,
+      workflow_step_id: '1',
+    };
+    const args = { order_id: `g-${i}`, amount: 1 + (i % 997), currency: 'EUR' };
+    while (Date.now() < deadline) {
+      const r = await this.#gate.call(context, this.#tool, args);
+      if (r.ok && r.status === 'reserved' && r.operation_id !== undefined && r.effect_key !== undefined) {
+        this.stats.accepted++;
+        this.reserved.push({ operation_id: r.operation_id, effect_key: r.effect_key });
+        onReserved(r.effect_key);
+        break;
       }
-      await sleep(this.#rng.int(5, 60));
+      const code = r.ok ? `unexpected ${r.status}` : r.error;
+      this.stats.refused[code] = (this.stats.refused[code] ?? 0) + 1;
+      await sleep(this.#rng.int(50, 250));
     }
+    await sleep(this.#rng.int(5, 60));
   }
 
   /** Engages and lifts switches and revokes and restores the role until `active()` is false; ends with none held. */

@@ -48,6 +48,7 @@ const BIN = join(fileURLToPath(new URL('.', import.meta.url)), '..', 'bin', 'act
 const SECRET = 'chaos-effect-key-secret-0123456789abcdef';
 const TOKEN = 'chaos-provider-token';
 const DISPATCH_POINTS = CRASH_POINTS.filter((p) => !p.startsWith('reconcile_'));
+const AGENT_LANES = 4; // the agent's concurrent calls (an agent's parallel tool calls)
 async function freePort(): Promise<number> {
   return new Promise((resolve) => {
     const s = createServer().listen(0, '127.0.0.1', () => {
@@ -259,16 +260,13 @@ async function main(): Promise<number> {
   // The gate: an agent's calls, and an operator's kill switches and role revocations, while everything else goes on.
   // Its connections go through the proxy too, so its commits are cut and its calls repeated like the workers'.
   const gatePool = createPool(proxiedUrl, { max: 4, statementTimeoutMs: 30_000, applicationName: 'chaos-gate' });
-  // withTransaction (core/db.ts) leaves no 'error' listener on the client it holds, so a connection cut in the
-  // middle of a gate transaction is an unhandled 'error' event that ends this process; the run listens itself.
-  gatePool.on('connect', (client) => void client.on('error', () => undefined));
   const gateLedger = new Ledger(config, gatePool, new EffectKeyer(secrets));
   const gate = new Gate({ config, pool: gatePool, ledger: gateLedger });
   const gateFaults = new GateFaults(gate, new Rng(seed ^ 0x5bd1e995), 'issue_refund');
   const agentFaultRng = new Rng(seed ^ 0x27d4eb2d);
   let agentDone = false;
   const agentLoop = gateFaults
-    .agent(G, deadline, (effectKey) => faults.choose(effectKey, agentFaultRng))
+    .agent(G, AGENT_LANES, deadline, (effectKey) => faults.choose(effectKey, agentFaultRng))
     .then(() => void (agentDone = true));
   // The operator works while the agent calls (and until it has made every kind of change): a switch held all
   // through the fault phase would hold the queue with it, and the phase would last as long as the operator kept on.
