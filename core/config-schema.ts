@@ -1,3 +1,5 @@
+import type { FromSchema } from 'json-schema-to-ts';
+
 /** The JSON Schema of `actionledger.config.json`; every object closed, defaults filled in by ajv. */
 export const configSchema = {
   type: 'object',
@@ -314,3 +316,14 @@ export const configSchema = {
     },
   },
 } as const;
+
+/**
+ * The configuration as ajv leaves it after validation, defaults filled in: derived from the schema above, so
+ * the two cannot drift (test/core/config-types.test.ts pins the derivation).
+ */
+export type RawConfig = FromSchema<typeof configSchema>;
+/** One tool's route as written in the configuration file. */
+export type RawTool = RawConfig['tools'][string];
+export type RawGate = RawConfig['gate'];
+export type RawGateTool = RawGate['tools'][string];
+export type RawCap = NonNullable<RawGateTool['limits']['per_principal_day']>;

@@ -8,7 +8,7 @@
  */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { RawTool } from '../core/config.js';
+import type { RawTool } from '../core/config-schema.js';
 import { generateProfileKeyPair, signProfile, type ProfileKeyKind } from '../core/profile.js';
 import { SandboxAuthorizer } from './authorizer.js';
 import type { ServerTls } from '../core/mtls-json-server.js';

@@ -1,0 +1,147 @@
+/**
+ * The gate step of compiling the configuration: each gated tool's argument schema checked (closed objects, no
+ * identity arguments, ajv strict mode) and compiled, its value, approval, limits and resources checked against
+ * that schema and its route. Problems are appended to the caller's list; the gate configuration is returned frozen.
+ */
+import { Ajv, type ValidateFunction } from 'ajv';
+import type { GateCap, GateConfig, GateTool } from './config.js';
+import type { RawCap, RawConfig, RawGate, RawGateTool } from './config-schema.js';
+import { IDENTITY_ARGUMENT_NAMES } from './types.js';
+
+/** Tool argument schemas: strict mode (unknown keywords refused), every violation listed. */
+const toolAjv = new Ajv({ allErrors: true, strict: true });
+
+export function compileGate(raw: RawGate, routes: RawConfig['tools'], problems: string[]): GateConfig {
+  const tools = new Map<string, GateTool>();
+  for (const [name, t] of Object.entries(raw.tools)) {
+    const where = `/gate/tools/${name}`;
+    if (routes[name] === undefined) problems.push(`${where} has no provider route in /tools`);
+    const validate = compileArgumentSchema(where, t.schema, problems);
+    toolProblems(where, t, problems);
+    tools.set(name, gateTool(name, t, raw, validate));
+  }
+  return Object.freeze({
+    policyVersion: raw.policy_version,
+    directReservations: raw.direct_reservations,
+    confirmationTtlS: raw.confirmation_ttl_s,
+    decisionTtlS: raw.decision_ttl_s,
+    tools,
+  });
+}
+
+/** The tool's argument schema compiled; a schema with problems compiles to a validator that refuses everything. */
+function compileArgumentSchema(where: string, schema: RawGateTool['schema'], problems: string[]): ValidateFunction {
+  const before = problems.length;
+  if (schema.type !== 'object') problems.push(`${where}/schema must have type: object`);
+  schemaProblems(schema, `${where}/schema`, problems);
+  if (problems.length === before) {
+    try {
+      return toolAjv.compile(schema);
+    } catch (err) {
+      problems.push(`${where}/schema does not compile in ajv strict mode: ${(err as Error).message}`);
+    }
+  }
+  return (() => false) as unknown as ValidateFunction;
+}
+
+/**
+ * Finds every object schema that is not closed (`additionalProperties: false`) and every property named like an
+ * identity field: both are refused at start. Walks the keywords that hold subschemas.
+ */
+function schemaProblems(node: unknown, path: string, out: string[]): void {
+  if (node === null || typeof node !== 'object') return;
+  if (Array.isArray(node)) {
+    node.forEach((n, i) => schemaProblems(n, `${path}/${i}`, out));
+    return;
+  }
+  const o = node as Record<string, unknown>;
+  const types = Array.isArray(o.type) ? o.type : [o.type];
+  if ((types.includes('object') || 'properties' in o) && o.additionalProperties !== false) {
+    out.push(`${path} is an object schema without additionalProperties: false`);
+  }
+  if (o.properties !== null && typeof o.properties === 'object') {
+    for (const name of Object.keys(o.properties)) {
+      if ((IDENTITY_ARGUMENT_NAMES as readonly string[]).includes(name))
+        out.push(`${path}/properties/${name} declares an identity argument (authority comes from the trusted context)`);
+    }
+  }
+  for (const [k, v] of Object.entries(o)) {
+    if (k === 'enum' || k === 'const' || k === 'default' || k === 'examples') continue;
+    schemaProblems(v, `${path}/${k}`, out);
+  }
+}
+
+/** The value, approval, limits and resources must name declared arguments and agree with one another. */
+function toolProblems(where: string, t: RawGateTool, problems: string[]): void {
+  const props = (t.schema.properties ?? {}) as Record<string, unknown>;
+  if (t.value !== undefined) {
+    if (!(t.value.argument in props))
+      problems.push(`${where}/value/argument names ${t.value.argument}, which the schema does not declare`);
+    if ((t.value.currency_argument === undefined) === (t.value.currency === undefined))
+      problems.push(`${where}/value needs exactly one of currency_argument and currency`);
+    if (t.value.currency_argument !== undefined && !(t.value.currency_argument in props))
+      problems.push(
+        `${where}/value/currency_argument names ${t.value.currency_argument}, which the schema does not declare`,
+      );
+    if (
+      t.value.currency !== undefined &&
+      t.value.limits_currency !== undefined &&
+      t.value.limits_currency !== t.value.currency
+    )
+      problems.push(`${where}/value/limits_currency differs from the fixed currency`);
+  }
+  if (t.approval.mode === 'threshold' && (t.approval.threshold === undefined || t.value === undefined))
+    problems.push(`${where}/approval mode threshold needs a threshold and a value argument`);
+  // Without limits_currency a value-capped tool still loads (configurations written before it existed), but the
+  // gate refuses its calls with config_invalid (fail closed) until one is declared.
+  for (const [k, cap] of Object.entries(t.limits)) {
+    if (cap?.max_value !== undefined && t.value === undefined)
+      problems.push(`${where}/limits/${k}/max_value needs a value argument`);
+  }
+  for (const r of t.resources)
+    if (!(r.id_argument in props)) problems.push(`${where}/resources: ${r.id_argument} is not a declared argument`);
+}
+
+function gateTool(name: string, t: RawGateTool, raw: RawGate, validate: ValidateFunction): GateTool {
+  // Caps and the threshold are amounts in one currency: a call in another is refused, never counted apart.
+  const valueCapped =
+    t.approval.mode === 'threshold' || Object.values(t.limits).some((c) => c?.max_value !== undefined);
+  return Object.freeze({
+    name,
+    description: t.description ?? '',
+    schema: t.schema,
+    validate,
+    roles: Object.freeze(new Set(t.roles)),
+    approverRoles: Object.freeze(new Set(t.approver_roles)),
+    value:
+      t.value === undefined
+        ? null
+        : Object.freeze({
+            argument: t.value.argument,
+            currencyArgument: t.value.currency_argument ?? null,
+            currency: t.value.currency ?? null,
+            limitsCurrency: t.value.currency ?? t.value.limits_currency ?? null,
+            valueCapped,
+          }),
+    approval: Object.freeze({
+      mode: t.approval.mode,
+      threshold: t.approval.threshold ?? null,
+      approvers: t.approval.approvers,
+      ttlS: t.approval.ttl_s ?? (t.irreversible ? raw.irreversible_approval_ttl_s : raw.approval_ttl_s),
+    }),
+    irreversible: t.irreversible,
+    validator: t.validator ?? null,
+    resources: Object.freeze(t.resources.map((r) => Object.freeze({ type: r.type, idArgument: r.id_argument }))),
+    redact: Object.freeze(new Set(t.redact)),
+    effect: t.effect ?? null,
+    rate: t.rate === undefined ? null : Object.freeze({ limit: t.rate.limit, windowS: t.rate.window_s }),
+    limits: Object.freeze({
+      perPrincipalDay: cap(t.limits.per_principal_day),
+      perAccountDay: cap(t.limits.per_account_day),
+      perConversation: cap(t.limits.per_conversation),
+    }),
+  });
+}
+
+const cap = (c: RawCap | undefined): GateCap | null =>
+  c === undefined ? null : Object.freeze({ maxCount: c.max_count ?? null, maxValue: c.max_value ?? null });
