@@ -1,5 +1,5 @@
 /**
- * The fresh authorization decision (seed 003, G002): POST the binding fields to the profile's authorization
+ * The fresh authorization decision: POST the binding fields to the profile's authorization
  * URL over mTLS, read at most the profile's byte cap, parse strictly, and accept only an `allow` that echoes
  * every binding field exactly and carries authorized_at / expires_at inside the profile's windows.
  *

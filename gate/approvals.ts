@@ -1,7 +1,8 @@
 /**
- * Approval by another person (seeds 001, 002). The request is frozen into a canonical envelope (requester,
- * subject, tool, canonical arguments, resources with their versions, plan and policy version, the effect in
- * words, created / expires) whose sha256 the approver must send back with the approval id:
+ * Approval by another person. The request is frozen into a canonical envelope (requester, subject, tool,
+ * canonical arguments, resources with their versions, plan and policy version, the effect in words, created /
+ * expires) whose sha256 the approver must send back with the approval id (approval-envelope.ts builds it, and
+ * checks it again with today's state at execute):
  *
  *   pending --approve(id, displayed hash) x N distinct non-requesters--> approved --execute--> executed
  *   pending | approved --reject(reason)--> rejected
@@ -18,59 +19,24 @@
  * it; the envelope is as trustworthy as the server that stored it. Rate windows are not charged again at
  * approval: the call was counted when it was made.
  */
-import { randomUUID } from 'node:crypto';
 import { bindQueries, withTransaction, type Queryable } from '../core/db.js';
 import { ActionLedgerError, asActionLedgerError } from '../core/errors.js';
-import { canonicalJson, sha256Hex, type JsonObject } from '../core/json.js';
+import type { JsonObject } from '../core/json.js';
 import type { GateTool } from '../core/config.js';
 import type { AuditEntry } from './audit.js';
 import type { Value } from './checks.js';
 import type { GateCore } from './core.js';
 import { Refused, refuse } from './refusal.js';
 import { gateOperationQueries } from './queries.js';
-import type { BoundResource, GateContext, GateResult, Reviewer } from './types.js';
-
-type ApprovalRow = {
-  approval_id: string;
-  tenant_id: string;
-  requester_id: string;
-  requester_role: string;
-  account_id: string;
-  conversation_id: string;
-  trace_id: string;
-  task_id: string;
-  workflow_step_id: string;
-  tool_name: string;
-  arguments_json: JsonObject;
-  args_sha256: string;
-  resources: BoundResource[];
-  plan_version: string;
-  policy_version: string;
-  envelope_json: JsonObject;
-  envelope_sha256: string;
-  status: 'pending' | 'approved' | 'executed' | 'rejected' | 'expired' | 'invalidated';
-  required_approvals: number;
-  approvers: string[];
-  reason: string | null;
-  operation_id: string | null;
-  created_at: Date;
-  expires_at: Date;
-  expired: boolean;
-};
-
-export interface ApprovalView {
-  approval_id: string;
-  status: ApprovalRow['status'];
-  envelope: JsonObject;
-  envelope_sha256: string;
-  approvers: string[];
-  reason: string | null;
-  operation_id: string | null;
-}
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-const NOT_FOUND = 'no such approval';
-const DEFAULT_PLAN = '-';
+import type { GateContext, GateResult, Reviewer } from './types.js';
+import {
+  approvalStaleness,
+  NOT_FOUND,
+  requestApproval,
+  UUID,
+  type ApprovalRow,
+  type ApprovalView,
+} from './approval-envelope.js';
 
 export class Approvals {
   readonly #oq: Readonly<typeof gateOperationQueries>;
@@ -80,7 +46,7 @@ export class Approvals {
   }
 
   /** Builds, stores and returns the envelope of a call that needs approval (inside the pipeline's transaction). */
-  async request(
+  request(
     c: Queryable,
     ctx: GateContext,
     t: GateTool,
@@ -89,64 +55,7 @@ export class Approvals {
     counters: string[],
     value: Value | null,
   ): Promise<GateResult> {
-    const core = this.core;
-    const resources = await core.registry.resolveResources(c, t, ctx.tenant_id, args);
-    if (resources === null) throw refuse('not_found', 'not found');
-    const id = randomUUID();
-    const created = new Date();
-    const expires = new Date(created.getTime() + t.approval.ttlS * 1000);
-    const plan =
-      ctx.plan_version ??
-      (await c.query<{ plan_version: string }>(core.q.planCurrent, [ctx.tenant_id, ctx.task_id])).rows[0]
-        ?.plan_version ??
-      DEFAULT_PLAN;
-    const envelope: JsonObject = {
-      approval_id: id,
-      requester: { tenant_id: ctx.tenant_id, principal_id: ctx.principal_id, role: ctx.role },
-      subject: { account_id: ctx.account_id, conversation_id: ctx.conversation_id },
-      identity: { task_id: ctx.task_id, workflow_step_id: ctx.workflow_step_id },
-      tool: t.name,
-      arguments: args,
-      args_sha256: sha,
-      resources: resources.map((r) => ({ ...r })),
-      plan_version: plan,
-      policy_version: core.config.gate.policyVersion,
-      effect: describeEffect(t, args),
-      required_approvals: t.approval.approvers,
-      created_at: created.toISOString(),
-      expires_at: expires.toISOString(),
-    };
-    const envelopeSha = sha256Hex(canonicalJson(envelope));
-    await c.query(core.q.approvalInsert, [
-      id,
-      ctx.tenant_id,
-      ctx.principal_id,
-      ctx.role,
-      ctx.account_id,
-      ctx.conversation_id,
-      ctx.trace_id,
-      ctx.task_id,
-      ctx.workflow_step_id,
-      t.name,
-      canonicalJson(args),
-      sha,
-      JSON.stringify(resources),
-      plan,
-      core.config.gate.policyVersion,
-      canonicalJson(envelope),
-      envelopeSha,
-      t.approval.approvers,
-      created,
-      expires,
-    ]);
-    await core.budgets.hold(c, counters, value, { approval: id });
-    return {
-      ok: false,
-      error: 'approval_required',
-      message: `${t.name} needs approval by another person; it is waiting as ${id}`,
-      request_id: id,
-      expires_at: expires.toISOString(),
-    };
+    return requestApproval(this.core, c, { ctx, tool: t, args, sha, counters, value });
   }
 
   /** The stored envelope and its hash, for the person deciding (same tenant only). Throws `not_found`, or a database failure's code. */
@@ -377,7 +286,7 @@ export class Approvals {
           { request_id: row.approval_id },
         );
 
-      const stale = await this.#staleness(c, row);
+      const stale = await approvalStaleness(core, c, row);
       if (stale !== null) {
         await c.query(core.q.approvalInvalidate, [row.approval_id, stale.reason]);
         audit.detail = { commit: true, ...stale };
@@ -420,50 +329,6 @@ export class Approvals {
     });
   }
 
-  async #staleness(c: Queryable, row: ApprovalRow): Promise<(Record<string, unknown> & { reason: string }) | null> {
-    const core = this.core;
-    const plan =
-      (await c.query<{ plan_version: string }>(core.q.planCurrent, [row.tenant_id, row.task_id])).rows[0]
-        ?.plan_version ?? DEFAULT_PLAN;
-    if (plan !== row.plan_version) return { reason: 'plan_changed', approved: row.plan_version, current: plan };
-    if (row.policy_version !== core.config.gate.policyVersion)
-      return { reason: 'policy_changed', approved: row.policy_version, current: core.config.gate.policyVersion };
-    const tool = core.tool(row.tool_name);
-    if (
-      tool === undefined ||
-      !(await core.access.permitted(c, tool, row.tenant_id, row.requester_id, row.requester_role))
-    )
-      return { reason: 'permission_denied' };
-    const held = await c.query<{ scope: string; used_count: number; used_value: string }>(core.q.holdCountersOf, [
-      row.approval_id,
-    ]);
-    for (const h of held.rows) {
-      const cap =
-        h.scope === 'principal_day'
-          ? tool.limits.perPrincipalDay
-          : h.scope === 'account_day'
-            ? tool.limits.perAccountDay
-            : tool.limits.perConversation;
-      if (cap === null) continue;
-      if (
-        (cap.maxCount !== null && h.used_count > cap.maxCount) ||
-        (cap.maxValue !== null && Number(h.used_value) > cap.maxValue)
-      )
-        return { reason: 'limit_exceeded', scope: h.scope };
-    }
-    const now = await core.registry.resolveResources(c, tool, row.tenant_id, row.arguments_json);
-    const changed = row.resources
-      .filter((r, i) => now?.[i]?.version !== r.version)
-      .map((r, i) => ({
-        type: r.type,
-        id: r.id,
-        approved_version: r.version,
-        current_version: now?.[i]?.version ?? null,
-      }));
-    if (now === null || changed.length > 0) return { reason: 'stale_resource', resources: changed };
-    return null;
-  }
-
   /**
    * Marks every pending or approved approval past its TTL `expired` (releasing its holds) and audits each, in
    * one transaction: all of it or none (`audit_unavailable` when the audit rows cannot be written).
@@ -484,13 +349,4 @@ export class Approvals {
       return rows.length;
     });
   }
-}
-
-/** The effect in words: the tool's template with {argument} filled in, or the tool and its canonical arguments. */
-export function describeEffect(t: GateTool, args: JsonObject): string {
-  if (t.effect === null) return `${t.name} ${canonicalJson(args)}`;
-  return t.effect.replace(/\{([A-Za-z_][A-Za-z0-9_]*)\}/g, (_, name: string) => {
-    const v = args[name];
-    return v === undefined ? `{${name}}` : typeof v === 'string' ? v : canonicalJson(v);
-  });
 }

@@ -3,7 +3,8 @@
  * and the built-in authorization service the dispatcher asks before every dispatch.
  */
 export { Gate, type CallOptions, type KillSwitchEngaged } from './gate.js';
-export { Approvals, describeEffect, type ApprovalView } from './approvals.js';
+export { Approvals } from './approvals.js';
+export { describeEffect, type ApprovalView } from './approval-envelope.js';
 export { Proposals } from './proposals.js';
 export { runGateHousekeeping, type GateHousekeepingSummary } from './housekeeping.js';
 export {

@@ -1,5 +1,5 @@
 /**
- * Confirmation by the user (seed 000): a proposal records the exact arguments and their hash; the confirm
+ * Confirmation by the user: a proposal records the exact arguments and their hash; the confirm
  * token is returned once and only its sha256 is stored.
  *
  *   proposed --confirm(token, next turn)--> confirmed --execute()--> executed

@@ -1,5 +1,5 @@
 /**
- * `reserve`: turns "do this side effect" into one immutable, durable operation (seed 003, G001).
+ * `reserve`: turns "do this side effect" into one immutable, durable operation.
  */
 import { randomUUID } from 'node:crypto';
 import type { Config, ToolRoute } from '../core/config.js';

@@ -1,5 +1,5 @@
 /**
- * Approval by another person (seeds 001, 002): the envelope and its hash, approve by id AND displayed hash,
+ * Approval by another person: the envelope and its hash, approve by id AND displayed hash,
  * four eyes and N distinct approvers, concurrent approvers, reject and expiry final, dynamic checks and
  * resource versions re-run on approval, plan version invalidation, and the operation identity surviving a
  * re-approval of the same step. Effects are read from the database.

@@ -1,5 +1,5 @@
 /**
- * Confirmation by the user (seed 000): token returned once and stored only as its sha256, same-turn refusal,
+ * Confirmation by the user: token returned once and stored only as its sha256, same-turn refusal,
  * replayed confirm, TTL = min(requested, configured) with lazy, final expiry, cancel, idempotent execute from
  * the stored proposal, and the $10 -> $10,000 params_mismatch.
  */
