@@ -75,81 +75,154 @@ export async function runService(options: ServiceOptions): Promise<number> {
   } catch (err) {
     return printRefusal(err);
   }
-  // Synchronous: the final line and the refusal after it come out in order, and nothing is lost at exit.
-  const destination = pino.destination({ fd: 1, sync: true });
-  const log = createLogger({ level: config.logLevel, name: 'service', destination });
-  const repeated = new RepeatedFailureLog(log, 'database unreachable', { intervalMs: REPEAT_LOG_INTERVAL_MS });
-  const quietLog = quietConnectionErrors(log, repeated);
+  return new Service(config, options).run();
+}
 
-  const fleet = {
+/** One run of the service: its start steps, each pushing its stop, then the stops in reverse and the summary. */
+class Service {
+  readonly #config: Config;
+  readonly #options: ServiceOptions;
+  // Synchronous: the final line and the refusal after it come out in order, and nothing is lost at exit.
+  readonly #destination = pino.destination({ fd: 1, sync: true });
+  readonly #log: Logger;
+  readonly #repeated: RepeatedFailureLog;
+  readonly #quietLog: Logger;
+  readonly #q: Readonly<typeof SERVICE_QUERIES>;
+  readonly #fleet = {
     workers: undefined as WorkerSet | undefined,
     inFlightAtStop: null as number | null,
     result: null as StopResult | null,
     left: null as number | null,
   };
-  let failure: ActionLedgerError | null = null;
-  let startError: unknown;
-  let stopReason: string | null = null;
-  let wakeStop: () => void = () => undefined;
-  const stopRequested = new Promise<void>((resolve) => (wakeStop = resolve));
-  let forceStop: () => void = () => undefined;
-  const forced = new Promise<void>((resolve) => (forceStop = resolve));
-  const requestStop = (reason: string, err?: ActionLedgerError): void => {
-    if (err !== undefined && failure === null) failure = err;
-    if (stopReason !== null) return;
-    stopReason = reason;
-    fleet.workers?.halt();
-    wakeStop();
-  };
-  const onSignal = (signal: NodeJS.Signals): void => {
-    if (stopReason === null) {
-      log.info({ signal }, 'stopping: workers finish in-flight dispatches (a second signal forces)');
-      return requestStop(signal);
-    }
-    log.warn({ signal }, 'second signal: forcing the stop (workers killed; the database is still stopped)');
-    forceStop();
-  };
-  for (const s of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(s, onSignal);
-  process.on('unhandledRejection', (reason) => {
-    if (isConnectionError(reason)) return repeated.fail(reason, { source: 'unhandled rejection' });
-    const coded = asActionLedgerError(reason);
-    log.error({ code: coded.code, err: reason }, 'unhandled rejection');
-  });
-  process.on('uncaughtException', (err) => {
-    const coded = asActionLedgerError(err);
-    log.error({ code: coded.code, err }, 'uncaught exception: stopping');
-    requestStop('uncaught_exception', coded);
-  });
+  readonly #stops: Stop[] = [];
+  #runtime: Runtime | undefined;
+  #failure: ActionLedgerError | null = null;
+  #startError: unknown;
+  #stopReason: string | null = null;
+  #stopping = false;
+  #wakeStop: () => void = () => undefined;
+  readonly #stopRequested = new Promise<void>((resolve) => (this.#wakeStop = resolve));
+  #forceStop: () => void = () => undefined;
+  readonly #forced = new Promise<void>((resolve) => (this.#forceStop = resolve));
 
-  const stops: Stop[] = [];
-  let runtime: Runtime | undefined;
-  let stopping = false;
-  const q = bindQueries(SERVICE_QUERIES, config.schemaQuoted);
-  const countExecuting = async (): Promise<number | null> => {
-    if (runtime === undefined || fleet.workers === undefined || fleet.workers.pids.length === 0)
-      return fleet.workers === undefined ? null : 0;
-    const { rows } = await runtime.pool
-      .query<{ n: number }>(q.executingUnderWorkers, [hostname(), fleet.workers.pids])
+  constructor(config: Config, options: ServiceOptions) {
+    this.#config = config;
+    this.#options = options;
+    this.#log = createLogger({ level: config.logLevel, name: 'service', destination: this.#destination });
+    this.#repeated = new RepeatedFailureLog(this.#log, 'database unreachable', { intervalMs: REPEAT_LOG_INTERVAL_MS });
+    this.#quietLog = quietConnectionErrors(this.#log, this.#repeated);
+    this.#q = bindQueries(SERVICE_QUERIES, config.schemaQuoted);
+  }
+
+  async run(): Promise<number> {
+    this.#listen();
+    try {
+      await this.#start();
+      await this.#stopRequested;
+    } catch (err) {
+      const coded = asActionLedgerError(err);
+      this.#failure = coded;
+      this.#log.error(
+        { code: coded.code, details: coded.details, ...(coded.code === 'internal' ? { err } : {}) },
+        `start failed: ${coded.message}`,
+      );
+      this.#startError = err;
+    }
+    await this.#stopAll();
+    const exitCode = this.#report();
+    // The refusal last, after everything stopped: the line scripts read.
+    if (this.#startError !== undefined) printRefusal(this.#startError);
+    return exitCode;
+  }
+
+  #requestStop(reason: string, err?: ActionLedgerError): void {
+    if (err !== undefined && this.#failure === null) this.#failure = err;
+    if (this.#stopReason !== null) return;
+    this.#stopReason = reason;
+    this.#fleet.workers?.halt();
+    this.#wakeStop();
+  }
+
+  /** Signals stop the service (a second one forces); nothing unhandled ends the process unannounced. */
+  #listen(): void {
+    const log = this.#log;
+    const onSignal = (signal: NodeJS.Signals): void => {
+      if (this.#stopReason === null) {
+        log.info({ signal }, 'stopping: workers finish in-flight dispatches (a second signal forces)');
+        return this.#requestStop(signal);
+      }
+      log.warn({ signal }, 'second signal: forcing the stop (workers killed; the database is still stopped)');
+      this.#forceStop();
+    };
+    for (const s of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(s, onSignal);
+    process.on('unhandledRejection', (reason) => {
+      if (isConnectionError(reason)) return this.#repeated.fail(reason, { source: 'unhandled rejection' });
+      const coded = asActionLedgerError(reason);
+      log.error({ code: coded.code, err: reason }, 'unhandled rejection');
+    });
+    process.on('uncaughtException', (err) => {
+      const coded = asActionLedgerError(err);
+      log.error({ code: coded.code, err }, 'uncaught exception: stopping');
+      this.#requestStop('uncaught_exception', coded);
+    });
+  }
+
+  /** Operations still executing under this service's workers; null when unknown. */
+  async #countExecuting(): Promise<number | null> {
+    const { workers } = this.#fleet;
+    if (this.#runtime === undefined || workers === undefined || workers.pids.length === 0)
+      return workers === undefined ? null : 0;
+    const { rows } = await this.#runtime.pool
+      .query<{ n: number }>(this.#q.executingUnderWorkers, [hostname(), workers.pids])
       .catch(() => ({ rows: [] as { n: number }[] }));
     return rows[0]?.n ?? null;
-  };
+  }
 
-  try {
-    const lock = acquireServiceLock(config.dataDir);
-    stops.push({
+  /** The start steps in order; each pushes its stop. A signal during start skips the steps after it. */
+  async #start(): Promise<void> {
+    const lock = acquireServiceLock(this.#config.dataDir);
+    this.#stops.push({
       name: 'lock',
       run: () => {
         lock.release();
         return Promise.resolve();
       },
     });
-    runtime = await openRuntime({
+    const rt = await this.#openRuntime();
+    const ledger = new Ledger(rt.config, rt.pool, new EffectKeyer(rt.effectKeys));
+    this.#stops.push({
+      name: 'ledger',
+      run: () => {
+        ledger.stop();
+        return Promise.resolve();
+      },
+    });
+    let sandboxEnv: Record<string, string> = {};
+    if (rt.config.sandbox.enabled && this.#stopReason === null) {
+      const { startDevSandbox } = await import('../sandbox/index.js');
+      const sandbox = await startDevSandbox(rt.config, this.#options.env, rt.log, rt.databaseUrl);
+      sandboxEnv = sandbox.env;
+      this.#stops.push({ name: 'sandbox', run: () => sandbox.stop() });
+    }
+    const workers = this.#options.workers ?? rt.config.dispatcher.workers;
+    if (this.#stopReason === null) {
+      const addr = await this.#startHttp(rt, ledger, workers);
+      lock.setAddress(`http://${addr.address}:${addr.port}`);
+    }
+    if (rt.config.reconciler.enabled && this.#stopReason === null) await this.#startReconciler(rt, sandboxEnv, workers);
+    if (this.#stopReason === null) this.#startWorkers(rt, sandboxEnv, workers);
+  }
+
+  /** The runtime (pool, migrations, the embedded cluster under supervision). */
+  async #openRuntime(): Promise<Runtime> {
+    const log = this.#log;
+    const rt = await openRuntime({
       name: 'service',
-      config,
-      env: options.env,
+      config: this.#config,
+      env: this.#options.env,
       migrate: true,
       defaultMetrics: false,
-      logDestination: destination,
+      logDestination: this.#destination,
       embedded: {
         supervise: {
           onDied: (info) =>
@@ -165,39 +238,28 @@ export async function runService(options: ServiceOptions): Promise<number> {
             ),
           onRestarted: (info) => {
             log.warn({ postmaster_pid: info.pid, tries: info.tries }, 'embedded PostgreSQL restarted');
-            repeated.ok();
+            this.#repeated.ok();
           },
           onFailed: (err) => {
             log.error({ code: err.code, details: err.details }, err.message);
-            requestStop('embedded_database_failed', err);
+            this.#requestStop('embedded_database_failed', err);
           },
         },
       },
     });
-    const rt = runtime;
-    stops.push({
+    this.#runtime = rt;
+    this.#stops.push({
       name: 'database',
       run: async () => {
-        fleet.left = await countExecuting();
+        this.#fleet.left = await this.#countExecuting();
         await rt.close();
       },
     });
-    const ledger = new Ledger(rt.config, rt.pool, new EffectKeyer(rt.effectKeys));
-    stops.push({
-      name: 'ledger',
-      run: () => {
-        ledger.stop();
-        return Promise.resolve();
-      },
-    });
-    let sandboxEnv: Record<string, string> = {};
-    if (rt.config.sandbox.enabled && stopReason === null) {
-      const { startDevSandbox } = await import('../sandbox/index.js');
-      const sandbox = await startDevSandbox(rt.config, options.env, rt.log, rt.databaseUrl);
-      sandboxEnv = sandbox.env;
-      stops.push({ name: 'sandbox', run: () => sandbox.stop() });
-    }
-    const workers = options.workers ?? rt.config.dispatcher.workers;
+    return rt;
+  }
+
+  /** `/healthz`, `/readyz` and `/metrics` (this process's and the workers', gathered). */
+  async #startHttp(rt: Runtime, ledger: Ledger, workers: number): Promise<{ address: string; port: number }> {
     const embeddedState = (): string => rt.embedded?.state ?? 'running';
     const aggregator = new AggregatorRegistry();
     const http = new HttpServer({
@@ -209,7 +271,7 @@ export async function runService(options: ServiceOptions): Promise<number> {
             : embeddedState() === 'restarting'
               ? 'database_unavailable'
               : null,
-        stopping,
+        stopping: this.#stopping,
       }),
       metrics: async () => {
         const own = await rt.metrics.registry.metrics();
@@ -223,103 +285,102 @@ export async function runService(options: ServiceOptions): Promise<number> {
         rt.metrics.oldestPendingAge.set(s.oldest_pending_age_s ?? 0);
       },
     });
-    if (stopReason === null) {
-      const addr = await http.start();
-      stops.push({ name: 'http', run: () => http.stop() });
-      lock.setAddress(`http://${addr.address}:${addr.port}`);
-    }
-    if (rt.config.reconciler.enabled && stopReason === null) {
-      try {
-        const { openReconciler, ReconcileSchedule } = await import('../reconciler/index.js');
-        const kit = await openReconciler({ ...rt, log: quietLog }, { ...options.env, ...sandboxEnv });
-        stops.push({
-          name: 'reconciler',
-          run: () => {
-            kit.close();
-            return Promise.resolve();
-          },
-        });
-        const schedule = new ReconcileSchedule({
-          databaseUrl: rt.databaseUrl,
-          schema: rt.config.schema,
-          cron: rt.config.reconciler.schedule,
-          log: quietLog,
-          run: () => kit.pass(),
-        });
-        stops.push({ name: 'schedule', run: () => schedule.stop() });
-        await schedule.start();
-      } catch (err) {
-        // An API-only node without a dispatch identity: nothing here could read a provider back.
-        if (!(isActionLedgerError(err, 'config_invalid') && workers === 0)) throw err;
-        rt.log.warn({ err }, 'reconciliation not scheduled on this node: no dispatch identity configured');
-      }
-    }
-    if (stopReason === null) {
-      const set = new WorkerSet({
-        env: { ...sandboxEnv, ACTIONLEDGER_WORKER_DATABASE_URL: rt.databaseUrl },
-        log: rt.log,
-        canFork: () => embeddedState() === 'running',
-      });
-      fleet.workers = set;
-      stops.push({
-        name: 'workers',
-        run: async () => {
-          fleet.inFlightAtStop = await countExecuting();
-          fleet.result = await set.stop(rt.config.dispatcher.shutdownDeadlineMs, forced);
-        },
-      });
-      set.start(workers);
-      const { http: h } = rt.config;
-      rt.log.info({ host: h.host, port: h.port, workers }, 'actionledger listening');
-    }
-    await stopRequested;
-  } catch (err) {
-    const coded = asActionLedgerError(err);
-    failure = coded;
-    log.error(
-      { code: coded.code, details: coded.details, ...(coded.code === 'internal' ? { err } : {}) },
-      `start failed: ${coded.message}`,
-    );
-    startError = err;
+    const addr = await http.start();
+    this.#stops.push({ name: 'http', run: () => http.stop() });
+    return addr;
   }
 
-  stopping = true;
-  for (const stop of stops.reverse()) {
+  /** The reconciler and its schedule; a node without a dispatch identity and no workers runs none. */
+  async #startReconciler(rt: Runtime, sandboxEnv: Record<string, string>, workers: number): Promise<void> {
     try {
-      await stop.run();
+      const { openReconciler, ReconcileSchedule } = await import('../reconciler/index.js');
+      const kit = await openReconciler({ ...rt, log: this.#quietLog }, { ...this.#options.env, ...sandboxEnv });
+      this.#stops.push({
+        name: 'reconciler',
+        run: () => {
+          kit.close();
+          return Promise.resolve();
+        },
+      });
+      const schedule = new ReconcileSchedule({
+        databaseUrl: rt.databaseUrl,
+        schema: rt.config.schema,
+        cron: rt.config.reconciler.schedule,
+        log: this.#quietLog,
+        run: () => kit.pass(),
+      });
+      this.#stops.push({ name: 'schedule', run: () => schedule.stop() });
+      await schedule.start();
     } catch (err) {
-      const coded = asActionLedgerError(err);
-      log.error({ code: coded.code, step: stop.name, err }, 'stop step failed; continuing with the next');
+      // An API-only node without a dispatch identity: nothing here could read a provider back.
+      if (!(isActionLedgerError(err, 'config_invalid') && workers === 0)) throw err;
+      rt.log.warn({ err }, 'reconciliation not scheduled on this node: no dispatch identity configured');
     }
   }
-  const exitCode = failure === null ? 0 : 1;
-  const r = fleet.result;
-  const summary = {
-    reason: stopReason ?? 'start_failed',
-    exit_code: exitCode,
-    ...(failure === null ? {} : { code: failure.code }),
-    workers: r?.total ?? 0,
-    workers_clean: r?.clean ?? 0,
-    workers_killed: r?.killed ?? 0,
-    in_flight_at_stop: fleet.inFlightAtStop,
-    executing_left: fleet.left,
-  };
-  if (fleet.workers === undefined) {
-    log.info(
-      summary,
-      `actionledger stopped before its workers started; stopped what it had started (${stops.map((s) => s.name).join(', ') || 'nothing'})`,
-    );
-  } else {
+
+  #startWorkers(rt: Runtime, sandboxEnv: Record<string, string>, workers: number): void {
+    const set = new WorkerSet({
+      env: { ...sandboxEnv, ACTIONLEDGER_WORKER_DATABASE_URL: rt.databaseUrl },
+      log: rt.log,
+      canFork: () => (rt.embedded?.state ?? 'running') === 'running',
+    });
+    this.#fleet.workers = set;
+    this.#stops.push({
+      name: 'workers',
+      run: async () => {
+        this.#fleet.inFlightAtStop = await this.#countExecuting();
+        this.#fleet.result = await set.stop(rt.config.dispatcher.shutdownDeadlineMs, this.#forced);
+      },
+    });
+    set.start(workers);
+    const { http: h } = rt.config;
+    rt.log.info({ host: h.host, port: h.port, workers }, 'actionledger listening');
+  }
+
+  /** Every stop that was pushed, in reverse; a failing one is logged and the next still runs. */
+  async #stopAll(): Promise<void> {
+    this.#stopping = true;
+    for (const stop of this.#stops.reverse()) {
+      try {
+        await stop.run();
+      } catch (err) {
+        const coded = asActionLedgerError(err);
+        this.#log.error({ code: coded.code, step: stop.name, err }, 'stop step failed; continuing with the next');
+      }
+    }
+  }
+
+  /** The final log line: why it stopped, what was drained, what was left. Returns the exit code. */
+  #report(): number {
+    const fleet = this.#fleet;
+    const failure = this.#failure;
+    const exitCode = failure === null ? 0 : 1;
+    const r = fleet.result;
+    const summary = {
+      reason: this.#stopReason ?? 'start_failed',
+      exit_code: exitCode,
+      ...(failure === null ? {} : { code: failure.code }),
+      workers: r?.total ?? 0,
+      workers_clean: r?.clean ?? 0,
+      workers_killed: r?.killed ?? 0,
+      in_flight_at_stop: fleet.inFlightAtStop,
+      executing_left: fleet.left,
+    };
+    if (fleet.workers === undefined) {
+      this.#log.info(
+        summary,
+        `actionledger stopped before its workers started; stopped what it had started (${this.#stops.map((s) => s.name).join(', ') || 'nothing'})`,
+      );
+      return exitCode;
+    }
     const drained =
       fleet.inFlightAtStop === null || fleet.left === null
         ? 'unknown'
         : String(Math.max(0, fleet.inFlightAtStop - fleet.left));
-    log.info(
+    this.#log.info(
       summary,
       `actionledger stopped: drained ${drained} in-flight operations, ${fleet.left ?? 'unknown'} left executing; ${summary.workers_clean}/${summary.workers} workers exited cleanly`,
     );
+    return exitCode;
   }
-  // The refusal last, after everything stopped: the line scripts read.
-  if (startError !== undefined) printRefusal(startError);
-  return exitCode;
 }
