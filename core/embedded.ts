@@ -166,6 +166,7 @@ export interface OpenEmbeddedOptions {
  * @throws ActionLedgerError `port_in_use` when another PostgreSQL (or program) answers on the port;
  *   `embedded_database_failed` when the cluster does not start (its last log lines in the message).
  */
+// eslint-disable-next-line max-lines-per-function -- probe, adopt or initialise, start, supervise: one sequence whose failure branches each stop what it started
 export async function openEmbeddedDatabase(options: OpenEmbeddedOptions): Promise<EmbeddedDatabase> {
   const dataDir = resolve(options.dataDir);
   const clusterDir = join(dataDir, 'pg');

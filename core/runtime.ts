@@ -43,6 +43,7 @@ export interface OpenOptions {
   embedded?: Pick<OpenEmbeddedOptions, 'own' | 'supervise'>;
 }
 
+// eslint-disable-next-line max-lines-per-function -- the open steps in order (embedded cluster, pool, migrations, keys), each undone when a later one fails
 export async function openRuntime(options: OpenOptions): Promise<Runtime> {
   const env = options.env ?? process.env;
   const config = options.config ?? loadConfig(env);

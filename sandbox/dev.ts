@@ -49,6 +49,7 @@ async function listenOn(server: { start(): Promise<void> }, port: number, settin
  * started is stopped again.
  * @throws ActionLedgerError `port_in_use` naming `sandbox.provider_port` or `sandbox.authorizer_port`.
  */
+// eslint-disable-next-line max-lines-per-function -- all or nothing: every start step and the stop of what it started are in one place
 export async function startDevSandbox(
   config: Config,
   env: NodeJS.ProcessEnv,
