@@ -41,13 +41,17 @@ export class WorkerSet {
   }
 
   start(n: number): void {
-    for (let i = 0; i < n; i++) this.#fork();
+    for (let slot = 1; slot <= n; slot++) this.#fork(slot);
   }
 
-  #fork(): void {
+  /**
+   * Forks the worker of `slot` (1..n). The slot, not the pid, labels its metrics (`worker="2"`): a replacement
+   * takes over its predecessor's series instead of adding new ones with every restart.
+   */
+  #fork(slot: number): void {
     if (this.#stopping) return;
-    if (!this.#canFork()) return this.#later(REPLACE_AFTER_MS);
-    const w = cluster.fork(this.#env);
+    if (!this.#canFork()) return this.#later(REPLACE_AFTER_MS, slot);
+    const w = cluster.fork({ ...this.#env, ACTIONLEDGER_WORKER_SLOT: String(slot) });
     const started = Date.now();
     this.#children.set(w, started);
     if (w.process.pid !== undefined) this.pids.push(w.process.pid);
@@ -64,14 +68,14 @@ export class WorkerSet {
         { worker_pid: w.process.pid, code, signal, restart_in_ms: delay },
         'dispatcher worker exited; starting another',
       );
-      this.#later(delay);
+      this.#later(delay, slot);
     });
   }
 
-  #later(ms: number): void {
+  #later(ms: number, slot: number): void {
     const timer = setTimeout(() => {
       this.#timers.delete(timer);
-      this.#fork();
+      this.#fork(slot);
     }, ms);
     this.#timers.add(timer);
   }

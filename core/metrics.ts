@@ -20,7 +20,8 @@ export class Metrics {
    */
   constructor(options: { defaultMetrics?: boolean; ledger?: boolean } = {}) {
     if (options.defaultMetrics !== false)
-      collectDefaultMetrics({ register: this.registry, prefix: 'actionledger_process_' });
+      // prom-client's names begin with process_ or nodejs_ already: actionledger_process_cpu_seconds_total.
+      collectDefaultMetrics({ register: this.registry, prefix: 'actionledger_' });
     const registers = options.ledger === false ? [] : [this.registry];
     this.reservations = new Counter({
       name: 'actionledger_reservations_total',

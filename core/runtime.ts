@@ -121,10 +121,14 @@ export async function openRuntime(options: OpenOptions): Promise<Runtime> {
     await close();
     throw err;
   }
+  const metrics = new Metrics({ defaultMetrics: options.defaultMetrics, ledger: options.ledgerMetrics });
+  // A fleet worker's series carry its slot (set by the service), so the parent's aggregate keeps them apart.
+  const slot = env.ACTIONLEDGER_WORKER_SLOT;
+  if (slot !== undefined && /^[1-9][0-9]{0,3}$/.test(slot)) metrics.registry.setDefaultLabels({ worker: slot });
   return {
     config,
     log,
-    metrics: new Metrics({ defaultMetrics: options.defaultMetrics, ledger: options.ledgerMetrics }),
+    metrics,
     pool,
     databaseUrl: url,
     embedded,

@@ -106,9 +106,17 @@ t.test(
     const metrics = await (await fetch(`http://127.0.0.1:${http}/metrics`)).text();
     t.match(
       metrics,
-      /actionledger_dispatch_outcomes_total\{tool="issue_refund",provider="sandbox-billing",outcome="succeeded"\} 1/,
-      'worker metrics, aggregated',
+      /actionledger_dispatch_outcomes_total\{tool="issue_refund",provider="sandbox-billing",outcome="succeeded",worker="[12]"\} 1/,
+      'worker metrics, aggregated, labelled by worker slot',
     );
+    for (const worker of ['1', '2'])
+      t.match(
+        metrics,
+        new RegExp(`actionledger_claims_total\\{worker="${worker}"\\} \\d`),
+        `worker ${worker}'s claims`,
+      );
+    t.match(metrics, /actionledger_process_cpu_user_seconds_total\{worker="1"\}/, 'process metrics, one prefix');
+    t.notMatch(metrics, /actionledger_process_process_/, 'no doubled prefix');
     t.match(metrics, /actionledger_reconcile_pass_duration_seconds/, 'reconciler metrics from the parent');
     t.match(metrics, /actionledger_operations\{status="succeeded"\} 1/);
 
