@@ -42,6 +42,7 @@ export const ERROR_CODES = {
   compensation_unmapped: 'refused',
   // the gate: refusals an agent reads and answers from; nothing was reserved
   unknown_tool: 'refused',
+  unknown_tenant: 'refused',
   permission_denied: 'refused',
   tool_disabled: 'refused',
   rate_limited: 'refused',

@@ -5,6 +5,7 @@
  */
 import type { Config, GateTool } from '../core/config.js';
 import type { Queryable } from '../core/db.js';
+import { ActionLedgerError } from '../core/errors.js';
 import type { gateQueries } from './queries.js';
 
 export interface KillSwitchRow {
@@ -33,6 +34,25 @@ export class AccessChecks {
   /** Whether the principal's role in the tenant is revoked. */
   async roleRevoked(db: Queryable, tenant: string, principal: string, role: string): Promise<boolean> {
     return (await db.query(this.#q.roleRevoked, [tenant, principal, role])).rowCount !== 0;
+  }
+
+  /**
+   * A kill switch may name only what the configuration knows, or '*': a misspelt tool or tenant would stop
+   * nothing while looking like success. Throws `unknown_tool` or `unknown_tenant`, listing what is configured.
+   */
+  checkSwitchTarget(tenant: string, tool: string): void {
+    const tools = new Set([...this.#config.tools.keys(), ...this.#config.gate.tools.keys()]);
+    if (tool !== '*' && !tools.has(tool))
+      throw new ActionLedgerError(
+        'unknown_tool',
+        `there is no tool named ${JSON.stringify(tool)}; configured: ${[...tools].sort().join(', ') || 'none'} (or * for every tool)`,
+      );
+    const tenants = new Set([...this.#config.tools.values()].flatMap((r) => [...r.allowedTenants]));
+    if (tenant !== '*' && !tenants.has(tenant))
+      throw new ActionLedgerError(
+        'unknown_tenant',
+        `no tool is routed for tenant ${JSON.stringify(tenant)}; configured: ${[...tenants].sort().join(', ') || 'none'} (or * for every tenant)`,
+      );
   }
 
   /** The kill switch covering the tenant and tool ('*' in either matches), or null. */

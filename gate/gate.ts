@@ -28,6 +28,8 @@ import type { GateContext, GateResult, Reviewer } from './types.js';
 
 /** What engaging a kill switch waited for: covered operations executing, and those a wait gave up on. */
 export interface KillSwitchEngaged {
+  /** Pending operations the switch holds (they are claimed once it is lifted), counted when it committed. */
+  pending_held: number;
   executing: number;
   still_in_flight: number;
   /**
@@ -272,14 +274,17 @@ export class Gate {
    * statement that holds nothing, so a hanging provider delays only this call. Returns how many covered
    * operations were executing, and how many were still at the provider when a wait gave up (the pool's
    * statement timeout, or the database failing after the switch committed: it is engaged either way); those
-   * finish, or go unknown, without the switch's say. Throws the database's coded error when the switch was not
-   * engaged.
+   * finish, or go unknown, without the switch's say, and how many pending operations it holds. Throws
+   * `unknown_tool` / `unknown_tenant` for a target the configuration does not know (nothing written), and the
+   * database's coded error when the switch was not engaged.
    */
   async engageKillSwitch(tenant: string, tool: string, actor: string, reason: string): Promise<KillSwitchEngaged> {
     const core = this.core;
-    await coded(() =>
+    core.access.checkSwitchTarget(tenant, tool);
+    const held = await coded(() =>
       withTransaction(core.pool, async (c) => {
         await c.query(core.q.killSwitchEngage, [tenant, tool, actor, reason]);
+        const pending = await c.query<{ n: number }>(core.q.killSwitchPending, [tenant, tool]);
         await core.audit.decision(c, {
           action: 'kill_switch',
           outcome: 'engaged',
@@ -287,6 +292,7 @@ export class Gate {
           tool,
           detail: { reason },
         });
+        return pending.rows[0]?.n ?? 0;
       }),
     );
     // From here the switch is engaged: a database failure while waiting is reported, never thrown (a thrown
@@ -296,7 +302,7 @@ export class Gate {
       rows = (await core.pool.query<{ operation_id: string }>(core.q.killSwitchInFlight, [tenant, tool])).rows;
     } catch (err) {
       const code = core.failures.failed(err, { action: 'kill_switch', stage: 'list_in_flight' }).code;
-      return { executing: 0, still_in_flight: 0, wait_failed: code };
+      return { pending_held: held, executing: 0, still_in_flight: 0, wait_failed: code };
     }
     let stillInFlight = 0;
     let waitFailed: ErrorCode | undefined;
@@ -310,6 +316,7 @@ export class Gate {
       }
     }
     return {
+      pending_held: held,
       executing: rows.length,
       still_in_flight: stillInFlight,
       ...(waitFailed === undefined ? {} : { wait_failed: waitFailed }),

@@ -73,6 +73,10 @@ export const gateQueries = {
   killSwitchEngaged: `
     SELECT tenant_id, tool_name, reason FROM @schema.gate_kill_switches
     WHERE tenant_id IN ($1, '*') AND tool_name IN ($2, '*') LIMIT 1`,
+  /** The pending operations a kill switch covers (it holds them), counted in the transaction that engages it. */
+  killSwitchPending: `
+    SELECT count(*)::int AS n FROM @schema.operations
+    WHERE status = 'pending' AND ($1 = '*' OR tenant_id = $1) AND ($2 = '*' OR tool_name = $2)`,
   /** The executing operations a kill switch covers, read after it was engaged. */
   killSwitchInFlight: `
     SELECT operation_id FROM @schema.operations

@@ -255,7 +255,11 @@ t.test(
     // Reserved while the switch waits for the slow request: held, never sent.
     const late = await e.ledger.reserve(ctx('late'), 'issue_refund', args(2));
     const waited = await engaging;
-    t.same(waited, { executing: 1, still_in_flight: 0 }, 'it waited for the one covered request at the provider');
+    t.same(
+      waited,
+      { pending_held: 0, executing: 1, still_in_flight: 0 },
+      'it waited for the one covered request at the provider',
+    );
     const { rows } = await e.pool.query<{ operation_id: string; status: string }>(
       'SELECT operation_id, status FROM actionledger.operations WHERE operation_id = ANY($1)',
       [[slow.operation_id, late.operation_id]],
@@ -288,7 +292,11 @@ t.test(
     await e.dispatcher(8);
     await untilSent(e, slow.effect_key);
     const waited = await g.gate.engageKillSwitch('tenant-a', 'issue_refund', 'oncall', 'incident');
-    t.same(waited, { executing: 1, still_in_flight: 1 }, 'engaged, and it says one request was still out');
+    t.same(
+      waited,
+      { pending_held: 0, executing: 1, still_in_flight: 1 },
+      'engaged, and it says one request was still out',
+    );
     const engaged = await e.pool.query('SELECT 1 FROM actionledger.gate_kill_switches');
     t.equal(engaged.rowCount, 1, 'the switch is engaged');
     const after = await e.ledger.reserve(ctx('after'), 'issue_refund', args(2));

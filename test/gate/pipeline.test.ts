@@ -287,7 +287,11 @@ t.test('kill switch: pending operations are not claimed until it is lifted', asy
   });
   if (!r.ok) throw new Error(r.message);
   const q = bindQueries(dispatcherQueries, config.schemaQuoted);
-  await gate.engageKillSwitch('tenant-a', 'transfer_funds', 'oncall', 'stop');
+  t.match(
+    await gate.engageKillSwitch('tenant-a', 'transfer_funds', 'oncall', 'stop'),
+    { pending_held: 1, executing: 0, still_in_flight: 0 },
+    'engaging says what the switch holds',
+  );
   t.equal((await pool.query(q.outboxClaimBatch, [10, 'w-1'])).rowCount, 0, 'held by the tool switch');
   await gate.liftKillSwitch('tenant-a', 'transfer_funds', 'oncall');
   await gate.engageKillSwitch('tenant-a', '*', 'oncall', 'tenant stop');
@@ -300,6 +304,22 @@ t.test('kill switch: pending operations are not claimed until it is lifted', asy
     (await pool.query<{ status: string }>('SELECT status FROM actionledger.operations')).rows[0]?.status,
     'executing',
   );
+});
+
+t.test('kill switch: a tool or tenant the configuration does not know is refused, nothing engaged', async (t) => {
+  const { gate, pool } = await gateFixture(t);
+  await t.rejects(gate.engageKillSwitch('*', 'transfer_fund', 'oncall', 'typo'), {
+    code: 'unknown_tool',
+    message: /"transfer_fund".*configured: .*transfer_funds/,
+  });
+  await t.rejects(gate.engageKillSwitch('tenant-x', '*', 'oncall', 'typo'), {
+    code: 'unknown_tenant',
+    message: /"tenant-x".*configured: tenant-a, tenant-b/,
+  });
+  t.equal((await pool.query('SELECT 1 FROM actionledger.gate_kill_switches')).rowCount, 0, 'no switch engaged');
+  t.equal((await auditRows(pool, "action = 'kill_switch'")).length, 0, 'and no decision audited');
+  t.match(await gate.engageKillSwitch('*', '*', 'oncall', 'everything'), { pending_held: 0 }, "'*' for both");
+  t.equal(await gate.liftKillSwitch('tenant-x', 'transfer_fund', 'oncall'), false, 'lifting is never refused');
 });
 
 t.test('audit: every decision, arguments redacted per tool at write time', async (t) => {
