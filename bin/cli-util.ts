@@ -13,7 +13,8 @@ export const EXIT_MEANINGS: Readonly<Record<number, string>> = {
   [EXIT.ok]: 'done',
   [EXIT.refused]:
     'refused (one JSON refusal on stdout), or a discrepancy found (verify), or an operation failed (reconcile); an unexpected failure also exits 1, with its stack on stderr',
-  [EXIT.usage]: 'usage error: unknown command or subcommand, unknown option, missing or bad value (one line on stderr, nothing on stdout)',
+  [EXIT.usage]:
+    'usage error: unknown command or subcommand, unknown option, missing or bad value (one line on stderr, nothing on stdout)',
   [EXIT.providerUnreadable]:
     'a provider could not be read (reconcile --once: a readback failed; verify: a listing could not be read), and nothing else was wrong',
 };
@@ -67,7 +68,9 @@ function optionUsage(name: string, o: OptionSpec): string {
 
 export function usageLines(cmd: Command): string[] {
   if (cmd.subcommands !== undefined) return [...cmd.subcommands.values()].flatMap((s) => usageLines(s));
-  const opts = Object.entries(cmd.options).sort(([, a], [, b]) => Number(b.required === true) - Number(a.required === true));
+  const opts = Object.entries(cmd.options).sort(
+    ([, a], [, b]) => Number(b.required === true) - Number(a.required === true),
+  );
   const words = ['actionledger', cmd.name, ...(cmd.args === undefined ? [] : [cmd.args])];
   return [[...words, ...opts.map(([n, o]) => optionUsage(n, o))].join(' ')];
 }
@@ -201,7 +204,7 @@ export function resolveCommand(
   let cmd = lookup(table, argv[0]);
   if (cmd === undefined) return undefined;
   let i = 1;
-  for (let next = cmd.subcommands && lookup(cmd.subcommands, argv[i]); next !== undefined; ) {
+  for (let next = cmd.subcommands && lookup(cmd.subcommands, argv[i]); next !== undefined;) {
     cmd = next;
     i++;
     next = cmd.subcommands && lookup(cmd.subcommands, argv[i]);

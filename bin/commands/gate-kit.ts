@@ -30,7 +30,13 @@ export async function withGate(fn: (gate: Gate, rt: Runtime) => Promise<number>)
     const rt = await openRuntime({ name: 'gate', migrate: true, defaultMetrics: false, logDestination: stderrLog() });
     const ledger = new Ledger(rt.config, rt.pool, new EffectKeyer(rt.effectKeys));
     try {
-      const gate = new Gate({ config: rt.config, pool: rt.pool, ledger, withoutValidators: true, withoutResolvers: true });
+      const gate = new Gate({
+        config: rt.config,
+        pool: rt.pool,
+        ledger,
+        withoutValidators: true,
+        withoutResolvers: true,
+      });
       return await fn(gate, rt);
     } finally {
       ledger.stop();

@@ -45,7 +45,12 @@ const keygenCommand: Command = {
   name: 'profile keygen',
   summary: 'make a profile signing key pair (never overwrites one)',
   options: {
-    kind: { type: 'string', value: 'ecdsa-p256|ed25519', required: true, description: 'key type (ecdsa-p256 is cosign-compatible)' },
+    kind: {
+      type: 'string',
+      value: 'ecdsa-p256|ed25519',
+      required: true,
+      description: 'key type (ecdsa-p256 is cosign-compatible)',
+    },
     'out-dir': {
       type: 'string',
       value: 'DIR',

@@ -79,7 +79,11 @@ export const reconcileCommand: Command = {
   notes:
     'Without --once it runs the pg-boss schedule (reconciler.schedule) until SIGTERM or SIGINT and prints nothing on stdout.',
   options: {
-    once: { type: 'boolean', description: 'run one pass now, print its summary and exit', default: 'off: run the schedule' },
+    once: {
+      type: 'boolean',
+      description: 'run one pass now, print its summary and exit',
+      default: 'off: run the schedule',
+    },
     json: { ...JSON_OPTION, description: 'with --once: print the pass summary as one JSON document on stdout' },
   },
   examples: ['actionledger reconcile --once', 'actionledger reconcile --once --json', 'actionledger reconcile'],

@@ -105,7 +105,8 @@ export const dispatcherCommand: Command = {
 export const startCommand: Command = {
   name: 'start',
   summary: 'run the service: database, migrations, sandbox (dev), N dispatcher workers, /healthz, /readyz and /metrics',
-  notes: 'Runs until SIGTERM or SIGINT; the workers drain, then the parent stops the rest (the embedded database last).',
+  notes:
+    'Runs until SIGTERM or SIGINT; the workers drain, then the parent stops the rest (the embedded database last).',
   options: {
     workers: {
       type: 'string',
