@@ -75,10 +75,17 @@ export function usageLines(cmd: Command): string[] {
   return [[...words, ...opts.map(([n, o]) => optionUsage(n, o))].join(' ')];
 }
 
+/** `usage: ` and the usage lines under each other. */
+function usageBlock(cmd: Command): string {
+  return usageLines(cmd)
+    .map((l, i) => `${i === 0 ? 'usage: ' : '       '}${l}`)
+    .join('\n');
+}
+
 export function helpText(cmd: Command): string {
   const out = [`actionledger ${cmd.name}: ${cmd.summary}`, ''];
   if (cmd.notes !== undefined) out.push(cmd.notes, '');
-  out.push('usage:', ...usageLines(cmd).map((l) => `  ${l}`), '');
+  out.push(usageBlock(cmd), '');
   if (cmd.subcommands !== undefined) {
     out.push('subcommands (each takes --help):');
     for (const [n, s] of cmd.subcommands) out.push(`  ${n.padEnd(14)} ${s.summary}`);
@@ -101,9 +108,8 @@ export function helpText(cmd: Command): string {
 
 /** One line on stderr naming the problem, then the usage lines; returns the exit code 2. */
 export function usageError(cmd: Command, message: string): number {
-  const lines = usageLines(cmd).map((l) => `  ${l}`);
   process.stderr.write(
-    `actionledger ${cmd.name}: ${message}\n\nusage:\n${lines.join('\n')}\n(actionledger help ${cmd.name} says more)\n`,
+    `actionledger ${cmd.name}: ${message}\n\n${usageBlock(cmd)}\n(actionledger help ${cmd.name} says more)\n`,
   );
   return EXIT.usage;
 }
