@@ -1,53 +1,68 @@
 #!/usr/bin/env node
-/** The `actionledger` command. Each subcommand has `--help`. */
-import { migrateCommand, reserveCommand, showCommand, statusCommand } from './commands/ledger.js';
-import { dispatcherCommand, startCommand } from './commands/start.js';
-import { profileCommand } from './commands/profile.js';
-import { reconcileCommand, reviewCommand, verifyCommand } from './commands/reconcile.js';
-import { gateCommand } from './commands/gate.js';
-import type { Command } from './cli-util.js';
+/** The `actionledger` command. `actionledger help COMMAND` and `COMMAND --help` describe each command. */
+import { COMMANDS } from './commands/index.js';
+import { EXIT, EXIT_MEANINGS, exitAfterOutput, helpText, resolveCommand } from './cli-util.js';
 
-const commands: Record<string, Command> = {
-  start: startCommand,
-  migrate: migrateCommand,
-  status: statusCommand,
-  reserve: reserveCommand,
-  show: showCommand,
-  dispatcher: dispatcherCommand,
-  profile: profileCommand,
-  reconcile: reconcileCommand,
-  review: reviewCommand,
-  verify: verifyCommand,
-  gate: gateCommand,
-};
+function overview(): string {
+  const lines = [...COMMANDS.values()].map((c) => `  ${c.name.padEnd(10)} ${c.summary}`);
+  const exits = Object.entries(EXIT_MEANINGS).map(([code, meaning]) => `  ${code}  ${meaning}`);
+  return [
+    'actionledger: at-most-once, freshly authorized side effects on PostgreSQL',
+    '',
+    'usage: actionledger <command> [options]',
+    '       actionledger help <command> [<subcommand>]',
+    '',
+    ...lines,
+    '',
+    'Every command takes --help. Configuration: ACTIONLEDGER_CONFIG or ./actionledger.config.json.',
+    '',
+    'exit codes:',
+    ...exits,
+    '',
+  ].join('\n');
+}
 
-function help(): string {
-  const lines = Object.entries(commands).map(([name, c]) => `  ${name.padEnd(10)} ${c.summary}`);
-  return `actionledger: at-most-once, freshly authorized side effects on PostgreSQL\n\nusage: actionledger <command> [options]\n\n${lines.join('\n')}\n\nEvery command takes --help. Configuration: ACTIONLEDGER_CONFIG or ./actionledger.config.json.\n`;
+function unknownCommand(name: string): number {
+  process.stderr.write(`actionledger: unknown command ${JSON.stringify(name)} (actionledger help lists them)\n`);
+  return EXIT.usage;
 }
 
 async function main(argv: string[]): Promise<number> {
   const [name, ...rest] = argv;
-  if (name === undefined || name === '--help' || name === '-h' || name === 'help') {
-    process.stdout.write(help());
-    return name === undefined ? 2 : 0;
+  if (name === undefined) {
+    process.stderr.write(`actionledger: missing command\n\n${overview()}`);
+    return EXIT.usage;
   }
-  const command = commands[name];
-  if (command === undefined) {
-    process.stderr.write(`actionledger: unknown command ${JSON.stringify(name)}\n\n${help()}`);
-    return 2;
+  if (name === '--help' || name === '-h') {
+    process.stdout.write(overview());
+    return EXIT.ok;
   }
-  if (rest.includes('--help') || rest.includes('-h')) {
-    process.stdout.write(`${command.summary}\n\nusage: ${command.usage}\n`);
-    return 0;
+  if (name === 'help') {
+    if (rest.length === 0) {
+      process.stdout.write(overview());
+      return EXIT.ok;
+    }
+    const found = resolveCommand(COMMANDS, rest);
+    if (found === undefined) return unknownCommand(rest[0] ?? '');
+    if (found.rest.length > 0) {
+      process.stderr.write(`actionledger help: ${found.cmd.name} has no subcommand ${JSON.stringify(found.rest[0])}\n`);
+      return EXIT.usage;
+    }
+    process.stdout.write(helpText(found.cmd));
+    return EXIT.ok;
   }
-  return command.run(rest);
+  const found = resolveCommand(COMMANDS, argv);
+  if (found === undefined) return unknownCommand(name);
+  // `--` ends the options: a `--help` after it is an argument, not a request for help.
+  const options = found.rest.includes('--') ? found.rest.slice(0, found.rest.indexOf('--')) : found.rest;
+  if (options.includes('--help') || options.includes('-h')) {
+    process.stdout.write(helpText(found.cmd));
+    return EXIT.ok;
+  }
+  return found.cmd.run(found.rest);
 }
 
-main(process.argv.slice(2)).then(
-  (code) => process.exit(code),
-  (err: unknown) => {
-    process.stderr.write(`${(err as Error)?.stack ?? String(err)}\n`);
-    process.exit(1);
-  },
-);
+main(process.argv.slice(2)).then(exitAfterOutput, (err: unknown) => {
+  process.stderr.write(`${(err as Error)?.stack ?? String(err)}\n`);
+  return exitAfterOutput(EXIT.refused);
+});

@@ -5,150 +5,174 @@
  * resolvers (those live in the embedding service): approving a tool that binds resources is refused with
  * `config_invalid` here, before the vote is recorded; approve it through the library.
  */
-import { parseArgs } from 'node:util';
-import { openRuntime } from '../../core/runtime.js';
-import { EffectKeyer, Ledger } from '../../ledger/index.js';
-import { Gate } from '../../gate/index.js';
-import { printJson, printRefusal, stderrLog, table, usageError, type Command } from '../cli-util.js';
+import {
+  EXIT,
+  JSON_ALWAYS,
+  parseCommand,
+  printJson,
+  runSubcommand,
+  stringValues,
+  usageError,
+  type Command,
+  type Parsed,
+} from '../cli-util.js';
+import { ACTOR, APPROVER, GATE_EXITS, ROLE, TENANT, withGate } from './gate-kit.js';
+import { killSwitchCommand } from './gate-kill-switch.js';
 
-const USAGE = `actionledger gate show APPROVAL_ID --tenant T
-       actionledger gate approve APPROVAL_ID --hash SHA256 --tenant T --approver WHO --role ROLE
-       actionledger gate reject APPROVAL_ID --reason WHY --tenant T --approver WHO --role ROLE
-       actionledger gate kill-switch engage|lift --tenant T|'*' --tool NAME|'*' --actor WHO [--reason WHY]
-       actionledger gate kill-switch list
-       actionledger gate revoke-role|restore-role --tenant T --principal P --role ROLE --actor WHO
-       actionledger gate expire`;
+const ID_EXAMPLE = '0f3e6a52-8c1d-4b7a-9e2f-5d4c3b2a1908';
 
-const OPTIONS = Object.fromEntries(
-  ['tenant', 'hash', 'approver', 'role', 'reason', 'tool', 'actor', 'principal'].map((k) => [
-    k,
-    { type: 'string' as const },
-  ]),
-);
+/** The one APPROVAL_ID of a parsed invocation and its string options, or the usage error's exit code. */
+function approvalArgs(cmd: Command, parsed: Parsed): { id: string; v: Record<string, string | undefined> } | number {
+  const [id, ...extra] = parsed.positionals;
+  if (id === undefined || extra.length > 0) return usageError(cmd, 'expected one APPROVAL_ID');
+  return { id, v: stringValues(parsed.values) };
+}
+
+const show: Command = {
+  name: 'gate show',
+  summary: 'an approval with its envelope and the envelope hash to approve by',
+  args: 'APPROVAL_ID',
+  options: { tenant: TENANT, json: JSON_ALWAYS },
+  examples: [`actionledger gate show ${ID_EXAMPLE} --tenant tenant-a`],
+  exits: GATE_EXITS,
+  async run(argv) {
+    const parsed = parseCommand(this, argv, { positionals: true });
+    if (typeof parsed === 'number') return parsed;
+    const a = approvalArgs(this, parsed);
+    if (typeof a === 'number') return a;
+    return withGate(async (gate) => {
+      printJson({ ok: true, ...(await gate.approvals.show(a.id, { tenant_id: a.v.tenant ?? '' })) });
+      return EXIT.ok;
+    });
+  },
+};
+
+const approve: Command = {
+  name: 'gate approve',
+  summary: 'approve an approval, bound to the envelope hash `gate show` displayed (executes at the last vote)',
+  args: 'APPROVAL_ID',
+  options: {
+    hash: { type: 'string', value: 'SHA256', required: true, description: 'envelope_sha256 as `gate show` printed it' },
+    tenant: TENANT,
+    approver: APPROVER,
+    role: ROLE,
+    json: JSON_ALWAYS,
+  },
+  examples: [
+    `actionledger gate approve ${ID_EXAMPLE} --hash 9b71d224bd62f3785d96d46ad3ea3d73319bfbc2890caadae2dff72519673ca7 --tenant tenant-a --approver supervisor-7 --role supervisor`,
+  ],
+  exits: GATE_EXITS,
+  async run(argv) {
+    const parsed = parseCommand(this, argv, { positionals: true });
+    if (typeof parsed === 'number') return parsed;
+    const a = approvalArgs(this, parsed);
+    if (typeof a === 'number') return a;
+    const reviewer = { tenant_id: a.v.tenant ?? '', principal_id: a.v.approver ?? '', role: a.v.role ?? '' };
+    return withGate(async (gate) => {
+      const r = await gate.approve(a.id, a.v.hash ?? '', reviewer);
+      printJson(r);
+      return r.ok ? EXIT.ok : EXIT.refused;
+    });
+  },
+};
+
+const reject: Command = {
+  name: 'gate reject',
+  summary: 'reject an approval (final)',
+  args: 'APPROVAL_ID',
+  options: {
+    reason: { type: 'string', value: 'WHY', required: true, description: 'why (stored with the approval; audited)' },
+    tenant: TENANT,
+    approver: APPROVER,
+    role: ROLE,
+    json: JSON_ALWAYS,
+  },
+  examples: [
+    `actionledger gate reject ${ID_EXAMPLE} --reason 'duplicate request' --tenant tenant-a --approver supervisor-7 --role supervisor`,
+  ],
+  exits: GATE_EXITS,
+  async run(argv) {
+    const parsed = parseCommand(this, argv, { positionals: true });
+    if (typeof parsed === 'number') return parsed;
+    const a = approvalArgs(this, parsed);
+    if (typeof a === 'number') return a;
+    const reviewer = { tenant_id: a.v.tenant ?? '', principal_id: a.v.approver ?? '', role: a.v.role ?? '' };
+    return withGate(async (gate) => {
+      const r = await gate.reject(a.id, reviewer, a.v.reason ?? '');
+      printJson(r);
+      return r.ok ? EXIT.ok : EXIT.refused;
+    });
+  },
+};
+
+function roleCommand(action: 'revoke-role' | 'restore-role'): Command {
+  const revoke = action === 'revoke-role';
+  return {
+    name: `gate ${action}`,
+    summary: revoke
+      ? 'revoke a role from a principal in a tenant (its calls and approvals are refused from now on)'
+      : 'restore a revoked role',
+    options: {
+      tenant: { ...TENANT, description: 'tenant the principal acts in' },
+      principal: { type: 'string', value: 'P', required: true, description: 'the principal (agent or person)' },
+      role: { ...ROLE, description: 'the role to revoke or restore' },
+      actor: ACTOR,
+      json: JSON_ALWAYS,
+    },
+    examples: [`actionledger gate ${action} --tenant tenant-a --principal agent-1 --role agent --actor security`],
+    exits: GATE_EXITS,
+    async run(argv) {
+      const parsed = parseCommand(this, argv);
+      if (typeof parsed === 'number') return parsed;
+      const v = stringValues(parsed.values);
+      const args = [v.tenant ?? '', v.principal ?? '', v.role ?? '', v.actor ?? ''] as const;
+      return withGate(async (gate) => {
+        if (revoke) await gate.revokeRole(...args);
+        else await gate.restoreRole(...args);
+        printJson({ ok: true });
+        return EXIT.ok;
+      });
+    },
+  };
+}
+
+const expire: Command = {
+  name: 'gate expire',
+  summary: 'expire due approvals and proposals (releasing what they hold) and prune rate windows',
+  options: { json: JSON_ALWAYS },
+  examples: ['actionledger gate expire'],
+  exits: GATE_EXITS,
+  async run(argv) {
+    const parsed = parseCommand(this, argv);
+    if (typeof parsed === 'number') return parsed;
+    return withGate(async (gate) => {
+      printJson({ ok: true, ...(await gate.housekeeping()) });
+      return EXIT.ok;
+    });
+  },
+};
+
+const SUBCOMMANDS: ReadonlyMap<string, Command> = new Map([
+  ['show', show],
+  ['approve', approve],
+  ['reject', reject],
+  ['kill-switch', killSwitchCommand],
+  ['revoke-role', roleCommand('revoke-role')],
+  ['restore-role', roleCommand('restore-role')],
+  ['expire', expire],
+]);
 
 export const gateCommand: Command = {
+  name: 'gate',
   summary:
     'approve / reject approvals, kill switches, role revocations, expire due approvals and proposals and prune rate windows (audited)',
-  usage: USAGE,
-  // eslint-disable-next-line max-lines-per-function -- one switch over the gate subcommands, each a few lines next to its usage check
-  async run(argv) {
-    let values: Record<string, string | boolean | undefined>;
-    let positionals: string[];
-    try {
-      ({ values, positionals } = parseArgs({
-        args: argv,
-        options: { ...OPTIONS, json: { type: 'boolean' } },
-        allowPositionals: true,
-      }));
-    } catch (err) {
-      return usageError('gate', (err as Error).message, USAGE);
-    }
-    const [action, target, extra] = positionals;
-    const need = (...keys: string[]): string | null => {
-      const missing = keys.filter((k) => typeof values[k] !== 'string' || values[k] === '');
-      return missing.length === 0 ? null : `missing --${missing.join(', --')}`;
-    };
-    const v = (k: string): string => String(values[k] ?? '');
-    let problem: string | null;
-    switch (action) {
-      case 'show':
-        problem = target === undefined ? 'expected an APPROVAL_ID' : need('tenant');
-        break;
-      case 'approve':
-        problem = target === undefined ? 'expected an APPROVAL_ID' : need('hash', 'tenant', 'approver', 'role');
-        break;
-      case 'reject':
-        problem = target === undefined ? 'expected an APPROVAL_ID' : need('reason', 'tenant', 'approver', 'role');
-        break;
-      case 'kill-switch':
-        problem =
-          target === 'list'
-            ? null
-            : target === 'engage' || target === 'lift'
-              ? need('tenant', 'tool', 'actor', ...(target === 'engage' ? ['reason'] : []))
-              : 'expected engage, lift or list';
-        break;
-      case 'revoke-role':
-      case 'restore-role':
-        problem = need('tenant', 'principal', 'role', 'actor');
-        break;
-      case 'expire':
-        problem = null;
-        break;
-      default:
-        problem = 'expected show, approve, reject, kill-switch, revoke-role, restore-role or expire';
-    }
-    if (problem === null && extra !== undefined) problem = `unexpected ${extra}`;
-    if (problem !== null) return usageError('gate', problem, USAGE);
-    try {
-      const rt = await openRuntime({ name: 'gate', migrate: true, defaultMetrics: false, logDestination: stderrLog() });
-      const ledger = new Ledger(rt.config, rt.pool, new EffectKeyer(rt.effectKeys));
-      try {
-        const gate = new Gate({
-          config: rt.config,
-          pool: rt.pool,
-          ledger,
-          withoutValidators: true,
-          withoutResolvers: true,
-        });
-        const reviewer = { tenant_id: v('tenant'), principal_id: v('approver'), role: v('role') };
-        const id = target ?? '';
-        switch (action) {
-          case 'show':
-            printJson({ ok: true, ...(await gate.approvals.show(id, reviewer)) });
-            return 0;
-          case 'approve':
-          case 'reject': {
-            const r =
-              action === 'approve'
-                ? await gate.approve(id, v('hash'), reviewer)
-                : await gate.reject(id, reviewer, v('reason'));
-            printJson(r);
-            return r.ok ? 0 : 1;
-          }
-          case 'kill-switch':
-            if (target === 'list') {
-              const { rows } = await rt.pool.query<{
-                tenant_id: string;
-                tool_name: string;
-                engaged_at: Date;
-                engaged_by: string;
-                reason: string;
-              }>(gate.core.q.killSwitchList);
-              if (values.json === true) printJson({ ok: true, kill_switches: rows });
-              else
-                process.stdout.write(
-                  `${table([['tenant', 'tool', 'engaged at', 'by', 'reason'], ...rows.map((r) => [r.tenant_id, r.tool_name, r.engaged_at.toISOString(), r.engaged_by, r.reason])])}\n`,
-                );
-              return 0;
-            }
-            if (target === 'engage') {
-              const waited = await gate.engageKillSwitch(v('tenant'), v('tool'), v('actor'), v('reason'));
-              printJson({ ok: true, tenant_id: v('tenant'), tool_name: v('tool'), engaged: true, ...waited });
-              return 0;
-            }
-            if (!(await gate.liftKillSwitch(v('tenant'), v('tool'), v('actor')))) {
-              printJson({ ok: false, error: 'not_found', message: 'no such kill switch is engaged' });
-              return 1;
-            }
-            printJson({ ok: true, tenant_id: v('tenant'), tool_name: v('tool'), engaged: false });
-            return 0;
-          case 'revoke-role':
-          case 'restore-role':
-            if (action === 'revoke-role') await gate.revokeRole(v('tenant'), v('principal'), v('role'), v('actor'));
-            else await gate.restoreRole(v('tenant'), v('principal'), v('role'), v('actor'));
-            printJson({ ok: true });
-            return 0;
-          default:
-            printJson({ ok: true, ...(await gate.housekeeping()) });
-            return 0;
-        }
-      } finally {
-        ledger.stop();
-        await rt.close();
-      }
-    } catch (err) {
-      return printRefusal(err);
-    }
+  notes:
+    'The CLI runs no business validators or resource resolvers: approving a tool that binds resources is\nrefused (config_invalid) before the vote is recorded; approve it through the service that registers them.',
+  options: {},
+  examples: [...show.examples, ...approve.examples, ...killSwitchCommand.examples.slice(0, 1)],
+  exits: GATE_EXITS,
+  subcommands: SUBCOMMANDS,
+  run(argv) {
+    return runSubcommand(this, argv);
   },
 };

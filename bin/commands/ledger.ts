@@ -1,15 +1,33 @@
 /** `migrate`, `status`, `reserve`, `show`: the ledger's subcommands. */
-import { parseArgs } from 'node:util';
 import { parseStrictJson } from '../../core/json.js';
 import { ActionLedgerError } from '../../core/errors.js';
 import { openRuntime } from '../../core/runtime.js';
 import { EffectKeyer, Ledger } from '../../ledger/index.js';
-import { printJson, printRefusal, stderrLog, table, usageError, type Command } from '../cli-util.js';
+import {
+  EXIT,
+  JSON_ALWAYS,
+  JSON_OPTION,
+  parseCommand,
+  printJson,
+  printRefusal,
+  stderrLog,
+  table,
+  usageError,
+  type Command,
+  type OptionSpecs,
+} from '../cli-util.js';
+
+const STANDARD_EXITS = [EXIT.ok, EXIT.refused, EXIT.usage];
 
 export const migrateCommand: Command = {
+  name: 'migrate',
   summary: 'apply pending migrations (under an advisory lock) and exit',
-  usage: 'actionledger migrate',
-  async run() {
+  options: { json: JSON_ALWAYS },
+  examples: ['actionledger migrate'],
+  exits: STANDARD_EXITS,
+  async run(argv) {
+    const parsed = parseCommand(this, argv);
+    if (typeof parsed === 'number') return parsed;
     try {
       const rt = await openRuntime({
         name: 'migrate',
@@ -19,7 +37,7 @@ export const migrateCommand: Command = {
       });
       await rt.close();
       printJson({ ok: true });
-      return 0;
+      return EXIT.ok;
     } catch (err) {
       return printRefusal(err);
     }
@@ -27,10 +45,14 @@ export const migrateCommand: Command = {
 };
 
 export const statusCommand: Command = {
+  name: 'status',
   summary: 'operations by state, outbox depth and the oldest waiting age',
-  usage: 'actionledger status [--json]',
+  options: { json: JSON_OPTION },
+  examples: ['actionledger status', 'actionledger status --json'],
+  exits: STANDARD_EXITS,
   async run(argv) {
-    const { values } = parseArgs({ args: argv, options: { json: { type: 'boolean' } } });
+    const parsed = parseCommand(this, argv);
+    if (typeof parsed === 'number') return parsed;
     try {
       const rt = await openRuntime({
         name: 'status',
@@ -42,7 +64,7 @@ export const statusCommand: Command = {
         const ledger = new Ledger(rt.config, rt.pool, new EffectKeyer(rt.effectKeys));
         const s = await ledger.status();
         ledger.stop();
-        if (values.json === true) printJson({ ok: true, ...s });
+        if (parsed.values.json === true) printJson({ ok: true, ...s });
         else {
           const rows: (string | number)[][] = [
             ['state', 'operations'],
@@ -52,7 +74,7 @@ export const statusCommand: Command = {
             `${table(rows)}\n\noutbox depth: ${s.outbox_depth}\noldest pending: ${s.oldest_pending_age_s === null ? '-' : `${s.oldest_pending_age_s.toFixed(1)} s`}\n`,
           );
         }
-        return 0;
+        return EXIT.ok;
       } finally {
         await rt.close();
       }
@@ -62,33 +84,36 @@ export const statusCommand: Command = {
   },
 };
 
+const RESERVE_OPTIONS = {
+  tenant: { type: 'string', value: 'T', required: true, description: 'tenant the operation acts for' },
+  principal: { type: 'string', value: 'P', required: true, description: 'principal (agent or user) acting' },
+  task: { type: 'string', value: 'K', required: true, description: 'task id the step belongs to' },
+  step: { type: 'string', value: 'S', required: true, description: 'workflow step id (one operation per step)' },
+  approval: { type: 'string', value: 'A', required: true, description: 'approval id authorizing the step' },
+  policy: { type: 'string', value: 'V', required: true, description: 'policy version the approval was made under' },
+  tool: { type: 'string', value: 'NAME', required: true, description: 'configured tool to call' },
+  args: { type: 'string', value: 'JSON', required: true, description: "the tool's arguments: one strict JSON object" },
+  json: JSON_ALWAYS,
+} satisfies OptionSpecs;
+
 export const reserveCommand: Command = {
+  name: 'reserve',
   summary: 'reserve one operation for a workflow step (prints the operation id and effect key)',
-  usage:
-    'actionledger reserve --tenant T --principal P --task K --step S --approval A --policy V --tool NAME --args JSON',
+  notes:
+    'Reserving the same step again with the same arguments returns the same operation (created: false);\nother arguments for the same step are refused (operation_conflict).',
+  options: RESERVE_OPTIONS,
+  examples: [
+    `actionledger reserve --tenant tenant-a --principal agent-1 --task task-1 --step s-1 --approval ap-1 --policy v1 --tool issue_refund --args '{"order_id":"o-1","amount":10,"currency":"EUR"}'`,
+  ],
+  exits: STANDARD_EXITS,
   async run(argv) {
-    let values: Record<string, string | undefined>;
-    try {
-      ({ values } = parseArgs({
-        args: argv,
-        options: Object.fromEntries(
-          ['tenant', 'principal', 'task', 'step', 'approval', 'policy', 'tool', 'args'].map((k) => [
-            k,
-            { type: 'string' as const },
-          ]),
-        ),
-      }));
-    } catch (err) {
-      return usageError('reserve', (err as Error).message, this.usage);
-    }
-    const missing = ['tenant', 'principal', 'task', 'step', 'approval', 'policy', 'tool', 'args'].filter(
-      (k) => values[k] === undefined,
-    );
-    if (missing.length > 0) return usageError('reserve', `missing --${missing.join(', --')}`, this.usage);
+    const parsed = parseCommand(this, argv);
+    if (typeof parsed === 'number') return parsed;
+    const v = (k: keyof typeof RESERVE_OPTIONS): string => String(parsed.values[k] ?? '');
     try {
       let args: unknown;
       try {
-        args = parseStrictJson(values.args ?? '', { requireObject: true });
+        args = parseStrictJson(v('args'), { requireObject: true });
       } catch (cause) {
         throw new ActionLedgerError(
           'invalid_arguments',
@@ -106,14 +131,14 @@ export const reserveCommand: Command = {
         const ledger = new Ledger(rt.config, rt.pool, new EffectKeyer(rt.effectKeys));
         const r = await ledger.reserve(
           {
-            tenant_id: values.tenant ?? '',
-            principal_id: values.principal ?? '',
-            task_id: values.task ?? '',
-            workflow_step_id: values.step ?? '',
-            approval_id: values.approval ?? '',
-            policy_version: values.policy ?? '',
+            tenant_id: v('tenant'),
+            principal_id: v('principal'),
+            task_id: v('task'),
+            workflow_step_id: v('step'),
+            approval_id: v('approval'),
+            policy_version: v('policy'),
           },
-          values.tool ?? '',
+          v('tool'),
           args,
           { actor: 'cli' },
         );
@@ -125,7 +150,7 @@ export const reserveCommand: Command = {
           created: r.created,
           status: r.status,
         });
-        return 0;
+        return EXIT.ok;
       } finally {
         await rt.close();
       }
@@ -136,23 +161,24 @@ export const reserveCommand: Command = {
 };
 
 export const showCommand: Command = {
+  name: 'show',
   summary: 'one operation and its state history',
-  usage: 'actionledger show OPERATION_ID [--json]',
+  args: 'OPERATION_ID',
+  options: { json: JSON_OPTION },
+  examples: ['actionledger show 6f1c2b9e-0d4a-4c52-9a57-3e0f1b2c4d5e --json'],
+  exits: STANDARD_EXITS,
   async run(argv) {
-    const { values, positionals } = parseArgs({
-      args: argv,
-      options: { json: { type: 'boolean' } },
-      allowPositionals: true,
-    });
-    const id = positionals[0];
-    if (id === undefined || positionals.length > 1) return usageError('show', 'expected one OPERATION_ID', this.usage);
+    const parsed = parseCommand(this, argv, { positionals: true });
+    if (typeof parsed === 'number') return parsed;
+    const id = parsed.positionals[0];
+    if (id === undefined || parsed.positionals.length > 1) return usageError(this, 'expected one OPERATION_ID');
     try {
       const rt = await openRuntime({ name: 'show', migrate: true, defaultMetrics: false, logDestination: stderrLog() });
       try {
         const ledger = new Ledger(rt.config, rt.pool, new EffectKeyer(rt.effectKeys));
         const { operation, history } = await ledger.show(id);
         ledger.stop();
-        if (values.json === true) printJson({ ok: true, operation, history });
+        if (parsed.values.json === true) printJson({ ok: true, operation, history });
         else {
           const { arguments_json: _args, ...rest } = operation;
           for (const [k, v] of Object.entries(rest))
@@ -161,7 +187,7 @@ export const showCommand: Command = {
             `\n${table([['at', 'from', 'to', 'actor', 'reason'], ...history.map((h) => [h.at.toISOString(), h.from_status ?? '-', h.to_status, h.actor, h.reason])])}\n`,
           );
         }
-        return 0;
+        return EXIT.ok;
       } finally {
         await rt.close();
       }

@@ -5,7 +5,6 @@
  */
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { parseArgs } from 'node:util';
 import { ActionLedgerError } from '../../core/errors.js';
 import {
   generateProfileKeyPair,
@@ -15,36 +14,20 @@ import {
   verifyProfile,
   type ProfileKeyKind,
 } from '../../core/profile.js';
-import { printJson, printRefusal, usageError, type Command } from '../cli-util.js';
-
-const USAGE = [
-  'actionledger profile keygen --kind ecdsa-p256|ed25519 --out-dir DIR',
-  '       actionledger profile sign --profile FILE --key PRIVATE.pem [--out FILE.sig]',
-  '       actionledger profile verify --profile FILE --signature FILE.sig --key PUBLIC.pem',
-].join('\n');
+import {
+  EXIT,
+  JSON_ALWAYS,
+  parseCommand,
+  printJson,
+  printRefusal,
+  runSubcommand,
+  stringValues,
+  usageError,
+  type Command,
+} from '../cli-util.js';
 
 export const PRIVATE_KEY_FILE = 'profile-signing.key';
 export const PUBLIC_KEY_FILE = 'profile-signing.pub';
-
-type Values = Record<string, string | undefined>;
-
-/** Parses one subcommand's options (all strings, all required unless listed optional); a string is a usage error. */
-function options(argv: string[], required: string[], optional: string[] = []): Values | string {
-  try {
-    const { values } = parseArgs({
-      args: argv,
-      strict: true,
-      allowPositionals: false,
-      options: Object.fromEntries([...required, ...optional].map((k) => [k, { type: 'string' as const }])),
-    });
-    const v: Values = values;
-    const missing = required.filter((k) => v[k] === undefined || v[k] === '');
-    if (missing.length > 0) return `missing --${missing.join(', --')}`;
-    return v;
-  } catch (err) {
-    return (err as Error).message;
-  }
-}
 
 async function readInput(path: string, what: string): Promise<Buffer> {
   try {
@@ -58,14 +41,38 @@ async function readInput(path: string, what: string): Promise<Buffer> {
   }
 }
 
+const keygenCommand: Command = {
+  name: 'profile keygen',
+  summary: 'make a profile signing key pair (never overwrites one)',
+  options: {
+    kind: {
+      type: 'string',
+      value: 'ecdsa-p256|ed25519',
+      required: true,
+      description: 'key type (ecdsa-p256 is cosign-compatible)',
+    },
+    'out-dir': {
+      type: 'string',
+      value: 'DIR',
+      required: true,
+      description: `directory for ${PRIVATE_KEY_FILE} (mode 0600) and ${PUBLIC_KEY_FILE}; created when missing`,
+    },
+    json: JSON_ALWAYS,
+  },
+  examples: ['actionledger profile keygen --kind ecdsa-p256 --out-dir ./keys'],
+  exits: [EXIT.ok, EXIT.refused, EXIT.usage],
+  notes: 'A key already in DIR is a usage error (exit 2): a signing key someone may depend on is never replaced.',
+  run: keygen,
+};
+
 async function keygen(argv: string[]): Promise<number> {
-  const v = options(argv, ['kind', 'out-dir']);
-  if (typeof v === 'string') return usageError('profile keygen', v, USAGE);
-  const kind = v.kind;
+  const v = parseCommand(keygenCommand, argv);
+  if (typeof v === 'number') return v;
+  const kind = v.values.kind;
   if (kind !== 'ecdsa-p256' && kind !== 'ed25519') {
-    return usageError('profile keygen', `--kind must be ecdsa-p256 or ed25519, not ${JSON.stringify(kind)}`, USAGE);
+    return usageError(keygenCommand, `--kind must be ecdsa-p256 or ed25519, not ${JSON.stringify(kind)}`);
   }
-  const dir = v['out-dir'] ?? '';
+  const dir = String(v.values['out-dir']);
   const privatePath = join(dir, PRIVATE_KEY_FILE);
   const publicPath = join(dir, PUBLIC_KEY_FILE);
   try {
@@ -77,20 +84,47 @@ async function keygen(argv: string[]): Promise<number> {
       await writeFile(publicPath, pair.publicKeyPem, { mode: 0o644, flag: 'wx' });
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code === 'EEXIST') {
-        return usageError('profile keygen', `a key already exists in ${dir}; refusing to overwrite it`, USAGE);
+        return usageError(keygenCommand, `a key already exists in ${dir}; refusing to overwrite it`);
       }
       throw err;
     }
     printJson({ ok: true, kind, private_key: privatePath, public_key: publicPath });
-    return 0;
+    return EXIT.ok;
   } catch (err) {
     return printRefusal(err);
   }
 }
 
+const signCommand: Command = {
+  name: 'profile sign',
+  summary: 'sign a dispatch profile, after checking it exactly as the dispatcher will',
+  options: {
+    profile: { type: 'string', value: 'FILE', required: true, description: 'the dispatch profile (JSON) to sign' },
+    key: { type: 'string', value: 'PRIVATE.pem', required: true, description: 'the private signing key' },
+    out: {
+      type: 'string',
+      value: 'FILE.sig',
+      description: 'write the signature here and print a JSON result',
+      default: 'the base64 signature alone on stdout',
+    },
+    json: {
+      type: 'boolean',
+      description: 'without --out: print one JSON document holding the signature (signature_base64)',
+      default: 'off',
+    },
+  },
+  examples: [
+    'actionledger profile sign --profile profile.json --key keys/profile-signing.key --out profile.json.sig',
+    'actionledger profile sign --profile profile.json --key keys/profile-signing.key > profile.json.sig',
+  ],
+  exits: [EXIT.ok, EXIT.refused, EXIT.usage],
+  run: sign,
+};
+
 async function sign(argv: string[]): Promise<number> {
-  const v = options(argv, ['profile', 'key'], ['out']);
-  if (typeof v === 'string') return usageError('profile sign', v, USAGE);
+  const parsed = parseCommand(signCommand, argv);
+  if (typeof parsed === 'number') return parsed;
+  const v = stringValues(parsed.values);
   try {
     const profileBytes = await readInput(v.profile ?? '', 'profile');
     const privateKeyPem = (await readInput(v.key ?? '', 'private key')).toString('utf8');
@@ -99,20 +133,39 @@ async function sign(argv: string[]): Promise<number> {
     // refused now, before anyone ships its signature.
     const profile = verifyProfile({ profileBytes, signature, publicKeyPem: publicKeyPemOf(privateKeyPem) });
     if (v.out === undefined) {
-      process.stdout.write(`${signature}\n`);
-      return 0;
+      if (parsed.values.json === true)
+        printJson({ ok: true, profile_id: profile.profileId, sha256: profile.sha256, signature_base64: signature });
+      else process.stdout.write(`${signature}\n`);
+      return EXIT.ok;
     }
     await writeFile(v.out, `${signature}\n`, { mode: 0o644 });
     printJson({ ok: true, profile_id: profile.profileId, sha256: profile.sha256, signature: v.out });
-    return 0;
+    return EXIT.ok;
   } catch (err) {
     return printRefusal(err);
   }
 }
 
+const verifyCommand: Command = {
+  name: 'profile verify',
+  summary: 'check a signed dispatch profile exactly as the dispatcher does at start-up',
+  options: {
+    profile: { type: 'string', value: 'FILE', required: true, description: 'the dispatch profile (JSON)' },
+    signature: { type: 'string', value: 'FILE.sig', required: true, description: 'its signature (base64)' },
+    key: { type: 'string', value: 'PUBLIC.pem', required: true, description: 'the public key to check it with' },
+    json: JSON_ALWAYS,
+  },
+  examples: [
+    'actionledger profile verify --profile profile.json --signature profile.json.sig --key keys/profile-signing.pub',
+  ],
+  exits: [EXIT.ok, EXIT.refused, EXIT.usage],
+  run: verify,
+};
+
 async function verify(argv: string[]): Promise<number> {
-  const v = options(argv, ['profile', 'signature', 'key']);
-  if (typeof v === 'string') return usageError('profile verify', v, USAGE);
+  const parsed = parseCommand(verifyCommand, argv);
+  if (typeof parsed === 'number') return parsed;
+  const v = stringValues(parsed.values);
   try {
     const profile = await loadVerifiedProfile({
       profilePath: v.profile ?? '',
@@ -120,27 +173,24 @@ async function verify(argv: string[]): Promise<number> {
       publicKeyPath: v.key ?? '',
     });
     printJson({ ok: true, profile_id: profile.profileId, sha256: profile.sha256 });
-    return 0;
+    return EXIT.ok;
   } catch (err) {
     return printRefusal(err);
   }
 }
 
-const SUBCOMMANDS: Record<string, (argv: string[]) => Promise<number>> = { keygen, sign, verify };
-
 export const profileCommand: Command = {
+  name: 'profile',
   summary: 'make a profile signing key, sign a dispatch profile, or verify a signed one',
-  usage: USAGE,
-  async run(argv) {
-    const [name, ...rest] = argv;
-    const sub = name === undefined ? undefined : SUBCOMMANDS[name];
-    if (sub === undefined) {
-      return usageError(
-        'profile',
-        name === undefined ? 'missing subcommand' : `unknown subcommand ${JSON.stringify(name)}`,
-        USAGE,
-      );
-    }
-    return sub(rest);
+  options: {},
+  examples: [...keygenCommand.examples, ...signCommand.examples.slice(0, 1), ...verifyCommand.examples],
+  exits: [EXIT.ok, EXIT.refused, EXIT.usage],
+  subcommands: new Map([
+    ['keygen', keygenCommand],
+    ['sign', signCommand],
+    ['verify', verifyCommand],
+  ]),
+  run(argv) {
+    return runSubcommand(this, argv);
   },
 };

@@ -2,7 +2,6 @@
  * `reconcile`, `review`, `verify`: resolving what the dispatcher could not, by machine and by person, and
  * checking that the ledger and the providers agree.
  */
-import { parseArgs } from 'node:util';
 import { ActionLedgerError, isActionLedgerError } from '../../core/errors.js';
 import { openRuntime, type Runtime } from '../../core/runtime.js';
 import { loadDispatchIdentity } from '../../core/identity.js';
@@ -14,10 +13,22 @@ import {
   verifyLedger,
   type PassSummary,
 } from '../../reconciler/index.js';
-import { printJson, printRefusal, stderrLog, table, usageError, type Command } from '../cli-util.js';
+import {
+  EXIT,
+  JSON_ALWAYS,
+  JSON_OPTION,
+  parseCommand,
+  printJson,
+  printRefusal,
+  stderrLog,
+  stringValues,
+  table,
+  usageError,
+  type Command,
+} from '../cli-util.js';
 
 /** Exit code of `reconcile --once` when a provider could not be read back (the database was reachable). */
-export const EXIT_PROVIDER_UNREACHABLE = 3;
+export const EXIT_PROVIDER_UNREACHABLE = EXIT.providerUnreadable;
 
 function waitForSignal(): Promise<string> {
   return new Promise((resolve) => {
@@ -63,16 +74,25 @@ function printPass(s: PassSummary): void {
 }
 
 export const reconcileCommand: Command = {
+  name: 'reconcile',
   summary: 'resolve unknown and orphaned operations by provider readback, and run compensations',
-  usage:
-    'actionledger reconcile --once [--json]   (without --once: run the pg-boss schedule until SIGTERM); exit 3: a provider could not be read back, 1: an operation or the database failed',
+  notes:
+    'Without --once it runs the pg-boss schedule (reconciler.schedule) until SIGTERM or SIGINT and prints nothing on stdout.',
+  options: {
+    once: {
+      type: 'boolean',
+      description: 'run one pass now, print its summary and exit',
+      default: 'off: run the schedule',
+    },
+    json: { ...JSON_OPTION, description: 'with --once: print the pass summary as one JSON document on stdout' },
+  },
+  examples: ['actionledger reconcile --once', 'actionledger reconcile --once --json', 'actionledger reconcile'],
+  exits: [EXIT.ok, EXIT.refused, EXIT.usage, EXIT.providerUnreadable],
   async run(argv) {
-    let values: { once?: boolean; json?: boolean };
-    try {
-      ({ values } = parseArgs({ args: argv, options: { once: { type: 'boolean' }, json: { type: 'boolean' } } }));
-    } catch (err) {
-      return usageError('reconcile', (err as Error).message, this.usage);
-    }
+    const parsed = parseCommand(this, argv);
+    if (typeof parsed === 'number') return parsed;
+    const values = parsed.values;
+    if (values.json === true && values.once !== true) return usageError(this, '--json goes with --once only');
     let rt: Runtime;
     try {
       rt = await openRuntime({ name: 'reconcile', migrate: true, defaultMetrics: false, logDestination: stderrLog() });
@@ -87,8 +107,8 @@ export const reconcileCommand: Command = {
           if (values.json === true)
             printJson({ ok: s.reconcile.provider_errors === 0 && s.reconcile.errors === 0, ...s });
           else printPass(s);
-          if (s.reconcile.errors > 0) return 1;
-          return s.reconcile.provider_errors > 0 ? EXIT_PROVIDER_UNREACHABLE : 0;
+          if (s.reconcile.errors > 0) return EXIT.refused;
+          return s.reconcile.provider_errors > 0 ? EXIT_PROVIDER_UNREACHABLE : EXIT.ok;
         }
         const schedule = new ReconcileSchedule({
           databaseUrl: rt.databaseUrl,
@@ -112,35 +132,62 @@ export const reconcileCommand: Command = {
   },
 };
 
+/** 0 clean; 3 when the only discrepancies are provider listings that could not be read; 1 otherwise. */
+export function verifyExit(discrepancies: readonly { kind: string }[]): number {
+  if (discrepancies.length === 0) return EXIT.ok;
+  return discrepancies.every((d) => d.kind === 'listing_unavailable') ? EXIT.providerUnreadable : EXIT.refused;
+}
+
 const REVIEW_ACTIONS = ['retry', 'resolve-succeeded', 'resolve-failed', 'compensate'] as const;
 type ReviewAction = (typeof REVIEW_ACTIONS)[number];
 
 export const reviewCommand: Command = {
+  name: 'review',
   summary: 'act on an operation in review: retry, resolve-succeeded, resolve-failed, compensate (audited)',
-  usage:
-    'actionledger review retry|resolve-succeeded|resolve-failed|compensate OPERATION_ID --actor WHO --reason WHY [--receipt R] [--approval A] [--policy V]',
+  args: 'retry|resolve-succeeded|resolve-failed|compensate OPERATION_ID',
+  notes:
+    'retry: send it again (a new attempt, freshly authorized); resolve-succeeded: the provider applied it (with its\nreceipt); resolve-failed: it was not applied; compensate: undo it with the configured compensation.\nEvery action, done or refused, is in the audit log: a missing --actor or --reason is refused there\n(invalid_review, exit 1), not here.',
+  options: {
+    actor: { type: 'string', value: 'WHO', required: true, description: 'the person acting (audited)' },
+    reason: { type: 'string', value: 'WHY', required: true, description: 'why (audited)' },
+    receipt: {
+      type: 'string',
+      value: 'R',
+      description: "resolve-succeeded only: the provider's receipt for the effect",
+      default: 'none',
+    },
+    approval: {
+      type: 'string',
+      value: 'A',
+      description: 'retry only: a fresh approval id for the new attempt',
+      default: "the operation's approval",
+    },
+    policy: {
+      type: 'string',
+      value: 'V',
+      description: 'retry only: the policy version of that approval',
+      default: "the operation's policy version",
+    },
+    json: JSON_ALWAYS,
+  },
+  examples: [
+    "actionledger review retry 6f1c2b9e-0d4a-4c52-9a57-3e0f1b2c4d5e --actor carol --reason 'readback says nothing was applied'",
+    "actionledger review resolve-succeeded 6f1c2b9e-0d4a-4c52-9a57-3e0f1b2c4d5e --actor carol --reason 'seen in the provider console' --receipt re_123",
+  ],
+  exits: [EXIT.ok, EXIT.refused, EXIT.usage],
   async run(argv) {
-    let values: Record<string, string | undefined>;
-    let positionals: string[];
-    try {
-      ({ values, positionals } = parseArgs({
-        args: argv,
-        allowPositionals: true,
-        options: Object.fromEntries(
-          ['actor', 'reason', 'receipt', 'approval', 'policy'].map((k) => [k, { type: 'string' as const }]),
-        ),
-      }));
-    } catch (err) {
-      return usageError('review', (err as Error).message, this.usage);
-    }
-    const [action, id, ...extra] = positionals;
+    // The review records refusals (a missing actor or reason included) in the audit log: not checked here.
+    const parsed = parseCommand(this, argv, { positionals: true, checkRequired: false });
+    if (typeof parsed === 'number') return parsed;
+    const values = stringValues(parsed.values);
+    const [action, id, ...extra] = parsed.positionals;
     if (!REVIEW_ACTIONS.includes(action as ReviewAction) || id === undefined || extra.length > 0) {
-      return usageError('review', `expected an action (${REVIEW_ACTIONS.join(', ')}) and one OPERATION_ID`, this.usage);
+      return usageError(this, `expected an action (${REVIEW_ACTIONS.join(', ')}) and one OPERATION_ID`);
     }
     if (values.receipt !== undefined && action !== 'resolve-succeeded')
-      return usageError('review', '--receipt goes with resolve-succeeded only', this.usage);
+      return usageError(this, '--receipt goes with resolve-succeeded only');
     if ((values.approval !== undefined || values.policy !== undefined) && action !== 'retry')
-      return usageError('review', '--approval and --policy go with retry only', this.usage);
+      return usageError(this, '--approval and --policy go with retry only');
     try {
       const rt = await openRuntime({
         name: 'review',
@@ -164,7 +211,7 @@ export const reviewCommand: Command = {
                 ? await kit.review.resolveFailed(id, input)
                 : await kit.review.compensate(id, input);
         printJson(r);
-        return 0;
+        return EXIT.ok;
       } finally {
         kit.close();
         await rt.close();
@@ -176,15 +223,17 @@ export const reviewCommand: Command = {
 };
 
 export const verifyCommand: Command = {
+  name: 'verify',
   summary: 'check the ledger independently: argument hashes, effect keys, history paths, evidence, provider listings',
-  usage: 'actionledger verify [--json]   (exit 1 when it finds any discrepancy)',
+  notes:
+    'Provider listings are read when the dispatch identity (profile, credentials) is configured; otherwise the\nreport says they were not read. Exit 1 on any discrepancy; exit 3 when the only ones are listings that\ncould not be read (listing_unavailable).',
+  options: { json: JSON_OPTION },
+  examples: ['actionledger verify', 'actionledger verify --json'],
+  exits: [EXIT.ok, EXIT.refused, EXIT.usage, EXIT.providerUnreadable],
   async run(argv) {
-    let values: { json?: boolean };
-    try {
-      ({ values } = parseArgs({ args: argv, options: { json: { type: 'boolean' } } }));
-    } catch (err) {
-      return usageError('verify', (err as Error).message, this.usage);
-    }
+    const parsed = parseCommand(this, argv);
+    if (typeof parsed === 'number') return parsed;
+    const values = parsed.values;
     try {
       const rt = await openRuntime({
         name: 'verify',
@@ -222,7 +271,7 @@ export const verifyCommand: Command = {
               );
             }
           }
-          return report.ok ? 0 : 1;
+          return verifyExit(report.discrepancies);
         } finally {
           await provider?.agent.close();
         }

@@ -8,13 +8,12 @@
  * `dispatcher`: one worker process on its own (for running workers under another supervisor).
  */
 import cluster from 'node:cluster';
-import { parseArgs } from 'node:util';
 import { AggregatorRegistry } from 'prom-client';
 import { loadConfig } from '../../core/config.js';
 import { asActionLedgerError } from '../../core/errors.js';
 import { openRuntime, type Runtime } from '../../core/runtime.js';
 import { openDispatcher } from '../../dispatcher/index.js';
-import { printRefusal, usageError, type Command } from '../cli-util.js';
+import { EXIT, intOption, parseCommand, printRefusal, usageError, type Command, type OptionSpec } from '../cli-util.js';
 import { runService } from '../service.js';
 
 /**
@@ -80,31 +79,53 @@ async function runWorker(env: NodeJS.ProcessEnv, concurrency: number | undefined
   }
 }
 
+const CONCURRENCY: OptionSpec = {
+  type: 'string',
+  value: 'N',
+  description: 'dispatches in flight per worker, 1 to 1024',
+  default: 'dispatcher.concurrency from the configuration (16 unless set)',
+};
+
 export const dispatcherCommand: Command = {
+  name: 'dispatcher',
   summary: 'run one dispatcher worker process',
-  usage: 'actionledger dispatcher [--concurrency N]',
+  notes: 'Runs until SIGTERM or SIGINT, then stops claiming and finishes in-flight dispatches up to the deadline.',
+  options: { concurrency: CONCURRENCY },
+  examples: ['actionledger dispatcher', 'actionledger dispatcher --concurrency 4'],
+  exits: [EXIT.ok, EXIT.refused, EXIT.usage],
   async run(argv) {
-    const { values } = parseArgs({ args: argv, options: { concurrency: { type: 'string' } } });
-    const n = values.concurrency === undefined ? undefined : Number(values.concurrency);
-    if (n !== undefined && (!Number.isInteger(n) || n < 1))
-      return usageError('dispatcher', '--concurrency must be a positive integer', this.usage);
-    return runWorker(process.env, n);
+    const parsed = parseCommand(this, argv);
+    if (typeof parsed === 'number') return parsed;
+    const n = intOption(parsed.values, 'concurrency', 1, 1024);
+    if ('problem' in n) return usageError(this, n.problem);
+    return runWorker(process.env, n.value);
   },
 };
 
 export const startCommand: Command = {
+  name: 'start',
   summary: 'run the service: database, migrations, sandbox (dev), N dispatcher workers, /healthz, /readyz and /metrics',
-  usage: 'actionledger start [--workers N] [--concurrency N]',
+  notes:
+    'Runs until SIGTERM or SIGINT; the workers drain, then the parent stops the rest (the embedded database last).',
+  options: {
+    workers: {
+      type: 'string',
+      value: 'N',
+      description: 'dispatcher worker processes, 0 to 64 (0: no dispatching here)',
+      default: 'dispatcher.workers from the configuration (2 unless set)',
+    },
+    concurrency: CONCURRENCY,
+  },
+  examples: ['actionledger start', 'actionledger start --workers 4 --concurrency 8', 'actionledger start --workers 0'],
+  exits: [EXIT.ok, EXIT.refused, EXIT.usage],
   async run(argv) {
-    const { values } = parseArgs({
-      args: argv,
-      options: { workers: { type: 'string' }, concurrency: { type: 'string' } },
-    });
-    const concurrency = values.concurrency === undefined ? undefined : Number(values.concurrency);
-    if (cluster.isWorker) return runWorker(process.env, concurrency);
-    const workers = values.workers === undefined ? undefined : Number(values.workers);
-    if (workers !== undefined && (!Number.isInteger(workers) || workers < 0))
-      return usageError('start', '--workers must be a non-negative integer', this.usage);
-    return runService({ workers, env: process.env });
+    const parsed = parseCommand(this, argv);
+    if (typeof parsed === 'number') return parsed;
+    const concurrency = intOption(parsed.values, 'concurrency', 1, 1024);
+    if ('problem' in concurrency) return usageError(this, concurrency.problem);
+    if (cluster.isWorker) return runWorker(process.env, concurrency.value);
+    const workers = intOption(parsed.values, 'workers', 0, 64);
+    if ('problem' in workers) return usageError(this, workers.problem);
+    return runService({ workers: workers.value, env: process.env });
   },
 };

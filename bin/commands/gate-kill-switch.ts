@@ -1,0 +1,108 @@
+/** `gate kill-switch engage|lift|list`: stop a tool (or every tool) for a tenant (or every tenant), and back. */
+import {
+  EXIT,
+  JSON_ALWAYS,
+  JSON_OPTION,
+  parseCommand,
+  printJson,
+  runSubcommand,
+  stringValues,
+  table,
+  type Command,
+  type OptionSpecs,
+} from '../cli-util.js';
+import { ACTOR, GATE_EXITS, withGate } from './gate-kit.js';
+
+const TARGET = {
+  tenant: { type: 'string', value: "T|'*'", required: true, description: "the tenant, or '*' for every tenant" },
+  tool: { type: 'string', value: "NAME|'*'", required: true, description: "the tool, or '*' for every tool" },
+  actor: ACTOR,
+} satisfies OptionSpecs;
+
+const engage: Command = {
+  name: 'gate kill-switch engage',
+  summary: 'refuse every call of a tool from now on, and wait for calls already past the check',
+  options: {
+    ...TARGET,
+    reason: { type: 'string', value: 'WHY', required: true, description: 'why (audited; shown by list)' },
+    json: JSON_ALWAYS,
+  },
+  examples: ["actionledger gate kill-switch engage --tenant tenant-a --tool '*' --actor oncall --reason 'incident 7'"],
+  exits: GATE_EXITS,
+  async run(argv) {
+    const parsed = parseCommand(this, argv);
+    if (typeof parsed === 'number') return parsed;
+    const v = stringValues(parsed.values);
+    const [tenant, tool, actor, reason] = [v.tenant ?? '', v.tool ?? '', v.actor ?? '', v.reason ?? ''];
+    return withGate(async (gate) => {
+      const waited = await gate.engageKillSwitch(tenant, tool, actor, reason);
+      printJson({ ok: true, tenant_id: tenant, tool_name: tool, engaged: true, ...waited });
+      return EXIT.ok;
+    });
+  },
+};
+
+const lift: Command = {
+  name: 'gate kill-switch lift',
+  summary: 'lift an engaged kill switch (exit 1, not_found, when none is engaged for that tenant and tool)',
+  options: { ...TARGET, json: JSON_ALWAYS },
+  examples: ["actionledger gate kill-switch lift --tenant tenant-a --tool '*' --actor oncall"],
+  exits: GATE_EXITS,
+  async run(argv) {
+    const parsed = parseCommand(this, argv);
+    if (typeof parsed === 'number') return parsed;
+    const v = stringValues(parsed.values);
+    const [tenant, tool, actor] = [v.tenant ?? '', v.tool ?? '', v.actor ?? ''];
+    return withGate(async (gate) => {
+      if (!(await gate.liftKillSwitch(tenant, tool, actor))) {
+        printJson({ ok: false, error: 'not_found', message: 'no such kill switch is engaged' });
+        return EXIT.refused;
+      }
+      printJson({ ok: true, tenant_id: tenant, tool_name: tool, engaged: false });
+      return EXIT.ok;
+    });
+  },
+};
+
+const list: Command = {
+  name: 'gate kill-switch list',
+  summary: 'the engaged kill switches',
+  options: { json: JSON_OPTION },
+  examples: ['actionledger gate kill-switch list', 'actionledger gate kill-switch list --json'],
+  exits: GATE_EXITS,
+  async run(argv) {
+    const parsed = parseCommand(this, argv);
+    if (typeof parsed === 'number') return parsed;
+    return withGate(async (gate, rt) => {
+      const { rows } = await rt.pool.query<{
+        tenant_id: string;
+        tool_name: string;
+        engaged_at: Date;
+        engaged_by: string;
+        reason: string;
+      }>(gate.core.q.killSwitchList);
+      if (parsed.values.json === true) printJson({ ok: true, kill_switches: rows });
+      else
+        process.stdout.write(
+          `${table([['tenant', 'tool', 'engaged at', 'by', 'reason'], ...rows.map((r) => [r.tenant_id, r.tool_name, r.engaged_at.toISOString(), r.engaged_by, r.reason])])}\n`,
+        );
+      return EXIT.ok;
+    });
+  },
+};
+
+export const killSwitchCommand: Command = {
+  name: 'gate kill-switch',
+  summary: 'engage, lift or list kill switches (audited)',
+  options: {},
+  examples: [...engage.examples, ...lift.examples, ...list.examples],
+  exits: GATE_EXITS,
+  subcommands: new Map([
+    ['engage', engage],
+    ['lift', lift],
+    ['list', list],
+  ]),
+  run(argv) {
+    return runSubcommand(this, argv);
+  },
+};
