@@ -18,6 +18,7 @@ import {
 } from '../cli-util.js';
 import { ACTOR, APPROVER, GATE_EXITS, ROLE, TENANT, withGate } from './gate-kit.js';
 import { killSwitchCommand } from './gate-kill-switch.js';
+import type { Gate, GateResult, Reviewer } from '../../gate/index.js';
 
 const ID_EXAMPLE = '0f3e6a52-8c1d-4b7a-9e2f-5d4c3b2a1908';
 
@@ -26,6 +27,24 @@ function approvalArgs(cmd: Command, parsed: Parsed): { id: string; v: Record<str
   const [id, ...extra] = parsed.positionals;
   if (id === undefined || extra.length > 0) return usageError(cmd, 'expected one APPROVAL_ID');
   return { id, v: stringValues(parsed.values) };
+}
+
+/** Approves or rejects: one APPROVAL_ID, the deciding principal from the options, the gate's answer printed. */
+async function decide(
+  cmd: Command,
+  argv: string[],
+  act: (gate: Gate, id: string, reviewer: Reviewer, v: Record<string, string | undefined>) => Promise<GateResult>,
+): Promise<number> {
+  const parsed = parseCommand(cmd, argv, { positionals: true });
+  if (typeof parsed === 'number') return parsed;
+  const a = approvalArgs(cmd, parsed);
+  if (typeof a === 'number') return a;
+  const reviewer = { tenant_id: a.v.tenant ?? '', principal_id: a.v.approver ?? '', role: a.v.role ?? '' };
+  return withGate(async (gate) => {
+    const r = await act(gate, a.id, reviewer, a.v);
+    printJson(r);
+    return r.ok ? EXIT.ok : EXIT.refused;
+  });
 }
 
 const show: Command = {
@@ -62,17 +81,8 @@ const approve: Command = {
     `actionledger gate approve ${ID_EXAMPLE} --hash 9b71d224bd62f3785d96d46ad3ea3d73319bfbc2890caadae2dff72519673ca7 --tenant tenant-a --approver supervisor-7 --role supervisor`,
   ],
   exits: GATE_EXITS,
-  async run(argv) {
-    const parsed = parseCommand(this, argv, { positionals: true });
-    if (typeof parsed === 'number') return parsed;
-    const a = approvalArgs(this, parsed);
-    if (typeof a === 'number') return a;
-    const reviewer = { tenant_id: a.v.tenant ?? '', principal_id: a.v.approver ?? '', role: a.v.role ?? '' };
-    return withGate(async (gate) => {
-      const r = await gate.approve(a.id, a.v.hash ?? '', reviewer);
-      printJson(r);
-      return r.ok ? EXIT.ok : EXIT.refused;
-    });
+  run(argv) {
+    return decide(this, argv, (gate, id, reviewer, v) => gate.approve(id, v.hash ?? '', reviewer));
   },
 };
 
@@ -91,17 +101,8 @@ const reject: Command = {
     `actionledger gate reject ${ID_EXAMPLE} --reason 'duplicate request' --tenant tenant-a --approver supervisor-7 --role supervisor`,
   ],
   exits: GATE_EXITS,
-  async run(argv) {
-    const parsed = parseCommand(this, argv, { positionals: true });
-    if (typeof parsed === 'number') return parsed;
-    const a = approvalArgs(this, parsed);
-    if (typeof a === 'number') return a;
-    const reviewer = { tenant_id: a.v.tenant ?? '', principal_id: a.v.approver ?? '', role: a.v.role ?? '' };
-    return withGate(async (gate) => {
-      const r = await gate.reject(a.id, reviewer, a.v.reason ?? '');
-      printJson(r);
-      return r.ok ? EXIT.ok : EXIT.refused;
-    });
+  run(argv) {
+    return decide(this, argv, (gate, id, reviewer, v) => gate.reject(id, reviewer, v.reason ?? ''));
   },
 };
 
