@@ -11,6 +11,12 @@ import { dispatcherQueries } from '../../dispatcher/queries.js';
 import { ctx, dispatchEnv, settled } from '../helpers/fleet.js';
 import { gateFixture } from '../helpers/gate.js';
 
+/**
+ * Timeouts no healthy request reaches even on a loaded machine: where every request is meant to succeed, a
+ * provider call cut at the kit's 1 s would turn into an unknown outcome and fail the test for the wrong reason.
+ */
+const ROOMY = { provider_http_timeout_seconds: 30, authorization_http_timeout_seconds: 30 };
+
 const args = (n: number) => ({ order_id: `ord-${n}`, amount: 100 + n, currency: 'EUR' });
 
 interface Bucketed {
@@ -28,7 +34,7 @@ async function batchStats(metrics: Metrics, stage: string): Promise<{ batches: n
 }
 
 t.test('operations in flight together share batches, and each is sent exactly once', async (t) => {
-  const e = await dispatchEnv(t);
+  const e = await dispatchEnv(t, ROOMY);
   const reserved = [];
   for (let i = 0; i < 24; i++) reserved.push(await e.ledger.reserve(ctx(`batch-${i}`), 'issue_refund', args(i)));
   const metrics = new Metrics({ defaultMetrics: false, ledger: false });
@@ -55,7 +61,7 @@ t.test('operations in flight together share batches, and each is sent exactly on
 t.test(
   'a batch-mate whose policy rotated after its evidence was recorded is refused at the final check; the others are sent',
   async (t) => {
-    const e = await dispatchEnv(t);
+    const e = await dispatchEnv(t, ROOMY);
     // Rotates the policy of the marked operations inside the very statement that records their evidence: the
     // evidence commits under the old version, so only the dispatch batch's final check can catch it.
     await e.pool.query(`
@@ -173,7 +179,7 @@ t.test(
 );
 
 t.test('the dispatch lock skips a row another session holds instead of waiting for it', async (t) => {
-  const e = await dispatchEnv(t);
+  const e = await dispatchEnv(t, ROOMY);
   const q = bindQueries(dispatcherQueries, '"actionledger"');
   const a = await e.ledger.reserve(ctx('a'), 'issue_refund', args(1));
   const b = await e.ledger.reserve(ctx('b'), 'issue_refund', args(2));
