@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 /** The `actionledger` command. `actionledger help COMMAND` and `COMMAND --help` describe each command. */
 import { COMMANDS } from './commands/index.js';
-import { EXIT, EXIT_MEANINGS, exitAfterOutput, helpText, resolveCommand } from './cli-util.js';
+import { EXIT, EXIT_MEANINGS, exitAfterOutput, helpText, resolveCommand, setVerbose } from './cli-util.js';
 
 function overview(): string {
   const lines = [...COMMANDS.values()].map((c) => `  ${c.name.padEnd(10)} ${c.summary}`);
@@ -14,7 +14,8 @@ function overview(): string {
     '',
     ...lines,
     '',
-    'Every command takes --help. Configuration: ACTIONLEDGER_CONFIG or ./actionledger.config.json.',
+    'Every command takes --help, and --verbose: its logs on stderr at the configured level (by default only',
+    'warnings and errors). Configuration: ACTIONLEDGER_CONFIG or ./actionledger.config.json.',
     '',
     'exit codes:',
     ...exits,
@@ -27,7 +28,16 @@ function unknownCommand(name: string): number {
   return EXIT.usage;
 }
 
-async function main(argv: string[]): Promise<number> {
+/** `--verbose` anywhere before a `--` is the global flag; the rest is the command line. */
+function withoutVerbose(argv: string[]): string[] {
+  const end = argv.includes('--') ? argv.indexOf('--') : argv.length;
+  const kept = argv.filter((a, i) => i >= end || a !== '--verbose');
+  setVerbose(kept.length !== argv.length);
+  return kept;
+}
+
+async function main(all: string[]): Promise<number> {
+  const argv = withoutVerbose(all);
   const [name, ...rest] = argv;
   if (name === undefined) {
     process.stderr.write(`actionledger: missing command\n\n${overview()}`);

@@ -252,7 +252,29 @@ export function table(rows: (string | number)[][]): string {
 
 /** CLI commands log to stderr, so stdout carries only their result. */
 export function stderrLog(): pino.DestinationStream {
-  return pino.destination({ fd: 2, sync: true });
+  // Warnings and errors only: a command's output is its result, not the progress of opening a database. With
+  // --verbose, everything the configured log level lets through.
+  return pino.multistream([{ level: verbose ? 'trace' : 'warn', stream: pino.destination({ fd: 2, sync: true }) }]);
+}
+
+let verbose = false;
+
+/** `--verbose` (any command): logs at the configured level on stderr instead of warnings and errors alone. */
+export function setVerbose(on: boolean): void {
+  verbose = on;
+}
+
+/**
+ * The runtime options of a read-only command: no migrations (a schema behind `sql/` is refused with
+ * `schema_not_migrated`), no effect-key secrets, no process metrics, logs as {@link stderrLog}.
+ */
+export function readOnlyRuntime(): {
+  migrate: 'check';
+  effectKeys: false;
+  defaultMetrics: false;
+  logDestination: pino.DestinationStream;
+} {
+  return { migrate: 'check', effectKeys: false, defaultMetrics: false, logDestination: stderrLog() };
 }
 
 /** Resolves once everything written to the stream so far has been handed to the OS (or the stream failed). */

@@ -97,20 +97,10 @@ export async function migrate(
          applied_at timestamptz NOT NULL DEFAULT now()
        )`,
     );
-    const { rows } = await client.query<{ version: number; name: string; sha256: string }>(
+    const { rows } = await client.query<AppliedRow>(
       `SELECT version, name, sha256 FROM ${schemaQuoted}.schema_migrations ORDER BY version`,
     );
-    const renamed: Migration[] = [];
-    rows.forEach((row, i) => {
-      const file = migrations[i];
-      if (row.version !== i + 1)
-        throw mismatch(`applied history has version ${row.version} where ${i + 1} was expected`);
-      if (file === undefined) throw mismatch(`database has migration ${row.version} (${row.name}) that sql/ does not`);
-      if (isRename(file, row)) renamed.push(file);
-      else if (file.name !== row.name || file.sha256 !== row.sha256) {
-        throw mismatch(`migration ${row.version} (${row.name}) was edited after it was applied`);
-      }
-    });
+    const renamed = checkHistory(rows, migrations);
     // Only after the whole history checked out: record the renamed files' new names.
     for (const file of renamed)
       await client.query(`UPDATE ${schemaQuoted}.schema_migrations SET name = $2 WHERE version = $1`, [
@@ -139,6 +129,61 @@ export async function migrate(
     await client
       .query('SELECT pg_advisory_unlock(hashtextextended($1, 0))', [`actionledger:migrate:${schema}`])
       .catch(() => undefined);
+  }
+}
+
+interface AppliedRow {
+  version: number;
+  name: string;
+  sha256: string;
+}
+
+/**
+ * Checks the applied history against the files (each applied row is the file of its number, unedited) and
+ * returns the files applied under a name listed in {@link RENAMED_MIGRATIONS}. Throws `migration_history_mismatch`.
+ */
+function checkHistory(rows: AppliedRow[], migrations: Migration[]): Migration[] {
+  const renamed: Migration[] = [];
+  rows.forEach((row, i) => {
+    const file = migrations[i];
+    if (row.version !== i + 1) throw mismatch(`applied history has version ${row.version} where ${i + 1} was expected`);
+    if (file === undefined) throw mismatch(`database has migration ${row.version} (${row.name}) that sql/ does not`);
+    if (isRename(file, row)) renamed.push(file);
+    else if (file.name !== row.name || file.sha256 !== row.sha256) {
+      throw mismatch(`migration ${row.version} (${row.name}) was edited after it was applied`);
+    }
+  });
+  return renamed;
+}
+
+/**
+ * For read-only commands: checks, without writing or locking anything, that `schemaQuoted` holds exactly the
+ * migrations in `sql/`. Throws `schema_not_migrated` (missing or behind: run `actionledger migrate`) or
+ * `migration_history_mismatch`. A migration applied under its old name (RENAMED_MIGRATIONS) counts as applied.
+ */
+export async function checkMigrated(
+  client: pg.ClientBase,
+  schemaQuoted: string,
+  migrations: Migration[] = readMigrations(),
+): Promise<void> {
+  const { rows: exists } = await client.query<{ table: string | null }>('SELECT to_regclass($1)::text AS table', [
+    `${schemaQuoted}.schema_migrations`,
+  ]);
+  const applied =
+    exists[0]?.table == null
+      ? []
+      : (
+          await client.query<AppliedRow>(
+            `SELECT version, name, sha256 FROM ${schemaQuoted}.schema_migrations ORDER BY version`,
+          )
+        ).rows;
+  checkHistory(applied, migrations);
+  if (applied.length < migrations.length) {
+    throw new ActionLedgerError(
+      'schema_not_migrated',
+      `the database schema has ${applied.length} of ${migrations.length} migrations: run \`actionledger migrate\` (or start the service) with a role that may change the schema`,
+      { details: { applied: applied.length, expected: migrations.length } },
+    );
   }
 }
 

@@ -8,7 +8,7 @@ import type { EmbeddedDatabase, OpenEmbeddedOptions } from './embedded.js';
 import { resolveEffectKeySecrets, type EffectKeySecrets } from './keys.js';
 import { createLogger, type Logger } from './log.js';
 import { Metrics } from './metrics.js';
-import { migrate, type MigrateResult } from './migrate.js';
+import { checkMigrated, migrate, type MigrateResult } from './migrate.js';
 
 const NO_KEYS: EffectKeySecrets = Object.freeze({ active: '', secrets: new Map() });
 
@@ -27,8 +27,11 @@ export interface OpenOptions {
   env?: NodeJS.ProcessEnv;
   config?: Config;
   name: string;
-  /** Apply pending migrations before returning (the service and `migrate` do; read-only commands need not). */
-  migrate?: boolean;
+  /**
+   * `true`: apply pending migrations before returning (the service, `migrate` and the commands that write).
+   * `'check'`: read-only commands; write nothing, but refuse (`schema_not_migrated`) a schema behind `sql/`.
+   */
+  migrate?: boolean | 'check';
   logDestination?: Parameters<typeof createLogger>[0]['destination'];
   defaultMetrics?: boolean;
   /** False for dispatcher workers: no ledger-wide metrics (see Metrics). */
@@ -105,17 +108,19 @@ export async function openRuntime(options: OpenOptions): Promise<Runtime> {
     await embedded?.stop();
   };
   try {
-    if (options.migrate === true) {
+    if (options.migrate === true || options.migrate === 'check') {
       const client = await pool.connect().catch((err: unknown) => {
         throw databaseUnavailable(err, 'migrate');
       });
-      let result: MigrateResult;
+      let result: MigrateResult | null = null;
       try {
-        result = await migrate(client, config.schema, config.schemaQuoted);
+        if (options.migrate === true) result = await migrate(client, config.schema, config.schemaQuoted);
+        else await checkMigrated(client, config.schemaQuoted);
       } finally {
         client.release();
       }
-      if (result.applied.length > 0) log.info({ applied: result.applied, schema: config.schema }, 'applied migrations');
+      if (result !== null && result.applied.length > 0)
+        log.info({ applied: result.applied, schema: config.schema }, 'applied migrations');
     }
   } catch (err) {
     await close();

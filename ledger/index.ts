@@ -1,6 +1,6 @@
 export { EffectKeyer } from './effect-key.js';
 export { Ledger, checkTrustedContext, type Reservation, type ReservedStep, type ReserveOptions } from './reserve.js';
-export type { LedgerStatus, HistoryRow } from './inspect.js';
+export { LedgerView, type LedgerStatus, type HistoryRow } from './inspect.js';
 export { outboxChannel } from './notifier.js';
 export {
   LEGAL_TRANSITIONS,

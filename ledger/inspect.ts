@@ -1,8 +1,8 @@
 /** Read-only views of the ledger: counts by state, the oldest waiting operation, one operation's history. */
-import type { Queryable } from '../core/db.js';
+import { bindQueries, type Queryable } from '../core/db.js';
 import { ActionLedgerError } from '../core/errors.js';
 import { OPERATION_STATUSES, type OperationStatus } from '../core/types.js';
-import type { ledgerQueries } from './queries.js';
+import { ledgerQueries } from './queries.js';
 
 export interface LedgerStatus {
   by_status: Record<OperationStatus, number>;
@@ -47,4 +47,26 @@ export async function showOperation(
   if (operation === undefined) throw new ActionLedgerError('not_found', 'no such operation');
   const history = await db.query<HistoryRow>(q.historySelectByOperation, [operationId]);
   return { operation, history: history.rows };
+}
+
+/**
+ * The ledger's read-only views on their own: no effect-key secrets, no outbox listener, nothing written. What
+ * the read-only commands (`status`, `show`) open, so a role with SELECT alone can run them.
+ */
+export class LedgerView {
+  readonly #db: Queryable;
+  readonly #q: Q;
+
+  constructor(db: Queryable, schemaQuoted: string) {
+    this.#db = db;
+    this.#q = bindQueries(ledgerQueries, schemaQuoted);
+  }
+
+  status(): Promise<LedgerStatus> {
+    return ledgerStatus(this.#db, this.#q);
+  }
+
+  show(operationId: string): Promise<{ operation: Record<string, unknown>; history: HistoryRow[] }> {
+    return showOperation(this.#db, this.#q, operationId);
+  }
 }

@@ -2,7 +2,7 @@
 import { parseStrictJson } from '../../core/json.js';
 import { ActionLedgerError } from '../../core/errors.js';
 import { openRuntime } from '../../core/runtime.js';
-import { EffectKeyer, Ledger } from '../../ledger/index.js';
+import { EffectKeyer, Ledger, LedgerView } from '../../ledger/index.js';
 import {
   EXIT,
   JSON_ALWAYS,
@@ -10,6 +10,7 @@ import {
   parseCommand,
   printJson,
   printRefusal,
+  readOnlyRuntime,
   stderrLog,
   table,
   usageError,
@@ -32,6 +33,8 @@ export const migrateCommand: Command = {
       const rt = await openRuntime({
         name: 'migrate',
         migrate: true,
+        // Changing the schema mints no effect keys: a migration job needs no secrets.
+        effectKeys: false,
         defaultMetrics: false,
         logDestination: stderrLog(),
       });
@@ -54,16 +57,9 @@ export const statusCommand: Command = {
     const parsed = parseCommand(this, argv);
     if (typeof parsed === 'number') return parsed;
     try {
-      const rt = await openRuntime({
-        name: 'status',
-        migrate: true,
-        defaultMetrics: false,
-        logDestination: stderrLog(),
-      });
+      const rt = await openRuntime({ name: 'status', ...readOnlyRuntime() });
       try {
-        const ledger = new Ledger(rt.config, rt.pool, new EffectKeyer(rt.effectKeys));
-        const s = await ledger.status();
-        ledger.stop();
+        const s = await new LedgerView(rt.pool, rt.config.schemaQuoted).status();
         if (parsed.values.json === true) printJson({ ok: true, ...s });
         else {
           const rows: (string | number)[][] = [
@@ -173,11 +169,9 @@ export const showCommand: Command = {
     const id = parsed.positionals[0];
     if (id === undefined || parsed.positionals.length > 1) return usageError(this, 'expected one OPERATION_ID');
     try {
-      const rt = await openRuntime({ name: 'show', migrate: true, defaultMetrics: false, logDestination: stderrLog() });
+      const rt = await openRuntime({ name: 'show', ...readOnlyRuntime() });
       try {
-        const ledger = new Ledger(rt.config, rt.pool, new EffectKeyer(rt.effectKeys));
-        const { operation, history } = await ledger.show(id);
-        ledger.stop();
+        const { operation, history } = await new LedgerView(rt.pool, rt.config.schemaQuoted).show(id);
         if (parsed.values.json === true) printJson({ ok: true, operation, history });
         else {
           const { arguments_json: _args, ...rest } = operation;

@@ -137,7 +137,7 @@ t.test('embedded default: CLI commands share the running service database, never
   const env = { ACTIONLEDGER_CONFIG: cfg, ACTIONLEDGER_DATA_DIR: join(dir, 'data'), PATH: process.env.PATH };
 
   // Without a running service, the CLI starts the cluster for its own run and stops it after.
-  const alone = await runCli(reserveArgs('s-1'), env);
+  const alone = await runCli(['--verbose', ...reserveArgs('s-1')], env);
   t.equal(alone.code, 0, alone.stderr);
   t.match(alone.stderr, /"started_here":true/);
   const secret = join(dir, 'data', 'effect-key-k1.secret');
@@ -159,10 +159,12 @@ t.test('embedded default: CLI commands share the running service database, never
   t.match(out, /"started_here":true/);
   t.match(out, new RegExp(`"data_dir":"${join(dir, 'data')}"`), 'the log says where the data lives');
 
-  const shared = await runCli(reserveArgs('s-2'), env);
+  const shared = await runCli([...reserveArgs('s-2'), '--verbose'], env);
   t.equal(shared.code, 0, shared.stderr);
   t.match(shared.stderr, /"started_here":false/, 'connected to the running cluster');
-  const status = lastJson((await runCli(['status', '--json'], env)).stdout) as { by_status: Record<string, number> };
+  const quiet = await runCli(['status', '--json'], env);
+  t.equal(quiet.stderr, '', 'without --verbose, no log lines when nothing is wrong');
+  const status = lastJson(quiet.stdout) as { by_status: Record<string, number> };
   t.equal(status.by_status.pending, 2, 'both reservations in the one cluster');
   t.equal(readdirSync(join(dir, 'data')).filter((f) => f === 'pg').length, 1);
 
