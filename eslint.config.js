@@ -96,6 +96,7 @@ export default tseslint.config(
       'max-lines-per-function': ['error', { max: 80, skipBlankLines: true, skipComments: true }],
     },
   },
-  // The config files themselves are plain JavaScript outside the TypeScript project: no type-aware rules.
-  { files: ['**/*.js'], ...tseslint.configs.disableTypeChecked },
+  // The config files and the build step are plain JavaScript outside the TypeScript project: no type-aware rules.
+  { files: ['**/*.js', '**/*.mjs'], ...tseslint.configs.disableTypeChecked },
+  { files: ['**/*.mjs'], languageOptions: { globals: { process: 'readonly' } } },
 );

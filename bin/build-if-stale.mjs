@@ -1,0 +1,58 @@
+#!/usr/bin/env node
+/**
+ * Compiles the TypeScript sources into dist/ when they changed since the last build, and does nothing
+ * otherwise: `npm start` and `npm install` (the `prepare` script) run it, so `npx actionledger` works right after
+ * install and a start without changes does not wait for the compiler.
+ *
+ * Stale means: no dist/.tsbuildinfo, or a file or folder under a tsconfig.json `include` entry (a folder's own
+ * time changes when a file is added, removed or renamed in it), tsconfig.json or package.json is newer than it.
+ * Plain JavaScript on purpose: it runs before anything is compiled.
+ */
+import { spawnSync } from 'node:child_process';
+import { readFileSync, readdirSync, statSync, utimesSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+/** The project to build: this repository, or the folder given as the first argument. */
+const root = process.argv[2] ?? join(dirname(fileURLToPath(import.meta.url)), '..');
+const marker = join(root, 'dist', '.tsbuildinfo');
+
+/** The newest modification time (ms) of `path` and, for a folder, of everything under it that tsc reads. */
+function newest(path) {
+  const s = statSync(path, { throwIfNoEntry: false });
+  if (s === undefined) return 0;
+  if (!s.isDirectory()) return /\.(ts|json)$/.test(path) ? s.mtimeMs : 0;
+  let latest = s.mtimeMs;
+  for (const entry of readdirSync(path)) latest = Math.max(latest, newest(join(path, entry)));
+  return latest;
+}
+
+function stale() {
+  const built = statSync(marker, { throwIfNoEntry: false })?.mtimeMs;
+  if (built === undefined) return 'no build yet';
+  const tsconfig = JSON.parse(readFileSync(join(root, 'tsconfig.json'), 'utf8'));
+  const inputs = [...tsconfig.include, 'tsconfig.json', 'package.json'];
+  const changed = inputs.find((p) => newest(join(root, p)) > built);
+  return changed === undefined ? null : `${changed} changed`;
+}
+
+const why = stale();
+if (why !== null) {
+  let tsc;
+  try {
+    tsc = createRequire(import.meta.url).resolve('typescript/bin/tsc');
+  } catch {
+    process.stderr.write(
+      'actionledger: cannot build dist/: typescript is not installed (run `npm install` with dev dependencies)\n',
+    );
+    process.exit(1);
+  }
+  process.stderr.write(`actionledger: building dist/ (${why})\n`);
+  const r = spawnSync(process.execPath, [tsc, '-p', root], { stdio: 'inherit' });
+  // tsc leaves its build info alone when no output changed (a file touched, not edited): mark the check done.
+  // A failed build (type errors still emit) is marked stale, so the next run compiles and reports them again.
+  const when = r.status === 0 ? new Date() : new Date(0);
+  if (statSync(marker, { throwIfNoEntry: false }) !== undefined) utimesSync(marker, when, when);
+  process.exit(r.status ?? 1);
+}
