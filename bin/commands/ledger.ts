@@ -39,7 +39,7 @@ export const migrateCommand: Command = {
       printJson({ ok: true });
       return EXIT.ok;
     } catch (err) {
-      return printRefusal(err);
+      return printRefusal(err, { json: parsed.values.json === true });
     }
   },
 };
@@ -79,7 +79,7 @@ export const statusCommand: Command = {
         await rt.close();
       }
     } catch (err) {
-      return printRefusal(err);
+      return printRefusal(err, { json: parsed.values.json === true });
     }
   },
 };
@@ -155,7 +155,7 @@ export const reserveCommand: Command = {
         await rt.close();
       }
     } catch (err) {
-      return printRefusal(err);
+      return printRefusal(err, { json: parsed.values.json === true });
     }
   },
 };
@@ -192,7 +192,7 @@ export const showCommand: Command = {
         await rt.close();
       }
     } catch (err) {
-      return printRefusal(err);
+      return printRefusal(err, { json: parsed.values.json === true });
     }
   },
 };
