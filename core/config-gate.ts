@@ -92,12 +92,12 @@ function schemaProblems(node: unknown, path: string, out: ConfigProblems): void 
 
 /**
  * The value, approval, limits and resources must name declared arguments and agree with one another. Each
- * check runs when the parts it reads passed the schema; the declared arguments are the schema's (none when
- * the schema itself is malformed, and then the checks naming an argument are skipped).
+ * check runs when the parts it reads passed the schema; the declared arguments are the schema's properties
+ * (when the schema itself is malformed, the checks naming an argument are skipped).
  */
 function toolProblems(where: string, t: RawGateTool, problems: ConfigProblems): void {
   const ok = (...paths: string[]): boolean => paths.every((p) => !problems.malformed(`${where}${p}`));
-  const declared = ok('/schema') && isObject(t.schema.properties) ? Object.keys(t.schema.properties) : null;
+  const declared = ok('/schema') ? Object.keys(isObject(t.schema.properties) ? t.schema.properties : {}) : null;
   const argument = (path: string, name: string): void => {
     if (declared === null || !ok(path) || declared.includes(name)) return;
     const suggestion = nearest(name, declared);

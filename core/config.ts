@@ -283,7 +283,8 @@ function validated(input: unknown, problems: ConfigProblems, file: string | null
 /** What the schema cannot say: fields that must agree with one another (each checked when its fields are sound). */
 function crossFieldProblems(cfg: RawConfig, problems: ConfigProblems): void {
   const ok = (...paths: string[]): boolean => paths.every((p) => !problems.malformed(p));
-  if (ok('/effect_keys/active', '/effect_keys/keys') && !Object.hasOwn(cfg.effect_keys.keys, cfg.effect_keys.active)) {
+  const keysDeclared = ok('/effect_keys/active') && isObject(cfg.effect_keys.keys);
+  if (keysDeclared && !Object.hasOwn(cfg.effect_keys.keys, cfg.effect_keys.active)) {
     const declared = Object.keys(cfg.effect_keys.keys);
     const suggestion = nearest(cfg.effect_keys.active, declared);
     problems.add(
