@@ -225,12 +225,15 @@ export function printJson(value: unknown): void {
 
 /**
  * Prints a refusal as one JSON line on stdout (what scripts read) and returns the exit code 1. A configuration
- * error is also written to stderr for people, one line per problem, unless the command runs with `--json`.
+ * error is also written to stderr for people, one line per problem, unless the command runs with `--json`
+ * (`options.json`; when a caller does not say, a `--json` among the process's options).
  */
 export function printRefusal(err: unknown, options: { json?: boolean } = {}): number {
   const coded = asActionLedgerError(err);
   printJson(coded.toRefusal());
-  const text = options.json === true ? null : configProblemsText(coded);
+  const argv = process.argv.slice(2);
+  const json = options.json ?? argv.slice(0, argv.includes('--') ? argv.indexOf('--') : undefined).includes('--json');
+  const text = json ? null : configProblemsText(coded);
   if (text !== null) process.stderr.write(`actionledger: ${text}`);
   // A coded failure is explained by its code and message; only the unexpected ones need their stack.
   if (coded.code === 'internal') process.stderr.write(`${(err as Error)?.stack ?? String(err)}\n`);

@@ -75,6 +75,22 @@ t.test('status --json: the structured document on stdout, no text list', async (
   t.notMatch(r.stderr, /did you mean|is invalid \(/, 'the list is not repeated on stderr');
 });
 
+t.test('every command that takes --json: only the document then; the list without it', async (t) => {
+  for (const argv of [['verify'], ['gate', 'kill-switch', 'list']]) {
+    const json = await runCli([...argv, '--json'], env(broken));
+    t.equal(json.code, EXIT.refused, `${argv.join(' ')} --json`);
+    t.match(JSON.parse(json.stdout), { ok: false, error: 'config_invalid' }, 'one JSON document on stdout');
+    t.notMatch(json.stderr, /did you mean/, `${argv.join(' ')} --json: no list on stderr`);
+    const text = await runCli(argv, env(broken));
+    t.equal(text.code, EXIT.refused);
+    t.match(
+      text.stderr,
+      /^ {2}dispach: is not a known key \(did you mean "dispatcher"\?\)$/m,
+      `${argv.join(' ')}: the list`,
+    );
+  }
+});
+
 t.test('a file that is not strict JSON: one line saying so', async (t) => {
   const r = await runCli(['migrate'], env(notJson));
   t.equal(r.code, EXIT.refused);
