@@ -62,7 +62,7 @@ export class ConfigProblems {
   }
 }
 
-export function configInvalid(issues: readonly ConfigProblem[], file: string | null): ActionLedgerError {
+function configInvalid(issues: readonly ConfigProblem[], file: string | null): ActionLedgerError {
   const problems = issues.map(problemLine);
   const where = file === null ? 'configuration' : `configuration ${file}`;
   return new ActionLedgerError('config_invalid', `${where} is invalid:\n  - ${problems.join('\n  - ')}`, {
