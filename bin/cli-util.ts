@@ -5,6 +5,7 @@
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import { asActionLedgerError } from '../core/errors.js';
+import { configProblemsText } from '../core/config-problems.js';
 
 /** Every exit code the command line uses; docs/cli.md holds the same table (a test compares them). */
 export const EXIT = { ok: 0, refused: 1, usage: 2, providerUnreadable: 3 } as const;
@@ -222,10 +223,18 @@ export function printJson(value: unknown): void {
   process.stdout.write(JSON.stringify(value) + '\n');
 }
 
-/** Prints a refusal as one JSON line on stdout (what scripts read) and returns the exit code 1. */
-export function printRefusal(err: unknown): number {
+/**
+ * Prints a refusal as one JSON line on stdout (what scripts read) and returns the exit code 1. A configuration
+ * error is also written to stderr for people, one line per problem, unless the command runs with `--json`
+ * (`options.json`; when a caller does not say, a `--json` among the process's options).
+ */
+export function printRefusal(err: unknown, options: { json?: boolean } = {}): number {
   const coded = asActionLedgerError(err);
   printJson(coded.toRefusal());
+  const argv = process.argv.slice(2);
+  const json = options.json ?? argv.slice(0, argv.includes('--') ? argv.indexOf('--') : undefined).includes('--json');
+  const text = json ? null : configProblemsText(coded);
+  if (text !== null) process.stderr.write(`actionledger: ${text}`);
   // A coded failure is explained by its code and message; only the unexpected ones need their stack.
   if (coded.code === 'internal') process.stderr.write(`${(err as Error)?.stack ?? String(err)}\n`);
   else if (coded !== err) {

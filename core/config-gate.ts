@@ -6,20 +6,30 @@
 import { Ajv, type ValidateFunction } from 'ajv';
 import type { GateCap, GateConfig, GateTool } from './config.js';
 import type { RawCap, RawConfig, RawGate, RawGateTool } from './config-schema.js';
+import { isObject, nearest, pointer, type ConfigProblems } from './config-problems.js';
 import { IDENTITY_ARGUMENT_NAMES } from './types.js';
 
 /** Tool argument schemas: strict mode (unknown keywords refused), every violation listed. */
 const toolAjv = new Ajv({ allErrors: true, strict: true });
 
-export function compileGate(raw: RawGate, routes: RawConfig['tools'], problems: string[]): GateConfig {
+/** The gate's configuration; null when the schema found `/gate` itself malformed (the problems say why). */
+export function compileGate(raw: RawGate, routes: RawConfig['tools'], problems: ConfigProblems): GateConfig | null {
+  if (!isObject(raw)) return null;
   const tools = new Map<string, GateTool>();
-  for (const [name, t] of Object.entries(raw.tools)) {
-    const where = `/gate/tools/${name}`;
-    if (routes[name] === undefined) problems.push(`${where} has no provider route in /tools`);
-    const validate = compileArgumentSchema(where, t.schema, problems);
+  for (const [name, t] of Object.entries(isObject(raw.tools) ? raw.tools : {})) {
+    const where = pointer('gate', 'tools', name);
+    if (!isObject(t)) continue;
+    if (isObject(routes) && !Object.hasOwn(routes, name)) {
+      const suggestion = nearest(name, Object.keys(routes));
+      problems.add(where, 'has no provider route in /tools', suggestion === undefined ? {} : { suggestion });
+    }
+    const validate = problems.malformed(`${where}/schema`)
+      ? refuseAll
+      : compileArgumentSchema(where, t.schema, problems);
     toolProblems(where, t, problems);
-    tools.set(name, gateTool(name, t, raw, validate));
+    if (!problems.malformed(where)) tools.set(name, gateTool(name, t, raw, validate));
   }
+  if (problems.malformed('/gate')) return null;
   return Object.freeze({
     policyVersion: raw.policy_version,
     directReservations: raw.direct_reservations,
@@ -29,26 +39,32 @@ export function compileGate(raw: RawGate, routes: RawConfig['tools'], problems: 
   });
 }
 
+const refuseAll = (() => false) as unknown as ValidateFunction;
+
 /** The tool's argument schema compiled; a schema with problems compiles to a validator that refuses everything. */
-function compileArgumentSchema(where: string, schema: RawGateTool['schema'], problems: string[]): ValidateFunction {
+function compileArgumentSchema(
+  where: string,
+  schema: RawGateTool['schema'],
+  problems: ConfigProblems,
+): ValidateFunction {
   const before = problems.length;
-  if (schema.type !== 'object') problems.push(`${where}/schema must have type: object`);
+  if (schema.type !== 'object') problems.add(`${where}/schema`, 'must have type: object');
   schemaProblems(schema, `${where}/schema`, problems);
   if (problems.length === before) {
     try {
       return toolAjv.compile(schema);
     } catch (err) {
-      problems.push(`${where}/schema does not compile in ajv strict mode: ${(err as Error).message}`);
+      problems.add(`${where}/schema`, `does not compile in ajv strict mode: ${(err as Error).message}`);
     }
   }
-  return (() => false) as unknown as ValidateFunction;
+  return refuseAll;
 }
 
 /**
  * Finds every object schema that is not closed (`additionalProperties: false`) and every property named like an
  * identity field: both are refused at start. Walks the keywords that hold subschemas.
  */
-function schemaProblems(node: unknown, path: string, out: string[]): void {
+function schemaProblems(node: unknown, path: string, out: ConfigProblems): void {
   if (node === null || typeof node !== 'object') return;
   if (Array.isArray(node)) {
     node.forEach((n, i) => schemaProblems(n, `${path}/${i}`, out));
@@ -57,49 +73,62 @@ function schemaProblems(node: unknown, path: string, out: string[]): void {
   const o = node as Record<string, unknown>;
   const types = Array.isArray(o.type) ? o.type : [o.type];
   if ((types.includes('object') || 'properties' in o) && o.additionalProperties !== false) {
-    out.push(`${path} is an object schema without additionalProperties: false`);
+    out.add(path, 'is an object schema without additionalProperties: false');
   }
   if (o.properties !== null && typeof o.properties === 'object') {
     for (const name of Object.keys(o.properties)) {
       if ((IDENTITY_ARGUMENT_NAMES as readonly string[]).includes(name))
-        out.push(`${path}/properties/${name} declares an identity argument (authority comes from the trusted context)`);
+        out.add(
+          `${path}/properties${pointer(name)}`,
+          'declares an identity argument (authority comes from the trusted context)',
+        );
     }
   }
   for (const [k, v] of Object.entries(o)) {
     if (k === 'enum' || k === 'const' || k === 'default' || k === 'examples') continue;
-    schemaProblems(v, `${path}/${k}`, out);
+    schemaProblems(v, `${path}${pointer(k)}`, out);
   }
 }
 
-/** The value, approval, limits and resources must name declared arguments and agree with one another. */
-function toolProblems(where: string, t: RawGateTool, problems: string[]): void {
-  const props = (t.schema.properties ?? {}) as Record<string, unknown>;
-  if (t.value !== undefined) {
-    if (!(t.value.argument in props))
-      problems.push(`${where}/value/argument names ${t.value.argument}, which the schema does not declare`);
-    if ((t.value.currency_argument === undefined) === (t.value.currency === undefined))
-      problems.push(`${where}/value needs exactly one of currency_argument and currency`);
-    if (t.value.currency_argument !== undefined && !(t.value.currency_argument in props))
-      problems.push(
-        `${where}/value/currency_argument names ${t.value.currency_argument}, which the schema does not declare`,
-      );
-    if (
-      t.value.currency !== undefined &&
-      t.value.limits_currency !== undefined &&
-      t.value.limits_currency !== t.value.currency
-    )
-      problems.push(`${where}/value/limits_currency differs from the fixed currency`);
+/**
+ * The value, approval, limits and resources must name declared arguments and agree with one another. Each
+ * check runs when the parts it reads passed the schema; the declared arguments are the schema's properties
+ * (when the schema itself is malformed, the checks naming an argument are skipped).
+ */
+function toolProblems(where: string, t: RawGateTool, problems: ConfigProblems): void {
+  const ok = (...paths: string[]): boolean => paths.every((p) => !problems.malformed(`${where}${p}`));
+  const declared = ok('/schema') ? Object.keys(isObject(t.schema.properties) ? t.schema.properties : {}) : null;
+  const argument = (path: string, name: string): void => {
+    if (declared === null || !ok(path) || declared.includes(name)) return;
+    const suggestion = nearest(name, declared);
+    problems.add(`${where}${path}`, `names ${name}, which the schema does not declare`, {
+      allowed: declared,
+      ...(suggestion === undefined ? {} : { suggestion }),
+    });
+  };
+  const v = ok('/value') ? t.value : undefined;
+  if (v !== undefined) {
+    argument('/value/argument', v.argument);
+    if ((v.currency_argument === undefined) === (v.currency === undefined))
+      problems.add(`${where}/value`, 'needs exactly one of currency_argument and currency');
+    if (v.currency_argument !== undefined) argument('/value/currency_argument', v.currency_argument);
+    if (v.currency !== undefined && v.limits_currency !== undefined && v.limits_currency !== v.currency)
+      problems.add(`${where}/value/limits_currency`, 'differs from the fixed currency');
   }
-  if (t.approval.mode === 'threshold' && (t.approval.threshold === undefined || t.value === undefined))
-    problems.push(`${where}/approval mode threshold needs a threshold and a value argument`);
+  if (
+    ok('/approval/mode', '/approval/threshold') &&
+    t.approval.mode === 'threshold' &&
+    (t.approval.threshold === undefined || t.value === undefined)
+  )
+    problems.add(`${where}/approval`, 'mode threshold needs a threshold and a value argument');
   // Without limits_currency a value-capped tool still loads (configurations written before it existed), but the
   // gate refuses its calls with config_invalid (fail closed) until one is declared.
-  for (const [k, cap] of Object.entries(t.limits)) {
-    if (cap?.max_value !== undefined && t.value === undefined)
-      problems.push(`${where}/limits/${k}/max_value needs a value argument`);
+  for (const [k, cap] of Object.entries(isObject(t.limits) ? t.limits : {})) {
+    if (ok(`/limits/${k}/max_value`) && cap?.max_value !== undefined && t.value === undefined)
+      problems.add(`${where}/limits/${k}/max_value`, 'needs a value argument');
   }
-  for (const r of t.resources)
-    if (!(r.id_argument in props)) problems.push(`${where}/resources: ${r.id_argument} is not a declared argument`);
+  if (Array.isArray(t.resources))
+    t.resources.forEach((r, i) => argument(`/resources/${i}/id_argument`, r?.id_argument));
 }
 
 function gateTool(name: string, t: RawGateTool, raw: RawGate, validate: ValidateFunction): GateTool {

@@ -13,6 +13,8 @@ import { parseStrictJson, type JsonBounds } from './json.js';
 import { configSchema, type RawConfig } from './config-schema.js';
 import { compileRoutes } from './config-routes.js';
 import { compileGate } from './config-gate.js';
+import { ConfigProblems, isObject, nearest } from './config-problems.js';
+import { reportSchemaErrors } from './config-schema-errors.js';
 
 export interface ToolRoute {
   readonly tool: string;
@@ -146,7 +148,8 @@ export interface DispatcherConfig {
 
 const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
 
-const ajv = new Ajv({ allErrors: true, strict: true, useDefaults: true });
+// verbose: each error carries the offending value and its schema (for the allowed keys of an unknown one).
+const ajv = new Ajv({ allErrors: true, strict: true, useDefaults: true, verbose: true });
 const validate = ajv.compile<RawConfig>(configSchema);
 
 /** Validates a schema name and returns it quoted; throws `schema_name_invalid`. */
@@ -170,20 +173,25 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env, cwd = process.c
   try {
     text = readFileSync(path, 'utf8');
   } catch (cause) {
+    const why = (cause as NodeJS.ErrnoException)?.code ?? (cause as Error)?.message;
     throw new ActionLedgerError('config_invalid', `cannot read configuration file ${path}`, {
       cause,
-      details: { problems: [`cannot read ${path}`] },
+      details: {
+        file: path,
+        problems: [`cannot read ${path}`],
+        issues: [{ path: '', message: `cannot read ${path} (${why})` }],
+      },
     });
   }
   let raw: unknown;
   try {
     raw = parseStrictJson(text, { requireObject: true });
   } catch (cause) {
-    throw new ActionLedgerError(
-      'config_invalid',
-      `configuration file ${path} is not strict JSON: ${(cause as Error).message}`,
-      { cause },
-    );
+    const message = `is not strict JSON: ${(cause as Error).message}`;
+    throw new ActionLedgerError('config_invalid', `configuration file ${path} ${message}`, {
+      cause,
+      details: { file: path, problems: [`(root) ${message}`], issues: [{ path: '', message }] },
+    });
   }
   return compileConfig(raw, env, { configPath: path, cwd });
 }
@@ -194,19 +202,21 @@ export function compileConfig(
   env: NodeJS.ProcessEnv,
   options: { configPath?: string | null; cwd?: string } = {},
 ): Config {
-  const cfg = validated(input);
-  const problems: string[] = [];
+  const problems = new ConfigProblems();
+  const file = options.configPath ?? null;
+  // Every step runs, each skipping only the parts the schema found malformed: all problems in one report.
+  const cfg = validated(input, problems, file);
   let schemaQuoted = '';
   try {
-    schemaQuoted = quoteSchemaName(cfg.schema);
+    if (!problems.malformed('/schema')) schemaQuoted = quoteSchemaName(cfg.schema);
   } catch (err) {
-    problems.push(`/schema ${(err as Error).message}`);
+    problems.add('/schema', (err as Error).message);
   }
   const tools = compileRoutes(cfg.tools, problems);
   const gate = compileGate(cfg.gate, cfg.tools, problems);
   crossFieldProblems(cfg, problems);
   const environment = fromEnvironment(cfg, env, problems);
-  if (problems.length > 0) throw configInvalid(problems);
+  if (problems.length > 0 || gate === null) throw problems.error(file);
   const cwd = options.cwd ?? process.cwd();
   const dataDir = resolve(cwd, env.ACTIONLEDGER_DATA_DIR ?? '.actionledger');
   const d = cfg.dispatcher;
@@ -257,50 +267,59 @@ export function compileConfig(
   });
 }
 
-/** The input checked against the JSON schema (a copy, with its defaults filled in); throws `config_invalid`. */
-function validated(input: unknown): RawConfig {
+/**
+ * The input checked against the JSON schema (a copy, with its defaults filled in): every schema error is added
+ * to `problems` and its part marked malformed for the later steps. Throws `config_invalid` only when the input
+ * is not an object at all (nothing else can be checked).
+ */
+function validated(input: unknown, problems: ConfigProblems, file: string | null): RawConfig {
   const raw = structuredClone(input);
   if (validate(raw)) return raw;
-  const problems = (validate.errors ?? []).map((e) => {
-    const where = e.instancePath === '' ? '(root)' : e.instancePath;
-    const extra =
-      e.keyword === 'additionalProperties'
-        ? ` (${String((e.params as { additionalProperty: string }).additionalProperty)})`
-        : '';
-    return `${where} ${e.message ?? 'is invalid'}${extra}`;
-  });
-  throw configInvalid(problems);
+  reportSchemaErrors(validate.errors ?? [], problems);
+  if (!isObject(raw)) throw problems.error(file);
+  return raw as RawConfig;
 }
 
-/** What the schema cannot say: fields that must agree with one another. */
-function crossFieldProblems(cfg: RawConfig, problems: string[]): void {
-  if (!(cfg.effect_keys.active in cfg.effect_keys.keys)) {
-    problems.push(
-      `/effect_keys/active names key ${JSON.stringify(cfg.effect_keys.active)}, which /effect_keys/keys does not declare`,
+/** What the schema cannot say: fields that must agree with one another (each checked when its fields are sound). */
+function crossFieldProblems(cfg: RawConfig, problems: ConfigProblems): void {
+  const ok = (...paths: string[]): boolean => paths.every((p) => !problems.malformed(p));
+  const keysDeclared = ok('/effect_keys/active') && isObject(cfg.effect_keys.keys);
+  if (keysDeclared && !Object.hasOwn(cfg.effect_keys.keys, cfg.effect_keys.active)) {
+    const declared = Object.keys(cfg.effect_keys.keys);
+    const suggestion = nearest(cfg.effect_keys.active, declared);
+    problems.add(
+      '/effect_keys/active',
+      `names key ${JSON.stringify(cfg.effect_keys.active)}, which /effect_keys/keys does not declare`,
+      { allowed: declared, ...(suggestion === undefined ? {} : { suggestion }) },
     );
   }
   const r = cfg.reconciler;
-  if (r.backoff_max_ms < r.backoff_initial_ms)
-    problems.push('/reconciler/backoff_max_ms must be at least backoff_initial_ms');
-  if (r.orphan_after_ms < 2 * cfg.dispatcher.heartbeat_interval_ms) {
-    problems.push(
-      '/reconciler/orphan_after_ms must be at least twice /dispatcher/heartbeat_interval_ms (a live worker must never look dead)',
+  if (ok('/reconciler/backoff_max_ms', '/reconciler/backoff_initial_ms') && r.backoff_max_ms < r.backoff_initial_ms)
+    problems.add('/reconciler/backoff_max_ms', 'must be at least backoff_initial_ms');
+  if (
+    ok('/reconciler/orphan_after_ms', '/dispatcher/heartbeat_interval_ms') &&
+    r.orphan_after_ms < 2 * cfg.dispatcher.heartbeat_interval_ms
+  ) {
+    problems.add(
+      '/reconciler/orphan_after_ms',
+      'must be at least twice /dispatcher/heartbeat_interval_ms (a live worker must never look dead)',
     );
   }
-  if (!/^\S+( \S+){4,5}$/.test(r.schedule))
-    problems.push('/reconciler/schedule must be a cron expression of 5 or 6 fields');
+  if (ok('/reconciler/schedule') && !/^\S+( \S+){4,5}$/.test(r.schedule))
+    problems.add('/reconciler/schedule', 'must be a cron expression of 5 or 6 fields', { got: r.schedule });
 }
 
 /** The settings the environment overrides or supplies: `PORT`, and the database URL from the named variable. */
 function fromEnvironment(
   cfg: RawConfig,
   env: NodeJS.ProcessEnv,
-  problems: string[],
+  problems: ConfigProblems,
 ): { port: number; databaseUrl: string | null } {
-  const port = env.PORT === undefined || env.PORT === '' ? cfg.http.port : Number(env.PORT);
+  const fromFile = problems.malformed('/http/port') ? 0 : cfg.http.port;
+  const port = env.PORT === undefined || env.PORT === '' ? fromFile : Number(env.PORT);
   if (!Number.isInteger(port) || port < 0 || port > 65535)
-    problems.push(`PORT ${JSON.stringify(env.PORT)} is not a port number`);
-  const url = env[cfg.database.url_env];
+    problems.add('PORT', '(environment) must be a port number, 0 to 65535', { got: env.PORT ?? null });
+  const url = problems.malformed('/database/url_env') ? undefined : env[cfg.database.url_env];
   return { port, databaseUrl: url === undefined || url === '' ? null : url };
 }
 
@@ -341,10 +360,4 @@ function dispatchPaths(cfg: RawConfig, cwd: string, sandboxDir: string): Pick<Di
             })
           : null,
   };
-}
-
-function configInvalid(problems: string[]): ActionLedgerError {
-  return new ActionLedgerError('config_invalid', `configuration is invalid:\n  - ${problems.join('\n  - ')}`, {
-    details: { problems },
-  });
 }

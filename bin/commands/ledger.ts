@@ -42,7 +42,7 @@ export const migrateCommand: Command = {
       printJson({ ok: true });
       return EXIT.ok;
     } catch (err) {
-      return printRefusal(err);
+      return printRefusal(err, { json: parsed.values.json === true });
     }
   },
 };
@@ -75,7 +75,7 @@ export const statusCommand: Command = {
         await rt.close();
       }
     } catch (err) {
-      return printRefusal(err);
+      return printRefusal(err, { json: parsed.values.json === true });
     }
   },
 };
@@ -151,7 +151,7 @@ export const reserveCommand: Command = {
         await rt.close();
       }
     } catch (err) {
-      return printRefusal(err);
+      return printRefusal(err, { json: parsed.values.json === true });
     }
   },
 };
@@ -186,7 +186,7 @@ export const showCommand: Command = {
         await rt.close();
       }
     } catch (err) {
-      return printRefusal(err);
+      return printRefusal(err, { json: parsed.values.json === true });
     }
   },
 };
