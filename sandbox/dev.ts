@@ -117,6 +117,8 @@ export async function startDevSandbox(
     port: config.sandbox.providerPort,
     ...(first === undefined ? {} : { path: first, extraPaths }),
     ...(token === undefined ? {} : { token }),
+    // What it applied survives a restart, so readback and verify agree with the ledger in development too.
+    journal: join(dir, 'provider-effects.jsonl'),
   });
   // The service decides from the same database as the fleet.
   const pool = createPool(databaseUrl, {

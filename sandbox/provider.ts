@@ -40,6 +40,9 @@ import {
   type ListenOptions,
   type ServerTls,
 } from '../core/mtls-json-server.js';
+import { EffectJournal, type ProviderEffect } from './effect-journal.js';
+
+export type { ProviderEffect } from './effect-journal.js';
 
 export type ProviderFault =
   | { kind: 'status'; status: number; body?: JsonValue; commit?: boolean }
@@ -60,16 +63,6 @@ export interface FaultSelector {
   times?: number;
   /** Only requests whose Idempotency-Key this accepts. */
   when?: (key: string) => boolean;
-}
-
-/** One applied effect. */
-export interface ProviderEffect {
-  key: string;
-  bodySha256: string;
-  body: JsonValue;
-  operationId: string;
-  requestId: string;
-  at: Date;
 }
 
 /** Every request received (after the TLS handshake), in arrival order. */
@@ -93,6 +86,11 @@ export interface SandboxProviderOptions extends ListenOptions {
   extraPaths?: string[];
   /** Default true (Stripe-like). False: every committed request is a new effect. */
   honorIdempotencyKey?: boolean;
+  /**
+   * A file that keeps the applied effects across restarts (created when missing): loaded at construction,
+   * each new effect flushed to it before its receipt is sent. None: effects live in memory only.
+   */
+  journal?: string;
 }
 
 const READBACK_KINDS = new Set<ProviderFault['kind']>(['readbackFailing', 'readbackInconclusive']);
@@ -128,6 +126,7 @@ export class SandboxProvider extends MtlsJsonServer {
   readonly #firstEffect = new Map<string, ProviderEffect>();
   readonly #requests: ProviderRequest[] = [];
   #rules: FaultRule[] = [];
+  readonly #journal: EffectJournal | undefined;
 
   constructor(options: SandboxProviderOptions) {
     super(options.tls, options);
@@ -135,6 +134,26 @@ export class SandboxProvider extends MtlsJsonServer {
     this.paths = [this.path, ...(options.extraPaths ?? [])];
     this.#token = options.token === undefined ? undefined : Buffer.from(`Bearer ${options.token}`);
     this.#honorKey = options.honorIdempotencyKey ?? true;
+    if (options.journal !== undefined) {
+      const journal = new EffectJournal(options.journal);
+      try {
+        for (const effect of journal.load()) this.#record(effect);
+      } catch (err) {
+        journal.close();
+        throw err;
+      }
+      this.#journal = journal;
+    }
+  }
+
+  override async stop(): Promise<void> {
+    await super.stop();
+    this.#journal?.close();
+  }
+
+  #record(effect: ProviderEffect): void {
+    this.#effects.push(effect);
+    if (!this.#firstEffect.has(effect.key)) this.#firstEffect.set(effect.key, effect);
   }
 
   /** The effect endpoint, `url` + `path`. */
@@ -272,8 +291,8 @@ export class SandboxProvider extends MtlsJsonServer {
     if (existing !== undefined)
       return existing.bodySha256 === sha ? { effect: existing, replayed: true } : 'key_reused';
     const effect = { key, bodySha256: sha, body, operationId: newId('op'), requestId: newId('req'), at: new Date() };
-    this.#effects.push(effect);
-    if (!this.#firstEffect.has(key)) this.#firstEffect.set(key, effect);
+    this.#journal?.append(effect);
+    this.#record(effect);
     return { effect, replayed: false };
   }
 

@@ -1,4 +1,7 @@
 import t, { type Test } from 'tap';
+import { appendFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { getJson, postJson, type HttpOutcome, type HttpResponse } from '../../core/http-client.js';
 import { SandboxProvider } from '../../sandbox/provider.js';
 import { startProvider, testAgent, testPki } from '../helpers/sandbox.js';
@@ -152,4 +155,43 @@ t.test('stop is safe before start, repeatable, and ends hanging requests at once
   await provider.stop();
   t.ok(Date.now() - started < 1_000, 'stop did not wait for the hanging request');
   t.match(await pending, { kind: 'unknown', code: 'reset' });
+});
+
+t.test('with a journal, applied effects survive a restart; a cut-off last line is dropped', async (t) => {
+  const journal = join(mkdtempSync(join(tmpdir(), 'al-journal-')), 'effects.jsonl');
+  const agent = await testAgent(t);
+  const first = await startProvider(t, { token: TOKEN, journal });
+  const receipt = response(t, await postJson(agent, first.endpoint, refund('key-a')));
+  t.equal(receipt.status, 201);
+  await first.stop();
+
+  // A crash mid-append leaves half a line: that effect's receipt was never sent.
+  appendFileSync(journal, '{"key":"key-half","bodySha');
+  const second = await startProvider(t, { token: TOKEN, journal });
+  t.match(second.allEffects(), [{ key: 'key-a', body: { order_id: 'o-1', amount: 500 } }], 'one effect, reloaded');
+  t.equal(second.allEffects()[0]?.at instanceof Date, true);
+  const replay = response(t, await postJson(agent, second.endpoint, refund('key-a')));
+  t.same(replay.json, receipt.json, 'a replay after the restart answers with the same receipt');
+  t.equal(replay.headers['idempotent-replayed'], 'true');
+  t.equal(second.effectsFor('key-a'), 1, 'and applies nothing new');
+  t.match(response(t, await getJson(agent, second.readbackUrl('key-a'), opts())), {
+    status: 200,
+    json: { operation_id: receipt.json?.operation_id },
+  });
+  t.equal(response(t, await postJson(agent, second.endpoint, refund('key-b'))).status, 201);
+  await second.stop();
+
+  const lines = readFileSync(journal, 'utf8').split('\n');
+  t.equal(lines.length, 3, 'two whole lines and the final newline: the half line was cut away');
+  const third = await startProvider(t, { token: TOKEN, journal });
+  t.same(
+    third.allEffects().map((e) => e.key),
+    ['key-a', 'key-b'],
+  );
+
+  writeFileSync(journal, '{"not":"an effect"}\n');
+  const pki = await testPki();
+  t.throws(() => new SandboxProvider({ tls: { ...pki.server, ca: pki.ca.cert }, journal }), {
+    message: /effects\.jsonl:1: not a provider effect/,
+  });
 });
