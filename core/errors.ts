@@ -16,6 +16,7 @@ export const ERROR_CODES = {
   profile_invalid: 'startup',
   tls_verification_disabled: 'startup',
   migration_history_mismatch: 'startup',
+  schema_not_migrated: 'startup',
   port_in_use: 'startup',
   already_running: 'startup',
   embedded_database_failed: 'startup',

@@ -142,6 +142,38 @@ export async function migrate(
   }
 }
 
+/**
+ * Checks, writing nothing, that the schema holds every migration of this release: for commands that only read,
+ * which open the runtime without migrating (their database role may lack the privileges to). Throws
+ * `schema_not_migrated` when the schema or its tables are missing or behind.
+ */
+export async function requireMigrated(
+  db: Pick<pg.Pool, 'query'>,
+  schema: string,
+  schemaQuoted: string,
+  migrations: readonly Migration[] = readMigrations(),
+): Promise<void> {
+  const required = migrations.length;
+  const { rows } = await db.query<{ present: boolean }>('SELECT to_regclass($1) IS NOT NULL AS present', [
+    `${schemaQuoted}.schema_migrations`,
+  ]);
+  let current = 0;
+  if (rows[0]?.present === true) {
+    const v = await db.query<{ current: number }>(
+      `SELECT coalesce(max(version), 0)::int AS current FROM ${schemaQuoted}.schema_migrations`,
+    );
+    current = v.rows[0]?.current ?? 0;
+  }
+  if (current >= required) return;
+  throw new ActionLedgerError(
+    'schema_not_migrated',
+    current === 0
+      ? `schema ${schema} holds no actionledger tables: run \`actionledger migrate\` (or start the service) first`
+      : `schema ${schema} is at migration ${current} and this release needs ${required}: run \`actionledger migrate\` first`,
+    { details: { schema, current, required } },
+  );
+}
+
 function mismatch(message: string): ActionLedgerError {
   return new ActionLedgerError('migration_history_mismatch', `${message}; refusing to migrate`);
 }
