@@ -21,6 +21,7 @@ import { createLogger } from '../../core/log.js';
 import { Compensator } from '../../compensator/index.js';
 import { transitionCte, type ProviderContact } from '../../ledger/index.js';
 import { listInReview, Review } from '../../reconciler/index.js';
+import { formatAge } from '../../bin/commands/review-list.js';
 
 interface Env {
   env: NodeJS.ProcessEnv;
@@ -226,10 +227,10 @@ t.test('review list: filters, order, JSON shape, text table, counts, bad values'
   t.match(
     lines[1],
     new RegExp(
-      `^${ids.denied_old} +tenant-a +issue_refund +authorization:authorization_denied +not_called +safe +3h +1$`,
+      `^${ids.denied_old} +tenant-a +issue_refund +authorization:authorization_denied +not_called +safe +3h( \\d+m)? +1$`,
     ),
   );
-  t.match(lines[2], new RegExp(`^${ids.no_receipt} .* maybe_called +not safe +1h +1$`));
+  t.match(lines[2], new RegExp(`^${ids.no_receipt} .* maybe_called +not safe +1h( \\d+m)? +1$`));
   t.match(
     text.stdout,
     /\n7 in review; 2 listed, oldest first \(1 of them safe to retry\)\n5 more beyond --limit 2 not listed\n$/,
@@ -382,4 +383,19 @@ t.test('a retry selected under one attempt is refused once the operation has mov
   );
   const fresh = await review.retry(id, { actor: 'carol', reason: 'current', expect: { ...expect, attempt: 2 } });
   t.match(fresh, { ok: true, attempt: 3 }, 'with the current attempt it goes through');
+});
+
+t.test('ages in the text listing: the two largest units', (t) => {
+  const cases: [number, string][] = [
+    [0, '0s'],
+    [0.9, '0s'],
+    [59, '59s'],
+    [61, '1m 1s'],
+    [3600, '1h'],
+    [3 * 3600 + 125, '3h 2m'],
+    [86_400 + 3600 + 61, '1d 1h'],
+    [8 * 86_400 + 59, '8d'],
+  ];
+  for (const [s, text] of cases) t.equal(formatAge(s), text, `${s} s`);
+  t.end();
 });
