@@ -16,7 +16,10 @@ import {
   type LedgerFixture,
 } from '../helpers/db.js';
 import { runCli, type CliResult } from '../helpers/cli.js';
+import pg from 'pg';
 import { bindQueries } from '../../core/db.js';
+import { quoteSchemaName } from '../../core/config.js';
+import { migrate, readMigrations, requireMigrated } from '../../core/migrate.js';
 import { createLogger } from '../../core/log.js';
 import { Compensator } from '../../compensator/index.js';
 import { transitionCte, type ProviderContact } from '../../ledger/index.js';
@@ -275,8 +278,7 @@ t.test('review list on a database that was never migrated: a structured refusal,
     error: 'schema_not_migrated',
     details: { schema: 'actionledger', current: 0 },
   });
-  const pg = await import('pg');
-  const client = new pg.default.Client({ connectionString: url });
+  const client = new pg.Client({ connectionString: url });
   await client.connect();
   const { rows } = await client.query<{ schema: string | null }>(
     "SELECT to_regnamespace('actionledger')::text AS schema",
@@ -399,3 +401,27 @@ t.test('ages in the text listing: the two largest units', (t) => {
   for (const [s, text] of cases) t.equal(formatAge(s), text, `${s} s`);
   t.end();
 });
+
+t.test(
+  'requireMigrated: a schema behind this release is refused, a current one passes, nothing is written',
+  async (t) => {
+    const url = await createTestDatabase(t, { empty: true });
+    const client = new pg.Client({ connectionString: url });
+    // The database is dropped WITH (FORCE) at teardown: a connection still open then gets an 'error' event.
+    client.on('error', () => undefined);
+    await client.connect();
+    t.teardown(() => client.end());
+    const all = readMigrations();
+    const quoted = quoteSchemaName('actionledger');
+    await migrate(client, 'actionledger', quoted, all.slice(0, 3));
+    await t.rejects(requireMigrated(client, 'actionledger', quoted), {
+      code: 'schema_not_migrated',
+      message: /at migration 3 and this release needs/,
+      details: { schema: 'actionledger', current: 3, required: all.length },
+    });
+    const versions = await client.query('SELECT version FROM actionledger.schema_migrations');
+    t.equal(versions.rowCount, 3, 'the check applied nothing');
+    await migrate(client, 'actionledger', quoted, all);
+    await t.resolves(requireMigrated(client, 'actionledger', quoted), 'current: passes');
+  },
+);
