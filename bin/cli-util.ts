@@ -183,6 +183,27 @@ export function intOption(
   return { value: n };
 }
 
+const DURATION_UNITS: Readonly<Record<string, number>> = { s: 1, m: 60, h: 3600, d: 86_400 };
+
+/**
+ * A duration option such as `30s`, `15m`, `2h` or `7d` (a positive integer and one unit, at most 3650 days), in
+ * seconds: the number, undefined when absent, or a usage message.
+ */
+export function durationOption(
+  values: Parsed['values'],
+  name: string,
+): { value: number | undefined } | { problem: string } {
+  const raw = values[name];
+  if (raw === undefined) return { value: undefined };
+  const m = typeof raw === 'string' ? /^([1-9][0-9]{0,7})([smhd])$/.exec(raw) : null;
+  const seconds = m === null ? NaN : Number(m[1]) * (DURATION_UNITS[m[2] ?? ''] ?? NaN);
+  if (!Number.isSafeInteger(seconds) || seconds > 3650 * 86_400)
+    return {
+      problem: `--${name} must be a duration like 30s, 15m, 2h or 7d (at most 3650d), not ${JSON.stringify(raw)}`,
+    };
+  return { value: seconds };
+}
+
 /** Runs the subcommand named by argv[0], or answers with a usage error naming the choices. */
 export function runSubcommand(parent: Command, argv: string[]): Promise<number> {
   const [name, ...rest] = argv;

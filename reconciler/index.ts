@@ -1,6 +1,7 @@
 export { Reconciler, type ReconcileSummary, type ReconcilerOptions } from './reconciler.js';
 export { classifyReadback, readback, readbackUrl, type Readback, type ReadbackOutcome } from './readback.js';
-export { Review, retryIsSafe, type ReviewInput, type ReviewResult } from './review.js';
+export { Review, retryIsSafe, type RetryOptions, type ReviewInput, type ReviewResult } from './review.js';
+export { listInReview, isReasonPrefix, type InReview, type ReviewFilter, type ReviewListing } from './review-list.js';
 export { verifyLedger, historyProblems, type Discrepancy, type DiscrepancyKind, type VerifyReport } from './verify.js';
 export {
   ReconcileSchedule,

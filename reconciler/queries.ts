@@ -122,6 +122,29 @@ export const reconcilerQueries = {
 } as const;
 
 export const reviewQueries = {
+  /**
+   * Operations in review, oldest entry into review first, with the total that matched before the limit. The
+   * entry is the latest history row into needs_review (the row's updated_at when its history has none). $1
+   * reason, exact or (with $2) a prefix; $3 tool; $4 tenant; $5 minimum seconds in review; $6 limit (NULL: all).
+   */
+  list: `
+    SELECT o.operation_id, o.tenant_id, o.tool_name, o.review_reason, o.provider_contact, o.attempt,
+           o.reconcile_attempts, e.entered_at, extract(epoch FROM now() - e.entered_at)::float8 AS age_s,
+           count(*) OVER ()::int AS total
+    FROM @schema.operations o
+    CROSS JOIN LATERAL (
+      SELECT coalesce(
+        (SELECT max(h.at) FROM @schema.operation_history h
+         WHERE h.operation_id = o.operation_id AND h.to_status = 'needs_review'),
+        o.updated_at) AS entered_at) e
+    WHERE o.status = 'needs_review'
+      AND ($1::text IS NULL OR o.review_reason = $1 OR ($2::boolean AND left(o.review_reason, length($1)) = $1))
+      AND ($3::text IS NULL OR o.tool_name = $3)
+      AND ($4::text IS NULL OR o.tenant_id = $4)
+      AND ($5::float8 IS NULL OR e.entered_at <= now() - make_interval(secs => $5::float8))
+    ORDER BY e.entered_at, o.operation_id
+    LIMIT $6::int`,
+
   lock: `
     SELECT operation_id, status, review_reason, provider_contact, attempt, tool_name, tenant_id, principal_id, task_id,
            workflow_step_id, provider_receipt

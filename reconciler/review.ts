@@ -74,7 +74,19 @@ function checkText(field: string, v: unknown, max: number): string {
   return v;
 }
 
-type Locked = { status: string; review_reason: string | null; provider_contact: ProviderContact };
+type Locked = { status: string; review_reason: string | null; provider_contact: ProviderContact; attempt: number };
+
+/** What a retry may add: a fresh approval, and the state the caller saw when it chose the operation. */
+export interface RetryOptions {
+  approvalId?: string;
+  policyVersion?: string;
+  /**
+   * The attempt and review reason the operation had when it was selected (a bulk retry's listing): when it has
+   * since moved on (retried, back in review for another reason), the retry is refused, not applied to a state
+   * nobody looked at.
+   */
+  expect?: { attempt: number; reviewReason: string };
+}
 
 export class Review {
   readonly #config: Config;
@@ -91,11 +103,11 @@ export class Review {
     this.#q = bindQueries(reviewQueries, config.schemaQuoted);
   }
 
-  /** Throws `invalid_review`, `not_found`, `invalid_state_transition`, `retry_not_safe`. */
-  async retry(
-    operationId: string,
-    input: ReviewInput & { approvalId?: string; policyVersion?: string },
-  ): Promise<ReviewResult> {
+  /**
+   * Throws `invalid_review`, `not_found`, `invalid_state_transition` (also when `expect` no longer holds),
+   * `retry_not_safe`.
+   */
+  async retry(operationId: string, input: ReviewInput & RetryOptions): Promise<ReviewResult> {
     return this.#audited('retry', operationId, input, () => this.#retry(operationId, input));
   }
 
@@ -154,16 +166,30 @@ export class Review {
     }
   }
 
-  async #retry(
-    operationId: string,
-    input: ReviewInput & { approvalId?: string; policyVersion?: string },
-  ): Promise<ReviewResult> {
+  async #retry(operationId: string, input: ReviewInput & RetryOptions): Promise<ReviewResult> {
     const { actor, reason } = this.#input(input);
     const approval = input.approvalId === undefined ? null : checkText('approval id', input.approvalId, 256);
     const policy = input.policyVersion === undefined ? null : checkText('policy version', input.policyVersion, 256);
     return withTransaction(this.#pool, async (c) => {
       const op = await this.#lock(c, operationId);
       if (op.status !== 'needs_review') throw this.#wrongState('retry', op.status);
+      const expect = input.expect;
+      if (expect !== undefined && (op.attempt !== expect.attempt || op.review_reason !== expect.reviewReason)) {
+        throw new ActionLedgerError(
+          'invalid_state_transition',
+          'the operation changed since it was selected: it is in review with another attempt or reason',
+          {
+            details: {
+              status: op.status,
+              action: 'retry',
+              attempt: op.attempt,
+              review_reason: op.review_reason,
+              expected_attempt: expect.attempt,
+              expected_review_reason: expect.reviewReason,
+            },
+          },
+        );
+      }
       if (!retryIsSafe(op.provider_contact)) {
         throw new ActionLedgerError(
           'retry_not_safe',

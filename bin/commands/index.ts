@@ -3,7 +3,8 @@ import type { Command } from '../cli-util.js';
 import { migrateCommand, reserveCommand, showCommand, statusCommand } from './ledger.js';
 import { dispatcherCommand, startCommand } from './start.js';
 import { profileCommand } from './profile.js';
-import { reconcileCommand, reviewCommand, verifyCommand } from './reconcile.js';
+import { reconcileCommand, verifyCommand } from './reconcile.js';
+import { reviewCommand } from './review.js';
 import { gateCommand } from './gate.js';
 
 export const COMMANDS: ReadonlyMap<string, Command> = new Map(

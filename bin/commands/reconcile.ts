@@ -1,27 +1,19 @@
 /**
- * `reconcile`, `review`, `verify`: resolving what the dispatcher could not, by machine and by person, and
- * checking that the ledger and the providers agree.
+ * `reconcile`, `verify`: resolving what the dispatcher could not by provider readback, and checking that the
+ * ledger and the providers agree. What is left for a person is `review` (review.ts).
  */
 import { ActionLedgerError, isActionLedgerError } from '../../core/errors.js';
 import { openRuntime, type Runtime } from '../../core/runtime.js';
 import { loadDispatchIdentity } from '../../core/identity.js';
 import { EffectKeyer } from '../../ledger/index.js';
-import {
-  openReconciler,
-  openReview,
-  ReconcileSchedule,
-  verifyLedger,
-  type PassSummary,
-} from '../../reconciler/index.js';
+import { openReconciler, ReconcileSchedule, verifyLedger, type PassSummary } from '../../reconciler/index.js';
 import {
   EXIT,
-  JSON_ALWAYS,
   JSON_OPTION,
   parseCommand,
   printJson,
   printRefusal,
   stderrLog,
-  stringValues,
   table,
   usageError,
   type Command,
@@ -138,90 +130,6 @@ export function verifyExit(discrepancies: readonly { kind: string }[]): number {
   return discrepancies.every((d) => d.kind === 'listing_unavailable') ? EXIT.providerUnreadable : EXIT.refused;
 }
 
-const REVIEW_ACTIONS = ['retry', 'resolve-succeeded', 'resolve-failed', 'compensate'] as const;
-type ReviewAction = (typeof REVIEW_ACTIONS)[number];
-
-export const reviewCommand: Command = {
-  name: 'review',
-  summary: 'act on an operation in review: retry, resolve-succeeded, resolve-failed, compensate (audited)',
-  args: 'retry|resolve-succeeded|resolve-failed|compensate OPERATION_ID',
-  notes:
-    'retry: send it again (a new attempt, freshly authorized); resolve-succeeded: the provider applied it (with its\nreceipt); resolve-failed: it was not applied; compensate: undo it with the configured compensation.\nEvery action, done or refused, is in the audit log: a missing --actor or --reason is refused there\n(invalid_review, exit 1), not here.',
-  options: {
-    actor: { type: 'string', value: 'WHO', required: true, description: 'the person acting (audited)' },
-    reason: { type: 'string', value: 'WHY', required: true, description: 'why (audited)' },
-    receipt: {
-      type: 'string',
-      value: 'R',
-      description: "resolve-succeeded only: the provider's receipt for the effect",
-      default: 'none',
-    },
-    approval: {
-      type: 'string',
-      value: 'A',
-      description: 'retry only: a fresh approval id for the new attempt',
-      default: "the operation's approval",
-    },
-    policy: {
-      type: 'string',
-      value: 'V',
-      description: 'retry only: the policy version of that approval',
-      default: "the operation's policy version",
-    },
-    json: JSON_ALWAYS,
-  },
-  examples: [
-    "actionledger review retry 6f1c2b9e-0d4a-4c52-9a57-3e0f1b2c4d5e --actor carol --reason 'readback says nothing was applied'",
-    "actionledger review resolve-succeeded 6f1c2b9e-0d4a-4c52-9a57-3e0f1b2c4d5e --actor carol --reason 'seen in the provider console' --receipt re_123",
-  ],
-  exits: [EXIT.ok, EXIT.refused, EXIT.usage],
-  async run(argv) {
-    // The review records refusals (a missing actor or reason included) in the audit log: not checked here.
-    const parsed = parseCommand(this, argv, { positionals: true, checkRequired: false });
-    if (typeof parsed === 'number') return parsed;
-    const values = stringValues(parsed.values);
-    const [action, id, ...extra] = parsed.positionals;
-    if (!REVIEW_ACTIONS.includes(action as ReviewAction) || id === undefined || extra.length > 0) {
-      return usageError(this, `expected an action (${REVIEW_ACTIONS.join(', ')}) and one OPERATION_ID`);
-    }
-    if (values.receipt !== undefined && action !== 'resolve-succeeded')
-      return usageError(this, '--receipt goes with resolve-succeeded only');
-    if ((values.approval !== undefined || values.policy !== undefined) && action !== 'retry')
-      return usageError(this, '--approval and --policy go with retry only');
-    try {
-      const rt = await openRuntime({
-        name: 'review',
-        migrate: true,
-        defaultMetrics: false,
-        logDestination: stderrLog(),
-      });
-      const kit = openReview(rt);
-      try {
-        const input = { actor: values.actor ?? '', reason: values.reason ?? '' };
-        const r =
-          action === 'retry'
-            ? await kit.review.retry(id, {
-                ...input,
-                ...(values.approval === undefined ? {} : { approvalId: values.approval }),
-                ...(values.policy === undefined ? {} : { policyVersion: values.policy }),
-              })
-            : action === 'resolve-succeeded'
-              ? await kit.review.resolveSucceeded(id, { ...input, receipt: values.receipt ?? '' })
-              : action === 'resolve-failed'
-                ? await kit.review.resolveFailed(id, input)
-                : await kit.review.compensate(id, input);
-        printJson(r);
-        return EXIT.ok;
-      } finally {
-        kit.close();
-        await rt.close();
-      }
-    } catch (err) {
-      return printRefusal(err);
-    }
-  },
-};
-
 export const verifyCommand: Command = {
   name: 'verify',
   summary: 'check the ledger independently: argument hashes, effect keys, history paths, evidence, provider listings',
@@ -237,7 +145,8 @@ export const verifyCommand: Command = {
     try {
       const rt = await openRuntime({
         name: 'verify',
-        migrate: true,
+        // Reads only (it needs the effect-key secrets, to check every key, but no write privilege).
+        migrate: 'check',
         defaultMetrics: false,
         logDestination: stderrLog(),
       });

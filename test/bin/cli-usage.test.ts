@@ -58,10 +58,31 @@ const BAD_HERE: [string[], RegExp][] = [
   [['start', '--bogus'], /--bogus/],
   [['reconcile', '--json'], /--json goes with --once/],
   [['reconcile', '--twice'], /--twice/],
-  [['review'], /expected an action/],
-  [['review', 'undo', 'id', '--actor', 'a', '--reason', 'r'], /expected an action/],
-  [['review', 'retry', 'id', '--receipt', 'r'], /--receipt goes with resolve-succeeded/],
+  [['review'], /missing subcommand \(expected list, retry, resolve-succeeded, resolve-failed, compensate\)/],
+  [['review', 'undo', 'id', '--actor', 'a', '--reason', 'r'], /unknown subcommand "undo"/],
+  [['review', 'retry', 'id', '--receipt', 'r'], /--receipt/],
   [['review', 'retry', 'id', '--bogus'], /--bogus/],
+  [['review', 'retry'], /expected one OPERATION_ID/],
+  [['review', 'retry', 'a', 'b'], /expected one OPERATION_ID/],
+  [['review', 'retry', 'id', '--where-reason', 'x:'], /--where-reason go with --all only/],
+  [['review', 'retry', 'id', '--dry-run'], /--dry-run go with --all only/],
+  [['review', 'retry', '--all', '--actor', 'a', '--reason', 'r'], /--all needs --where-reason/],
+  [['review', 'retry', '--all', '--tool', 'issue_refund', '--dry-run'], /--all needs --where-reason/],
+  [['review', 'retry', 'id', '--all', '--where-reason', 'x:', '--actor', 'a', '--reason', 'r'], /no OPERATION_ID/],
+  [['review', 'retry', '--all', '--where-reason', 'x:', '--approval', 'ap'], /--approval and --policy go with one/],
+  [['review', 'retry', '--all', '--where-reason', 'x:', '--reason', 'r'], /missing --actor/],
+  [['review', 'retry', '--all', '--where-reason', '', '--dry-run'], /--where-reason must not be empty/],
+  [['review', 'retry', '--all', '--where-reason', 'x:', '--older-than', '2w', '--dry-run'], /--older-than must be/],
+  [['review', 'resolve-failed', 'id', '--receipt', 'r'], /--receipt/],
+  [['review', 'list', 'extra'], /extra/],
+  [['review', 'list', '--older-than', '15'], /--older-than must be a duration/],
+  [['review', 'list', '--older-than', '0s'], /--older-than must be a duration/],
+  [['review', 'list', '--older-than', '-5m'], /--older-than/],
+  [['review', 'list', '--limit', '0'], /--limit must be an integer from 1 to 10000/],
+  [['review', 'list', '--limit', 'all'], /--limit must be an integer/],
+  [['review', 'list', '--by', 'color'], /--by must be one of reason, tool, tenant/],
+  [['review', 'list', '--by', 'reason', '--limit', '5'], /--limit does not go with --by/],
+  [['review', 'list', '--where-reason', 'x'], /--where-reason/],
   [['profile'], /missing subcommand/],
   [['profile', 'keygen', '--kind', 'rsa', '--out-dir', '/nonexistent/keys'], /--kind must be/],
   [['profile', 'sign', '--profile', 'p'], /missing --key/],
@@ -175,7 +196,10 @@ t.test('help through the real CLI: `help COMMAND` and `COMMAND --help` print the
 t.test('required options are never shown as optional, and leaving one out is a usage error', async (t) => {
   const positionals: Record<string, string[]> = {
     show: ['id'],
-    review: ['retry', 'id'],
+    'review retry': ['id'],
+    'review resolve-succeeded': ['id'],
+    'review resolve-failed': ['id'],
+    'review compensate': ['id'],
     'gate show': ['id'],
     'gate approve': ['id'],
     'gate reject': ['id'],
@@ -187,7 +211,7 @@ t.test('required options are never shown as optional, and leaving one out is a u
       t.notMatch(usage, new RegExp(`\\[--${name}[ \\]]`), `${cmd.name}: --${name} is not bracketed in the usage`);
       t.match(usage, new RegExp(` --${name} `), `${cmd.name}: --${name} is in the usage`);
       // review records a missing actor or reason as an audited refusal (docs/cli.md): not a usage error.
-      if (cmd.name === 'review') continue;
+      if (cmd.name.startsWith('review ')) continue;
       const others = required.filter(([n]) => n !== name).flatMap(([n]) => [`--${n}`, 'x']);
       const r = await runHere(cmd, [...(positionals[cmd.name] ?? []), ...others]);
       t.equal(r.code, 2, `${cmd.name} without --${name}: usage error`);

@@ -36,7 +36,7 @@ async function readerUrl(t: Test, url: string): Promise<string> {
   return u.toString();
 }
 
-t.test('status and show run under a role that may only SELECT', async (t) => {
+t.test('status, show, review list and verify run under a role that may only SELECT', async (t) => {
   const url = await createTestDatabase(t);
   const cfg = configFile();
   const writer = { DATABASE_URL: url, ACTIONLEDGER_CONFIG: cfg, ACTIONLEDGER_EFFECT_KEY_SECRET: TEST_SECRET };
@@ -74,6 +74,14 @@ t.test('status and show run under a role that may only SELECT', async (t) => {
   t.equal(show.code, 0, show.stdout + show.stderr);
   t.match(lastJson(show.stdout), { ok: true, operation: { operation_id: id, status: 'pending' } });
 
+  const listed = await runCli(['review', 'list', '--json'], reader);
+  t.equal(listed.code, 0, listed.stdout + listed.stderr);
+  t.match(lastJson(listed.stdout), { ok: true, operations: [], total: 0 });
+  // verify checks every effect key, so it reads the secret; it still writes nothing.
+  const verified = await runCli(['verify', '--json'], { ...reader, ACTIONLEDGER_EFFECT_KEY_SECRET: TEST_SECRET });
+  t.equal(verified.code, 0, verified.stdout + verified.stderr);
+  t.match(lastJson(verified.stdout), { ok: true, operations: 1, discrepancies: [] });
+
   const migrate = await runCli(['migrate'], reader);
   t.equal(migrate.code, 1, 'the reader cannot migrate: the fence is the role, not the command');
 });
@@ -81,7 +89,7 @@ t.test('status and show run under a role that may only SELECT', async (t) => {
 t.test('a read-only command on a schema behind sql/ refuses and creates nothing', async (t) => {
   const url = await createTestDatabase(t, { empty: true });
   const env = { DATABASE_URL: url, ACTIONLEDGER_CONFIG: configFile() };
-  for (const argv of [['status'], ['show', '6f1c2b9e-0d4a-4c52-9a57-3e0f1b2c4d5e']]) {
+  for (const argv of [['status'], ['show', '6f1c2b9e-0d4a-4c52-9a57-3e0f1b2c4d5e'], ['review', 'list']]) {
     const r = await runCli(argv, env);
     t.equal(r.code, 1, argv.join(' '));
     t.match(lastJson(r.stdout), {

@@ -1,0 +1,318 @@
+/**
+ * `review`: what a person does with the operations the system could not finish on its own. `list` shows them;
+ * `retry`, `resolve-succeeded`, `resolve-failed` and `compensate` act on one, and `retry --all` on a selection,
+ * one at a time through the review actions (each locked, checked and audited).
+ */
+import { asActionLedgerError } from '../../core/errors.js';
+import { openRuntime, type Runtime } from '../../core/runtime.js';
+import { listInReview, openReview, type InReview, type ReviewKit, type ReviewResult } from '../../reconciler/index.js';
+import {
+  EXIT,
+  JSON_ALWAYS,
+  JSON_OPTION,
+  parseCommand,
+  printJson,
+  printRefusal,
+  runSubcommand,
+  stderrLog,
+  stringValues,
+  table,
+  usageError,
+  type Command,
+  type OptionSpecs,
+  type Parsed,
+} from '../cli-util.js';
+import { listCommand, reasonOption, selection, SELECTION_OPTIONS, withReadRuntime } from './review-list.js';
+
+const ID_EXAMPLE = '6f1c2b9e-0d4a-4c52-9a57-3e0f1b2c4d5e';
+const REVIEW_EXITS = [EXIT.ok, EXIT.refused, EXIT.usage];
+
+const WHO_WHY = {
+  actor: { type: 'string', value: 'WHO', required: true, description: 'the person acting (audited)' },
+  reason: { type: 'string', value: 'WHY', required: true, description: 'why (audited)' },
+} as const satisfies OptionSpecs;
+
+const AUDITED_NOTE =
+  'Every action, done or refused, is in the audit log (gate_audit, action review:<name>): a missing\n--actor or --reason is refused there (invalid_review, exit 1), not here.';
+
+/** Opens the configured database and the review actions, runs `fn`; a failure is printed as a refusal. */
+async function withReview(fn: (kit: ReviewKit, rt: Runtime) => Promise<number>): Promise<number> {
+  try {
+    const rt = await openRuntime({ name: 'review', migrate: true, defaultMetrics: false, logDestination: stderrLog() });
+    const kit = openReview(rt);
+    try {
+      return await fn(kit, rt);
+    } finally {
+      kit.close();
+      await rt.close();
+    }
+  } catch (err) {
+    return printRefusal(err);
+  }
+}
+
+type Act = (kit: ReviewKit, id: string, v: Record<string, string | undefined>) => Promise<ReviewResult>;
+
+/** One OPERATION_ID, one action, its result printed as JSON. Missing --actor / --reason go to the audited refusal. */
+async function actOnOne(cmd: Command, parsed: Parsed, act: Act): Promise<number> {
+  const [id, ...extra] = parsed.positionals;
+  if (id === undefined || extra.length > 0) return usageError(cmd, 'expected one OPERATION_ID');
+  const v = stringValues(parsed.values);
+  return withReview(async (kit) => {
+    printJson(await act(kit, id, v));
+    return EXIT.ok;
+  });
+}
+
+const who = (v: Record<string, string | undefined>): { actor: string; reason: string } => ({
+  actor: v.actor ?? '',
+  reason: v.reason ?? '',
+});
+
+function singleAction(name: string, summary: string, act: Act, extra: OptionSpecs, exampleTail: string): Command {
+  return {
+    name: `review ${name}`,
+    summary,
+    args: 'OPERATION_ID',
+    notes: AUDITED_NOTE,
+    options: { ...WHO_WHY, ...extra, json: JSON_ALWAYS },
+    examples: [`actionledger review ${name} ${ID_EXAMPLE} --actor carol ${exampleTail}`],
+    exits: REVIEW_EXITS,
+    async run(argv) {
+      const parsed = parseCommand(this, argv, { positionals: true, checkRequired: false });
+      if (typeof parsed === 'number') return parsed;
+      return actOnOne(this, parsed, act);
+    },
+  };
+}
+
+const resolveSucceeded = singleAction(
+  'resolve-succeeded',
+  "the provider applied it: record that, with the provider's receipt (audited)",
+  (kit, id, v) => kit.review.resolveSucceeded(id, { ...who(v), receipt: v.receipt ?? '' }),
+  {
+    receipt: {
+      type: 'string',
+      value: 'R',
+      description: "the provider's receipt for the effect (refused without one: invalid_review)",
+      default: 'none',
+    },
+  },
+  "--reason 'seen in the provider console' --receipt re_123",
+);
+
+const resolveFailed = singleAction(
+  'resolve-failed',
+  'it was not applied and will not be: record it failed (a later pass compensates earlier steps) (audited)',
+  (kit, id, v) => kit.review.resolveFailed(id, who(v)),
+  {},
+  "--reason 'the customer cancelled'",
+);
+
+const compensate = singleAction(
+  'compensate',
+  'undo it with the configured compensation (audited)',
+  (kit, id, v) => kit.review.compensate(id, who(v)),
+  {},
+  "--reason 'refund issued twice by hand'",
+);
+
+/** One operation's line in a bulk retry's report. */
+interface BulkItem {
+  operation_id: string;
+  tenant_id: string;
+  tool_name: string;
+  review_reason: string;
+  provider_contact: string;
+  outcome: 'retried' | 'would_retry' | 'skipped' | 'refused' | 'failed' | 'not_attempted';
+  code?: string;
+  attempt?: number;
+}
+
+function item(o: InReview, outcome: BulkItem['outcome'], extra: Partial<BulkItem> = {}): BulkItem {
+  const { operation_id, tenant_id, tool_name, review_reason, provider_contact } = o;
+  return { operation_id, tenant_id, tool_name, review_reason, provider_contact, outcome, ...extra };
+}
+
+/**
+ * Retries the selected operations one by one through the review action, each fenced on the attempt and reason it
+ * was selected with. Those whose retry is not safe are skipped, never tried. A refusal moves on to the next; any
+ * other failure (the database gone) stops the run and reports the rest as not attempted.
+ */
+async function retrySelected(kit: ReviewKit, ops: readonly InReview[], who: { actor: string; reason: string }) {
+  const out: BulkItem[] = [];
+  let stopped = false;
+  for (const o of ops) {
+    if (stopped) out.push(item(o, 'not_attempted'));
+    else if (!o.retry_safe) out.push(item(o, 'skipped', { code: 'retry_not_safe' }));
+    else {
+      try {
+        const expect = { attempt: o.attempt, reviewReason: o.review_reason };
+        const r = await kit.review.retry(o.operation_id, { ...who, expect });
+        out.push(item(o, 'retried', r.attempt === undefined ? {} : { attempt: r.attempt }));
+      } catch (err) {
+        const coded = asActionLedgerError(err);
+        stopped = coded.group !== 'refused';
+        out.push(item(o, stopped ? 'failed' : 'refused', { code: coded.code }));
+      }
+    }
+  }
+  return out;
+}
+
+function printBulk(items: readonly BulkItem[], dryRun: boolean, json: boolean): number {
+  const n = (outcome: BulkItem['outcome']): number => items.filter((i) => i.outcome === outcome).length;
+  const ok = items.every((i) => i.outcome === (dryRun ? 'would_retry' : 'retried'));
+  const counts = dryRun
+    ? { would_retry: n('would_retry'), skipped: n('skipped') }
+    : { retried: n('retried'), skipped: n('skipped'), refused: n('refused'), failed: n('failed') };
+  const notAttempted = n('not_attempted');
+  if (json) {
+    printJson({
+      ok,
+      dry_run: dryRun,
+      selected: items.length,
+      ...counts,
+      not_attempted: notAttempted,
+      operations: items,
+    });
+  } else {
+    if (items.length > 0) {
+      const head = ['operation', 'tenant', 'tool', 'reason', 'provider contact', 'outcome', 'code / new attempt'];
+      const rows = items.map((i) => [
+        i.operation_id,
+        i.tenant_id,
+        i.tool_name,
+        i.review_reason,
+        i.provider_contact,
+        i.outcome,
+        i.code ?? (i.attempt === undefined ? '' : `attempt ${i.attempt}`),
+      ]);
+      process.stdout.write(`${table([head, ...rows])}\n\n`);
+    }
+    const summary = Object.entries(counts).map(([k, v]) => `${v} ${k.replace('_', ' ')}`);
+    if (notAttempted > 0) summary.push(`${notAttempted} not attempted`);
+    process.stdout.write(
+      `${dryRun ? 'dry run, nothing changed: ' : ''}${items.length} selected: ${summary.join(', ')}\n`,
+    );
+  }
+  return ok ? EXIT.ok : EXIT.refused;
+}
+
+/** `review retry --all`: checks the invocation, selects, and retries (or, with --dry-run, only says what it would). */
+async function retryAll(cmd: Command, parsed: Parsed): Promise<number> {
+  const v = stringValues(parsed.values);
+  if (parsed.positionals.length > 0) return usageError(cmd, '--all retries a selection: give no OPERATION_ID with it');
+  if (v.approval !== undefined || v.policy !== undefined)
+    return usageError(cmd, '--approval and --policy go with one OPERATION_ID, not with --all');
+  if (v['where-reason'] === undefined)
+    return usageError(cmd, '--all needs --where-reason R (a review reason, or a prefix ending in :)');
+  const filter = selection(cmd, parsed.values, 'where-reason');
+  if (typeof filter === 'number') return filter;
+  const dryRun = parsed.values['dry-run'] === true;
+  const json = parsed.values.json === true;
+  if (dryRun)
+    return withReadRuntime(async (rt) => {
+      const { operations } = await listInReview(rt.config, rt.pool, filter);
+      const items = operations.map((o) =>
+        o.retry_safe ? item(o, 'would_retry') : item(o, 'skipped', { code: 'retry_not_safe' }),
+      );
+      return printBulk(items, true, json);
+    }).catch(printRefusal);
+  // Checked before anything is selected: a bulk run without them would only write one refusal per operation.
+  const missing = (['actor', 'reason'] as const).filter((k) => v[k] === undefined || v[k] === '').map((k) => `--${k}`);
+  if (missing.length > 0) return usageError(cmd, `missing ${missing.join(', ')}`);
+  return withReview(async (kit, rt) => {
+    const { operations } = await listInReview(rt.config, rt.pool, filter);
+    return printBulk(await retrySelected(kit, operations, who(v)), false, json);
+  });
+}
+
+const BULK_ONLY = ['where-reason', 'tool', 'tenant', 'older-than', 'dry-run'] as const;
+
+const retry: Command = {
+  name: 'review retry',
+  summary: 'send it again: a new attempt, same effect key, freshly authorized; or --all of a selection (audited)',
+  args: 'OPERATION_ID',
+  notes: `Allowed only when the recorded provider contact proves no effect (not_called, no_effect_confirmed);
+otherwise refused (retry_not_safe).
+${AUDITED_NOTE}
+
+--all, instead of OPERATION_ID, retries every operation in review that --where-reason (and --tool, --tenant,
+--older-than) select, one at a time, each audited as its own review:retry. Those whose retry is not safe are
+skipped, never tried; one that changed since it was selected is refused. With --all, --actor and --reason are
+checked here (usage error) before anything is selected. Exit 0 when every selected one was retried (or, with
+--dry-run, would be), 1 when any was skipped, refused or failed.`,
+  options: {
+    ...WHO_WHY,
+    approval: {
+      type: 'string',
+      value: 'A',
+      description: 'a fresh approval id for the new attempt (one OPERATION_ID only)',
+      default: "the operation's approval",
+    },
+    policy: {
+      type: 'string',
+      value: 'V',
+      description: 'the policy version of that approval (one OPERATION_ID only)',
+      default: "the operation's policy version",
+    },
+    all: { type: 'boolean', description: 'retry the operations the selection options match', default: 'off' },
+    'where-reason': {
+      ...reasonOption('with --all, required: select the review reason'),
+      default: 'none: --all refuses to run without it',
+    },
+    ...SELECTION_OPTIONS,
+    'dry-run': {
+      type: 'boolean',
+      description:
+        'with --all: say what would be retried and what skipped; change nothing (--actor, --reason not needed)',
+      default: 'off',
+    },
+    json: {
+      ...JSON_OPTION,
+      description: 'with --all: print the report as one JSON document (a single retry always prints JSON)',
+    },
+  },
+  examples: [
+    `actionledger review retry ${ID_EXAMPLE} --actor carol --reason 'readback says nothing was applied'`,
+    'actionledger review retry --all --where-reason authorization:authorization_denied --tenant tenant-a --dry-run',
+    "actionledger review retry --all --where-reason authorization: --actor carol --reason 'kill switch lifted after incident 7'",
+  ],
+  exits: REVIEW_EXITS,
+  async run(argv) {
+    // A single retry records a missing actor or reason as an audited refusal: not checked here.
+    const parsed = parseCommand(this, argv, { positionals: true, checkRequired: false });
+    if (typeof parsed === 'number') return parsed;
+    if (parsed.values.all === true) return retryAll(this, parsed);
+    const bulk = BULK_ONLY.filter((k) => parsed.values[k] !== undefined);
+    if (bulk.length > 0) return usageError(this, `${bulk.map((k) => `--${k}`).join(', ')} go with --all only`);
+    return actOnOne(this, parsed, (kit, id, v) =>
+      kit.review.retry(id, {
+        ...who(v),
+        ...(v.approval === undefined ? {} : { approvalId: v.approval }),
+        ...(v.policy === undefined ? {} : { policyVersion: v.policy }),
+      }),
+    );
+  },
+};
+
+export const reviewCommand: Command = {
+  name: 'review',
+  summary: 'operations in review: list them; retry, resolve-succeeded, resolve-failed, compensate (audited)',
+  notes:
+    "What the system cannot decide waits in review with a reason (authorization:authorization_denied,\nfinal_check:tool_disabled, provider:..., no_effect_confirmed, ...). 'review list' shows them; the actions\nname who and why, and each one, done or refused, is in the audit log.",
+  options: {},
+  examples: [...listCommand.examples.slice(0, 2), ...retry.examples.slice(1)],
+  exits: REVIEW_EXITS,
+  subcommands: new Map([
+    ['list', listCommand],
+    ['retry', retry],
+    ['resolve-succeeded', resolveSucceeded],
+    ['resolve-failed', resolveFailed],
+    ['compensate', compensate],
+  ]),
+  run(argv) {
+    return runSubcommand(this, argv);
+  },
+};
