@@ -158,10 +158,7 @@ function nextCommands(gate: Gate, r: GateResult, ctx: GateContext, tool: string)
     const confirm = token.startsWith('-')
       ? `actionledger gate confirm ${contextFlags(ctx, turn)} -- ${token}`
       : `actionledger gate confirm ${token} ${contextFlags(ctx, turn)}`;
-    return [
-      confirm,
-      `actionledger gate execute ${id} ${contextFlags(ctx, turn)}`,
-    ];
+    return [confirm, `actionledger gate execute ${id} ${contextFlags(ctx, turn)}`];
   }
   if (r.error === 'approval_required') {
     const roles = [...(gate.core.tool(tool)?.approverRoles ?? [])];
