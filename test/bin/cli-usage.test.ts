@@ -67,6 +67,12 @@ const BAD_HERE: [string[], RegExp][] = [
   [['profile', 'sign', '--profile', 'p'], /missing --key/],
   [['gate'], /missing subcommand/],
   [['gate', 'show', '--tenant', 't'], /APPROVAL_ID/],
+  [
+    ['gate', 'call', '--tenant', 't', '--tool', 'x', '--args', '{}'],
+    /missing --principal, --role, --account, --task, --step/,
+  ],
+  [['gate', 'confirm', '--turn', '2'], /missing --tenant, --principal, --role, --account, --task, --step/],
+  [['gate', 'execute', '--tenant', 't', '--args'], /--args/],
   [['gate', 'show', 'id'], /missing --tenant/],
   [['gate', 'show', 'id', '--tenant', 't', '--hash', 'h'], /--hash/],
   [['gate', 'approve', 'id'], /missing --hash, --tenant, --approver, --role/],
@@ -176,6 +182,8 @@ t.test('required options are never shown as optional, and leaving one out is a u
   const positionals: Record<string, string[]> = {
     show: ['id'],
     review: ['retry', 'id'],
+    'gate confirm': ['token'],
+    'gate execute': ['id'],
     'gate show': ['id'],
     'gate approve': ['id'],
     'gate reject': ['id'],
