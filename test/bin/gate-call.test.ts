@@ -176,6 +176,23 @@ t.test(
       "SELECT 1 FROM actionledger.gate_audit WHERE action = 'call' AND tool_name = 'issue_refund' AND outcome = 'config_invalid'",
     );
     t.equal(audited.rowCount, 1, 'the refused call is in the audit log');
+
+    // update_document needs an approval that binds the document's version, which the command line cannot resolve.
+    const doc1 = await runCli(
+      [
+        'gate',
+        'call',
+        ...context('editor-1', 'editor', 's-5'),
+        '--tool',
+        'update_document',
+        '--args',
+        '{"document_id":"DOC-1","status":"published"}',
+      ],
+      env,
+    );
+    t.match(doc(t, doc1), { ok: false, error: 'config_invalid', message: /binds resources of type document/ });
+    const approvals = await pool.query('SELECT 1 FROM actionledger.gate_approvals');
+    t.equal(approvals.rowCount, 0, 'no approval was requested');
   },
 );
 
