@@ -137,7 +137,8 @@ function contextFlags(ctx: GateContext, turn: string): string {
     ['turn', turn],
   ];
   if (ctx.plan_version !== undefined) flags.push(['plan', ctx.plan_version]);
-  return flags.map(([k, v]) => `--${k} ${sh(v)}`).join(' ');
+  // A value beginning with '-' is written --flag=VALUE, as the parser reads it.
+  return flags.map(([k, v]) => (v.startsWith('-') ? `--${k}=${sh(v)}` : `--${k} ${sh(v)}`)).join(' ');
 }
 
 /** The turn after `turn`: the next integer, or a placeholder to fill in. */
