@@ -59,7 +59,10 @@ export class GateRegistry {
     if (tool.validator === null) return;
     const validator = this.validators[tool.validator];
     if (validator === undefined)
-      throw new ActionLedgerError('config_invalid', `validator ${tool.validator} is not registered`);
+      throw new ActionLedgerError(
+        'config_invalid',
+        `${tool.name} needs its business validator ${tool.validator}, which this process does not run (the command line runs none); nothing was reserved: call it through the service that registers it`,
+      );
     const verdict = await validator({
       context: Object.freeze({ ...ctx }),
       tool: tool.name,
@@ -83,7 +86,11 @@ export class GateRegistry {
     for (const r of tool.resources) {
       const id = args[r.idArgument];
       const resolver = this.resolvers[r.type];
-      if (resolver === undefined) throw new ActionLedgerError('config_invalid', `no resolver for ${r.type}`);
+      if (resolver === undefined)
+        throw new ActionLedgerError(
+          'config_invalid',
+          `${tool.name} binds resources of type ${r.type}, which this process cannot resolve (the command line has no resolvers); nothing was recorded: do this through the service that registers them`,
+        );
       if (typeof id !== 'string' && typeof id !== 'number') return null;
       const version = await resolver({ tenant_id: tenant, id: String(id), db });
       if (version === null) return null;

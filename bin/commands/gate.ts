@@ -1,9 +1,10 @@
 /**
- * `gate`: what people do at the gate from a terminal. Approve or reject an approval (by id and the envelope
- * hash shown by `gate show`), engage, lift or list kill switches, revoke or restore a role, expire due
- * approvals. Every action is audited like the library's. The CLI runs no business validators or resource
- * resolvers (those live in the embedding service): approving a tool that binds resources is refused with
- * `config_invalid` here, before the vote is recorded; approve it through the library.
+ * `gate`: what people do at the gate from a terminal. Call a tool through the gate, confirm and execute its
+ * proposal (gate-call.ts), approve or reject an approval (by id and the envelope hash shown by `gate show`),
+ * engage, lift or list kill switches, revoke or restore a role, expire due approvals. Every action is audited
+ * like the library's. The CLI runs no business validators or resource resolvers (those live in the embedding
+ * service): a call that needs one is refused with `config_invalid`, nothing reserved, and approving a tool that
+ * binds resources is refused the same way, before the vote is recorded; do those through the library.
  */
 import {
   EXIT,
@@ -18,6 +19,7 @@ import {
 } from '../cli-util.js';
 import { ACTOR, APPROVER, GATE_EXITS, ROLE, TENANT, withGate } from './gate-kit.js';
 import { killSwitchCommand } from './gate-kill-switch.js';
+import { gateCallCommand, gateConfirmCommand, gateExecuteCommand } from './gate-call.js';
 import type { Gate, GateResult, Reviewer } from '../../gate/index.js';
 
 const ID_EXAMPLE = '0f3e6a52-8c1d-4b7a-9e2f-5d4c3b2a1908';
@@ -154,6 +156,9 @@ const expire: Command = {
 };
 
 const SUBCOMMANDS: ReadonlyMap<string, Command> = new Map([
+  ['call', gateCallCommand],
+  ['confirm', gateConfirmCommand],
+  ['execute', gateExecuteCommand],
   ['show', show],
   ['approve', approve],
   ['reject', reject],
@@ -166,11 +171,16 @@ const SUBCOMMANDS: ReadonlyMap<string, Command> = new Map([
 export const gateCommand: Command = {
   name: 'gate',
   summary:
-    'approve / reject approvals, kill switches, role revocations, expire due approvals and proposals and prune rate windows (audited)',
+    'call a tool through the gate (confirm, execute), approve / reject approvals, kill switches, role revocations, expire due approvals and proposals and prune rate windows (audited)',
   notes:
-    'The CLI runs no business validators or resource resolvers: approving a tool that binds resources is\nrefused (config_invalid) before the vote is recorded; approve it through the service that registers them.',
+    'The CLI runs no business validators or resource resolvers: a call that needs a validator or a resolver,\nand approving a tool that binds resources, are refused (config_invalid) and nothing is reserved; make\nthem through the service that registers them.',
   options: {},
-  examples: [...show.examples, ...approve.examples, ...killSwitchCommand.examples.slice(0, 1)],
+  examples: [
+    ...gateCallCommand.examples.slice(0, 1),
+    ...show.examples,
+    ...approve.examples,
+    ...killSwitchCommand.examples.slice(0, 1),
+  ],
   exits: GATE_EXITS,
   subcommands: SUBCOMMANDS,
   run(argv) {

@@ -96,7 +96,7 @@ export const reserveCommand: Command = {
   name: 'reserve',
   summary: 'reserve one operation for a workflow step (prints the operation id and effect key)',
   notes:
-    'Reserving the same step again with the same arguments returns the same operation (created: false);\nother arguments for the same step are refused (operation_conflict).',
+    "The trusted-service path: it reserves straight in the ledger and skips every gate check (an agent's call\ngoes through `gate call`); the built-in authorization service allows it at dispatch only when\ngate.direct_reservations is allow. Reserving the same step again with the same arguments returns the\nsame operation (created: false); other arguments for the same step are refused (operation_conflict).",
   options: RESERVE_OPTIONS,
   examples: [
     `actionledger reserve --tenant tenant-a --principal agent-1 --task task-1 --step s-1 --approval ap-1 --policy v1 --tool issue_refund --args '{"order_id":"o-1","amount":10,"currency":"EUR"}'`,

@@ -35,6 +35,7 @@ t.test('--json: one JSON document on stdout and nothing else, for every command 
   const target = ['--tenant', 'tenant-a', '--tool', 'issue_refund', '--actor', 'oncall'];
   const role = ['--tenant', 'tenant-a', '--principal', 'p', '--role', 'agent', '--actor', 'security'];
   const reviewer = ['--tenant', 'tenant-a', '--approver', 'a', '--role', 'supervisor'];
+  const caller = ['--tenant', 'tenant-a', '--principal', 'p', '--role', 'agent', '--account', 'a', '--task', 'k'];
   const invocations: Record<string, string[]> = {
     migrate: [],
     status: [],
@@ -50,6 +51,9 @@ t.test('--json: one JSON document on stdout and nothing else, for every command 
     'profile keygen': ['--kind', 'ed25519', '--out-dir', join(dir, 'keys')],
     'profile sign': ['--profile', join(dir, 'profile.json'), '--key', join(dir, 'keys', 'profile-signing.key')],
     'profile verify': ['--profile', join(dir, 'profile.json'), '--signature', join(dir, 'none'), '--key', 'none'],
+    'gate call': [...caller, '--step', 's-3', '--tool', 'issue_refund', '--args', '{"order_id":"o-3","amount":3}'],
+    'gate confirm': ['no-such-token', ...caller, '--step', 's-4', '--turn', '2'],
+    'gate execute': [UNKNOWN_ID, ...caller, '--step', 's-4'],
     'gate show': [UNKNOWN_ID, '--tenant', 'tenant-a'],
     'gate approve': [UNKNOWN_ID, '--hash', 'f'.repeat(64), ...reviewer],
     'gate reject': [UNKNOWN_ID, '--reason', 'no', ...reviewer],
