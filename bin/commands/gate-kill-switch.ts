@@ -5,12 +5,16 @@ import {
   JSON_OPTION,
   parseCommand,
   printJson,
+  printRefusal,
+  readOnlyRuntime,
   runSubcommand,
   stringValues,
   table,
   type Command,
   type OptionSpecs,
 } from '../cli-util.js';
+import { openRuntime } from '../../core/runtime.js';
+import { listKillSwitches } from '../../gate/index.js';
 import { ACTOR, GATE_EXITS, withGate } from './gate-kit.js';
 
 const TARGET = {
@@ -73,21 +77,23 @@ const list: Command = {
   async run(argv) {
     const parsed = parseCommand(this, argv);
     if (typeof parsed === 'number') return parsed;
-    return withGate(async (gate, rt) => {
-      const { rows } = await rt.pool.query<{
-        tenant_id: string;
-        tool_name: string;
-        engaged_at: Date;
-        engaged_by: string;
-        reason: string;
-      }>(gate.core.q.killSwitchList);
-      if (parsed.values.json === true) printJson({ ok: true, kill_switches: rows });
-      else
-        process.stdout.write(
-          `${table([['tenant', 'tool', 'engaged at', 'by', 'reason'], ...rows.map((r) => [r.tenant_id, r.tool_name, r.engaged_at.toISOString(), r.engaged_by, r.reason])])}\n`,
-        );
-      return EXIT.ok;
-    });
+    try {
+      // Reads only: no migrations, no secrets, no gate (a role with SELECT alone may list).
+      const rt = await openRuntime({ name: 'gate', ...readOnlyRuntime() });
+      try {
+        const rows = await listKillSwitches(rt.pool, rt.config.schemaQuoted);
+        if (parsed.values.json === true) printJson({ ok: true, kill_switches: rows });
+        else
+          process.stdout.write(
+            `${table([['tenant', 'tool', 'engaged at', 'by', 'reason'], ...rows.map((r) => [r.tenant_id, r.tool_name, r.engaged_at.toISOString(), r.engaged_by, r.reason])])}\n`,
+          );
+        return EXIT.ok;
+      } finally {
+        await rt.close();
+      }
+    } catch (err) {
+      return printRefusal(err, { json: parsed.values.json === true });
+    }
   },
 };
 

@@ -36,7 +36,7 @@ async function readerUrl(t: Test, url: string): Promise<string> {
   return u.toString();
 }
 
-t.test('status, show, review list and verify run under a role that may only SELECT', async (t) => {
+t.test('status, show, review list, kill-switch list and verify run under a role that may only SELECT', async (t) => {
   const url = await createTestDatabase(t);
   const cfg = configFile();
   const writer = { DATABASE_URL: url, ACTIONLEDGER_CONFIG: cfg, ACTIONLEDGER_EFFECT_KEY_SECRET: TEST_SECRET };
@@ -77,6 +77,9 @@ t.test('status, show, review list and verify run under a role that may only SELE
   const listed = await runCli(['review', 'list', '--json'], reader);
   t.equal(listed.code, 0, listed.stdout + listed.stderr);
   t.match(lastJson(listed.stdout), { ok: true, operations: [], total: 0 });
+  const switches = await runCli(['gate', 'kill-switch', 'list', '--json'], reader);
+  t.equal(switches.code, 0, switches.stdout + switches.stderr);
+  t.same(lastJson(switches.stdout), { ok: true, kill_switches: [] });
   // verify checks every effect key, so it reads the secret; it still writes nothing.
   const verified = await runCli(['verify', '--json'], { ...reader, ACTIONLEDGER_EFFECT_KEY_SECRET: TEST_SECRET });
   t.equal(verified.code, 0, verified.stdout + verified.stderr);
