@@ -2,7 +2,14 @@ export { Reconciler, type ReconcileSummary, type ReconcilerOptions } from './rec
 export { classifyReadback, readback, readbackUrl, type Readback, type ReadbackOutcome } from './readback.js';
 export { Review, retryIsSafe, type RetryOptions, type ReviewInput, type ReviewResult } from './review.js';
 export { listInReview, isReasonPrefix, type InReview, type ReviewFilter, type ReviewListing } from './review-list.js';
-export { verifyLedger, historyProblems, type Discrepancy, type DiscrepancyKind, type VerifyReport } from './verify.js';
+export {
+  verifyLedger,
+  historyProblems,
+  type Discrepancy,
+  type VerifyOptions,
+  type DiscrepancyKind,
+  type VerifyReport,
+} from './verify.js';
 export {
   ReconcileSchedule,
   RECONCILE_QUEUE,

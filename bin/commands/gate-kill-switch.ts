@@ -13,8 +13,7 @@ import {
   type Command,
   type OptionSpecs,
 } from '../cli-util.js';
-import { openRuntime } from '../../core/runtime.js';
-import { listKillSwitches } from '../../gate/index.js';
+import { load } from './load.js';
 import { ACTOR, GATE_EXITS, withGate } from './gate-kit.js';
 
 const TARGET = {
@@ -79,6 +78,7 @@ const list: Command = {
     if (typeof parsed === 'number') return parsed;
     try {
       // Reads only: no migrations, no secrets, no gate (a role with SELECT alone may list).
+      const [{ openRuntime }, { listKillSwitches }] = await Promise.all([load.runtime(), load.gate()]);
       const rt = await openRuntime({ name: 'gate', ...readOnlyRuntime() });
       try {
         const rows = await listKillSwitches(rt.pool, rt.config.schemaQuoted);

@@ -1,7 +1,7 @@
 /** What the `gate` subcommands share: their options and a gate over the configured database. */
-import { openRuntime, type Runtime } from '../../core/runtime.js';
-import { EffectKeyer, Ledger } from '../../ledger/index.js';
-import { Gate } from '../../gate/index.js';
+import type { Runtime } from '../../core/runtime.js';
+import type { Gate } from '../../gate/index.js';
+import { load } from './load.js';
 import { EXIT, printRefusal, stderrLog, type OptionSpec } from '../cli-util.js';
 
 export const GATE_EXITS = [EXIT.ok, EXIT.refused, EXIT.usage];
@@ -27,6 +27,11 @@ export const ACTOR: OptionSpec = { type: 'string', value: 'WHO', required: true,
  */
 export async function withGate(fn: (gate: Gate, rt: Runtime) => Promise<number>): Promise<number> {
   try {
+    const [{ openRuntime }, { EffectKeyer, Ledger }, { Gate }] = await Promise.all([
+      load.runtime(),
+      load.ledger(),
+      load.gate(),
+    ]);
     const rt = await openRuntime({ name: 'gate', migrate: true, defaultMetrics: false, logDestination: stderrLog() });
     const ledger = new Ledger(rt.config, rt.pool, new EffectKeyer(rt.effectKeys));
     try {

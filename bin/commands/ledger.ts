@@ -1,8 +1,7 @@
 /** `migrate`, `status`, `reserve`, `show`: the ledger's subcommands. */
 import { parseStrictJson } from '../../core/json.js';
 import { ActionLedgerError } from '../../core/errors.js';
-import { openRuntime } from '../../core/runtime.js';
-import { EffectKeyer, Ledger, LedgerView } from '../../ledger/index.js';
+import { load } from './load.js';
 import {
   EXIT,
   JSON_ALWAYS,
@@ -30,6 +29,7 @@ export const migrateCommand: Command = {
     const parsed = parseCommand(this, argv);
     if (typeof parsed === 'number') return parsed;
     try {
+      const { openRuntime } = await load.runtime();
       const rt = await openRuntime({
         name: 'migrate',
         migrate: true,
@@ -57,6 +57,7 @@ export const statusCommand: Command = {
     const parsed = parseCommand(this, argv);
     if (typeof parsed === 'number') return parsed;
     try {
+      const [{ openRuntime }, { LedgerView }] = await Promise.all([load.runtime(), load.ledger()]);
       const rt = await openRuntime({ name: 'status', ...readOnlyRuntime() });
       try {
         const s = await new LedgerView(rt.pool, rt.config.schemaQuoted).status();
@@ -117,6 +118,7 @@ export const reserveCommand: Command = {
           { cause },
         );
       }
+      const [{ openRuntime }, { EffectKeyer, Ledger }] = await Promise.all([load.runtime(), load.ledger()]);
       const rt = await openRuntime({
         name: 'reserve',
         migrate: true,
@@ -169,6 +171,7 @@ export const showCommand: Command = {
     const id = parsed.positionals[0];
     if (id === undefined || parsed.positionals.length > 1) return usageError(this, 'expected one OPERATION_ID');
     try {
+      const [{ openRuntime }, { LedgerView }] = await Promise.all([load.runtime(), load.ledger()]);
       const rt = await openRuntime({ name: 'show', ...readOnlyRuntime() });
       try {
         const { operation, history } = await new LedgerView(rt.pool, rt.config.schemaQuoted).show(id);

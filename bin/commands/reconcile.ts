@@ -3,10 +3,9 @@
  * ledger and the providers agree. What is left for a person is `review` (review.ts).
  */
 import { ActionLedgerError, isActionLedgerError } from '../../core/errors.js';
-import { openRuntime, type Runtime } from '../../core/runtime.js';
-import { loadDispatchIdentity } from '../../core/identity.js';
-import { EffectKeyer } from '../../ledger/index.js';
-import { openReconciler, ReconcileSchedule, verifyLedger, type PassSummary } from '../../reconciler/index.js';
+import type { Runtime } from '../../core/runtime.js';
+import type { PassSummary, VerifyOptions } from '../../reconciler/index.js';
+import { load } from './load.js';
 import {
   EXIT,
   JSON_OPTION,
@@ -85,6 +84,10 @@ export const reconcileCommand: Command = {
     if (typeof parsed === 'number') return parsed;
     const values = parsed.values;
     if (values.json === true && values.once !== true) return usageError(this, '--json goes with --once only');
+    const [{ openRuntime }, { openReconciler, ReconcileSchedule }] = await Promise.all([
+      load.runtime(),
+      load.reconciler(),
+    ]);
     let rt: Runtime;
     try {
       rt = await openRuntime({ name: 'reconcile', migrate: true, defaultMetrics: false, logDestination: stderrLog() });
@@ -143,6 +146,12 @@ export const verifyCommand: Command = {
     if (typeof parsed === 'number') return parsed;
     const values = parsed.values;
     try {
+      const [{ openRuntime }, { loadDispatchIdentity }, { EffectKeyer }, { verifyLedger }] = await Promise.all([
+        load.runtime(),
+        load.identity(),
+        load.ledger(),
+        load.reconciler(),
+      ]);
       const rt = await openRuntime({
         name: 'verify',
         // Reads only (it needs the effect-key secrets, to check every key, but no write privilege).
@@ -151,7 +160,7 @@ export const verifyCommand: Command = {
         logDestination: stderrLog(),
       });
       try {
-        let provider: Parameters<typeof verifyLedger>[0]['provider'];
+        let provider: VerifyOptions['provider'];
         let listingsNote: string | null = null;
         try {
           const id = await loadDispatchIdentity(rt, process.env);

@@ -3,8 +3,9 @@
  * database without migrating (a reader's role need not create tables) and refuses `schema_not_migrated` when
  * the schema is missing or behind. Also the selection `review retry --all` acts on (same filters, same rule).
  */
-import { openRuntime } from '../../core/runtime.js';
-import { listInReview, type InReview, type ReviewFilter, type ReviewListing } from '../../reconciler/index.js';
+import type { Runtime } from '../../core/runtime.js';
+import type { InReview, ReviewFilter, ReviewListing } from '../../reconciler/index.js';
+import { load } from './load.js';
 import {
   durationOption,
   EXIT,
@@ -66,7 +67,8 @@ export function selection(cmd: Command, values: Parsed['values'], reasonKey: str
 }
 
 /** Opens the configured database read-only (no migrations, no effect-key secrets) and runs `fn` on it. */
-export async function withReadRuntime<T>(fn: (rt: Awaited<ReturnType<typeof openRuntime>>) => Promise<T>): Promise<T> {
+export async function withReadRuntime<T>(fn: (rt: Runtime) => Promise<T>): Promise<T> {
+  const { openRuntime } = await load.runtime();
   const rt = await openRuntime({ name: 'review-list', ...readOnlyRuntime(), ledgerMetrics: false });
   try {
     return await fn(rt);
@@ -187,13 +189,15 @@ export const listCommand: Command = {
     try {
       return await withReadRuntime(async (rt) => {
         if (by !== undefined) {
-          const all = await listInReview(rt.config, rt.pool, filter);
+          const all = await (await load.reconciler()).listInReview(rt.config, rt.pool, filter);
           const gs = groups(all.operations, by as (typeof BY)[number]);
           if (json) printJson({ ok: true, by, groups: gs, total: all.total });
           else printGroups(String(by), gs, all.total);
           return EXIT.ok;
         }
-        const l = await listInReview(rt.config, rt.pool, { ...filter, limit: limit.value ?? LIST_DEFAULT_LIMIT });
+        const l = await (
+          await load.reconciler()
+        ).listInReview(rt.config, rt.pool, { ...filter, limit: limit.value ?? LIST_DEFAULT_LIMIT });
         if (json) printJson({ ok: true, ...l });
         else printListing(l);
         return EXIT.ok;

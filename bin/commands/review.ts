@@ -4,8 +4,9 @@
  * one at a time through the review actions (each locked, checked and audited).
  */
 import { asActionLedgerError } from '../../core/errors.js';
-import { openRuntime, type Runtime } from '../../core/runtime.js';
-import { listInReview, openReview, type InReview, type ReviewKit, type ReviewResult } from '../../reconciler/index.js';
+import type { Runtime } from '../../core/runtime.js';
+import type { InReview, ReviewKit, ReviewResult } from '../../reconciler/index.js';
+import { load } from './load.js';
 import {
   EXIT,
   JSON_ALWAYS,
@@ -38,6 +39,7 @@ const AUDITED_NOTE =
 /** Opens the configured database and the review actions, runs `fn`; a failure is printed as a refusal. */
 async function withReview(fn: (kit: ReviewKit, rt: Runtime) => Promise<number>): Promise<number> {
   try {
+    const [{ openRuntime }, { openReview }] = await Promise.all([load.runtime(), load.reconciler()]);
     const rt = await openRuntime({ name: 'review', migrate: true, defaultMetrics: false, logDestination: stderrLog() });
     const kit = openReview(rt);
     try {
@@ -213,7 +215,7 @@ async function retryAll(cmd: Command, parsed: Parsed): Promise<number> {
   const json = parsed.values.json === true;
   if (dryRun)
     return withReadRuntime(async (rt) => {
-      const { operations } = await listInReview(rt.config, rt.pool, filter);
+      const { operations } = await (await load.reconciler()).listInReview(rt.config, rt.pool, filter);
       const items = operations.map((o) =>
         o.retry_safe ? item(o, 'would_retry') : item(o, 'skipped', { code: 'retry_not_safe' }),
       );
@@ -223,7 +225,7 @@ async function retryAll(cmd: Command, parsed: Parsed): Promise<number> {
   const missing = (['actor', 'reason'] as const).filter((k) => v[k] === undefined || v[k] === '').map((k) => `--${k}`);
   if (missing.length > 0) return usageError(cmd, `missing ${missing.join(', ')}`);
   return withReview(async (kit, rt) => {
-    const { operations } = await listInReview(rt.config, rt.pool, filter);
+    const { operations } = await (await load.reconciler()).listInReview(rt.config, rt.pool, filter);
     return printBulk(await retrySelected(kit, operations, who(v)), false, json);
   });
 }

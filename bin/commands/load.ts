@@ -1,0 +1,15 @@
+/**
+ * The command line's heavy parts (PostgreSQL, pg-boss, undici, prom-client, the components), imported when a
+ * command runs rather than when `actionledger` starts: help, usage errors and the command table stay fast,
+ * and a command loads only what it uses.
+ */
+export const load = {
+  runtime: () => import('../../core/runtime.js'),
+  identity: () => import('../../core/identity.js'),
+  ledger: () => import('../../ledger/index.js'),
+  gate: () => import('../../gate/index.js'),
+  reconciler: () => import('../../reconciler/index.js'),
+  dispatcher: () => import('../../dispatcher/index.js'),
+  service: () => import('../service.js'),
+  worker: () => import('../dispatcher-worker.js'),
+};

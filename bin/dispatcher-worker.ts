@@ -1,0 +1,74 @@
+/**
+ * One dispatcher in this process (`actionledger dispatcher`, or a fleet worker under `start`): opens the
+ * runtime, runs until a signal or the fleet parent's "stop", drains, exits. Loaded only by those commands.
+ */
+import cluster from 'node:cluster';
+import { AggregatorRegistry } from 'prom-client';
+import { loadConfig } from '../core/config.js';
+import { asActionLedgerError } from '../core/errors.js';
+import { openRuntime, type Runtime } from '../core/runtime.js';
+import { openDispatcher } from '../dispatcher/index.js';
+import { printRefusal } from './cli-util.js';
+
+/**
+ * Resolves on the first SIGTERM / SIGINT / SIGHUP. The handlers stay installed: a worker under `start` gets a
+ * terminal's Ctrl-C and then the parent's SIGTERM, and must not die of the second while it drains (the
+ * parent decides when to force, with SIGKILL).
+ */
+function waitForSignal(): Promise<string> {
+  return new Promise((resolve) => {
+    let first = true;
+    const on = (signal: string): void => {
+      if (first) resolve(signal);
+      first = false;
+    };
+    for (const s of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.on(s, on);
+  });
+}
+
+/** Runs one dispatcher in this process until SIGTERM / SIGINT (or an IPC "stop" from the fleet parent). */
+export async function runWorker(env: NodeJS.ProcessEnv, concurrency: number | undefined): Promise<number> {
+  let rt: Runtime;
+  try {
+    const config = loadConfig(env);
+    // Each operation in flight holds a connection from its final check to its outcome; plus the LISTEN
+    // connection, claims and heartbeats. A smaller pool starves dispatches (and heartbeats) under load.
+    const poolMax = Math.max(config.database.poolMax, (concurrency ?? config.dispatcher.concurrency) + 4);
+    rt = await openRuntime({
+      name: 'dispatcher',
+      config,
+      poolMax,
+      effectKeys: false,
+      ledgerMetrics: false,
+      ...(env.ACTIONLEDGER_WORKER_DATABASE_URL === undefined
+        ? {}
+        : { databaseUrl: env.ACTIONLEDGER_WORKER_DATABASE_URL }),
+    });
+  } catch (err) {
+    return printRefusal(err);
+  }
+  const log = rt.log;
+  // A stray rejection (a pool or LISTEN client failing while the database restarts or stops) is logged with
+  // its code; without a handler Node would end the worker in the middle of its drain.
+  process.on('unhandledRejection', (reason) =>
+    log.warn({ code: asActionLedgerError(reason).code, err: reason }, 'unhandled rejection in dispatcher worker'),
+  );
+  try {
+    const dispatcher = await openDispatcher(rt, env, concurrency === undefined ? {} : { concurrency });
+    if (cluster.isWorker) {
+      // The constructor installs the IPC listener that answers the parent's metrics requests.
+      new AggregatorRegistry();
+      AggregatorRegistry.setRegistries([rt.metrics.registry]);
+    }
+    await dispatcher.start();
+    rt.log.info({ concurrency: concurrency ?? rt.config.dispatcher.concurrency }, 'dispatcher running');
+    const signal = await waitForSignal();
+    rt.log.info({ signal, in_flight: dispatcher.inFlight }, 'dispatcher stopping');
+    await dispatcher.stop(rt.config.dispatcher.shutdownDeadlineMs);
+    return 0;
+  } catch (err) {
+    return printRefusal(err);
+  } finally {
+    await rt.close();
+  }
+}
