@@ -4,8 +4,8 @@ import { generateKeyPairSync, sign as cryptoSign, type KeyObject } from 'node:cr
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { isActionLedgerError } from '../../core/errors.js';
+import { BIN } from '../helpers/cli.js';
 import {
   generateProfileKeyPair,
   isVerifiedProfile,
@@ -357,9 +357,8 @@ t.test('loadVerifiedProfile reads the three files and refuses a missing one', as
 });
 
 t.test('the profile CLI round trips as a child process', (t) => {
-  const cli = fileURLToPath(new URL('../helpers/run-profile-cli.js', import.meta.url));
   const run = (...args: string[]): { code: number | null; out: string; err: string } => {
-    const r = spawnSync(process.execPath, [cli, ...args], { encoding: 'utf8' });
+    const r = spawnSync(process.execPath, [BIN, 'profile', ...args], { encoding: 'utf8' });
     return { code: r.status, out: r.stdout, err: r.stderr };
   };
   const dir = mkdtempSync(join(tmpdir(), 'al-profile-cli-'));
