@@ -5,27 +5,7 @@ import { spawn } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createTestDatabase, TEST_SECRET, baseToolConfig } from '../helpers/db.js';
-import { BIN, runCli, lastJson } from '../helpers/cli.js';
-
-const reserveArgs = (step: string, args = '{"order_id":"o-1","amount":10,"currency":"EUR"}') => [
-  'reserve',
-  '--tenant',
-  'tenant-a',
-  '--principal',
-  'p-1',
-  '--task',
-  'task-1',
-  '--step',
-  step,
-  '--approval',
-  'ap-1',
-  '--policy',
-  'v1',
-  '--tool',
-  'issue_refund',
-  '--args',
-  args,
-];
+import { BIN, runCli, lastJson, reserveArgs } from '../helpers/cli.js';
 
 async function freePort(): Promise<number> {
   return new Promise((resolve) => {

@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { createTestDatabase, TEST_SECRET, baseToolConfig } from '../helpers/db.js';
-import { runCli, lastJson } from '../helpers/cli.js';
+import { runCli, lastJson, reserveArgs } from '../helpers/cli.js';
 
 function configFile(): string {
   const cfg = join(mkdtempSync(join(tmpdir(), 'al-ro-')), 'config.json');
@@ -40,28 +40,7 @@ t.test('status, show, review list, kill-switch list and verify run under a role 
   const url = await createTestDatabase(t);
   const cfg = configFile();
   const writer = { DATABASE_URL: url, ACTIONLEDGER_CONFIG: cfg, ACTIONLEDGER_EFFECT_KEY_SECRET: TEST_SECRET };
-  const reserved = await runCli(
-    [
-      'reserve',
-      '--tenant',
-      'tenant-a',
-      '--principal',
-      'p-1',
-      '--task',
-      'task-1',
-      '--step',
-      's-1',
-      '--approval',
-      'ap-1',
-      '--policy',
-      'v1',
-      '--tool',
-      'issue_refund',
-      '--args',
-      '{"order_id":"o-1","amount":10,"currency":"EUR"}',
-    ],
-    writer,
-  );
+  const reserved = await runCli(reserveArgs('s-1'), writer);
   t.equal(reserved.code, 0, reserved.stderr);
   const id = String(lastJson(reserved.stdout).operation_id);
 

@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { startDispatchKit, type DispatchKit } from '../../sandbox/kit.js';
-import { BIN, lastJson, runCli } from '../helpers/cli.js';
+import { BIN, lastJson, reserveArgs, runCli } from '../helpers/cli.js';
 import { createTestDatabase } from '../helpers/db.js';
 import { PROVIDER_TOKEN, postmasterPidIn, spawnService, type ServiceProcess } from '../helpers/fleet.js';
 
@@ -122,25 +122,10 @@ t.test(
     const reserves = await Promise.all(
       [1, 2, 3, 4, 5, 6].map((i) =>
         runCli(
-          [
-            'reserve',
-            '--tenant',
-            'tenant-a',
-            '--principal',
-            'agent-7',
-            '--task',
-            `order-${i}`,
-            '--step',
-            'refund',
-            '--approval',
-            'appr-1',
-            '--policy',
-            'v3',
-            '--tool',
-            'issue_refund',
-            '--args',
-            `{"order_id":"o-${i}","amount":${100 + i},"currency":"EUR"}`,
-          ],
+          reserveArgs('refund', `{"order_id":"o-${i}","amount":${100 + i},"currency":"EUR"}`, {
+            principal: 'agent-7',
+            task: `order-${i}`,
+          }),
           env,
         ),
       ),

@@ -42,3 +42,16 @@ export function lastJson(out: string): Record<string, unknown> {
     .filter((l) => l.startsWith('{'));
   return JSON.parse(lines[lines.length - 1] ?? 'null') as Record<string, unknown>;
 }
+
+/** `actionledger reserve` for `issue_refund` in tenant-a, one workflow step of task-1 (override any field). */
+export function reserveArgs(
+  step: string,
+  args = '{"order_id":"o-1","amount":10,"currency":"EUR"}',
+  over: { principal?: string; task?: string } = {},
+): string[] {
+  return [
+    'reserve',
+    ...['--tenant', 'tenant-a', '--principal', over.principal ?? 'p-1', '--task', over.task ?? 'task-1'],
+    ...['--step', step, '--approval', 'ap-1', '--policy', 'v1', '--tool', 'issue_refund', '--args', args],
+  ];
+}
