@@ -22,7 +22,6 @@ import { createLogger, RepeatedFailureLog, type Logger } from '../core/log.js';
 import { openRuntime, type Runtime } from '../core/runtime.js';
 import { acquireServiceLock } from '../core/service-lock.js';
 import { isConnectionError } from '../core/sqlstate.js';
-import { OPERATION_STATUSES } from '../core/types.js';
 import { EffectKeyer, Ledger } from '../ledger/index.js';
 import { HttpServer } from '../server/index.js';
 import { printRefusal } from './cli-util.js';
@@ -274,16 +273,11 @@ class Service {
         stopping: this.#stopping,
       }),
       metrics: async () => {
-        const own = await rt.metrics.registry.metrics();
+        const own = await rt.metrics.exposition();
         const fleetMetrics = workers > 0 ? await aggregator.clusterMetrics() : '';
         return { contentType: rt.metrics.registry.contentType, body: `${own}\n${fleetMetrics}` };
       },
-      beforeScrape: async () => {
-        const s = await ledger.status();
-        for (const st of OPERATION_STATUSES) rt.metrics.operations.set({ status: st }, s.by_status[st]);
-        rt.metrics.outboxDepth.set(s.outbox_depth);
-        rt.metrics.oldestPendingAge.set(s.oldest_pending_age_s ?? 0);
-      },
+      beforeScrape: () => rt.metrics.readLedger(() => ledger.status()),
     });
     const addr = await http.start();
     this.#stops.push({ name: 'http', run: () => http.stop() });

@@ -6,8 +6,23 @@ import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 
 export type CollectFn = () => Promise<void>;
 
+/** What the ledger-wide gauges are set from at scrape time (the ledger's status). */
+export interface LedgerReading {
+  by_status: Readonly<Record<string, number>>;
+  outbox_depth: number;
+  oldest_pending_age_s: number | null;
+}
+
 export class Metrics {
   readonly registry = new Registry();
+  /**
+   * The gauges read from the database at scrape time, exposed only while that read answers: during an outage
+   * they are absent, never a stale or zero reading (an empty outbox would look healthy and resolve the alerts
+   * on it), and `actionledger_database_up` says 0.
+   */
+  readonly ledgerGauges = new Registry();
+  readonly databaseUp: Gauge;
+  #ledgerRead = false;
   readonly reservations: Counter<'tool' | 'outcome'>;
   readonly operations: Gauge<'status'>;
   readonly outboxDepth: Gauge;
@@ -29,21 +44,27 @@ export class Metrics {
       labelNames: ['tool', 'outcome'],
       registers,
     });
+    const gauges = options.ledger === false ? [] : [this.ledgerGauges];
+    this.databaseUp = new Gauge({
+      name: 'actionledger_database_up',
+      help: "1 when this scrape's ledger read answered, 0 when PostgreSQL could not be read (the ledger gauges are then absent).",
+      registers,
+    });
     this.operations = new Gauge({
       name: 'actionledger_operations',
       help: 'Operations in the ledger by state, read at scrape time.',
       labelNames: ['status'],
-      registers,
+      registers: gauges,
     });
     this.outboxDepth = new Gauge({
       name: 'actionledger_outbox_depth',
       help: 'Dispatch attempts waiting in the outbox, read at scrape time.',
-      registers,
+      registers: gauges,
     });
     this.oldestPendingAge = new Gauge({
       name: 'actionledger_outbox_oldest_age_seconds',
       help: 'Age of the oldest waiting dispatch attempt, read at scrape time (0 when none waits).',
-      registers,
+      registers: gauges,
     });
     this.auditLost = new Counter({
       name: 'actionledger_audit_lost_total',
@@ -51,5 +72,32 @@ export class Metrics {
       labelNames: ['action'],
       registers,
     });
+  }
+
+  /**
+   * Sets the ledger gauges from `read()`; when it throws, marks the database down (the gauges drop out of
+   * {@link exposition}) and rethrows.
+   */
+  async readLedger(read: () => Promise<LedgerReading>): Promise<void> {
+    let s: LedgerReading;
+    try {
+      s = await read();
+    } catch (err) {
+      this.#ledgerRead = false;
+      this.databaseUp.set(0);
+      throw err;
+    }
+    this.operations.reset();
+    for (const [status, n] of Object.entries(s.by_status)) this.operations.set({ status }, n);
+    this.outboxDepth.set(s.outbox_depth);
+    this.oldestPendingAge.set(s.oldest_pending_age_s ?? 0);
+    this.databaseUp.set(1);
+    this.#ledgerRead = true;
+  }
+
+  /** This process's metrics in the text format: the registry, and the ledger gauges when the last read answered. */
+  async exposition(): Promise<string> {
+    const own = await this.registry.metrics();
+    return this.#ledgerRead ? `${own}\n${await this.ledgerGauges.metrics()}` : own;
   }
 }

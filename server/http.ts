@@ -39,7 +39,8 @@ export class HttpServer {
     const { runtime } = this.#options;
     const registry: Registry = runtime.metrics.registry;
     const metrics =
-      this.#options.metrics ?? (async () => ({ contentType: registry.contentType, body: await registry.metrics() }));
+      this.#options.metrics ??
+      (async () => ({ contentType: registry.contentType, body: await runtime.metrics.exposition() }));
     const server = createServer((req, res) => {
       const path = (req.url ?? '/').split('?')[0];
       if (req.method === 'GET' && (path === '/healthz' || path === '/readyz')) {
