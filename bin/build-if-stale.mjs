@@ -4,19 +4,20 @@
  * otherwise: `npm start` and `npm install` (the `prepare` script) run it, so `npx actionledger` works right after
  * install and a start without changes does not wait for the compiler.
  *
- * Stale means: no dist/.tsbuildinfo, or a file or folder under a tsconfig.json `include` entry (a folder's own
+ * Stale means: no dist/.build-stamp (written when a build succeeds, dated when it started), or a file or folder under a tsconfig.json `include` entry (a folder's own
  * time changes when a file is added, removed or renamed in it), tsconfig.json or package.json is newer than it.
  * Plain JavaScript on purpose: it runs before anything is compiled.
  */
 import { spawnSync } from 'node:child_process';
-import { readFileSync, readdirSync, statSync, utimesSync } from 'node:fs';
+import { readFileSync, readdirSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 /** The project to build: this repository, or the folder given as the first argument. */
 const root = process.argv[2] ?? join(dirname(fileURLToPath(import.meta.url)), '..');
-const marker = join(root, 'dist', '.tsbuildinfo');
+// Its own stamp, not tsc's build info: `tsc --noEmit` (npm run typecheck) rewrites that without emitting.
+const marker = join(root, 'dist', '.build-stamp');
 
 /** The newest modification time (ms) of `path` and, for a folder, of everything under it that tsc reads. */
 function newest(path) {
@@ -30,7 +31,7 @@ function newest(path) {
 
 function stale() {
   const built = statSync(marker, { throwIfNoEntry: false })?.mtimeMs;
-  if (built === undefined) return 'no build yet';
+  if (built === undefined) return 'no successful build yet';
   const tsconfig = JSON.parse(readFileSync(join(root, 'tsconfig.json'), 'utf8'));
   const inputs = [...tsconfig.include, 'tsconfig.json', 'package.json'];
   const changed = inputs.find((p) => newest(join(root, p)) > built);
@@ -49,10 +50,13 @@ if (why !== null) {
     process.exit(1);
   }
   process.stderr.write(`actionledger: building dist/ (${why})\n`);
+  // Stamped with the time the build started: a file saved while tsc runs is newer, so the next run builds again.
+  const started = new Date();
   const r = spawnSync(process.execPath, [tsc, '-p', root], { stdio: 'inherit' });
-  // tsc leaves its build info alone when no output changed (a file touched, not edited): mark the check done.
-  // A failed build (type errors still emit) is marked stale, so the next run compiles and reports them again.
-  const when = r.status === 0 ? new Date() : new Date(0);
-  if (statSync(marker, { throwIfNoEntry: false }) !== undefined) utimesSync(marker, when, when);
+  // A failed build (type errors still emit) leaves no stamp: the next run compiles and reports them again.
+  if (r.status === 0) {
+    writeFileSync(marker, `${started.toISOString()}\n`);
+    utimesSync(marker, started, started);
+  } else rmSync(marker, { force: true });
   process.exit(r.status ?? 1);
 }

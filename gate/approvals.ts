@@ -167,7 +167,7 @@ export class Approvals {
       // Refused before the vote is recorded: approving here could never execute (the operator CLI has no
       // resolvers), and an approval committed without its execution is a decision nobody carried out.
       const missing = (this.core.tool(row.tool_name)?.resources ?? [])
-        .filter((r) => this.core.registry.resolvers[r.type] === undefined)
+        .filter((r) => this.core.registry.resolver(r.type) === undefined)
         .map((r) => r.type);
       if (missing.length > 0) {
         throw refuse(

@@ -119,7 +119,7 @@ export const gateQueries = {
 
   gateOperationInsert: `
     INSERT INTO @schema.gate_operations (operation_id, tenant_id, principal_id, role, approval_kind)
-    VALUES ($1, $2, $3, $4, $5) ON CONFLICT (operation_id) DO NOTHING`,
+    VALUES ($1, $2, $3, $4, $5) ON CONFLICT (operation_id) DO NOTHING RETURNING operation_id`,
 
   proposalInsert: `
     INSERT INTO @schema.gate_proposals (proposal_id, tenant_id, principal_id, role, account_id, conversation_id, turn_id,

@@ -34,14 +34,10 @@ export class GateRegistry {
     this.resolvers = options.resolvers ?? {};
     const problems: string[] = [];
     for (const tool of config.gate.tools.values()) {
-      if (
-        options.withoutValidators !== true &&
-        tool.validator !== null &&
-        this.validators[tool.validator] === undefined
-      )
+      if (options.withoutValidators !== true && tool.validator !== null && this.validator(tool.validator) === undefined)
         problems.push(`/gate/tools/${tool.name}/validator names ${tool.validator}, which is not registered`);
       for (const r of tool.resources)
-        if (options.withoutResolvers !== true && this.resolvers[r.type] === undefined)
+        if (options.withoutResolvers !== true && this.resolver(r.type) === undefined)
           problems.push(`/gate/tools/${tool.name}/resources: no resolver registered for type ${r.type}`);
     }
     if (problems.length > 0)
@@ -54,10 +50,25 @@ export class GateRegistry {
     return this.#config.gate.tools.get(name);
   }
 
+  /**
+   * The registered validator of that name. Own functions only: a configured name like `toString` or
+   * `constructor` must not find what every object inherits and pass for registered.
+   */
+  validator(name: string): BusinessValidator | undefined {
+    const v: unknown = Object.hasOwn(this.validators, name) ? this.validators[name] : undefined;
+    return typeof v === 'function' ? (v as BusinessValidator) : undefined;
+  }
+
+  /** The registered resolver of that resource type (own functions only, as {@link validator}). */
+  resolver(type: string): ResourceResolver | undefined {
+    const r: unknown = Object.hasOwn(this.resolvers, type) ? this.resolvers[type] : undefined;
+    return typeof r === 'function' ? (r as ResourceResolver) : undefined;
+  }
+
   /** Runs the tool's business validator (if any); throws its refusal, or `config_invalid` when it is missing. */
   async validateBusiness(db: Queryable, tool: GateTool, ctx: GateContext, args: JsonObject): Promise<void> {
     if (tool.validator === null) return;
-    const validator = this.validators[tool.validator];
+    const validator = this.validator(tool.validator);
     if (validator === undefined)
       throw new ActionLedgerError(
         'config_invalid',
@@ -85,7 +96,7 @@ export class GateRegistry {
     const out: BoundResource[] = [];
     for (const r of tool.resources) {
       const id = args[r.idArgument];
-      const resolver = this.resolvers[r.type];
+      const resolver = this.resolver(r.type);
       if (resolver === undefined)
         throw new ActionLedgerError(
           'config_invalid',

@@ -35,7 +35,7 @@ export class ReservationStep {
    * audit row), records the gate's view of it, and moves the subject's holds to it. A replayed step
    * (`created: false`) gives back what this call took: the effect exists once, so it is counted once.
    * Throws the ledger's coded errors; a conflict with another tenant's step is the fixed refusal of
-   * {@link foreignConflict}.
+   * {@link foreignConflict}; a replay of a step reserved outside the gate is refused `operation_conflict`.
    */
   async reserve(
     db: Queryable,
@@ -62,13 +62,22 @@ export class ReservationStep {
       .catch((err: unknown) => {
         throw foreignConflict(err) ?? err;
       });
-    await db.query(this.#q.gateOperationInsert, [
+    const recorded = await db.query(this.#q.gateOperationInsert, [
       r.operation_id,
       ctx.tenant_id,
       ctx.principal_id,
       ctx.role,
       approval.kind,
     ]);
+    // A replay whose operation the gate never recorded was reserved straight through the ledger (the trusted
+    // path, no gate checks): taking it over would make it dispatchable under `direct_reservations: deny`
+    // without its caps. Refused; the caller's transaction rolls back whatever the ledger's replay rebound.
+    if (!r.created && recorded.rowCount === 1) {
+      throw refuse(
+        'operation_conflict',
+        'this workflow step was reserved outside the gate (a direct reservation); use another workflow_step_id',
+      );
+    }
     const subject = taken.subject;
     if (r.created) {
       if (subject !== undefined) await this.#budgets.transferHolds(db, subject, r.operation_id);

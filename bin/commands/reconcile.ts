@@ -2,7 +2,7 @@
  * `reconcile`, `verify`: resolving what the dispatcher could not by provider readback, and checking that the
  * ledger and the providers agree. What is left for a person is `review` (review.ts).
  */
-import { ActionLedgerError, isActionLedgerError } from '../../core/errors.js';
+import { isActionLedgerError } from '../../core/errors.js';
 import type { Runtime } from '../../core/runtime.js';
 import type { PassSummary, VerifyOptions } from '../../reconciler/index.js';
 import { load } from './load.js';
@@ -197,8 +197,8 @@ export const verifyCommand: Command = {
         await rt.close();
       }
     } catch (err) {
-      if (err instanceof ActionLedgerError) return printRefusal(err);
-      throw err;
+      // Coded or not (a PostgreSQL error from a role that may not read the schema): one JSON refusal, exit 1.
+      return printRefusal(err);
     }
   },
 };

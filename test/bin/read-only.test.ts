@@ -14,14 +14,16 @@ function configFile(): string {
 }
 
 /** A login role that may read the schema's tables and nothing else; dropped at teardown. */
-async function readerUrl(t: Test, url: string): Promise<string> {
+async function readerUrl(t: Test, url: string, grant: { schema?: boolean } = {}): Promise<string> {
   const role = `al_reader_${randomBytes(4).toString('hex')}`;
   const password = randomBytes(12).toString('hex');
   const admin = new pg.Client({ connectionString: url });
   await admin.connect();
   await admin.query(`CREATE ROLE ${role} LOGIN PASSWORD '${password}'`);
-  await admin.query(`GRANT USAGE ON SCHEMA actionledger TO ${role}`);
-  await admin.query(`GRANT SELECT ON ALL TABLES IN SCHEMA actionledger TO ${role}`);
+  if (grant.schema !== false) {
+    await admin.query(`GRANT USAGE ON SCHEMA actionledger TO ${role}`);
+    await admin.query(`GRANT SELECT ON ALL TABLES IN SCHEMA actionledger TO ${role}`);
+  }
   await admin.end();
   // Registered after the database's teardown, so it runs after the database (and the grants in it) are gone.
   t.teardown(async () => {
@@ -63,6 +65,15 @@ t.test('status, show, review list, kill-switch list and verify run under a role 
   const verified = await runCli(['verify', '--json'], { ...reader, ACTIONLEDGER_EFFECT_KEY_SECRET: TEST_SECRET });
   t.equal(verified.code, 0, verified.stdout + verified.stderr);
   t.match(lastJson(verified.stdout), { ok: true, operations: 1, discrepancies: [] });
+
+  // A role that may not even read the schema: every read-only command refuses in one JSON line, never a stack.
+  const stranger = { DATABASE_URL: await readerUrl(t, url, { schema: false }), ACTIONLEDGER_CONFIG: cfg };
+  for (const argv of [['status'], ['show', id], ['review', 'list'], ['gate', 'kill-switch', 'list'], ['verify']]) {
+    const r = await runCli(argv, { ...stranger, ACTIONLEDGER_EFFECT_KEY_SECRET: TEST_SECRET });
+    t.equal(r.code, 1, argv.join(' '));
+    t.match(lastJson(r.stdout), { ok: false, error: 'database_error', details: { sqlstate: '42501' } }, argv.join(' '));
+    t.notMatch(r.stderr, /\n\s+at /, `${argv.join(' ')}: no stack trace`);
+  }
 
   const migrate = await runCli(['migrate'], reader);
   t.equal(migrate.code, 1, 'the reader cannot migrate: the fence is the role, not the command');

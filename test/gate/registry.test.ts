@@ -91,3 +91,43 @@ t.test('a configured validator or resolver that is not registered refuses to sta
   });
   t.end();
 });
+
+t.test('names every object inherits (toString, constructor) are not registered hooks', (t) => {
+  const config = gateConfig(url, {
+    gate: {
+      tools: {
+        issue_refund: { validator: 'constructor' },
+        update_document: { resources: [{ type: 'toString', id_argument: 'document_id' }] },
+      },
+    },
+  });
+  t.throws(() => new Gate({ config, pool: undefined as never, ledger: undefined as never }), {
+    code: 'config_invalid',
+    message: /validator names constructor, which is not registered[\s\S]*no resolver registered for type toString/,
+  });
+  // Registered under those names, as own functions, they are found; something that is not a function is not.
+  const registered = new Gate({
+    config,
+    pool: undefined as never,
+    ledger: undefined as never,
+    validators: {
+      constructor: () => Promise.resolve({ ok: true as const }),
+      order_owned: () => Promise.resolve({ ok: true as const }),
+    },
+    resolvers: { toString: () => Promise.resolve('v1'), document: () => Promise.resolve('v1') },
+  });
+  t.ok(registered.core.registry.validator('constructor'));
+  t.equal(registered.core.registry.resolver('hasOwnProperty'), undefined);
+  t.throws(
+    () =>
+      new Gate({
+        config,
+        pool: undefined as never,
+        ledger: undefined as never,
+        validators: { constructor: 'not a function' as never },
+        resolvers: { toString: () => Promise.resolve('v1') },
+      }),
+    { code: 'config_invalid', message: /validator names constructor/ },
+  );
+  t.end();
+});

@@ -10,6 +10,7 @@ import {
   utimesSync,
   writeFileSync,
 } from 'node:fs';
+import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -31,7 +32,7 @@ function changed(root: string, path: string): void {
     ...readdirSync(join(root, 'src')).map((f) => `src/${f}`),
   ])
     utimesSync(join(root, input), ago(90), ago(90));
-  utimesSync(join(root, 'dist', '.tsbuildinfo'), ago(60), ago(60));
+  if (existsSync(join(root, 'dist', '.build-stamp'))) utimesSync(join(root, 'dist', '.build-stamp'), ago(60), ago(60));
   utimesSync(path, ago(30), ago(30));
 }
 
@@ -57,7 +58,7 @@ t.test('npm start compiles only what changed since the last build', (t) => {
 
   const first = build(root);
   t.equal(first.code, 0, first.stderr);
-  t.match(first.stderr, /building dist\/ \(no build yet\)/);
+  t.match(first.stderr, /building dist\/ \(no successful build yet\)/);
   t.ok(existsSync(join(root, 'dist', 'a.js')));
 
   const again = build(root);
@@ -76,11 +77,19 @@ t.test('npm start compiles only what changed since the last build', (t) => {
   const broken = build(root);
   t.not(broken.code, 0, 'a type error fails the build');
   t.match(broken.stderr, /TS2322/);
-  t.match(build(root).stderr, /building dist\/ \(src changed\)/, 'and is reported again on the next run');
+  t.match(build(root).stderr, /building dist\/ \(no successful build yet\)/, 'and is reported again on the next run');
 
   unlinkSync(join(root, 'src', 'b.ts'));
   changed(root, join(root, 'src'));
   t.equal(build(root).code, 0, 'a removed file changes its folder: rebuilt, and clean again');
+
+  // A type check alone (tsc --noEmit rewrites the build info, emits nothing) does not make a stale build fresh.
+  writeFileSync(join(root, 'src', 'a.ts'), 'export const a: number = 3;\n');
+  changed(root, join(root, 'src', 'a.ts'));
+  const tsc = createRequire(import.meta.url).resolve('typescript/bin/tsc');
+  t.equal(spawnSync(process.execPath, [tsc, '-p', root, '--noEmit']).status, 0);
+  t.match(build(root).stderr, /src changed/);
+  t.match(readFileSync(join(root, 'dist', 'a.js'), 'utf8'), /= 3/, 'and the edit is in dist/');
 
   changed(root, join(root, 'tsconfig.json'));
   t.match(build(root).stderr, /tsconfig\.json changed/);
