@@ -189,9 +189,27 @@ t.test('with a journal, applied effects survive a restart; a cut-off last line i
     ['key-a', 'key-b'],
   );
 
-  writeFileSync(journal, '{"not":"an effect"}\n');
+  await third.stop();
+
+  // A whole effect that lost only its newline is kept (its receipt may have gone out), and the newline added.
+  const [a = '', b = ''] = readFileSync(journal, 'utf8').split('\n');
+  writeFileSync(journal, `${a}\n${b}`);
+  const fourth = await startProvider(t, { token: TOKEN, journal });
+  t.same(
+    fourth.allEffects().map((e) => e.key),
+    ['key-a', 'key-b'],
+  );
+  await fourth.stop();
+  t.equal(readFileSync(journal, 'utf8'), `${a}\n${b}\n`);
+
   const pki = await testPki();
-  t.throws(() => new SandboxProvider({ tls: { ...pki.server, ca: pki.ca.cert }, journal }), {
+  const load = () => new SandboxProvider({ tls: { ...pki.server, ca: pki.ca.cert }, journal });
+  writeFileSync(journal, `${a}\n${b.replace(/"at":"[^"]+"/, '"at":"yesterday"')}\n`);
+  t.throws(load, { message: /effects\.jsonl:2: not a provider effect/ }, 'a date that is not one');
+  writeFileSync(journal, `${a}\n{"key":\n${b}\n`);
+  t.throws(load, { message: /effects\.jsonl:2: not a provider effect/ }, 'a broken line in the middle, with its line');
+  writeFileSync(journal, '{"not":"an effect"}\n');
+  t.throws(load, {
     message: /effects\.jsonl:1: not a provider effect/,
   });
 });
