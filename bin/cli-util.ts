@@ -281,10 +281,12 @@ export function table(rows: (string | number)[][]): string {
 }
 
 /** CLI commands log to stderr, so stdout carries only their result. */
-export function stderrLog(): pino.DestinationStream {
+export function stderrLog(options: { daemon?: boolean } = {}): pino.DestinationStream {
   // Warnings and errors only: a command's output is its result, not the progress of opening a database. With
-  // --verbose, everything the configured log level lets through.
-  return pino.multistream([{ level: verbose ? 'trace' : 'warn', stream: pino.destination({ fd: 2, sync: true }) }]);
+  // --verbose, or for a command that runs until stopped (`reconcile` on its schedule: its log is its output),
+  // everything the configured log level lets through.
+  const all = verbose || options.daemon === true;
+  return pino.multistream([{ level: all ? 'trace' : 'warn', stream: pino.destination({ fd: 2, sync: true }) }]);
 }
 
 let verbose = false;

@@ -90,7 +90,12 @@ export const reconcileCommand: Command = {
     ]);
     let rt: Runtime;
     try {
-      rt = await openRuntime({ name: 'reconcile', migrate: true, defaultMetrics: false, logDestination: stderrLog() });
+      rt = await openRuntime({
+        name: 'reconcile',
+        migrate: true,
+        defaultMetrics: false,
+        logDestination: stderrLog({ daemon: values.once !== true }),
+      });
     } catch (err) {
       return printRefusal(err);
     }
