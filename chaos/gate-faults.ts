@@ -148,9 +148,7 @@ export class GateFaults {
   }
 
   async #engaged(tenant: string, tool: string): Promise<boolean> {
-    const { rows } = await this.#gate.core.pool.query<{ tenant_id: string; tool_name: string }>(
-      this.#gate.core.q.killSwitchList,
-    );
+    const rows = await this.#gate.killSwitches();
     return rows.some((r) => r.tenant_id === tenant && r.tool_name === tool);
   }
 

@@ -19,6 +19,7 @@ import { asActionLedgerError, type ErrorCode } from '../core/errors.js';
 import { canonicalJson, sha256Hex, type JsonObject } from '../core/json.js';
 import type { GateTool } from '../core/config.js';
 import { Approvals } from './approvals.js';
+import { listKillSwitches, type KillSwitchRow } from './kill-switch-list.js';
 import { checkArguments, checkGateContext, valueOf, type Value } from './checks.js';
 import { GateCore, type GateDeps } from './core.js';
 import { Refused, refuse } from './refusal.js';
@@ -55,21 +56,31 @@ function checkCallOptions(options: unknown): void {
 }
 
 export class Gate {
-  readonly core: GateCore;
+  readonly #core: GateCore;
   readonly proposals: Proposals;
   readonly approvals: Approvals;
 
   /** Throws `config_invalid` when a configured validator or resource resolver is not registered. */
   constructor(deps: GateDeps) {
-    this.core = new GateCore(deps);
-    this.proposals = new Proposals(this.core);
-    this.approvals = new Approvals(this.core);
+    this.#core = new GateCore(deps);
+    this.proposals = new Proposals(this.#core);
+    this.approvals = new Approvals(this.#core);
+  }
+
+  /** The engaged kill switches, oldest first. */
+  killSwitches(): Promise<KillSwitchRow[]> {
+    return listKillSwitches(this.#core.pool, this.#core.config.schemaQuoted);
+  }
+
+  /** The configured gate tool of that name (its roles, approval mode, schema), or undefined. */
+  tool(name: string): GateTool | undefined {
+    return this.#core.tool(name);
   }
 
   /** Runs the pipeline for one tool call. Never throws; see the module comment for the order. */
   async call(context: GateContext, tool: string, args: unknown, options: CallOptions = {}): Promise<GateResult> {
     const started = performance.now();
-    const core = this.core;
+    const core = this.#core;
     let result: GateResult;
     let audited = false;
     try {
@@ -121,7 +132,7 @@ export class Gate {
     args: unknown,
     options: CallOptions,
   ): Promise<GateResult> {
-    const core = this.core;
+    const core = this.#core;
     if (!(await core.access.permitted(client, t, ctx.tenant_id, ctx.principal_id, ctx.role))) {
       throw refuse('permission_denied', `your role may not call ${t.name}`);
     }
@@ -198,7 +209,7 @@ export class Gate {
     value: Value | null,
     options: CallOptions,
   ): Promise<GateResult> {
-    const core = this.core;
+    const core = this.#core;
     const configured = core.config.gate.confirmationTtlS;
     const ttl = options.ttl_s === undefined ? configured : Math.min(options.ttl_s, configured);
     const id = randomUUID();
@@ -263,7 +274,7 @@ export class Gate {
    * The fleet's schedule calls {@link runGateHousekeeping}, the same pass without a Gate.
    */
   housekeeping(): Promise<GateHousekeepingSummary> {
-    return housekeepingWith(this.core, this.approvals);
+    return housekeepingWith(this.#core, this.approvals);
   }
 
   /**
@@ -279,7 +290,7 @@ export class Gate {
    * database's coded error when the switch was not engaged.
    */
   async engageKillSwitch(tenant: string, tool: string, actor: string, reason: string): Promise<KillSwitchEngaged> {
-    const core = this.core;
+    const core = this.#core;
     core.access.checkSwitchTarget(tenant, tool);
     const held = await coded(() =>
       withTransaction(core.pool, async (c) => {
@@ -326,9 +337,9 @@ export class Gate {
   /** Lifts a kill switch; held operations are dispatched again. Returns false when none was engaged. Throws coded errors. */
   async liftKillSwitch(tenant: string, tool: string, actor: string): Promise<boolean> {
     return coded(() =>
-      withTransaction(this.core.pool, async (c) => {
-        const { rowCount } = await c.query(this.core.q.killSwitchLift, [tenant, tool]);
-        await this.core.audit.decision(c, {
+      withTransaction(this.#core.pool, async (c) => {
+        const { rowCount } = await c.query(this.#core.q.killSwitchLift, [tenant, tool]);
+        await this.#core.audit.decision(c, {
           action: 'kill_switch',
           outcome: rowCount === 0 ? 'not_engaged' : 'lifted',
           context: { tenant_id: tenant, principal_id: actor },
@@ -345,9 +356,9 @@ export class Gate {
    */
   async revokeRole(tenant: string, principal: string, role: string, actor: string): Promise<void> {
     await coded(() =>
-      withTransaction(this.core.pool, async (c) => {
-        await c.query(this.core.q.roleRevoke, [tenant, principal, role, actor]);
-        await this.core.audit.decision(c, {
+      withTransaction(this.#core.pool, async (c) => {
+        await c.query(this.#core.q.roleRevoke, [tenant, principal, role, actor]);
+        await this.#core.audit.decision(c, {
           action: 'role',
           outcome: 'revoked',
           context: { tenant_id: tenant, principal_id: principal, role },
@@ -360,9 +371,9 @@ export class Gate {
   /** Gives a revoked role back; committed with its audit row or not at all; throws coded errors. */
   async restoreRole(tenant: string, principal: string, role: string, actor: string): Promise<void> {
     await coded(() =>
-      withTransaction(this.core.pool, async (c) => {
-        await c.query(this.core.q.roleRestore, [tenant, principal, role]);
-        await this.core.audit.decision(c, {
+      withTransaction(this.#core.pool, async (c) => {
+        await c.query(this.#core.q.roleRestore, [tenant, principal, role]);
+        await this.#core.audit.decision(c, {
           action: 'role',
           outcome: 'restored',
           context: { tenant_id: tenant, principal_id: principal, role },

@@ -162,7 +162,7 @@ function nextCommands(gate: Gate, r: GateResult, ctx: GateContext, tool: string)
     return [confirm, `actionledger gate execute ${id} ${contextFlags(ctx, turn)}`];
   }
   if (r.error === 'approval_required') {
-    const roles = [...(gate.core.tool(tool)?.approverRoles ?? [])];
+    const roles = [...(gate.tool(tool)?.approverRoles ?? [])];
     const role = roles.length === 1 ? sh(roles[0] ?? '') : `APPROVER_ROLE`;
     return [
       `actionledger gate show ${id} --tenant ${sh(ctx.tenant_id)}`,

@@ -1,6 +1,7 @@
 /** The tool registry is validated at start: closed object schemas, no identity arguments, known hooks. */
 import t from 'tap';
 import { Gate } from '../../gate/index.js';
+import { GateRegistry } from '../../gate/registry.js';
 import { gateConfig } from '../helpers/gate.js';
 import { isActionLedgerError } from '../../core/errors.js';
 
@@ -106,18 +107,15 @@ t.test('names every object inherits (toString, constructor) are not registered h
     message: /validator names constructor, which is not registered[\s\S]*no resolver registered for type toString/,
   });
   // Registered under those names, as own functions, they are found; something that is not a function is not.
-  const registered = new Gate({
-    config,
-    pool: undefined as never,
-    ledger: undefined as never,
+  const registered = new GateRegistry(config, {
     validators: {
       constructor: () => Promise.resolve({ ok: true as const }),
       order_owned: () => Promise.resolve({ ok: true as const }),
     },
     resolvers: { toString: () => Promise.resolve('v1'), document: () => Promise.resolve('v1') },
   });
-  t.ok(registered.core.registry.validator('constructor'));
-  t.equal(registered.core.registry.resolver('hasOwnProperty'), undefined);
+  t.ok(registered.validator('constructor'));
+  t.equal(registered.resolver('hasOwnProperty'), undefined);
   t.throws(
     () =>
       new Gate({
