@@ -1,20 +1,11 @@
 import t from 'tap';
 import { mkdtempSync, writeFileSync, chmodSync, statSync, readdirSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { spawn } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createTestDatabase, TEST_SECRET, baseToolConfig } from '../helpers/db.js';
 import { BIN, runCli, lastJson, reserveArgs } from '../helpers/cli.js';
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const s = createServer().listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
+import { freePort } from '../helpers/net.js';
 
 t.test('reserve, show and status against DATABASE_URL', async (t) => {
   const url = await createTestDatabase(t);

@@ -7,20 +7,11 @@
  */
 import t from 'tap';
 import { chmodSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { spawn } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { BIN, lastJson, runCli } from '../helpers/cli.js';
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const s = createServer().listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
+import { freePort } from '../helpers/net.js';
 
 t.test(
   'npm start on the example config: gate call, an approval, a denied direct reservation; reconcile; verify; SIGTERM',

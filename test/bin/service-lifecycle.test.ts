@@ -13,15 +13,7 @@ import { startDispatchKit, type DispatchKit } from '../../sandbox/kit.js';
 import { BIN, lastJson, reserveArgs, runCli } from '../helpers/cli.js';
 import { createTestDatabase } from '../helpers/db.js';
 import { PROVIDER_TOKEN, postmasterPidIn, spawnService, type ServiceProcess } from '../helpers/fleet.js';
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const s = createServer().listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
+import { freePort } from '../helpers/net.js';
 
 function isAlive(pid: number): boolean {
   try {

@@ -1,19 +1,9 @@
 import t from 'tap';
-import { createServer } from 'node:net';
 import { Metrics } from '../../core/metrics.js';
 import { createPool } from '../../core/db.js';
 import { LedgerView } from '../../ledger/index.js';
 import { createTestDatabase } from '../helpers/db.js';
-
-/** A loopback port nothing listens on: connecting is refused, as when PostgreSQL is down. */
-async function closedPort(): Promise<number> {
-  return new Promise((resolve) => {
-    const s = createServer().listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
-    });
-  });
-}
+import { freePort } from '../helpers/net.js';
 
 t.test(
   'ledger gauges: read from PostgreSQL at scrape time, absent (database_up 0) while it cannot be read',
@@ -22,7 +12,7 @@ t.test(
     const pool = createPool(url, { max: 2, statementTimeoutMs: 5_000, applicationName: 'metrics-test' });
     t.teardown(() => pool.end());
     const deadUrl = new URL(url);
-    deadUrl.port = String(await closedPort());
+    deadUrl.port = String(await freePort());
     const dead = createPool(deadUrl.toString(), { max: 1, statementTimeoutMs: 5_000, applicationName: 'metrics-test' });
     t.teardown(() => dead.end());
     const m = new Metrics({ defaultMetrics: false });
