@@ -12,7 +12,7 @@ t.test(
     const pool = createPool(url, { max: 2, statementTimeoutMs: 5_000, applicationName: 'metrics-test' });
     t.teardown(() => pool.end());
     const deadUrl = new URL(url);
-    deadUrl.port = String(await freePort());
+    deadUrl.port = String(await freePort()); // nothing listens there: refused, as when PostgreSQL is down
     const dead = createPool(deadUrl.toString(), { max: 1, statementTimeoutMs: 5_000, applicationName: 'metrics-test' });
     t.teardown(() => dead.end());
     const m = new Metrics({ defaultMetrics: false });
