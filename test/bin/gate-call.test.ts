@@ -5,14 +5,13 @@
  * approve`, one held for a confirmation completed with `gate confirm` / `gate execute`.
  */
 import t, { type Test } from 'tap';
-import { spawn } from 'node:child_process';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createPool, type Pool } from '../../core/db.js';
 import { createTestDatabase, TEST_SECRET } from '../helpers/db.js';
 import { gateRoutes, gateSection } from '../helpers/gate.js';
-import { BIN, runCli, type CliResult } from '../helpers/cli.js';
+import { runCli, type CliResult } from '../helpers/cli.js';
 
 interface Env {
   env: NodeJS.ProcessEnv;
@@ -65,23 +64,6 @@ function doc(t: Test, r: CliResult): Record<string, unknown> {
   const parsed = JSON.parse(lines[0] ?? 'null') as Record<string, unknown>;
   t.equal(r.code, parsed.ok === true ? 0 : 1, 'the exit code agrees with ok');
   return parsed;
-}
-
-/** Runs the CLI with `input` on its stdin. */
-function runWithStdin(args: string[], env: NodeJS.ProcessEnv, input: string): Promise<CliResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [BIN, ...args], {
-      env: { PATH: process.env.PATH, ...env },
-      stdio: ['pipe', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (c: Buffer) => (stdout += c.toString()));
-    child.stderr.on('data', (c: Buffer) => (stderr += c.toString()));
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-    child.stdin.end(input);
-  });
 }
 
 async function operation(pool: Pool, id: unknown): Promise<Record<string, unknown> | undefined> {
@@ -279,7 +261,7 @@ t.test('gate call held for a confirmation: confirm in a later turn, then execute
 
   const confirmed = doc(
     t,
-    await runWithStdin(['gate', 'confirm', '-', ...context('agent-7', 'agent', 'mail-1', '2')], env, `${token}\n`),
+    await runCli(['gate', 'confirm', '-', ...context('agent-7', 'agent', 'mail-1', '2')], env, { input: `${token}\n` }),
   );
   t.match(confirmed, { ok: true, status: 'confirmed', request_id: id });
   t.match((confirmed.next as string[])[0], new RegExp(`^actionledger gate execute ${id} `));
@@ -326,7 +308,7 @@ t.test('usage errors: bad --args JSON, an unreadable file, a missing flag: exit 
     [['gate', 'execute', 'a', 'b', ...context('agent-7', 'agent', 's-1')], /expected one REQUEST_ID/],
   ];
   for (const [args, message, input] of cases) {
-    const r = input === undefined ? await runCli(args, env) : await runWithStdin(args, env, input);
+    const r = await runCli(args, env, input === undefined ? {} : { input });
     const what = args.filter((a) => a.startsWith('--') || !a.includes(' ')).join(' ');
     t.equal(r.code, 2, `${what}: exit 2 (${r.stderr})`);
     t.match(r.stderr.split('\n')[0], message, `${what}: names the problem`);
