@@ -6,7 +6,17 @@ import tseslint from 'typescript-eslint';
 const ROOT = dirname(fileURLToPath(import.meta.url));
 
 /** The top-level folders that are components: each is imported by the others only through its `index.ts`. */
-const COMPONENTS = new Set(['ledger', 'dispatcher', 'reconciler', 'compensator', 'gate', 'sandbox', 'server', 'bin']);
+const COMPONENTS = new Set([
+  'ledger',
+  'dispatcher',
+  'reconciler',
+  'compensator',
+  'gate',
+  'principals',
+  'sandbox',
+  'server',
+  'bin',
+]);
 
 /**
  * `local/component-boundaries`: a file may import another component only through that component's `index.js`,

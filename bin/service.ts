@@ -263,6 +263,7 @@ class Service {
     const aggregator = new AggregatorRegistry();
     const http = new HttpServer({
       runtime: rt,
+      ledger,
       health: () => ({
         error:
           embeddedState() === 'failed'

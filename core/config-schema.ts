@@ -1,4 +1,5 @@
 import type { FromSchema } from 'json-schema-to-ts';
+import { apiSchema, httpSchema } from './config-api.js';
 
 /** The JSON Schema of `actionledger.config.json`; every object closed, defaults filled in by ajv. */
 export const configSchema = {
@@ -19,15 +20,8 @@ export const configSchema = {
   properties: {
     $comment: { type: 'string' },
     schema: { type: 'string', default: 'actionledger' },
-    http: {
-      type: 'object',
-      additionalProperties: false,
-      default: {},
-      properties: {
-        host: { type: 'string', default: '127.0.0.1' },
-        port: { type: 'integer', minimum: 0, maximum: 65535, default: 7420 },
-      },
-    },
+    http: httpSchema,
+    api: apiSchema,
     database: {
       type: 'object',
       additionalProperties: false,

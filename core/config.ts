@@ -11,6 +11,7 @@ import { escapeIdentifier } from 'pg';
 import { ActionLedgerError } from './errors.js';
 import { parseStrictJson, type JsonBounds } from './json.js';
 import { configSchema, type RawConfig } from './config-schema.js';
+import { compileApi, compileHttp, type ApiConfig, type HttpConfig } from './config-api.js';
 import { compileRoutes } from './config-routes.js';
 import { compileGate } from './config-gate.js';
 import { ConfigProblems, isObject, nearest } from './config-problems.js';
@@ -62,7 +63,8 @@ export interface Config {
   readonly schema: string;
   /** The schema name quoted once, the only dynamic part of any SQL text. */
   readonly schemaQuoted: string;
-  readonly http: { readonly host: string; readonly port: number };
+  readonly http: HttpConfig;
+  readonly api: ApiConfig;
   /** Null means the embedded PostgreSQL in {@link Config.dataDir}. */
   readonly databaseUrl: string | null;
   readonly database: { readonly poolMax: number; readonly statementTimeoutMs: number; readonly embeddedPort: number };
@@ -216,8 +218,9 @@ export function compileConfig(
   const gate = compileGate(cfg.gate, cfg.tools, problems);
   crossFieldProblems(cfg, problems);
   const environment = fromEnvironment(cfg, env, problems);
-  if (problems.length > 0 || gate === null) throw problems.error(file);
   const cwd = options.cwd ?? process.cwd();
+  const http = compileHttp(cfg.http, environment.port, cwd, problems);
+  if (problems.length > 0 || gate === null) throw problems.error(file);
   const dataDir = resolve(cwd, env.ACTIONLEDGER_DATA_DIR ?? '.actionledger');
   const d = cfg.dispatcher;
   const r = cfg.reconciler;
@@ -227,7 +230,8 @@ export function compileConfig(
     configPath: options.configPath ?? null,
     schema: cfg.schema,
     schemaQuoted,
-    http: Object.freeze({ host: cfg.http.host, port: environment.port }),
+    http,
+    api: compileApi(cfg.api),
     databaseUrl: environment.databaseUrl,
     database: Object.freeze({
       poolMax: cfg.database.pool_max,

@@ -38,6 +38,9 @@ export interface AuditEntry {
     | 'authorize'
     | 'kill_switch'
     | 'role'
+    | 'principal'
+    | 'token'
+    | 'api'
     | `review:${string}`;
   outcome: string;
   context?: Partial<GateContext> | undefined;

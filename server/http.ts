@@ -1,98 +1,119 @@
 /**
- * The HTTP surface of `npm start` for now: `GET /healthz` (the process is sound: database reachable, embedded
- * cluster not down), `GET /readyz` (healthy and not stopping: route work here) and `GET /metrics`.
- * start()/stop() follow the service contract: stop is safe before start and safe to repeat.
+ * The HTTP listener of `npm start`: the API (server/api/), `/healthz`, `/readyz` and `/metrics`, on one port
+ * for the whole fleet. Loopback by default; another address needs TLS (`http.tls`) unless the configuration
+ * explicitly allows plain HTTP (core/config-api.ts). start()/stop() follow the service contract: stop is safe
+ * before start and safe to repeat.
  */
-import { createServer, type Server } from 'node:http';
+import { readFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
+import type { FastifyInstance } from 'fastify';
 import { ActionLedgerError } from '../core/errors.js';
 import type { Runtime } from '../core/runtime.js';
-import type { Registry } from 'prom-client';
+import { AuditWriter, Gate } from '../gate/index.js';
+import type { Ledger } from '../ledger/index.js';
+import { PrincipalStore } from '../principals/index.js';
+import { buildApi } from './api/app.js';
+import type { ApiDeps } from './api/types.js';
 
 export interface HttpServerOptions {
   runtime: Runtime;
+  ledger: Ledger;
+  /**
+   * The gate the API calls. Defaults to one without business validators or resource resolvers (they are
+   * code): a tool that names one is then refused `config_invalid` at call time. Embed the API with your own
+   * Gate to run them.
+   */
+  gate?: Gate;
   /** Collects the metrics to expose (the fleet aggregates its workers'); defaults to this process's registry. */
   metrics?: () => Promise<{ contentType: string; body: string }>;
   /** Refreshes the gauges read at scrape time. */
   beforeScrape?: () => Promise<void>;
-  /**
-   * The service's own view, checked before the database: an error code (`embedded_database_failed` while
-   * the embedded cluster restarts or after it failed) makes both probes 503 without a query.
-   */
+  /** See {@link ApiDeps.health}. */
   health?: () => { error: string | null; stopping: boolean };
-}
-
-function sendJson(res: import('node:http').ServerResponse, status: number, body: Record<string, unknown>): void {
-  res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
 }
 
 export class HttpServer {
   readonly #options: HttpServerOptions;
-  #server: Server | undefined;
+  #app: FastifyInstance | undefined;
 
   constructor(options: HttpServerOptions) {
     this.#options = options;
   }
 
-  async start(): Promise<AddressInfo> {
-    if (this.#server !== undefined) return this.#server.address() as AddressInfo;
-    const { runtime } = this.#options;
-    const registry: Registry = runtime.metrics.registry;
-    const metrics =
-      this.#options.metrics ??
-      (async () => ({ contentType: registry.contentType, body: await runtime.metrics.exposition() }));
-    const server = createServer((req, res) => {
-      const path = (req.url ?? '/').split('?')[0];
-      if (req.method === 'GET' && (path === '/healthz' || path === '/readyz')) {
-        const own = this.#options.health?.() ?? { error: null, stopping: false };
-        if (own.error !== null) return sendJson(res, 503, { ok: false, error: own.error });
-        if (path === '/readyz' && own.stopping) return sendJson(res, 503, { ok: false, error: 'stopping' });
-        runtime.pool
-          .query('SELECT 1')
-          .then(() => sendJson(res, 200, { ok: true }))
-          .catch(() => sendJson(res, 503, { ok: false, error: 'database_unavailable' }));
-        return;
-      }
-      if (req.method === 'GET' && path === '/metrics') {
-        (this.#options.beforeScrape ?? (() => Promise.resolve()))()
-          .catch((err: unknown) => runtime.log.warn({ err }, 'scrape-time gauges failed'))
-          .then(metrics)
-          .then(({ contentType, body }) => res.writeHead(200, { 'content-type': contentType }).end(body))
-          .catch((err: unknown) => {
-            runtime.log.error({ err }, 'metrics failed');
-            res.writeHead(500).end();
-          });
-        return;
-      }
-      res
-        .writeHead(404, { 'content-type': 'application/json' })
-        .end('{"ok":false,"error":"not_found","message":"no such route"}');
-    });
-    const port = runtime.config.http.port;
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', (err: NodeJS.ErrnoException) => {
-        if (err.code !== 'EADDRINUSE' && err.code !== 'EACCES') return reject(err);
-        reject(
-          new ActionLedgerError(
-            'port_in_use',
-            `port ${port} (http.port / PORT) on ${runtime.config.http.host} is ${err.code === 'EACCES' ? 'not permitted' : 'in use'}; set http.port in the configuration or PORT in the environment`,
-            {
-              details: { port, setting: 'http.port', env: 'PORT' },
-            },
-          ),
-        );
+  /** The API's dependencies, built from the runtime. */
+  #deps(): ApiDeps {
+    const { runtime: rt, ledger } = this.#options;
+    const audit = new AuditWriter({ config: rt.config, pool: rt.pool, log: rt.log, metrics: rt.metrics });
+    const gate =
+      this.#options.gate ??
+      new Gate({
+        config: rt.config,
+        pool: rt.pool,
+        ledger,
+        withoutValidators: true,
+        withoutResolvers: true,
+        log: rt.log,
+        metrics: rt.metrics,
       });
-      server.listen(port, runtime.config.http.host, () => resolve());
-    });
-    this.#server = server;
-    return server.address() as AddressInfo;
+    return {
+      config: rt.config,
+      pool: rt.pool,
+      log: rt.log,
+      gate,
+      ledger,
+      principals: new PrincipalStore(rt.config, rt.pool, audit),
+      audit,
+      metrics: rt.metrics,
+      ...(this.#options.metrics === undefined ? {} : { exposition: this.#options.metrics }),
+      ...(this.#options.beforeScrape === undefined ? {} : { beforeScrape: this.#options.beforeScrape }),
+      ...(this.#options.health === undefined ? {} : { health: this.#options.health }),
+    };
+  }
+
+  async start(): Promise<AddressInfo> {
+    if (this.#app !== undefined) return this.#app.server.address() as AddressInfo;
+    const { config } = this.#options.runtime;
+    const { app } = await buildApi(this.#deps(), { https: tlsOptions(config.http.tls) });
+    const { host, port } = config.http;
+    try {
+      await app.listen({ host, port });
+    } catch (err) {
+      await app.close();
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code !== 'EADDRINUSE' && code !== 'EACCES') throw err;
+      throw new ActionLedgerError(
+        'port_in_use',
+        `port ${port} (http.port / PORT) on ${host} is ${code === 'EACCES' ? 'not permitted' : 'in use'}; set http.port in the configuration or PORT in the environment`,
+        { details: { port, setting: 'http.port', env: 'PORT' } },
+      );
+    }
+    this.#app = app;
+    return app.server.address() as AddressInfo;
   }
 
   async stop(): Promise<void> {
-    const server = this.#server;
-    this.#server = undefined;
-    if (server === undefined) return;
-    server.closeAllConnections();
-    await new Promise<void>((resolve) => server.close(() => resolve()));
+    const app = this.#app;
+    this.#app = undefined;
+    if (app === undefined) return;
+    await app.close();
+  }
+}
+
+/** The HTTPS options of `http.tls`, or null. Throws `config_invalid` when a file cannot be read. */
+function tlsOptions(tls: Runtime['config']['http']['tls']): Record<string, unknown> | null {
+  if (tls === null) return null;
+  try {
+    return {
+      cert: readFileSync(tls.certFile),
+      key: readFileSync(tls.keyFile),
+      minVersion: 'TLSv1.2',
+      ...(tls.clientCaFile === null
+        ? {}
+        : { ca: readFileSync(tls.clientCaFile), requestCert: true, rejectUnauthorized: false }),
+    };
+  } catch (cause) {
+    throw new ActionLedgerError('config_invalid', `cannot read the http.tls files: ${(cause as Error).message}`, {
+      cause,
+    });
   }
 }

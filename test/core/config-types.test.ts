@@ -20,6 +20,7 @@ export type Checks = [
       keyof RawConfig,
       | 'schema'
       | 'http'
+      | 'api'
       | 'database'
       | 'effect_keys'
       | 'arguments'
@@ -32,7 +33,18 @@ export type Checks = [
     >
   >,
   Assert<Equal<IsOptional<RawConfig, 'http'>, false>>,
-  Assert<Equal<RawConfig['http'], { host: string; port: number }>>,
+  Assert<
+    Equal<
+      RawConfig['http'],
+      {
+        host: string;
+        port: number;
+        tls?: { cert_file: string; key_file: string; client_ca_file?: string };
+        allow_plaintext_bind: boolean;
+      }
+    >
+  >,
+  Assert<Equal<RawConfig['api']['permissions']['reserve'], string[]>>,
   Assert<Equal<RawConfig['dispatcher']['concurrency'], number>>,
   Assert<Equal<IsOptional<RawConfig['dispatcher'], 'concurrency'>, false>>,
   // Without a default a field stays optional: no profile means the sandbox's, or none.
@@ -64,6 +76,7 @@ t.test('ajv fills in every field the derived type says is present', (t) => {
   const sections: Record<Exclude<keyof RawConfig, '$comment'>, unknown> = {
     schema: cfg.schema,
     http: cfg.http,
+    api: cfg.api,
     database: cfg.database,
     effect_keys: cfg.effect_keys,
     arguments: cfg.arguments,

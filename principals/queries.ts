@@ -1,0 +1,110 @@
+/** The principal store's SQL, fixed text with `$n` parameters; `@schema.` is bound once at start (core/db.ts). */
+export const principalQueries = {
+  principalInsert: `
+    INSERT INTO @schema.principals (principal_id, kind, display_name, created_by) VALUES ($1, $2, $3, $4)
+    ON CONFLICT (principal_id) DO NOTHING RETURNING principal_id`,
+
+  principalSelect: `SELECT principal_id, kind, display_name, created_at FROM @schema.principals WHERE principal_id = $1`,
+
+  /** Principals with their grants; $1 a tenant or null for every tenant. */
+  principalList: `
+    SELECT p.principal_id, p.kind, p.display_name, p.created_at,
+           coalesce(json_agg(json_build_object('tenant_id', r.tenant_id, 'role', r.role, 'granted_at', r.granted_at)
+                             ORDER BY r.tenant_id, r.role) FILTER (WHERE r.role IS NOT NULL), '[]') AS roles
+    FROM @schema.principals p
+    LEFT JOIN @schema.principal_roles r ON r.principal_id = p.principal_id AND ($1::text IS NULL OR r.tenant_id = $1)
+    GROUP BY p.principal_id
+    HAVING $1::text IS NULL OR count(r.role) > 0
+    ORDER BY p.principal_id`,
+
+  grantInsert: `
+    INSERT INTO @schema.principal_roles (principal_id, tenant_id, role, granted_by) VALUES ($1, $2, $3, $4)
+    ON CONFLICT DO NOTHING RETURNING role`,
+
+  /** A grant gives back a role that was revoked: the revocation row goes with it. */
+  revocationClear: `DELETE FROM @schema.gate_role_revocations WHERE tenant_id = $1 AND principal_id = $2 AND role = $3`,
+
+  grantDelete: `DELETE FROM @schema.principal_roles WHERE principal_id = $1 AND tenant_id = $2 AND role = $3 RETURNING role`,
+
+  revocationInsert: `
+    INSERT INTO @schema.gate_role_revocations (tenant_id, principal_id, role, revoked_by) VALUES ($1, $2, $3, $4)
+    ON CONFLICT (tenant_id, principal_id, role) DO NOTHING`,
+
+  /**
+   * The votes of a revoked approver on approvals still pending in the tenant stop counting: the approver and
+   * the role they voted with are taken out of the arrays (the role's entry at the same position).
+   */
+  pendingVotesWithdraw: `
+    UPDATE @schema.gate_approvals a
+    SET approvers = v.approvers, approver_roles = v.roles
+    FROM (
+      SELECT a2.approval_id,
+             coalesce(array_agg(x.who ORDER BY x.i) FILTER (WHERE NOT (x.who = $2 AND x.r IS NOT DISTINCT FROM $3)), '{}') AS approvers,
+             coalesce(array_agg(x.r ORDER BY x.i) FILTER (WHERE NOT (x.who = $2 AND x.r IS NOT DISTINCT FROM $3) AND x.r IS NOT NULL), '{}') AS roles
+      FROM @schema.gate_approvals a2
+      CROSS JOIN LATERAL unnest(a2.approvers, a2.approver_roles) WITH ORDINALITY AS x(who, r, i)
+      WHERE a2.tenant_id = $1 AND a2.status = 'pending' AND $2 = ANY (a2.approvers)
+      GROUP BY a2.approval_id
+    ) v
+    WHERE a.approval_id = v.approval_id AND a.status = 'pending' AND cardinality(v.approvers) <> cardinality(a.approvers)
+    RETURNING a.approval_id`,
+
+  tokenInsert: `
+    INSERT INTO @schema.api_tokens (token_id, principal_id, tenant_id, name, token_sha256, created_by, expires_at)
+    VALUES ($1, $2, $3, $4, $5, $6, now() + make_interval(secs => $7))
+    RETURNING expires_at`,
+
+  tokenRevoke: `
+    UPDATE @schema.api_tokens SET revoked_at = now(), revoked_by = $2
+    WHERE token_id = $1 AND revoked_at IS NULL RETURNING principal_id, tenant_id`,
+
+  tokenSelect: `SELECT token_id, principal_id, tenant_id, revoked_at FROM @schema.api_tokens WHERE token_id = $1`,
+
+  /** Tokens (never their hashes); $1 a principal or null, $2 a tenant or null. */
+  tokenList: `
+    SELECT token_id, principal_id, tenant_id, name, created_at, created_by, expires_at, last_used_at, revoked_at,
+           revoked_at IS NULL AND expires_at > now() AS active
+    FROM @schema.api_tokens
+    WHERE ($1::text IS NULL OR principal_id = $1) AND ($2::text IS NULL OR tenant_id = $2)
+    ORDER BY created_at, token_id`,
+
+  /**
+   * Authentication and the fleet-wide request count in one statement. The token by its sha256 ($1), with the
+   * principal's roles in the token's tenant; the request counted in the current window ($2 window seconds)
+   * only for a token that may be used; last_used_at refreshed at most once a minute (a write per request would
+   * serialize a busy token's requests on its row).
+   */
+  authenticate: `
+    WITH tok AS (
+      SELECT t.token_id, t.principal_id, t.tenant_id, t.expires_at, t.revoked_at IS NOT NULL AS revoked,
+             t.expires_at <= now() AS expired, p.kind,
+             coalesce(t.last_used_at < now() - interval '1 minute', true) AS touch,
+             ARRAY(SELECT r.role FROM @schema.principal_roles r
+                   WHERE r.principal_id = t.principal_id AND r.tenant_id = t.tenant_id ORDER BY r.role) AS roles
+      FROM @schema.api_tokens t JOIN @schema.principals p ON p.principal_id = t.principal_id
+      WHERE t.token_sha256 = $1
+    ),
+    counted AS (
+      INSERT INTO @schema.api_rate_windows AS w (tenant_id, principal_id, window_start, requests)
+      SELECT tenant_id, principal_id, to_timestamp(floor(extract(epoch FROM now()) / $2) * $2), 1
+      FROM tok WHERE NOT revoked AND NOT expired
+      ON CONFLICT (tenant_id, principal_id, window_start) DO UPDATE SET requests = w.requests + 1
+      RETURNING requests, window_start
+    ),
+    touched AS (
+      UPDATE @schema.api_tokens t SET last_used_at = now()
+      FROM tok WHERE t.token_id = tok.token_id AND tok.touch AND NOT tok.revoked AND NOT tok.expired
+      RETURNING t.token_id
+    )
+    SELECT tok.token_id, tok.principal_id, tok.tenant_id, tok.kind, tok.roles, tok.revoked, tok.expired,
+           counted.requests,
+           ceil(extract(epoch FROM counted.window_start + make_interval(secs => $2) - now()))::int AS window_left_s
+    FROM tok LEFT JOIN counted ON true`,
+
+  /** Request windows that ended over a minute ago. */
+  rateWindowPrune: `
+    DELETE FROM @schema.api_rate_windows WHERE window_start < now() - make_interval(secs => $1) - interval '1 minute'`,
+
+  /** The roles a principal holds in a tenant (the CLI's token check and the mTLS mapping). */
+  rolesHeld: `SELECT role FROM @schema.principal_roles WHERE principal_id = $1 AND tenant_id = $2 ORDER BY role`,
+} as const;

@@ -1,0 +1,302 @@
+/**
+ * Who is calling, kept in PostgreSQL: principals (services and people), the roles each holds per tenant, and
+ * API tokens. Every change commits with its audit row or not at all.
+ *
+ * A token is shown once, when it is created: `alt_` and 43 base64url characters (32 random bytes); only its
+ * sha256 is stored. It acts for one principal in one tenant, until it expires or is revoked; each request
+ * reads it again, so a revocation (of the token, or of a role) is seen by the next request.
+ *
+ * Revoking a role deletes the grant and records a role revocation in the same transaction, so every check
+ * that already reads revocations sees it at once: new gate calls, approvals, and the authorization service at
+ * dispatch. The revoked principal's votes on approvals still pending in that tenant stop counting.
+ */
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import { bindQueries, withTransaction, type Pool, type Queryable } from '../core/db.js';
+import { ActionLedgerError, asActionLedgerError } from '../core/errors.js';
+import { identifier } from '../core/identifier.js';
+import type { Config } from '../core/config.js';
+import { AuditWriter, type AuditEntry } from '../gate/index.js';
+import { principalQueries } from './queries.js';
+
+export type PrincipalKind = 'service' | 'person';
+export const PRINCIPAL_KINDS: readonly PrincipalKind[] = ['service', 'person'];
+
+export interface PrincipalRow {
+  principal_id: string;
+  kind: PrincipalKind;
+  display_name: string;
+  created_at: Date;
+  roles: { tenant_id: string; role: string; granted_at: string }[];
+}
+
+export interface TokenRow {
+  token_id: string;
+  principal_id: string;
+  tenant_id: string;
+  name: string;
+  created_at: Date;
+  created_by: string;
+  expires_at: Date;
+  last_used_at: Date | null;
+  revoked_at: Date | null;
+  active: boolean;
+}
+
+/** A new token: `token` is shown this once and never stored. */
+export interface CreatedToken {
+  token_id: string;
+  token: string;
+  principal_id: string;
+  tenant_id: string;
+  expires_at: string;
+}
+
+/** An authenticated caller: the token's principal in the token's tenant, with the roles it holds there. */
+export interface Authenticated {
+  token_id: string;
+  principal_id: string;
+  tenant_id: string;
+  kind: PrincipalKind;
+  roles: readonly string[];
+  /** Requests counted in the current window (this one included), and the seconds left in it. */
+  requests: number;
+  window_left_s: number;
+}
+
+const TOKEN_FORMAT = /^alt_[A-Za-z0-9_-]{43}$/;
+
+/** The stored form of a token. */
+export function tokenHash(token: string): string {
+  return createHash('sha256').update(token, 'utf8').digest('hex');
+}
+
+export class PrincipalStore {
+  readonly #pool: Pool;
+  readonly #q: Readonly<typeof principalQueries>;
+  readonly #audit: AuditWriter;
+  readonly #config: Config;
+
+  constructor(config: Config, pool: Pool, audit?: AuditWriter) {
+    this.#config = config;
+    this.#pool = pool;
+    this.#q = bindQueries(principalQueries, config.schemaQuoted);
+    this.#audit = audit ?? new AuditWriter({ config, pool });
+  }
+
+  /** Adds a principal; returns false when one of that id exists (nothing changed). Throws `invalid_context`. */
+  async add(principalId: string, kind: PrincipalKind, displayName: string, actor: string): Promise<boolean> {
+    const id = identifier('principal_id', principalId);
+    if (!PRINCIPAL_KINDS.includes(kind))
+      throw new ActionLedgerError('invalid_request', `kind must be one of ${PRINCIPAL_KINDS.join(', ')}`, {
+        details: { field: 'kind' },
+      });
+    const name = displayName.trim() === '' ? id : identifier('display_name', displayName);
+    return this.#audited({ action: 'principal', outcome: 'added', context: { principal_id: id } }, actor, async (c) => {
+      const { rowCount } = await c.query(this.#q.principalInsert, [id, kind, name, actor]);
+      return rowCount !== 0;
+    });
+  }
+
+  /**
+   * Grants a role in a tenant (and clears a revocation of it). Returns false when it was held already.
+   * Throws `not_found` for an unknown principal, `invalid_context` for a malformed name.
+   */
+  async grant(principalId: string, tenantId: string, role: string, actor: string): Promise<boolean> {
+    const [id, tenant, r] = [
+      identifier('principal_id', principalId),
+      identifier('tenant_id', tenantId),
+      identifier('role', role),
+    ];
+    return this.#audited(
+      { action: 'role', outcome: 'granted', context: { tenant_id: tenant, principal_id: id, role: r } },
+      actor,
+      async (c) => {
+        await this.#mustExist(c, id);
+        const { rowCount } = await c.query(this.#q.grantInsert, [id, tenant, r, actor]);
+        await c.query(this.#q.revocationClear, [tenant, id, r]);
+        return rowCount !== 0;
+      },
+    );
+  }
+
+  /**
+   * Takes a role away at once (see the module comment). Returns the approvals whose pending votes by this
+   * principal no longer count. A role that was not granted is still recorded as revoked: it may have been
+   * named in trusted contexts by code that does not use the principal store.
+   */
+  async revoke(
+    principalId: string,
+    tenantId: string,
+    role: string,
+    actor: string,
+  ): Promise<{ votes_withdrawn: string[] }> {
+    const [id, tenant, r] = [
+      identifier('principal_id', principalId),
+      identifier('tenant_id', tenantId),
+      identifier('role', role),
+    ];
+    let withdrawn: string[] = [];
+    await this.#audited(
+      { action: 'role', outcome: 'revoked', context: { tenant_id: tenant, principal_id: id, role: r } },
+      actor,
+      async (c) => {
+        await c.query(this.#q.grantDelete, [id, tenant, r]);
+        await c.query(this.#q.revocationInsert, [tenant, id, r, actor]);
+        const votes = await c.query<{ approval_id: string }>(this.#q.pendingVotesWithdraw, [tenant, id, r]);
+        withdrawn = votes.rows.map((v) => v.approval_id);
+        return withdrawn;
+      },
+      () => ({ votes_withdrawn: withdrawn }),
+    );
+    return { votes_withdrawn: withdrawn };
+  }
+
+  /** Principals with their grants, in one tenant or all. */
+  async list(tenantId: string | null = null): Promise<PrincipalRow[]> {
+    return (await this.#pool.query<PrincipalRow>(this.#q.principalList, [tenantId])).rows;
+  }
+
+  /** The roles the principal holds in the tenant. */
+  async rolesHeld(principalId: string, tenantId: string): Promise<string[]> {
+    const { rows } = await this.#pool.query<{ role: string }>(this.#q.rolesHeld, [principalId, tenantId]);
+    return rows.map((r) => r.role);
+  }
+
+  /**
+   * Creates a token for the principal in the tenant, valid `ttlDays` (at most `api.token_max_ttl_days`).
+   * The principal must hold a role there. Throws `not_found`, `permission_denied`, `invalid_request`.
+   */
+  async createToken(
+    principalId: string,
+    tenantId: string,
+    name: string,
+    ttlDays: number,
+    actor: string,
+  ): Promise<CreatedToken> {
+    const [id, tenant] = [identifier('principal_id', principalId), identifier('tenant_id', tenantId)];
+    const label = name.trim() === '' ? 'token' : identifier('name', name);
+    const max = this.#config.api.tokenMaxTtlDays;
+    if (!(Number.isFinite(ttlDays) && ttlDays > 0 && ttlDays <= max))
+      throw new ActionLedgerError('invalid_request', `a token lives more than 0 and at most ${max} days`, {
+        details: { field: 'ttl_days', max },
+      });
+    const tokenId = randomUUID();
+    const token = `alt_${randomBytes(32).toString('base64url')}`;
+    let expires = '';
+    await this.#audited(
+      { action: 'token', outcome: 'created', context: { tenant_id: tenant, principal_id: id }, subjectId: tokenId },
+      actor,
+      async (c) => {
+        await this.#mustExist(c, id);
+        const roles = await c.query(this.#q.rolesHeld, [id, tenant]);
+        if (roles.rowCount === 0)
+          throw new ActionLedgerError('permission_denied', `${id} holds no role in tenant ${tenant}: grant one first`, {
+            details: { principal_id: id, tenant_id: tenant },
+          });
+        const { rows } = await c.query<{ expires_at: Date }>(this.#q.tokenInsert, [
+          tokenId,
+          id,
+          tenant,
+          label,
+          tokenHash(token),
+          actor,
+          Math.round(ttlDays * 86400),
+        ]);
+        expires = rows[0]?.expires_at.toISOString() ?? '';
+      },
+      () => ({ name: label, expires_at: expires }),
+    );
+    return { token_id: tokenId, token, principal_id: id, tenant_id: tenant, expires_at: expires };
+  }
+
+  /** Revokes a token; the next request with it is refused. Returns false when it was revoked already. Throws `not_found`. */
+  async revokeToken(tokenId: string, actor: string): Promise<boolean> {
+    if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(tokenId))
+      throw new ActionLedgerError('not_found', 'there is no token with that id');
+    return this.#audited({ action: 'token', outcome: 'revoked', subjectId: tokenId }, actor, async (c) => {
+      const found = await c.query(this.#q.tokenSelect, [tokenId]);
+      if (found.rowCount === 0) throw new ActionLedgerError('not_found', 'there is no token with that id');
+      const { rowCount } = await c.query(this.#q.tokenRevoke, [tokenId, actor]);
+      return rowCount !== 0;
+    });
+  }
+
+  /** Tokens (never their hashes), of one principal and/or tenant, or all. */
+  async listTokens(filter: { principal_id?: string; tenant_id?: string } = {}): Promise<TokenRow[]> {
+    const { rows } = await this.#pool.query<TokenRow>(this.#q.tokenList, [
+      filter.principal_id ?? null,
+      filter.tenant_id ?? null,
+    ]);
+    return rows;
+  }
+
+  /**
+   * The caller a bearer token stands for, with this request counted in the fleet-wide window. Throws
+   * `unauthenticated` (details.reason: malformed, unknown, expired, revoked) and the database's coded errors.
+   */
+  async authenticate(token: string, db: Queryable = this.#pool): Promise<Authenticated> {
+    if (!TOKEN_FORMAT.test(token)) throw unauthenticated('malformed');
+    type Row = Omit<Authenticated, 'requests' | 'window_left_s'> & {
+      revoked: boolean;
+      expired: boolean;
+      requests: number | null;
+      window_left_s: number | null;
+    };
+    const { rows } = await db.query<Row>(this.#q.authenticate, [tokenHash(token), this.#config.api.rateLimit.windowS]);
+    const row = rows[0];
+    if (row === undefined) throw unauthenticated('unknown');
+    if (row.revoked) throw unauthenticated('revoked');
+    if (row.expired) throw unauthenticated('expired');
+    return {
+      token_id: row.token_id,
+      principal_id: row.principal_id,
+      tenant_id: row.tenant_id,
+      kind: row.kind,
+      roles: row.roles,
+      requests: row.requests ?? 0,
+      window_left_s: Math.max(1, row.window_left_s ?? 1),
+    };
+  }
+
+  /** Deletes request windows that ended; returns how many. */
+  async pruneRateWindows(): Promise<number> {
+    const { rowCount } = await this.#pool.query(this.#q.rateWindowPrune, [this.#config.api.rateLimit.windowS]);
+    return rowCount ?? 0;
+  }
+
+  async #mustExist(c: Queryable, id: string): Promise<void> {
+    if ((await c.query(this.#q.principalSelect, [id])).rowCount === 0)
+      throw new ActionLedgerError('not_found', `there is no principal ${JSON.stringify(id)}: add it first`, {
+        details: { principal_id: id },
+      });
+  }
+
+  /** Runs `fn` in a transaction with its audit row (the actor in detail.by); throws coded errors. */
+  async #audited<T>(
+    entry: AuditEntry,
+    actor: string,
+    fn: (c: Queryable) => Promise<T>,
+    detail: () => Record<string, unknown> = () => ({}),
+  ): Promise<T> {
+    const by = identifier('actor', actor);
+    try {
+      return await withTransaction(this.#pool, async (c) => {
+        const out = await fn(c);
+        await this.#audit.decision(c, { ...entry, detail: { ...entry.detail, ...detail(), by } });
+        return out;
+      });
+    } catch (err) {
+      throw asActionLedgerError(err);
+    }
+  }
+}
+
+function unauthenticated(reason: 'malformed' | 'unknown' | 'expired' | 'revoked'): ActionLedgerError {
+  const messages = {
+    malformed: 'the bearer token is malformed',
+    unknown: 'the bearer token is not known',
+    expired: 'the bearer token has expired',
+    revoked: 'the bearer token was revoked',
+  };
+  return new ActionLedgerError('unauthenticated', messages[reason], { details: { reason } });
+}

@@ -1,0 +1,173 @@
+/**
+ * Who is calling, for every route that is not public: the bearer token is looked up (and this request counted
+ * in the fleet-wide window) on each request, so a revoked token or role is refused by the next one. The
+ * trusted context of a call is built here from the caller, never from the body: the tenant is always the
+ * token's, and only a caller whose role is granted `act_for_users` may name the end user it acts for.
+ */
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { ApiCapability } from '../../core/config-api.js';
+import { ActionLedgerError } from '../../core/errors.js';
+import { identifier } from '../../core/identifier.js';
+import type { GateContext, Reviewer } from '../../gate/index.js';
+import type { ApiDeps, Caller } from './types.js';
+
+/** The `onRequest` hook: authenticates, counts, and checks the route's capability. */
+export function authenticateHook(deps: ApiDeps) {
+  return async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
+    const config = request.routeOptions.config;
+    if (config.public === true) return;
+    const header = request.headers.authorization;
+    const match = typeof header === 'string' ? /^Bearer ([^\s]+)$/i.exec(header) : null;
+    if (match === null) {
+      reply.header('www-authenticate', 'Bearer');
+      throw new ActionLedgerError('unauthenticated', 'send Authorization: Bearer <token>', {
+        details: { reason: 'missing' },
+      });
+    }
+    let caller: Caller;
+    try {
+      caller = await deps.principals.authenticate(match[1] ?? '');
+    } catch (err) {
+      reply.header('www-authenticate', 'Bearer error="invalid_token"');
+      throw err;
+    }
+    request.caller = caller;
+    const limit = deps.config.api.rateLimit;
+    if (caller.requests > limit.requests) {
+      reply.header('retry-after', String(caller.window_left_s));
+      const err = new ActionLedgerError(
+        'rate_limited',
+        `more than ${limit.requests} requests in ${limit.windowS} s; retry in ${caller.window_left_s} s`,
+        { details: { retry_after_s: caller.window_left_s } },
+      );
+      throw err;
+    }
+    if (config.capability !== undefined) requireCapability(deps, caller, config.capability);
+  };
+}
+
+/** Whether one of the caller's roles is granted the capability. */
+export function holds(deps: ApiDeps, caller: Caller, capability: ApiCapability): boolean {
+  const granted = deps.config.api.permissions[capability];
+  return caller.roles.some((r) => granted.has(r));
+}
+
+/** Throws `permission_denied` unless one of the caller's roles is granted the capability. */
+export function requireCapability(deps: ApiDeps, caller: Caller, capability: ApiCapability): void {
+  if (!holds(deps, caller, capability))
+    throw new ActionLedgerError('permission_denied', `none of your roles may ${capability.replaceAll('_', ' ')}`, {
+      details: { capability },
+    });
+}
+
+/** The caller of a route that is not public (the hook has run). */
+export function callerOf(request: FastifyRequest): Caller {
+  if (request.caller === undefined) throw new ActionLedgerError('internal', 'route has no authenticated caller');
+  return request.caller;
+}
+
+/**
+ * The role the caller acts with: the one named (it must hold it in the token's tenant), or the only one it
+ * holds. Throws `permission_denied` for a role not held, `invalid_request` when it holds several and named none.
+ */
+export function actingRole(caller: Caller, named: string | undefined): string {
+  if (named !== undefined) {
+    const role = identifier('role', named);
+    if (!caller.roles.includes(role))
+      throw new ActionLedgerError('permission_denied', `you do not hold the role ${JSON.stringify(role)} here`, {
+        details: { role },
+      });
+    return role;
+  }
+  if (caller.roles.length === 1) return caller.roles[0] as string;
+  throw new ActionLedgerError(
+    'invalid_request',
+    caller.roles.length === 0 ? 'you hold no role in this tenant' : 'you hold several roles here: name one in `role`',
+    { details: { field: 'role', held: caller.roles } },
+  );
+}
+
+/** The end user a trusted service acts for (`act_for_users`). */
+export interface ActingFor {
+  principal_id: string;
+  role: string;
+  account_id: string;
+  conversation_id: string;
+  turn_id: string;
+}
+
+/** The workflow fields of a call's body: the operation's identity and the conversation it happens in. */
+export interface CallIdentity {
+  task_id: string;
+  workflow_step_id: string;
+  plan_version?: string | undefined;
+  conversation_id?: string | undefined;
+  turn_id?: string | undefined;
+  role?: string | undefined;
+  user?: ActingFor | undefined;
+}
+
+/**
+ * The trusted context of a gate call or proposal action. The tenant is the token's. With `user`, the caller
+ * must hold a role granted `act_for_users`, and the context is the user's (in the caller's tenant). Without
+ * it, the caller acts as itself: its principal, its role (`actingRole`), its id as the account; the
+ * conversation defaults to the task and the turn to the request. The request id is the trace id.
+ */
+export function gateContext(deps: ApiDeps, request: FastifyRequest, body: CallIdentity): GateContext {
+  const caller = callerOf(request);
+  const base = {
+    tenant_id: caller.tenant_id,
+    trace_id: request.id,
+    task_id: identifier('task_id', body.task_id),
+    workflow_step_id: identifier('workflow_step_id', body.workflow_step_id),
+    ...(body.plan_version === undefined ? {} : { plan_version: identifier('plan_version', body.plan_version) }),
+  };
+  if (body.user !== undefined) {
+    requireCapability(deps, caller, 'act_for_users');
+    const u = body.user;
+    return {
+      ...base,
+      principal_id: identifier('user.principal_id', u.principal_id),
+      role: identifier('user.role', u.role),
+      account_id: identifier('user.account_id', u.account_id),
+      conversation_id: identifier('user.conversation_id', u.conversation_id),
+      turn_id: identifier('user.turn_id', u.turn_id),
+    };
+  }
+  return {
+    ...base,
+    principal_id: caller.principal_id,
+    role: actingRole(caller, body.role),
+    account_id: caller.principal_id,
+    conversation_id: identifier('conversation_id', body.conversation_id ?? body.task_id),
+    turn_id: identifier('turn_id', body.turn_id ?? request.id),
+  };
+}
+
+/** The reviewer of an approval: the caller, in its tenant, with the role it names or its only one. */
+export function reviewerOf(request: FastifyRequest, role: string | undefined): Reviewer {
+  const caller = callerOf(request);
+  return { tenant_id: caller.tenant_id, principal_id: caller.principal_id, role: actingRole(caller, role) };
+}
+
+/** JSON Schema of the fields {@link gateContext} reads, for a route's body. */
+export const callIdentitySchema = {
+  task_id: { type: 'string', minLength: 1, maxLength: 256 },
+  workflow_step_id: { type: 'string', minLength: 1, maxLength: 256 },
+  plan_version: { type: 'string', minLength: 1, maxLength: 256 },
+  conversation_id: { type: 'string', minLength: 1, maxLength: 256 },
+  turn_id: { type: 'string', minLength: 1, maxLength: 256 },
+  role: { type: 'string', minLength: 1, maxLength: 256 },
+  user: {
+    type: 'object',
+    additionalProperties: false,
+    required: ['principal_id', 'role', 'account_id', 'conversation_id', 'turn_id'],
+    properties: {
+      principal_id: { type: 'string', minLength: 1, maxLength: 256 },
+      role: { type: 'string', minLength: 1, maxLength: 256 },
+      account_id: { type: 'string', minLength: 1, maxLength: 256 },
+      conversation_id: { type: 'string', minLength: 1, maxLength: 256 },
+      turn_id: { type: 'string', minLength: 1, maxLength: 256 },
+    },
+  },
+} as const;

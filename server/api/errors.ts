@@ -1,0 +1,62 @@
+/**
+ * One structured body for every HTTP error, `{"ok":false,"error":CODE,"message":...,"details"?}`, and the
+ * status each code answers with. No stack, SQL text or server message ever reaches a response: a database
+ * failure is its code (the SQLSTATE stays in the log), anything unexpected is `internal`.
+ */
+import { ERROR_CODES, type ErrorCode, type Refusal } from '../../core/errors.js';
+
+const STATUS: Partial<Record<ErrorCode, number>> = {
+  invalid_json: 400,
+  unauthenticated: 401,
+  permission_denied: 403,
+  self_approval_forbidden: 403,
+  not_found: 404,
+  proposal_not_found: 404,
+  operation_conflict: 409,
+  invalid_state_transition: 409,
+  retry_not_safe: 409,
+  invalid_review: 409,
+  approval_hash_mismatch: 409,
+  approval_expired: 409,
+  reapproval_required: 409,
+  proposal_expired: 409,
+  body_too_large: 413,
+  unsupported_media_type: 415,
+  rate_limited: 429,
+  internal: 500,
+  database_error: 500,
+  illegal_transition: 500,
+};
+
+/** The HTTP status of a coded error: its own, else by its group (a caller's refusal 422, a retryable 503). */
+export function httpStatus(code: ErrorCode): number {
+  const own = STATUS[code];
+  if (own !== undefined) return own;
+  switch (ERROR_CODES[code]) {
+    case 'refused':
+      return 422;
+    case 'held':
+      return 202;
+    case 'retryable':
+    case 'startup':
+      return 503;
+    default:
+      return 500;
+  }
+}
+
+/** The schema of the error body, for the OpenAPI document. */
+export const errorSchema = {
+  $id: 'Error',
+  type: 'object',
+  required: ['ok', 'error', 'message'],
+  properties: {
+    ok: { const: false },
+    error: { type: 'string', enum: Object.keys(ERROR_CODES) },
+    message: { type: 'string' },
+    details: { type: 'object', additionalProperties: true },
+    retry_after_s: { type: 'integer' },
+  },
+} as const;
+
+export type ErrorBody = Refusal & { retry_after_s?: number };

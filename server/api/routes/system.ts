@@ -1,0 +1,130 @@
+/**
+ * Probes, metrics and status: `/healthz` (the process is up and its database is not known to be down),
+ * `/readyz` (the database answers and holds every migration; not stopping), `/metrics`, and `/v1/status` (who
+ * the caller is, in which tenant, with which roles and capabilities).
+ */
+import type { FastifyInstance } from 'fastify';
+import { API_CAPABILITIES } from '../../../core/config-api.js';
+import { asActionLedgerError } from '../../../core/errors.js';
+import { checkMigrated, readMigrations } from '../../../core/migrate.js';
+import { callerOf, holds } from '../auth.js';
+import type { ApiDeps } from '../types.js';
+
+const probe = {
+  type: 'object',
+  required: ['ok'],
+  properties: { ok: { type: 'boolean' }, error: { type: 'string' } },
+} as const;
+
+export function registerSystemRoutes(app: FastifyInstance, deps: ApiDeps): void {
+  const migrations = readMigrations();
+  const own = () => deps.health?.() ?? { error: null, stopping: false };
+  app.get(
+    '/healthz',
+    {
+      config: { public: true, operationId: 'getHealth' },
+      schema: { summary: 'The process is up', tags: ['system'], response: { 200: probe, 503: probe } },
+    },
+    async (_request, reply) => {
+      const state = own();
+      return state.error === null ? { ok: true } : reply.code(503).send({ ok: false, error: state.error });
+    },
+  );
+  app.get(
+    '/readyz',
+    {
+      config: { public: true, operationId: 'getReady' },
+      schema: {
+        summary: 'The database answers and its schema is current; not stopping',
+        tags: ['system'],
+        response: { 200: probe, 503: probe },
+      },
+    },
+    async (_request, reply) => {
+      const state = own();
+      if (state.error !== null) return reply.code(503).send({ ok: false, error: state.error });
+      if (state.stopping) return reply.code(503).send({ ok: false, error: 'stopping' });
+      try {
+        const client = await deps.pool.connect();
+        try {
+          await checkMigrated(client, deps.config.schemaQuoted, migrations);
+        } finally {
+          client.release();
+        }
+      } catch (err) {
+        return reply.code(503).send({ ok: false, error: asActionLedgerError(err).code });
+      }
+      return { ok: true };
+    },
+  );
+  registerMetrics(app, deps);
+  registerStatus(app, deps);
+}
+
+function registerMetrics(app: FastifyInstance, deps: ApiDeps): void {
+  app.get(
+    '/metrics',
+    {
+      config: { public: true, operationId: 'getMetrics' },
+      schema: { summary: 'Prometheus exposition', tags: ['system'] },
+    },
+    async (_request, reply) => {
+      await (deps.beforeScrape ?? (() => Promise.resolve()))().catch((err: unknown) =>
+        deps.log.warn({ err }, 'scrape-time gauges failed'),
+      );
+      const exposition =
+        deps.exposition ??
+        (async () => ({
+          contentType: deps.metrics?.registry.contentType ?? 'text/plain',
+          body: (await deps.metrics?.exposition()) ?? '',
+        }));
+      const { contentType, body } = await exposition();
+      return reply
+        .type(contentType)
+        .serializer((s: unknown) => String(s))
+        .send(body);
+    },
+  );
+}
+
+const statusResponse = {
+  type: 'object',
+  required: ['ok', 'principal_id', 'tenant_id', 'roles', 'capabilities', 'policy_version'],
+  properties: {
+    ok: { const: true },
+    principal_id: { type: 'string' },
+    kind: { type: 'string', enum: ['service', 'person'] },
+    tenant_id: { type: 'string' },
+    roles: { type: 'array', items: { type: 'string' } },
+    capabilities: { type: 'array', items: { type: 'string', enum: [...API_CAPABILITIES] } },
+    policy_version: { type: 'string' },
+    token_id: { type: 'string' },
+  },
+} as const;
+
+function registerStatus(app: FastifyInstance, deps: ApiDeps): void {
+  app.get(
+    '/v1/status',
+    {
+      config: { operationId: 'getStatus' },
+      schema: {
+        summary: 'Who you are here: principal, tenant, roles and what they may do',
+        tags: ['system'],
+        response: { 200: statusResponse },
+      },
+    },
+    (request, reply) => {
+      const caller = callerOf(request);
+      return reply.send({
+        ok: true,
+        principal_id: caller.principal_id,
+        kind: caller.kind,
+        tenant_id: caller.tenant_id,
+        roles: caller.roles,
+        capabilities: API_CAPABILITIES.filter((c) => holds(deps, caller, c)),
+        policy_version: deps.config.gate.policyVersion,
+        token_id: caller.token_id,
+      });
+    },
+  );
+}

@@ -1,0 +1,55 @@
+/** What the API's routes are given, who is calling, and the per-route settings the hooks read. */
+import type { ApiCapability } from '../../core/config-api.js';
+import type { Config } from '../../core/config.js';
+import type { Pool } from '../../core/db.js';
+import type { Logger } from '../../core/log.js';
+import type { Metrics } from '../../core/metrics.js';
+import type { AuditWriter, Gate } from '../../gate/index.js';
+import type { Ledger } from '../../ledger/index.js';
+import type { Authenticated, PrincipalStore } from '../../principals/index.js';
+
+export interface ApiDeps {
+  config: Config;
+  pool: Pool;
+  log: Logger;
+  gate: Gate;
+  ledger: Ledger;
+  principals: PrincipalStore;
+  audit: AuditWriter;
+  /** This process's metrics (the audit-lost counter; the API's request counters). */
+  metrics?: Metrics;
+  /** The exposition `/metrics` serves (the fleet aggregates its workers'); defaults to `metrics`'. */
+  exposition?: () => Promise<{ contentType: string; body: string }>;
+  /** Refreshes the gauges read at scrape time. */
+  beforeScrape?: () => Promise<void>;
+  /**
+   * The service's own view, checked before the database: an error code (`embedded_database_failed` while the
+   * embedded cluster restarts or after it failed) makes both probes 503 without a query.
+   */
+  health?: () => { error: string | null; stopping: boolean };
+}
+
+/** An authenticated caller, as the hooks leave it on the request. */
+export type Caller = Authenticated;
+
+declare module 'fastify' {
+  interface FastifySchema {
+    summary?: string;
+    description?: string;
+    tags?: readonly string[];
+  }
+  interface FastifyRequest {
+    /** Set by the authentication hook on every route that is not public. */
+    caller?: Caller;
+  }
+  interface FastifyContextConfig {
+    /** Served without credentials (probes, metrics, the OpenAPI document). */
+    public?: boolean;
+    /** The capability (`api.permissions`) one of the caller's roles must be granted. */
+    capability?: ApiCapability;
+    /** The OpenAPI operationId. */
+    operationId?: string;
+    /** Error statuses this route can answer besides 401, 403, 422, 429 and 503 (for the OpenAPI document). */
+    errors?: readonly number[];
+  }
+}
