@@ -6,7 +6,8 @@
  *   - backlog: backlogs drained by one dispatcher (bench/backlog.ts),
  *   - reserve: reservations at 1, 4 and 16 clients against plain INSERTs (bench/reserve.ts),
  *   - dispatch: end to end with CPU per operation, connections in use and the row lock's SQL model
- *     (bench/dispatch.ts).
+ *     (bench/dispatch.ts),
+ *   - http: reservations and gate calls over the HTTP API against the library's (bench/http.ts).
  * Each part runs on one PostgreSQL server (DATABASE_URL, or a fresh embedded cluster).
  *
  * At N = 1, 8 and 32 (closed loops: N callers, each starting its next operation when the previous one is
@@ -27,7 +28,7 @@
  * A run of all of table, scaling and backlog writes `runs.bench` in bench/results.json (other runs kept) and
  * its tables and query plans into bench/results.md, between the last-run markers ({@link writeLastRun}; the
  * history after them is kept). A run of only some of them writes nothing: the tables come from one run. The
- * reserve and dispatch parts replace `runs.reserve` and `runs.dispatch` in bench/results.json.
+ * reserve, dispatch and http parts replace `runs.reserve`, `runs.dispatch` and `runs.http` in bench/results.json.
  *
  * Options: --only PARTS, --quick (smoke run: 1 round, short cells, queues up to 10,000; writes nothing unless
  * --save), --rounds R (default 3), --levels 1,8,32, --seconds S (throughput cells, default 2; reserve cells,
@@ -65,6 +66,7 @@ import { findPostmaster, waitForQuiet } from './cpu.js';
 import { createBenchPki } from './dispatch-env.js';
 import { runDispatchBench } from './dispatch.js';
 import { runReserveBench } from './reserve.js';
+import { runHttpBench } from './http.js';
 import { openBenchDatabase, stopOnSignal, printTable, saveResults, writeLastRun, type ResultEntry } from './harness.js';
 
 const { values: flags } = parseArgs({
@@ -80,7 +82,7 @@ const { values: flags } = parseArgs({
     'cap-seconds': { type: 'string' },
   },
 });
-const PARTS = ['table', 'scaling', 'backlog', 'reserve', 'dispatch'] as const;
+const PARTS = ['table', 'scaling', 'backlog', 'reserve', 'dispatch', 'http'] as const;
 /** The parts whose tables make up bench/results.md's last run. */
 const MAIN_PARTS = ['table', 'scaling', 'backlog'] as const;
 const ONLY = new Set((flags.only ?? MAIN_PARTS.join(',')).split(',').map((p) => p.trim()));
@@ -167,6 +169,23 @@ async function main(): Promise<void> {
       quietMaxSeconds: QUIET_MAX_MS / 1000,
       save: SAVE,
     });
+  if (ONLY.has('http')) {
+    const db = await openBenchDatabase();
+    try {
+      await runHttpBench({
+        adminUrl: db.adminUrl,
+        postgres: db.version,
+        postmaster: await findPostmaster(db.adminUrl).catch(() => null),
+        quietMaxSeconds: QUIET_MAX_MS / 1000,
+        levels: LEVELS,
+        rounds: ROUNDS,
+        seconds: Number(flags.seconds ?? (QUICK ? 0.5 : 3)),
+        save: SAVE,
+      });
+    } finally {
+      await db.close();
+    }
+  }
   if (MAIN_PARTS.some((p) => ONLY.has(p))) await mainParts();
 }
 

@@ -1,0 +1,181 @@
+/**
+ * `npm run bench -- --only http`: the HTTP API against the library, at N = 1, 8 and 32 closed-loop callers, in
+ * one run on one PostgreSQL. Per level and round, one after the other on fresh databases:
+ *   - the library's reservation (`Ledger#reserve`, in this process): the baseline,
+ *   - the library's gate call (`Gate#call`, an auto-approved tool),
+ *   - a direct reservation over HTTP (`POST /v1/operations`),
+ *   - a gate call over HTTP (`POST /v1/calls`).
+ * The API runs in a worker thread (bench/http-server.ts) with its own pool, as the service runs beside its
+ * callers; the client keeps N keep-alive connections (undici). Each HTTP request authenticates its bearer token
+ * and is counted in the fleet-wide request window, as in production. Ratios are medians of per-round ratios.
+ */
+import { Worker } from 'node:worker_threads';
+import { Pool as HttpPool } from 'undici';
+import { compileConfig } from '../core/config.js';
+import { createPool, type Pool } from '../core/db.js';
+import { migrate } from '../core/migrate.js';
+import { Gate } from '../gate/index.js';
+import { PrincipalStore } from '../principals/index.js';
+import { dropDatabase } from './cells.js';
+import { waitForQuiet } from './cpu.js';
+import {
+  closedLoop,
+  freshDatabase,
+  machine,
+  printTable,
+  saveResults,
+  type LoadResult,
+  type ResultEntry,
+} from './harness.js';
+import { BENCH_ARGS, BENCH_RAW_CONFIG, BENCH_TENANT, benchLedgerWith } from './http-config.js';
+
+const CELLS = ['library reserve', 'library gate call', 'HTTP reserve', 'HTTP gate call'] as const;
+type Cell = (typeof CELLS)[number];
+
+interface Options {
+  adminUrl: string;
+  postgres: string;
+  postmaster: number | null;
+  quietMaxSeconds: number;
+  levels: number[];
+  rounds: number;
+  seconds: number;
+  save: boolean;
+}
+
+/** One level of one round: every cell on its own fresh database. */
+async function round(o: Options, n: number, r: number): Promise<Record<Cell, LoadResult>> {
+  const out = {} as Record<Cell, LoadResult>;
+  for (const cell of CELLS) {
+    const name = `al_bench_http_${n}_${r}_${CELLS.indexOf(cell)}`;
+    const url = await freshDatabase(o.adminUrl, name);
+    const pool = createPool(url, { max: 20, statementTimeoutMs: 60_000, applicationName: 'bench' });
+    const client = await pool.connect();
+    await migrate(client, 'actionledger', '"actionledger"');
+    client.release();
+    try {
+      out[cell] = cell.startsWith('HTTP')
+        ? await httpCell(url, pool, cell, n, o.seconds * 1000)
+        : await libraryCell(url, pool, cell, n, o.seconds * 1000);
+    } finally {
+      await pool.end();
+      await dropDatabase(o.adminUrl, name);
+    }
+  }
+  return out;
+}
+
+const context = (w: number, i: number) => ({
+  tenant_id: BENCH_TENANT,
+  principal_id: `p-${w}`,
+  role: 'agent',
+  account_id: `acct-${w}`,
+  conversation_id: `conv-${w}`,
+  turn_id: `turn-${i}`,
+  trace_id: `trace-${i}`,
+  task_id: `task-${i}`,
+  workflow_step_id: 's1',
+});
+
+async function libraryCell(url: string, pool: Pool, cell: Cell, n: number, ms: number): Promise<LoadResult> {
+  const config = compileConfig(BENCH_RAW_CONFIG, { DATABASE_URL: url });
+  const ledger = benchLedgerWith(config, pool);
+  const gate = new Gate({ config, pool, ledger });
+  try {
+    return await closedLoop(n, ms, async (w, i) => {
+      if (cell === 'library reserve') {
+        await ledger.reserve({ ...context(w, i), approval_id: 'a1', policy_version: 'v1' }, 'issue_refund', BENCH_ARGS);
+        return;
+      }
+      const result = await gate.call(context(w, i), 'issue_refund', BENCH_ARGS);
+      if (!result.ok) throw new Error(`gate refused: ${result.error} ${result.message}`);
+    });
+  } finally {
+    ledger.stop();
+  }
+}
+
+async function httpCell(url: string, pool: Pool, cell: Cell, n: number, ms: number): Promise<LoadResult> {
+  const config = compileConfig(BENCH_RAW_CONFIG, { DATABASE_URL: url });
+  const store = new PrincipalStore(config, pool);
+  await store.add('bench-service', 'service', 'bench', 'bench');
+  for (const role of ['service', 'agent']) await store.grant('bench-service', BENCH_TENANT, role, 'bench');
+  const { token } = await store.createToken('bench-service', BENCH_TENANT, 'bench', 1, 'bench');
+  const worker = new Worker(new URL('./http-server.js', import.meta.url), {
+    workerData: { url, raw: BENCH_RAW_CONFIG },
+  });
+  const port = await new Promise<number>((resolve, reject) => {
+    worker.once('message', (m: { port: number }) => resolve(m.port));
+    worker.once('error', reject);
+  });
+  const http = new HttpPool(`http://127.0.0.1:${port}`, { connections: n, pipelining: 1 });
+  const headers = { authorization: `Bearer ${token}`, 'content-type': 'application/json' };
+  try {
+    return await closedLoop(n, ms, async (_w, i) => {
+      const body =
+        cell === 'HTTP reserve'
+          ? { tool: 'issue_refund', arguments: BENCH_ARGS, task_id: `task-${i}`, workflow_step_id: 's1' }
+          : {
+              tool: 'issue_refund',
+              arguments: BENCH_ARGS,
+              task_id: `task-${i}`,
+              workflow_step_id: 's1',
+              role: 'agent',
+            };
+      const path = cell === 'HTTP reserve' ? '/v1/operations' : '/v1/calls';
+      const res = await http.request({ method: 'POST', path, headers, body: JSON.stringify(body) });
+      const answer = (await res.body.json()) as { ok?: boolean; error?: string };
+      if (res.statusCode !== 200 || answer.ok !== true)
+        throw new Error(`${path} answered ${res.statusCode}: ${JSON.stringify(answer)}`);
+    });
+  } finally {
+    await http.close();
+    const stopped = new Promise((resolve) => worker.once('message', resolve));
+    worker.postMessage('stop');
+    await stopped;
+    await worker.terminate();
+  }
+}
+
+const median = (xs: number[]): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = Math.floor(s.length / 2);
+  return s.length % 2 === 1 ? (s[m] ?? 0) : ((s[m - 1] ?? 0) + (s[m] ?? 0)) / 2;
+};
+
+/** Runs every level `rounds` times and prints the table; replaces `runs.http` in results.json when `save`. */
+export async function runHttpBench(o: Options): Promise<void> {
+  process.stdout.write(
+    `# HTTP API against the library; PostgreSQL ${o.postgres}; ${machine()}; ${o.seconds} s per cell\n`,
+  );
+  const rows: (string | number)[][] = [];
+  const entries: ResultEntry[] = [];
+  for (const n of o.levels) {
+    const rounds: Record<Cell, LoadResult>[] = [];
+    for (let r = 0; r < o.rounds; r++) {
+      await waitForQuiet(o.postmaster, o.quietMaxSeconds * 1000);
+      const got = await round(o, n, r);
+      rounds.push(got);
+      process.stdout.write(
+        `  round ${r + 1} N=${n}: ${CELLS.map((c) => `${c} ${got[c].opsPerS.toFixed(0)}/s`).join(', ')}\n`,
+      );
+    }
+    for (const cell of CELLS) {
+      const ops = median(rounds.map((x) => x[cell].opsPerS));
+      const ratio = median(rounds.map((x) => x[cell].opsPerS / x['library reserve'].opsPerS));
+      const p50 = median(rounds.map((x) => x[cell].p50Ms));
+      const p99 = median(rounds.map((x) => x[cell].p99Ms));
+      rows.push([String(n), cell, ops, p50, p99, ratio]);
+      entries.push({
+        name: cell.replaceAll(' ', '_'),
+        concurrency: n,
+        ops_per_s: ops,
+        p50_ms: p50,
+        p99_ms: p99,
+        ratio_to_library_reserve: ratio,
+      });
+    }
+  }
+  printTable(['N', 'measurement', 'ops/s', 'p50 ms', 'p99 ms', '/ library reserve'], rows);
+  if (o.save) saveResults('http', entries, { machine: machine(), postgres: o.postgres });
+}
