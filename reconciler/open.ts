@@ -11,6 +11,7 @@ import { Compensator, type CompensationSummary } from '../compensator/index.js';
 import { CrashPoints } from '../core/crash-points.js';
 import { loadDispatchIdentity } from '../core/identity.js';
 import { runGateHousekeeping } from '../gate/index.js';
+import { PrincipalStore } from '../principals/index.js';
 import { EffectKeyer, Ledger } from '../ledger/index.js';
 import { ReconcileMetrics } from './metrics.js';
 import { Reconciler, type ReconcileSummary } from './reconciler.js';
@@ -91,15 +92,21 @@ export async function openReconciler(rt: Runtime, env: NodeJS.ProcessEnv): Promi
       let compensate: CompensationSummary = { minted: 0, completed: 0, escalated: 0 };
       // The compensator runs under the same pass lock, after the reconciliation of this pass.
       let housekeeping: Awaited<ReturnType<typeof runGateHousekeeping>> | undefined;
+      let apiWindowsPruned = 0;
       const reconcile = await reconciler.pass(async () => {
         compensate = await kit.compensator.pass();
         // The gate's expiries (approvals, abandoned proposals, with their cap holds) ride on the same schedule.
         if (rt.config.gate.tools.size > 0) housekeeping = await runGateHousekeeping(rt.config, rt.pool);
+        // The HTTP API's request windows that ended: the table stays as small as the live windows.
+        apiWindowsPruned = await new PrincipalStore(rt.config, rt.pool).pruneRateWindows();
       }, signal);
       end();
       if (reconcile.ran && reconcile.provider_errors === 0 && reconcile.errors === 0)
         metrics.lastSuccess.setToCurrentTime();
-      rt.log.info({ ...reconcile, compensations: compensate, gate: housekeeping }, 'reconciliation pass');
+      rt.log.info(
+        { ...reconcile, compensations: compensate, gate: housekeeping, api_windows_pruned: apiWindowsPruned },
+        'reconciliation pass',
+      );
       return { reconcile, compensate, ...(housekeeping === undefined ? {} : { gate: housekeeping }) };
     },
     close() {

@@ -115,6 +115,11 @@ t.test('requests over the limit are 429 with Retry-After, counted in PostgreSQL'
     "SELECT requests FROM actionledger.api_rate_windows WHERE principal_id = 'svc-1'",
   );
   t.equal(rows[0]?.requests, 6, 'the fleet-wide count is the table');
+  await f.pool.query(
+    "INSERT INTO actionledger.api_rate_windows VALUES ('tenant-a', 'svc-1', now() - interval '1 hour', 9)",
+  );
+  t.equal(await f.store.pruneRateWindows(), 1, 'an ended window is pruned');
+  t.equal(await count(f.pool, 'actionledger.api_rate_windows'), 2, 'the live windows stay');
 });
 
 t.test('hostile bodies get the structured error and change nothing', async (t) => {
