@@ -9,3 +9,4 @@ export {
   type PrincipalRow,
   type TokenRow,
 } from './store.js';
+export { PrincipalCertificates, certificateFingerprint, type CertificateRow } from './certificates.js';

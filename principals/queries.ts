@@ -107,4 +107,45 @@ export const principalQueries = {
 
   /** The roles a principal holds in a tenant (the CLI's token check and the mTLS mapping). */
   rolesHeld: `SELECT role FROM @schema.principal_roles WHERE principal_id = $1 AND tenant_id = $2 ORDER BY role`,
+
+  certificateInsert: `
+    INSERT INTO @schema.principal_certificates
+      (fingerprint_sha256, principal_id, tenant_id, subject, not_after, created_by)
+    VALUES ($1, $2, $3, $4, $5, $6)
+    ON CONFLICT (fingerprint_sha256) DO NOTHING RETURNING fingerprint_sha256`,
+
+  certificateRevoke: `
+    UPDATE @schema.principal_certificates SET revoked_at = now(), revoked_by = $2
+    WHERE fingerprint_sha256 = $1 AND revoked_at IS NULL RETURNING principal_id`,
+
+  certificateSelect: `SELECT principal_id FROM @schema.principal_certificates WHERE fingerprint_sha256 = $1`,
+
+  certificateList: `
+    SELECT fingerprint_sha256, principal_id, tenant_id, subject, not_after, created_at, created_by, revoked_at,
+           revoked_at IS NULL AND not_after > now() AS active
+    FROM @schema.principal_certificates
+    WHERE ($1::text IS NULL OR principal_id = $1) AND ($2::text IS NULL OR tenant_id = $2)
+    ORDER BY created_at, fingerprint_sha256`,
+
+  /** As {@link principalQueries.authenticate}, for a verified client certificate by its fingerprint ($1). */
+  authenticateCertificate: `
+    WITH cert AS (
+      SELECT c.fingerprint_sha256, c.principal_id, c.tenant_id, c.revoked_at IS NOT NULL AS revoked,
+             c.not_after <= now() AS expired, p.kind,
+             ARRAY(SELECT r.role FROM @schema.principal_roles r
+                   WHERE r.principal_id = c.principal_id AND r.tenant_id = c.tenant_id ORDER BY r.role) AS roles
+      FROM @schema.principal_certificates c JOIN @schema.principals p ON p.principal_id = c.principal_id
+      WHERE c.fingerprint_sha256 = $1
+    ),
+    counted AS (
+      INSERT INTO @schema.api_rate_windows AS w (tenant_id, principal_id, window_start, requests)
+      SELECT tenant_id, principal_id, to_timestamp(floor(extract(epoch FROM now()) / $2) * $2), 1
+      FROM cert WHERE NOT revoked AND NOT expired
+      ON CONFLICT (tenant_id, principal_id, window_start) DO UPDATE SET requests = w.requests + 1
+      RETURNING requests, window_start
+    )
+    SELECT cert.fingerprint_sha256, cert.principal_id, cert.tenant_id, cert.kind, cert.roles, cert.revoked,
+           cert.expired, counted.requests,
+           ceil(extract(epoch FROM counted.window_start + make_interval(secs => $2) - now()))::int AS window_left_s
+    FROM cert LEFT JOIN counted ON true`,
 } as const;

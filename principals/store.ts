@@ -11,11 +11,13 @@
  * dispatch. The revoked principal's votes on approvals still pending in that tenant stop counting.
  */
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
-import { bindQueries, withTransaction, type Pool, type Queryable } from '../core/db.js';
-import { ActionLedgerError, asActionLedgerError } from '../core/errors.js';
+import { bindQueries, type Pool, type Queryable } from '../core/db.js';
+import { ActionLedgerError } from '../core/errors.js';
 import { identifier } from '../core/identifier.js';
 import type { Config } from '../core/config.js';
-import { AuditWriter, type AuditEntry } from '../gate/index.js';
+import { AuditWriter } from '../gate/index.js';
+import { audited, mustExist } from './audited.js';
+import { PrincipalCertificates } from './certificates.js';
 import { principalQueries } from './queries.js';
 
 export type PrincipalKind = 'service' | 'person';
@@ -75,12 +77,15 @@ export class PrincipalStore {
   readonly #q: Readonly<typeof principalQueries>;
   readonly #audit: AuditWriter;
   readonly #config: Config;
+  /** Client certificates mapped to principals (principals/certificates.ts). */
+  readonly certificates: PrincipalCertificates;
 
   constructor(config: Config, pool: Pool, audit?: AuditWriter) {
     this.#config = config;
     this.#pool = pool;
     this.#q = bindQueries(principalQueries, config.schemaQuoted);
     this.#audit = audit ?? new AuditWriter({ config, pool });
+    this.certificates = new PrincipalCertificates(config, pool, this.#audit);
   }
 
   /** Adds a principal; returns false when one of that id exists (nothing changed). Throws `invalid_context`. */
@@ -91,10 +96,16 @@ export class PrincipalStore {
         details: { field: 'kind' },
       });
     const name = displayName.trim() === '' ? id : identifier('display_name', displayName);
-    return this.#audited({ action: 'principal', outcome: 'added', context: { principal_id: id } }, actor, async (c) => {
-      const { rowCount } = await c.query(this.#q.principalInsert, [id, kind, name, actor]);
-      return rowCount !== 0;
-    });
+    return audited(
+      this.#pool,
+      this.#audit,
+      { action: 'principal', outcome: 'added', context: { principal_id: id } },
+      actor,
+      async (c) => {
+        const { rowCount } = await c.query(this.#q.principalInsert, [id, kind, name, actor]);
+        return rowCount !== 0;
+      },
+    );
   }
 
   /**
@@ -107,11 +118,13 @@ export class PrincipalStore {
       identifier('tenant_id', tenantId),
       identifier('role', role),
     ];
-    return this.#audited(
+    return audited(
+      this.#pool,
+      this.#audit,
       { action: 'role', outcome: 'granted', context: { tenant_id: tenant, principal_id: id, role: r } },
       actor,
       async (c) => {
-        await this.#mustExist(c, id);
+        await mustExist(c, this.#q, id);
         const { rowCount } = await c.query(this.#q.grantInsert, [id, tenant, r, actor]);
         await c.query(this.#q.revocationClear, [tenant, id, r]);
         return rowCount !== 0;
@@ -136,7 +149,9 @@ export class PrincipalStore {
       identifier('role', role),
     ];
     let withdrawn: string[] = [];
-    await this.#audited(
+    await audited(
+      this.#pool,
+      this.#audit,
       { action: 'role', outcome: 'revoked', context: { tenant_id: tenant, principal_id: id, role: r } },
       actor,
       async (c) => {
@@ -183,11 +198,13 @@ export class PrincipalStore {
     const tokenId = randomUUID();
     const token = `alt_${randomBytes(32).toString('base64url')}`;
     let expires = '';
-    await this.#audited(
+    await audited(
+      this.#pool,
+      this.#audit,
       { action: 'token', outcome: 'created', context: { tenant_id: tenant, principal_id: id }, subjectId: tokenId },
       actor,
       async (c) => {
-        await this.#mustExist(c, id);
+        await mustExist(c, this.#q, id);
         const roles = await c.query(this.#q.rolesHeld, [id, tenant]);
         if (roles.rowCount === 0)
           throw new ActionLedgerError('permission_denied', `${id} holds no role in tenant ${tenant}: grant one first`, {
@@ -213,12 +230,18 @@ export class PrincipalStore {
   async revokeToken(tokenId: string, actor: string): Promise<boolean> {
     if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(tokenId))
       throw new ActionLedgerError('not_found', 'there is no token with that id');
-    return this.#audited({ action: 'token', outcome: 'revoked', subjectId: tokenId }, actor, async (c) => {
-      const found = await c.query(this.#q.tokenSelect, [tokenId]);
-      if (found.rowCount === 0) throw new ActionLedgerError('not_found', 'there is no token with that id');
-      const { rowCount } = await c.query(this.#q.tokenRevoke, [tokenId, actor]);
-      return rowCount !== 0;
-    });
+    return audited(
+      this.#pool,
+      this.#audit,
+      { action: 'token', outcome: 'revoked', subjectId: tokenId },
+      actor,
+      async (c) => {
+        const found = await c.query(this.#q.tokenSelect, [tokenId]);
+        if (found.rowCount === 0) throw new ActionLedgerError('not_found', 'there is no token with that id');
+        const { rowCount } = await c.query(this.#q.tokenRevoke, [tokenId, actor]);
+        return rowCount !== 0;
+      },
+    );
   }
 
   /** Tokens (never their hashes), of one principal and/or tenant, or all. */
@@ -263,35 +286,9 @@ export class PrincipalStore {
     const { rowCount } = await this.#pool.query(this.#q.rateWindowPrune, [this.#config.api.rateLimit.windowS]);
     return rowCount ?? 0;
   }
-
-  async #mustExist(c: Queryable, id: string): Promise<void> {
-    if ((await c.query(this.#q.principalSelect, [id])).rowCount === 0)
-      throw new ActionLedgerError('not_found', `there is no principal ${JSON.stringify(id)}: add it first`, {
-        details: { principal_id: id },
-      });
-  }
-
-  /** Runs `fn` in a transaction with its audit row (the actor in detail.by); throws coded errors. */
-  async #audited<T>(
-    entry: AuditEntry,
-    actor: string,
-    fn: (c: Queryable) => Promise<T>,
-    detail: () => Record<string, unknown> = () => ({}),
-  ): Promise<T> {
-    const by = identifier('actor', actor);
-    try {
-      return await withTransaction(this.#pool, async (c) => {
-        const out = await fn(c);
-        await this.#audit.decision(c, { ...entry, detail: { ...entry.detail, ...detail(), by } });
-        return out;
-      });
-    } catch (err) {
-      throw asActionLedgerError(err);
-    }
-  }
 }
 
-function unauthenticated(reason: 'malformed' | 'unknown' | 'expired' | 'revoked'): ActionLedgerError {
+export function unauthenticated(reason: 'malformed' | 'unknown' | 'expired' | 'revoked'): ActionLedgerError {
   const messages = {
     malformed: 'the bearer token is malformed',
     unknown: 'the bearer token is not known',

@@ -4,11 +4,13 @@
  * trusted context of a call is built here from the caller, never from the body: the tenant is always the
  * token's, and only a caller whose role is granted `act_for_users` may name the end user it acts for.
  */
+import type { TLSSocket } from 'node:tls';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { ApiCapability } from '../../core/config-api.js';
 import { ActionLedgerError } from '../../core/errors.js';
 import { identifier } from '../../core/identifier.js';
 import type { GateContext, Reviewer } from '../../gate/index.js';
+import { certificateFingerprint } from '../../principals/index.js';
 import type { ApiDeps, Caller } from './types.js';
 
 /** The `onRequest` hook: authenticates, counts, and checks the route's capability. */
@@ -16,21 +18,7 @@ export function authenticateHook(deps: ApiDeps) {
   return async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
     const config = request.routeOptions.config;
     if (config.public === true) return;
-    const header = request.headers.authorization;
-    const match = typeof header === 'string' ? /^Bearer ([^\s]+)$/i.exec(header) : null;
-    if (match === null) {
-      reply.header('www-authenticate', 'Bearer');
-      throw new ActionLedgerError('unauthenticated', 'send Authorization: Bearer <token>', {
-        details: { reason: 'missing' },
-      });
-    }
-    let caller: Caller;
-    try {
-      caller = await deps.principals.authenticate(match[1] ?? '');
-    } catch (err) {
-      reply.header('www-authenticate', 'Bearer error="invalid_token"');
-      throw err;
-    }
+    const caller = await credentialOf(deps, request, reply);
     request.caller = caller;
     const limit = deps.config.api.rateLimit;
     if (caller.requests > limit.requests) {
@@ -44,6 +32,35 @@ export function authenticateHook(deps: ApiDeps) {
     }
     if (config.capability !== undefined) requireCapability(deps, caller, config.capability);
   };
+}
+
+/**
+ * The caller of a request: by its bearer token, or, with none and a listener that asks for client
+ * certificates, by the verified certificate's mapping. Throws `unauthenticated`.
+ */
+async function credentialOf(deps: ApiDeps, request: FastifyRequest, reply: FastifyReply): Promise<Caller> {
+  const header = request.headers.authorization;
+  if (header === undefined) {
+    const socket = request.raw.socket as Partial<TLSSocket>;
+    if (deps.config.http.tls?.clientCaFile != null && socket.authorized === true && socket.getPeerCertificate) {
+      const fingerprint = socket.getPeerCertificate().fingerprint256;
+      if (typeof fingerprint === 'string' && fingerprint !== '')
+        return deps.principals.certificates.authenticate(certificateFingerprint(fingerprint));
+    }
+  }
+  const match = typeof header === 'string' ? /^Bearer ([^\s]+)$/i.exec(header) : null;
+  if (match === null) {
+    reply.header('www-authenticate', 'Bearer');
+    throw new ActionLedgerError('unauthenticated', 'send Authorization: Bearer <token>', {
+      details: { reason: 'missing' },
+    });
+  }
+  try {
+    return await deps.principals.authenticate(match[1] ?? '');
+  } catch (err) {
+    reply.header('www-authenticate', 'Bearer error="invalid_token"');
+    throw err;
+  }
 }
 
 /** Whether one of the caller's roles is granted the capability. */

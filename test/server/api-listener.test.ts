@@ -12,6 +12,7 @@ import { request as httpsRequest } from 'node:https';
 import { compileConfig } from '../../core/config.js';
 import { openRuntime } from '../../core/runtime.js';
 import { EffectKeyer, Ledger } from '../../ledger/index.js';
+import { PrincipalStore } from '../../principals/index.js';
 import { HttpServer } from '../../server/index.js';
 import { baseToolConfig, createTestDatabase, TEST_SECRET } from '../helpers/db.js';
 import { freePort } from '../helpers/net.js';
@@ -83,3 +84,103 @@ t.test('with http.tls the API is HTTPS only; stop is safe to repeat; a taken por
   await server.stop();
   t.pass('stop twice');
 });
+
+t.test(
+  'with a client CA, a mapped client certificate authenticates its principal; bearer tokens still work',
+  async (t) => {
+    const url = await createTestDatabase(t);
+    const pki = await testPki();
+    const dir = mkdtempSync(join(tmpdir(), 'al-mtls-'));
+    writeFileSync(join(dir, 'cert.pem'), pki.server.cert);
+    writeFileSync(join(dir, 'key.pem'), pki.server.key);
+    writeFileSync(join(dir, 'ca.pem'), pki.ca.cert);
+    const port = await freePort();
+    const config = compileConfig(
+      {
+        tools: baseToolConfig,
+        http: {
+          host: '127.0.0.1',
+          port,
+          tls: { cert_file: 'cert.pem', key_file: 'key.pem', client_ca_file: 'ca.pem' },
+        },
+        api: { permissions: { kill_switch: ['operator'] } },
+      },
+      env(url),
+      { cwd: dir },
+    );
+    const rt = await openRuntime({ name: 'test-mtls', config, env: env(url), migrate: true, defaultMetrics: false });
+    const ledger = new Ledger(rt.config, rt.pool, new EffectKeyer(rt.effectKeys));
+    const server = new HttpServer({ runtime: rt, ledger });
+    t.teardown(async () => {
+      await server.stop();
+      ledger.stop();
+      await rt.close();
+    });
+    await server.start();
+    const store = new PrincipalStore(rt.config, rt.pool);
+    await store.add('svc-cert', 'service', 'Certificate service', 'test');
+    await store.grant('svc-cert', 'tenant-a', 'operator', 'test');
+    const fingerprint = await store.certificates.add('svc-cert', 'tenant-a', pki.client.cert, 'test');
+    await t.rejects(store.certificates.add('svc-cert', 'tenant-a', pki.client.cert, 'test'), {
+      code: 'operation_conflict',
+    });
+    await t.rejects(store.certificates.add('svc-cert', 'tenant-a', 'not a cert', 'test'), { code: 'invalid_request' });
+
+    const get = (path: string, client?: { cert: string; key: string }, token?: string) =>
+      new Promise<{ status: number; body: Record<string, unknown> }>((resolve, reject) => {
+        const req = httpsRequest(
+          {
+            host: '127.0.0.1',
+            port,
+            path,
+            ca: pki.ca.cert,
+            servername: 'localhost',
+            ...(client ?? {}),
+            ...(token === undefined ? {} : { headers: { authorization: `Bearer ${token}` } }),
+          },
+          (res) => {
+            let body = '';
+            res.on('data', (c: Buffer) => (body += c.toString()));
+            res.on('end', () =>
+              resolve({ status: res.statusCode ?? 0, body: JSON.parse(body) as Record<string, unknown> }),
+            );
+          },
+        );
+        req.on('error', reject);
+        req.end();
+      });
+
+    const mapped = await get('/v1/status', pki.client);
+    t.equal(mapped.status, 200);
+    t.match(mapped.body, {
+      principal_id: 'svc-cert',
+      tenant_id: 'tenant-a',
+      roles: ['operator'],
+      token_id: `certificate:${fingerprint}`,
+    });
+    t.equal((await get('/v1/kill-switches', pki.client)).status, 200, 'its roles apply');
+    t.match(
+      await get('/v1/status', pki.otherClient),
+      { status: 401, body: { error: 'unauthenticated' } },
+      'another CA: nobody',
+    );
+    t.match(await get('/v1/status'), { status: 401 }, 'no certificate, no token: nobody');
+
+    const { token } = await store.createToken('svc-cert', 'tenant-a', 'x', 1, 'test');
+    t.match(
+      await get('/v1/status', undefined, token),
+      { status: 200, body: { token_id: String } },
+      'a bearer token still works',
+    );
+
+    t.equal(await store.certificates.revoke(fingerprint, 'security-team'), true);
+    t.match(
+      await get('/v1/status', pki.client),
+      { status: 401, body: { details: { reason: 'revoked', credential: 'certificate' } } },
+      'a revoked mapping is refused on the next request',
+    );
+    t.match(await store.certificates.list({ principal_id: 'svc-cert' }), [
+      { fingerprint_sha256: fingerprint, active: false },
+    ]);
+  },
+);
