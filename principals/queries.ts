@@ -1,4 +1,20 @@
 /** The principal store's SQL, fixed text with `$n` parameters; `@schema.` is bound once at start (core/db.ts). */
+/**
+ * The `counted` CTE: this request counted in the caller's current window ($2 seconds, aligned to the epoch by
+ * the database clock), only for a credential (the CTE named `credential`) that may be used.
+ */
+const countRequest = (credential: string): string => `counted AS (
+      INSERT INTO @schema.api_rate_windows AS w (tenant_id, principal_id, window_start, requests)
+      SELECT tenant_id, principal_id, to_timestamp(floor(extract(epoch FROM now()) / $2) * $2), 1
+      FROM ${credential} WHERE NOT revoked AND NOT expired
+      ON CONFLICT (tenant_id, principal_id, window_start) DO UPDATE SET requests = w.requests + 1
+      RETURNING requests, window_start
+    )`;
+
+/** The count and the whole seconds left in the window, from `counted`. */
+const windowCount = `counted.requests,
+           ceil(extract(epoch FROM counted.window_start + make_interval(secs => $2) - now()))::int AS window_left_s`;
+
 export const principalQueries = {
   principalInsert: `
     INSERT INTO @schema.principals (principal_id, kind, display_name, created_by) VALUES ($1, $2, $3, $4)
@@ -84,21 +100,14 @@ export const principalQueries = {
       FROM @schema.api_tokens t JOIN @schema.principals p ON p.principal_id = t.principal_id
       WHERE t.token_sha256 = $1
     ),
-    counted AS (
-      INSERT INTO @schema.api_rate_windows AS w (tenant_id, principal_id, window_start, requests)
-      SELECT tenant_id, principal_id, to_timestamp(floor(extract(epoch FROM now()) / $2) * $2), 1
-      FROM tok WHERE NOT revoked AND NOT expired
-      ON CONFLICT (tenant_id, principal_id, window_start) DO UPDATE SET requests = w.requests + 1
-      RETURNING requests, window_start
-    ),
+    ${countRequest('tok')},
     touched AS (
       UPDATE @schema.api_tokens t SET last_used_at = now()
       FROM tok WHERE t.token_id = tok.token_id AND tok.touch AND NOT tok.revoked AND NOT tok.expired
       RETURNING t.token_id
     )
     SELECT tok.token_id, tok.principal_id, tok.tenant_id, tok.kind, tok.roles, tok.revoked, tok.expired,
-           counted.requests,
-           ceil(extract(epoch FROM counted.window_start + make_interval(secs => $2) - now()))::int AS window_left_s
+           ${windowCount}
     FROM tok LEFT JOIN counted ON true`,
 
   /** Request windows that ended over a minute ago. */
@@ -137,15 +146,8 @@ export const principalQueries = {
       FROM @schema.principal_certificates c JOIN @schema.principals p ON p.principal_id = c.principal_id
       WHERE c.fingerprint_sha256 = $1
     ),
-    counted AS (
-      INSERT INTO @schema.api_rate_windows AS w (tenant_id, principal_id, window_start, requests)
-      SELECT tenant_id, principal_id, to_timestamp(floor(extract(epoch FROM now()) / $2) * $2), 1
-      FROM cert WHERE NOT revoked AND NOT expired
-      ON CONFLICT (tenant_id, principal_id, window_start) DO UPDATE SET requests = w.requests + 1
-      RETURNING requests, window_start
-    )
+    ${countRequest('cert')}
     SELECT cert.fingerprint_sha256, cert.principal_id, cert.tenant_id, cert.kind, cert.roles, cert.revoked,
-           cert.expired, counted.requests,
-           ceil(extract(epoch FROM counted.window_start + make_interval(secs => $2) - now()))::int AS window_left_s
+           cert.expired, ${windowCount}
     FROM cert LEFT JOIN counted ON true`,
 } as const;

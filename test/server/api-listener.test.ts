@@ -4,7 +4,7 @@
  * `http.tls` the API answers over HTTPS with the configured certificate and refuses plain HTTP; stop is safe
  * to repeat; a taken port is `port_in_use`.
  */
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -35,18 +35,19 @@ t.test('a non-loopback bind needs TLS or an explicit allowance', (t) => {
   t.end();
 });
 
-t.test('with http.tls the API is HTTPS only; stop is safe to repeat; a taken port is port_in_use', async (t) => {
+/** The service's listener with `http.tls` (and a client CA when asked), over a fresh database. */
+async function tlsService(t: Test, clientCa: boolean, api: Record<string, unknown> = {}) {
   const url = await createTestDatabase(t);
   const pki = await testPki();
   const dir = mkdtempSync(join(tmpdir(), 'al-tls-'));
   writeFileSync(join(dir, 'cert.pem'), pki.server.cert);
   writeFileSync(join(dir, 'key.pem'), pki.server.key);
+  writeFileSync(join(dir, 'ca.pem'), pki.ca.cert);
   const port = await freePort();
-  const config = compileConfig(
-    { tools: baseToolConfig, http: { host: '127.0.0.1', port, tls: { cert_file: 'cert.pem', key_file: 'key.pem' } } },
-    env(url),
-    { cwd: dir },
-  );
+  const tls = { cert_file: 'cert.pem', key_file: 'key.pem', ...(clientCa ? { client_ca_file: 'ca.pem' } : {}) };
+  const config = compileConfig({ tools: baseToolConfig, http: { host: '127.0.0.1', port, tls }, api }, env(url), {
+    cwd: dir,
+  });
   const rt = await openRuntime({ name: 'test-listener', config, env: env(url), migrate: true, defaultMetrics: false });
   const ledger = new Ledger(rt.config, rt.pool, new EffectKeyer(rt.effectKeys));
   const server = new HttpServer({ runtime: rt, ledger });
@@ -55,22 +56,39 @@ t.test('with http.tls the API is HTTPS only; stop is safe to repeat; a taken por
     ledger.stop();
     await rt.close();
   });
-  const address = await server.start();
-  t.equal(address.port, port);
+  return { rt, ledger, server, pki, port };
+}
 
-  const answer = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+/** A GET over HTTPS trusting the test CA, with a client certificate and/or a bearer token. */
+function httpsGet(
+  port: number,
+  path: string,
+  ca: string,
+  o: { client?: { cert: string; key: string }; token?: string } = {},
+): Promise<{ status: number; text: string; body: Record<string, unknown> }> {
+  return new Promise((resolve, reject) => {
+    const headers = o.token === undefined ? {} : { authorization: `Bearer ${o.token}` };
     const req = httpsRequest(
-      { host: '127.0.0.1', port, path: '/readyz', ca: pki.ca.cert, servername: 'localhost' },
+      { host: '127.0.0.1', port, path, ca, servername: 'localhost', headers, ...(o.client ?? {}) },
       (res) => {
-        let body = '';
-        res.on('data', (c: Buffer) => (body += c.toString()));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+        let text = '';
+        res.on('data', (c: Buffer) => (text += c.toString()));
+        res.on('end', () =>
+          resolve({ status: res.statusCode ?? 0, text, body: JSON.parse(text) as Record<string, unknown> }),
+        );
       },
     );
     req.on('error', reject);
     req.end();
   });
-  t.same(answer, { status: 200, body: '{"ok":true}' }, 'HTTPS with the configured certificate');
+}
+
+t.test('with http.tls the API is HTTPS only; stop is safe to repeat; a taken port is port_in_use', async (t) => {
+  const { rt, ledger, server, pki, port } = await tlsService(t, false);
+  const address = await server.start();
+  t.equal(address.port, port);
+  const answer = await httpsGet(port, '/readyz', pki.ca.cert);
+  t.same([answer.status, answer.text], [200, '{"ok":true}'], 'HTTPS with the configured certificate');
   const plain = await fetch(`http://127.0.0.1:${port}/readyz`).then(
     (r) => r.status,
     () => 'refused',
@@ -88,34 +106,7 @@ t.test('with http.tls the API is HTTPS only; stop is safe to repeat; a taken por
 t.test(
   'with a client CA, a mapped client certificate authenticates its principal; bearer tokens still work',
   async (t) => {
-    const url = await createTestDatabase(t);
-    const pki = await testPki();
-    const dir = mkdtempSync(join(tmpdir(), 'al-mtls-'));
-    writeFileSync(join(dir, 'cert.pem'), pki.server.cert);
-    writeFileSync(join(dir, 'key.pem'), pki.server.key);
-    writeFileSync(join(dir, 'ca.pem'), pki.ca.cert);
-    const port = await freePort();
-    const config = compileConfig(
-      {
-        tools: baseToolConfig,
-        http: {
-          host: '127.0.0.1',
-          port,
-          tls: { cert_file: 'cert.pem', key_file: 'key.pem', client_ca_file: 'ca.pem' },
-        },
-        api: { permissions: { kill_switch: ['operator'] } },
-      },
-      env(url),
-      { cwd: dir },
-    );
-    const rt = await openRuntime({ name: 'test-mtls', config, env: env(url), migrate: true, defaultMetrics: false });
-    const ledger = new Ledger(rt.config, rt.pool, new EffectKeyer(rt.effectKeys));
-    const server = new HttpServer({ runtime: rt, ledger });
-    t.teardown(async () => {
-      await server.stop();
-      ledger.stop();
-      await rt.close();
-    });
+    const { rt, server, pki, port } = await tlsService(t, true, { permissions: { kill_switch: ['operator'] } });
     await server.start();
     const store = new PrincipalStore(rt.config, rt.pool);
     await store.add('svc-cert', 'service', 'Certificate service', 'test');
@@ -125,32 +116,9 @@ t.test(
       code: 'operation_conflict',
     });
     await t.rejects(store.certificates.add('svc-cert', 'tenant-a', 'not a cert', 'test'), { code: 'invalid_request' });
+    const get = (path: string, o: Parameters<typeof httpsGet>[3] = {}) => httpsGet(port, path, pki.ca.cert, o);
 
-    const get = (path: string, client?: { cert: string; key: string }, token?: string) =>
-      new Promise<{ status: number; body: Record<string, unknown> }>((resolve, reject) => {
-        const req = httpsRequest(
-          {
-            host: '127.0.0.1',
-            port,
-            path,
-            ca: pki.ca.cert,
-            servername: 'localhost',
-            ...(client ?? {}),
-            ...(token === undefined ? {} : { headers: { authorization: `Bearer ${token}` } }),
-          },
-          (res) => {
-            let body = '';
-            res.on('data', (c: Buffer) => (body += c.toString()));
-            res.on('end', () =>
-              resolve({ status: res.statusCode ?? 0, body: JSON.parse(body) as Record<string, unknown> }),
-            );
-          },
-        );
-        req.on('error', reject);
-        req.end();
-      });
-
-    const mapped = await get('/v1/status', pki.client);
+    const mapped = await get('/v1/status', { client: pki.client });
     t.equal(mapped.status, 200);
     t.match(mapped.body, {
       principal_id: 'svc-cert',
@@ -158,9 +126,9 @@ t.test(
       roles: ['operator'],
       token_id: `certificate:${fingerprint}`,
     });
-    t.equal((await get('/v1/kill-switches', pki.client)).status, 200, 'its roles apply');
+    t.equal((await get('/v1/kill-switches', { client: pki.client })).status, 200, 'its roles apply');
     t.match(
-      await get('/v1/status', pki.otherClient),
+      await get('/v1/status', { client: pki.otherClient }),
       { status: 401, body: { error: 'unauthenticated' } },
       'another CA: nobody',
     );
@@ -168,14 +136,14 @@ t.test(
 
     const { token } = await store.createToken('svc-cert', 'tenant-a', 'x', 1, 'test');
     t.match(
-      await get('/v1/status', undefined, token),
+      await get('/v1/status', { token }),
       { status: 200, body: { token_id: String } },
       'a bearer token still works',
     );
 
     t.equal(await store.certificates.revoke(fingerprint, 'security-team'), true);
     t.match(
-      await get('/v1/status', pki.client),
+      await get('/v1/status', { client: pki.client }),
       { status: 401, body: { details: { reason: 'revoked', credential: 'certificate' } } },
       'a revoked mapping is refused on the next request',
     );
