@@ -2,7 +2,7 @@
  * Prometheus metrics, named by the conventions (`actionledger_` prefix, base units, `_total` counters).
  * One registry per process; the fleet's parent aggregates its workers' registries.
  */
-import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 
 export type CollectFn = () => Promise<void>;
 
@@ -28,6 +28,8 @@ export class Metrics {
   readonly outboxDepth: Gauge;
   readonly oldestPendingAge: Gauge;
   readonly auditLost: Counter<'action'>;
+  readonly apiRequests: Counter<'route' | 'method' | 'status'>;
+  readonly apiSeconds: Histogram<'route' | 'method'>;
 
   /**
    * `ledger: false` (dispatcher workers) registers no ledger-wide metrics: in the fleet only the parent
@@ -70,6 +72,19 @@ export class Metrics {
       name: 'actionledger_audit_lost_total',
       help: 'Gate decisions (all refusals: an allow is never answered unaudited) whose audit row could not be written, even as a fallback row; each is in the log instead.',
       labelNames: ['action'],
+      registers,
+    });
+    this.apiRequests = new Counter({
+      name: 'actionledger_api_requests_total',
+      help: 'HTTP API requests answered, by route pattern (never the raw path), method and status.',
+      labelNames: ['route', 'method', 'status'],
+      registers,
+    });
+    this.apiSeconds = new Histogram({
+      name: 'actionledger_api_request_seconds',
+      help: 'HTTP API request time, from the request to the answer sent, by route pattern and method.',
+      labelNames: ['route', 'method'],
+      buckets: [0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
       registers,
     });
   }

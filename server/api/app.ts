@@ -50,15 +50,14 @@ export async function buildApi(deps: ApiDeps, options: { https?: Record<string, 
   });
   app.addHook('onRequest', authenticateHook(deps));
   app.addHook('onResponse', auditHook(deps));
+  app.addHook('onResponse', metricsHook(deps));
   app.setErrorHandler((err: FastifyError, request, reply) => sendError(deps, request, reply, err));
   app.setNotFoundHandler((request, reply) =>
-    reply
-      .code(404)
-      .send({
-        ok: false,
-        error: 'not_found',
-        message: `no route ${request.method} ${(request.url.split('?')[0] ?? '').slice(0, 200)}`,
-      }),
+    reply.code(404).send({
+      ok: false,
+      error: 'not_found',
+      message: `no route ${request.method} ${(request.url.split('?')[0] ?? '').slice(0, 200)}`,
+    }),
   );
   for (const register of ROUTE_GROUPS) register(app, deps);
   app.get(
@@ -176,5 +175,18 @@ function auditHook(deps: ApiDeps) {
         token_id: request.caller.token_id,
       },
     });
+  };
+}
+
+/** Counts each answer by route pattern (unmatched paths as one label, so a scan cannot grow the series) and status. */
+function metricsHook(deps: ApiDeps) {
+  return (request: FastifyRequest, reply: FastifyReply, done: () => void): void => {
+    const metrics = deps.metrics;
+    if (metrics !== undefined) {
+      const route = request.routeOptions.url ?? 'unmatched';
+      metrics.apiRequests.inc({ route, method: request.method, status: String(reply.statusCode) });
+      metrics.apiSeconds.observe({ route, method: request.method }, reply.elapsedTime / 1000);
+    }
+    done();
   };
 }

@@ -27,6 +27,13 @@ t.test('probes are public; everything under /v1 but the OpenAPI document needs a
   }
   const scheme = await f.call('GET', '/v1/status', { headers: { authorization: 'Basic Zm9vOmJhcg==' } });
   t.equal(scheme.status, 401, 'another scheme is no credential');
+  await f.call('GET', '/v1/no/such/path/8f3a');
+  const metrics = (await f.call('GET', '/metrics')).text;
+  t.match(metrics, /actionledger_api_requests_total\{route="\/v1\/status",method="GET",status="401"\} 4/);
+  // Without a credential an unknown path is 401 like any other: a scan learns nothing of the routes.
+  t.match(metrics, /actionledger_api_requests_total\{route="unmatched",method="GET",status="401"\} 1/);
+  t.notMatch(metrics, /8f3a/, 'a raw path never becomes a label');
+  t.match(metrics, /actionledger_api_request_seconds_count\{route="\/v1\/status",method="GET"\} 4/);
 });
 
 t.test('the status route tells the caller who it is; the tenant is the token’s', async (t) => {
