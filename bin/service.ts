@@ -23,6 +23,7 @@ import { openRuntime, type Runtime } from '../core/runtime.js';
 import { acquireServiceLock } from '../core/service-lock.js';
 import { isConnectionError } from '../core/sqlstate.js';
 import { EffectKeyer, Ledger } from '../ledger/index.js';
+import { readGateStatus } from '../gate/index.js';
 import { HttpServer } from '../server/index.js';
 import { printRefusal } from './cli-util.js';
 import { SERVICE_QUERIES } from './queries.js';
@@ -278,7 +279,11 @@ class Service {
         const fleetMetrics = workers > 0 ? await aggregator.clusterMetrics() : '';
         return { contentType: rt.metrics.registry.contentType, body: `${own}\n${fleetMetrics}` };
       },
-      beforeScrape: () => rt.metrics.readLedger(() => ledger.status()),
+      beforeScrape: () =>
+        rt.metrics.readLedger(async () => ({
+          ...(await ledger.status()),
+          gate: await readGateStatus(rt.pool, rt.config.schemaQuoted),
+        })),
     });
     const addr = await http.start();
     this.#stops.push({ name: 'http', run: () => http.stop() });

@@ -11,6 +11,15 @@ export interface LedgerReading {
   by_status: Readonly<Record<string, number>>;
   outbox_depth: number;
   oldest_pending_age_s: number | null;
+  /** The gate's state (gate/status.ts), when this process reads it. */
+  gate?: {
+    approvals_pending: number;
+    approvals_overdue: number;
+    proposals_open: number;
+    cap_holds_open: number;
+    kill_switches_engaged: number;
+    oldest_kill_switch_age_s: number | null;
+  };
 }
 
 export class Metrics {
@@ -29,6 +38,8 @@ export class Metrics {
   readonly oldestPendingAge: Gauge;
   readonly auditLost: Counter<'action'>;
   readonly apiRequests: Counter<'route' | 'method' | 'status'>;
+  readonly gateCalls: Counter<'tool' | 'outcome'>;
+  readonly gateGauges: Readonly<Record<keyof NonNullable<LedgerReading['gate']>, Gauge>>;
   readonly apiSeconds: Histogram<'route' | 'method'>;
 
   /**
@@ -74,6 +85,13 @@ export class Metrics {
       labelNames: ['action'],
       registers,
     });
+    this.gateCalls = new Counter({
+      name: 'actionledger_gate_calls_total',
+      help: "Tool calls through this process's gate (the HTTP API's), by tool and outcome: allowed, or the refusal code (rate_limited, approval_required, ...).",
+      labelNames: ['tool', 'outcome'],
+      registers,
+    });
+    this.gateGauges = gateGauges(gauges);
     this.apiRequests = new Counter({
       name: 'actionledger_api_requests_total',
       help: 'HTTP API requests answered, by route pattern (never the raw path), method and status.',
@@ -106,6 +124,9 @@ export class Metrics {
     for (const [status, n] of Object.entries(s.by_status)) this.operations.set({ status }, n);
     this.outboxDepth.set(s.outbox_depth);
     this.oldestPendingAge.set(s.oldest_pending_age_s ?? 0);
+    if (s.gate !== undefined)
+      for (const [name, gauge] of Object.entries(this.gateGauges))
+        gauge.set(s.gate[name as keyof typeof this.gateGauges] ?? 0);
     this.databaseUp.set(1);
     this.#ledgerRead = true;
   }
@@ -115,4 +136,23 @@ export class Metrics {
     const own = await this.registry.metrics();
     return this.#ledgerRead ? `${own}\n${await this.ledgerGauges.metrics()}` : own;
   }
+}
+
+/** The gate's gauges, read at scrape time beside the ledger's (and absent with them while the database is down). */
+function gateGauges(registers: Registry[]): Metrics['gateGauges'] {
+  const gauge = (name: string, help: string) => new Gauge({ name: `actionledger_gate_${name}`, help, registers });
+  return {
+    approvals_pending: gauge('approvals_pending', 'Approvals waiting for a person.'),
+    approvals_overdue: gauge(
+      'approvals_overdue',
+      'Pending approvals past their TTL that housekeeping has not yet expired (the schedule is behind).',
+    ),
+    proposals_open: gauge('proposals_open', 'Proposals proposed or confirmed, not yet executed, cancelled or expired.'),
+    cap_holds_open: gauge('cap_holds_open', 'Value and count cap holds not yet released.'),
+    kill_switches_engaged: gauge('kill_switches_engaged', 'Kill switches engaged.'),
+    oldest_kill_switch_age_s: gauge(
+      'oldest_kill_switch_age_seconds',
+      'Age of the oldest engaged kill switch (0 when none is engaged).',
+    ),
+  };
 }

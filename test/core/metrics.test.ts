@@ -1,7 +1,9 @@
 import t from 'tap';
 import { Metrics } from '../../core/metrics.js';
 import { createPool } from '../../core/db.js';
+import { readGateStatus } from '../../gate/index.js';
 import { LedgerView } from '../../ledger/index.js';
+import { gateFixture, gctx } from '../helpers/gate.js';
 import { createTestDatabase } from '../helpers/db.js';
 import { freePort } from '../helpers/net.js';
 
@@ -50,3 +52,54 @@ t.test('a dispatcher worker (ledger: false) exposes no ledger gauge and no datab
   await m.readLedger(() => Promise.resolve({ by_status: { pending: 3 }, outbox_depth: 3, oldest_pending_age_s: 1 }));
   t.notMatch(await m.exposition(), /actionledger_(outbox_depth|database_up|operations)/);
 });
+
+t.test(
+  'gate gauges: pending approvals, overdue ones, open proposals and holds, kill switches and their age',
+  async (t) => {
+    // A per-conversation cap above the approval threshold, so a refund over it waits for a person.
+    const f = await gateFixture(t, {
+      gate: { tools: { issue_refund: { limits: { per_conversation: { max_count: 3, max_value: 5000 } } } } },
+    });
+    const m = new Metrics({ defaultMetrics: false });
+    const read = async () => {
+      await m.readLedger(async () => ({
+        ...(await new LedgerView(f.pool, '"actionledger"').status()),
+        gate: await readGateStatus(f.pool, '"actionledger"'),
+      }));
+      return m.exposition();
+    };
+    t.match(await read(), /^actionledger_gate_approvals_pending 0$/m);
+
+    const held = await f.gate.call(gctx({ task_id: 'm-1' }), 'issue_refund', {
+      order_id: 'O-1',
+      amount: 900,
+      currency: 'GBP',
+    });
+    t.match(held, { ok: false, error: 'approval_required' });
+    const proposed = await f.gate.call(gctx({ task_id: 'm-2' }), 'send_email', {
+      to: 'a@b.c',
+      subject: 's',
+      body: 'b',
+    });
+    t.match(proposed, { ok: false, error: 'confirmation_required' });
+    await f.gate.engageKillSwitch('tenant-a', 'transfer_funds', 'ops', 'drill');
+    await f.pool.query("UPDATE actionledger.gate_kill_switches SET engaged_at = now() - interval '3 hours'");
+    const up = await read();
+    t.match(up, /^actionledger_gate_approvals_pending 1$/m);
+    t.match(up, /^actionledger_gate_approvals_overdue 0$/m);
+    t.match(up, /^actionledger_gate_proposals_open 1$/m);
+    t.match(up, /^actionledger_gate_cap_holds_open [1-9]/m, 'the approval holds its share of the cap');
+    t.match(up, /^actionledger_gate_kill_switches_engaged 1$/m);
+    const age = Number(/^actionledger_gate_oldest_kill_switch_age_seconds (\S+)$/m.exec(up)?.[1]);
+    t.ok(age >= 3 * 3600 && age < 3 * 3600 + 600, `the oldest switch is three hours old (${age} s)`);
+
+    await f.pool.query(
+      "UPDATE actionledger.gate_approvals SET expires_at = now(), created_at = now() - interval '1 hour'",
+    );
+    t.match(
+      await read(),
+      /^actionledger_gate_approvals_overdue 1$/m,
+      'past its TTL and not yet expired by housekeeping',
+    );
+  },
+);
