@@ -60,7 +60,7 @@ const queries = {
       AND ($6::text IS NULL OR subject_id = $6)
       AND ($7::timestamptz IS NULL OR at >= $7::timestamptz)
       AND ($8::bigint IS NULL OR id < $8::bigint)
-    ORDER BY id DESC
+    ORDER BY gate_audit.id DESC
     LIMIT $9`,
 } as const;
 
