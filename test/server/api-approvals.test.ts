@@ -364,3 +364,27 @@ t.test('two supervisors approving at once: one reserves, the other is refused, o
   t.equal(await count(f.pool, 'actionledger.operations'), 1);
   t.equal((await approval(f, id)).approvers.length, 1, 'one vote recorded');
 });
+
+t.test('the new routes are in the OpenAPI document with their operation ids and error statuses', async (t) => {
+  const f = await apiFixture(t);
+  const doc = (await f.call('GET', '/v1/openapi.json')).body as {
+    paths: Record<string, Record<string, { operationId: string; tags: string[]; responses: Record<string, unknown> }>>;
+  };
+  const expected: [string, string, string, string[]][] = [
+    ['/v1/approvals', 'get', 'listApprovals', ['200']],
+    ['/v1/approvals/{id}', 'get', 'getApproval', ['200', '404']],
+    ['/v1/approvals/{id}/approve', 'post', 'approveApproval', ['200', '404', '409']],
+    ['/v1/approvals/{id}/reject', 'post', 'rejectApproval', ['200', '404', '409']],
+    ['/v1/review', 'get', 'listReview', ['200']],
+    ['/v1/operations/{id}/review/retry', 'post', 'retryOperation', ['200', '404', '409']],
+    ['/v1/operations/{id}/review/resolve-succeeded', 'post', 'resolveOperationSucceeded', ['200', '404', '409']],
+    ['/v1/operations/{id}/review/resolve-failed', 'post', 'resolveOperationFailed', ['200', '404', '409']],
+    ['/v1/operations/{id}/review/compensate', 'post', 'compensateOperation', ['200', '404', '409']],
+    ['/v1/audit', 'get', 'listAudit', ['200']],
+  ];
+  for (const [path, method, operationId, statuses] of expected) {
+    const op = doc.paths[path]?.[method];
+    t.equal(op?.operationId, operationId, `${method} ${path}`);
+    for (const s of [...statuses, '401', '403']) t.ok(op?.responses[s] !== undefined, `${operationId} documents ${s}`);
+  }
+});

@@ -87,7 +87,7 @@ function visibleTools(deps: ApiDeps, caller: Caller): string[] | null {
 function decider(deps: ApiDeps, request: FastifyRequest, role: string | undefined) {
   if (decidable(deps, callerOf(request)).length === 0)
     throw new ActionLedgerError('permission_denied', 'none of your roles may decide approvals', {
-      details: { capability: 'approve' },
+      details: { reason: 'no_approver_role' },
     });
   return reviewerOf(request, role);
 }
