@@ -135,9 +135,18 @@ t.test('retry and resolve over HTTP, each audited with the caller and its reques
   const f = await apiFixture(t);
   const ids = await populate(f);
   const ops = await f.token('ops-1', ['operator'], { kind: 'person' });
+  const moved = await f.call('POST', `/v1/operations/${ids.denied}/review/retry`, {
+    token: ops,
+    body: { reason: 'as listed', expect: { attempt: 1, review_reason: 'authorization:authorization_unavailable' } },
+  });
+  t.match(moved, { status: 409, body: { error: 'invalid_state_transition', details: { expected_attempt: 1 } } });
+  t.match(await op(f, ids.denied), { status: 'needs_review', attempt: 1 }, 'not what was listed: unchanged');
   const retry = await f.call('POST', `/v1/operations/${ids.denied}/review/retry`, {
     token: ops,
-    body: { reason: 'the authorizer was misconfigured; fixed' },
+    body: {
+      reason: 'the authorizer was misconfigured; fixed',
+      expect: { attempt: 1, review_reason: 'authorization:authorization_denied' },
+    },
   });
   t.equal(retry.status, 200);
   t.same(retry.body, { ok: true, operation_id: ids.denied, from: 'needs_review', to: 'pending', attempt: 2 });
@@ -195,6 +204,7 @@ t.test('retry and resolve over HTTP, each audited with the caller and its reques
   t.same(
     rows.map((r) => [r.action, r.outcome, r.principal_id, r.tenant_id, r.tool_name]),
     [
+      ['review:retry', 'invalid_state_transition', 'ops-1', 'tenant-a', 'transfer_funds'],
       ['review:retry', 'ok', 'ops-1', 'tenant-a', 'transfer_funds'],
       ['review:retry', 'retry_not_safe', 'ops-1', 'tenant-a', 'transfer_funds'],
       ['review:retry', 'invalid_state_transition', 'ops-1', 'tenant-a', 'transfer_funds'],
@@ -204,8 +214,8 @@ t.test('retry and resolve over HTTP, each audited with the caller and its reques
     ],
     'the malformed bodies never reached the review',
   );
-  t.equal(rows[0]?.trace_id, retry.headers.get('x-request-id'), 'the request id is the trace id');
-  t.match(rows[0]?.detail, {
+  t.equal(rows[1]?.trace_id, retry.headers.get('x-request-id'), 'the request id is the trace id');
+  t.match(rows[1]?.detail, {
     request_id: retry.headers.get('x-request-id'),
     why: 'the authorizer was misconfigured; fixed',
   });

@@ -59,24 +59,49 @@ const inReview = {
   },
 } as const;
 
+/** What a retry may say it saw: the attempt and review reason the listing showed (refused if either moved on). */
+const EXPECT = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['attempt', 'review_reason'],
+  properties: {
+    attempt: { type: 'integer', minimum: 1 },
+    review_reason: { type: 'string', minLength: 1, maxLength: 2000 },
+  },
+  description: 'the attempt and review reason you saw in the list; the retry is refused if either changed since',
+} as const;
+
+interface ActionBody {
+  reason: string;
+  receipt?: string;
+  expect?: { attempt: number; review_reason: string };
+}
+
 interface ActionInput {
   actor: string;
   reason: string;
   tenant: string;
   requestId: string;
   receipt?: string;
+  expect?: { attempt: number; reviewReason: string };
 }
 
 type Action = (review: Review, id: string, input: ActionInput) => Promise<ReviewResult>;
 
-/** One review action's route: the body's reason (and receipt), the caller as actor, in its tenant. */
+/** One review action's route: the body's reason (and receipt or expectation), the caller as actor, in its tenant. */
 function action(
   app: FastifyInstance,
   deps: ApiDeps,
-  spec: { path: string; operationId: string; summary: string; receipt?: boolean; run: Action },
+  spec: { path: string; operationId: string; summary: string; body?: 'receipt' | 'expect'; run: Action },
 ): void {
-  const properties = spec.receipt === true ? { reason, receipt: RECEIPT } : { reason };
-  app.post<{ Params: { id: string }; Body: { reason: string; receipt?: string } }>(
+  const properties =
+    spec.body === 'receipt'
+      ? { reason, receipt: RECEIPT }
+      : spec.body === 'expect'
+        ? { reason, expect: EXPECT }
+        : { reason };
+  const required = spec.body === 'receipt' ? ['reason', 'receipt'] : ['reason'];
+  app.post<{ Params: { id: string }; Body: ActionBody }>(
     `/v1/operations/:id/review/${spec.path}`,
     {
       config: { capability: 'review', operationId: spec.operationId, errors: [404, 409] },
@@ -87,7 +112,7 @@ function action(
         body: {
           type: 'object',
           additionalProperties: false,
-          required: Object.keys(properties),
+          required,
           properties,
         },
         response: { 200: result },
@@ -99,7 +124,7 @@ function action(
       return spec.run(review, request.params.id, {
         ...actor(request),
         reason: request.body.reason,
-        ...receiptOf(request),
+        ...extras(request.body),
       });
     },
   );
@@ -110,8 +135,13 @@ function actor(request: FastifyRequest): { actor: string; tenant: string; reques
   return { actor: caller.principal_id, tenant: caller.tenant_id, requestId: request.id };
 }
 
-function receiptOf(request: FastifyRequest<{ Body: { receipt?: string } }>): { receipt?: string } {
-  return request.body.receipt === undefined ? {} : { receipt: request.body.receipt };
+function extras(body: ActionBody): Pick<ActionInput, 'receipt' | 'expect'> {
+  return {
+    ...(body.receipt === undefined ? {} : { receipt: body.receipt }),
+    ...(body.expect === undefined
+      ? {}
+      : { expect: { attempt: body.expect.attempt, reviewReason: body.expect.review_reason } }),
+  };
 }
 
 export function registerReviewRoutes(app: FastifyInstance, deps: ApiDeps): void {
@@ -119,6 +149,7 @@ export function registerReviewRoutes(app: FastifyInstance, deps: ApiDeps): void 
   action(app, deps, {
     path: 'retry',
     operationId: 'retryOperation',
+    body: 'expect',
     summary: 'A new attempt with the same effect key, only when the provider is known to have no effect',
     run: (r, id, input) => r.retry(id, input),
   });
@@ -126,7 +157,7 @@ export function registerReviewRoutes(app: FastifyInstance, deps: ApiDeps): void 
     path: 'resolve-succeeded',
     operationId: 'resolveOperationSucceeded',
     summary: 'Record that the effect happened, with the receipt you found at the provider',
-    receipt: true,
+    body: 'receipt',
     run: (r, id, input) => r.resolveSucceeded(id, { ...input, receipt: input.receipt ?? '' }),
   });
   action(app, deps, {
