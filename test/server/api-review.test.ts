@@ -154,6 +154,17 @@ t.test('retry and resolve over HTTP, each audited with the caller and its reques
   const outbox = await f.pool.query('SELECT attempt FROM actionledger.outbox WHERE operation_id = $1', [ids.denied]);
   t.same(outbox.rows, [{ attempt: 2 }], 'a new outbox attempt');
 
+  for (const bad of ['   ', 'line\nbreak', 'tab\there', '']) {
+    const r = await f.call('POST', `/v1/operations/${ids.noReceipt}/review/retry`, {
+      token: ops,
+      body: { reason: bad },
+    });
+    t.match(
+      r,
+      { status: 422, body: { error: 'invalid_request', details: { field: 'body.reason' } } },
+      JSON.stringify(bad),
+    );
+  }
   const unsafe = await f.call('POST', `/v1/operations/${ids.noReceipt}/review/retry`, {
     token: ops,
     body: { reason: 'try again' },

@@ -19,7 +19,13 @@ const idParam = {
   properties: { id: { type: 'string', minLength: 1, maxLength: 300, description: 'the operation id' } },
 } as const;
 
-const reason = { type: 'string', minLength: 1, maxLength: 2000, description: 'why, for a later reader' } as const;
+const reason = {
+  type: 'string',
+  minLength: 1,
+  maxLength: 2000,
+  pattern: '^[^\\u0000-\\u001f\\u007f]*[^\\s\\u0000-\\u001f\\u007f][^\\u0000-\\u001f\\u007f]*$',
+  description: 'why, for a later reader: not only spaces, no control characters',
+} as const;
 
 const RECEIPT = {
   type: 'string',
