@@ -6,6 +6,14 @@ export { Gate, type CallOptions, type KillSwitchEngaged } from './gate.js';
 export { Approvals } from './approvals.js';
 export { listKillSwitches, type KillSwitchRow } from './kill-switch-list.js';
 export { readGateStatus, type GateReading } from './status.js';
+export {
+  listApprovals,
+  APPROVAL_STATUSES,
+  type ApprovalListFilter,
+  type ApprovalPage,
+  type ApprovalSummary,
+} from './approval-list.js';
+export { listAudit, ISO_TIME_PATTERN, type AuditListFilter, type AuditListRow, type AuditPage } from './audit-list.js';
 export { describeEffect, type ApprovalView } from './approval-envelope.js';
 export { Proposals } from './proposals.js';
 export { runGateHousekeeping, type GateHousekeepingSummary } from './housekeeping.js';

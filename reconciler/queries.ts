@@ -145,6 +145,9 @@ export const reviewQueries = {
     ORDER BY e.entered_at, o.operation_id
     LIMIT $6::int`,
 
+  /** Whether operation $1 belongs to tenant $2 (a tenant never changes, so no lock is needed). */
+  inTenant: `SELECT 1 FROM @schema.operations WHERE operation_id = $1 AND tenant_id = $2`,
+
   lock: `
     SELECT operation_id, status, review_reason, provider_contact, attempt, tool_name, tenant_id, principal_id, task_id,
            workflow_step_id, provider_receipt

@@ -24,6 +24,13 @@ export interface ReviewInput {
   actor: string;
   /** Why, in words a later reader understands. */
   reason: string;
+  /**
+   * The tenant the actor acts in (the HTTP API's caller): an operation of another tenant is refused
+   * `not_found`, exactly as a missing one, before anything is read under a lock. Absent: any tenant (the CLI).
+   */
+  tenant?: string;
+  /** The request that asked (the HTTP API's request id): recorded in the audit row as its trace id. */
+  requestId?: string;
 }
 
 export interface ReviewResult {
@@ -137,6 +144,8 @@ export class Review {
     run: () => Promise<ReviewResult>,
   ): Promise<ReviewResult> {
     const started = performance.now();
+    // An operation outside the actor's tenant is audited like a missing one: no tenant or tool read from it.
+    let foreign = false;
     // Written through the gate's audit writer: a refused row falls back to a smaller one, and a lost one is logged
     // and counted (actionledger_audit_lost_total), never dropped silently.
     const write = async (outcome: string, detail: Record<string, unknown>): Promise<void> => {
@@ -144,14 +153,22 @@ export class Review {
       await this.#audit.after({
         action: `review:${action}`,
         outcome,
-        context: { principal_id: printable(input?.actor) ?? undefined },
+        context: {
+          principal_id: printable(input?.actor) ?? undefined,
+          tenant_id: input?.tenant,
+          trace_id: input?.requestId,
+        },
         subjectId: id ?? printable(operationId),
-        operationId: id,
-        detail,
+        operationId: foreign ? null : id,
+        detail: input?.requestId === undefined ? detail : { ...detail, request_id: input.requestId },
         durationMs: performance.now() - started,
       });
     };
     try {
+      if (input?.tenant !== undefined && !(await this.#inTenant(operationId, input.tenant))) {
+        foreign = true;
+        throw new ActionLedgerError('not_found', 'no such operation');
+      }
       const r = await run();
       await write('ok', {
         why: printable(input?.reason),
@@ -268,6 +285,13 @@ export class Review {
       to: r === 'minted' ? 'compensating' : 'needs_review',
       compensation: r,
     };
+  }
+
+  /** Whether the operation is in the tenant (true for a malformed id: the action refuses it as missing). */
+  async #inTenant(operationId: string, tenant: string): Promise<boolean> {
+    if (!UUID.test(operationId)) return true;
+    const { rows } = await this.#pool.query(this.#q.inTenant, [operationId, tenant]);
+    return rows.length === 1;
   }
 
   #input(input: ReviewInput): ReviewInput {

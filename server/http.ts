@@ -6,12 +6,15 @@
  */
 import { readFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
+import { hostname } from 'node:os';
 import type { FastifyInstance } from 'fastify';
 import { ActionLedgerError } from '../core/errors.js';
 import type { Runtime } from '../core/runtime.js';
+import { Compensator } from '../compensator/index.js';
 import { AuditWriter, Gate } from '../gate/index.js';
 import type { Ledger } from '../ledger/index.js';
 import { PrincipalStore } from '../principals/index.js';
+import { Review } from '../reconciler/index.js';
 import { buildApi } from './api/app.js';
 import type { ApiDeps } from './api/types.js';
 
@@ -55,6 +58,14 @@ export class HttpServer {
         log: rt.log,
         metrics: rt.metrics,
       });
+    // A compensation a reviewer asks for is minted through this process's ledger.
+    const compensator = new Compensator({
+      config: rt.config,
+      pool: rt.pool,
+      ledger,
+      log: rt.log,
+      actor: `api:${hostname()}:${process.pid}`,
+    });
     return {
       config: rt.config,
       pool: rt.pool,
@@ -63,6 +74,7 @@ export class HttpServer {
       ledger,
       principals: new PrincipalStore(rt.config, rt.pool, audit),
       audit,
+      review: new Review(rt.config, rt.pool, compensator),
       metrics: rt.metrics,
       ...(this.#options.metrics === undefined ? {} : { exposition: this.#options.metrics }),
       ...(this.#options.beforeScrape === undefined ? {} : { beforeScrape: this.#options.beforeScrape }),

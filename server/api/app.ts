@@ -16,11 +16,17 @@ import { OpenApiCollector } from './openapi.js';
 import type { ApiDeps } from './types.js';
 import { registerSystemRoutes } from './routes/system.js';
 import { registerKillSwitchRoutes } from './routes/kill-switches.js';
+import { registerApprovalRoutes } from './routes/approvals.js';
+import { registerReviewRoutes } from './routes/review.js';
+import { registerAuditRoutes } from './routes/audit.js';
 
 /** The route groups, in the order they are registered (each adds its routes to the OpenAPI document). */
 const ROUTE_GROUPS: readonly ((app: FastifyInstance, deps: ApiDeps) => void)[] = [
   registerSystemRoutes,
   registerKillSwitchRoutes,
+  registerApprovalRoutes,
+  registerReviewRoutes,
+  registerAuditRoutes,
 ];
 
 export interface Api {

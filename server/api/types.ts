@@ -7,6 +7,7 @@ import type { Metrics } from '../../core/metrics.js';
 import type { AuditWriter, Gate } from '../../gate/index.js';
 import type { Ledger } from '../../ledger/index.js';
 import type { Authenticated, PrincipalStore } from '../../principals/index.js';
+import type { Review } from '../../reconciler/index.js';
 
 export interface ApiDeps {
   config: Config;
@@ -16,6 +17,8 @@ export interface ApiDeps {
   ledger: Ledger;
   principals: PrincipalStore;
   audit: AuditWriter;
+  /** The review actions (retry, resolve, compensate); without it those routes answer `internal`. */
+  review?: Review;
   /** This process's metrics (the audit-lost counter; the API's request counters). */
   metrics?: Metrics;
   /** The exposition `/metrics` serves (the fleet aggregates its workers'); defaults to `metrics`'. */

@@ -4,10 +4,12 @@
  * and the parsed body.
  */
 import type { Test } from 'tap';
+import { Compensator } from '../../compensator/index.js';
 import { AuditWriter } from '../../gate/index.js';
 import { createLogger } from '../../core/log.js';
 import { Metrics } from '../../core/metrics.js';
 import { PrincipalStore, type PrincipalKind } from '../../principals/index.js';
+import { Review } from '../../reconciler/index.js';
 import { buildApi, type Api } from '../../server/api/app.js';
 import type { ApiDeps } from '../../server/api/types.js';
 import { gateFixture, type GateFixture } from './gate.js';
@@ -73,6 +75,11 @@ export async function apiFixture(
     principals: store,
     audit,
     metrics,
+    review: new Review(
+      fixture.config,
+      fixture.pool,
+      new Compensator({ config: fixture.config, pool: fixture.pool, ledger: fixture.ledger, log, actor: 'api-test' }),
+    ),
   };
   const api = await buildApi(deps);
   await api.app.listen({ host: '127.0.0.1', port: 0 });
