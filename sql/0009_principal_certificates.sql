@@ -1,4 +1,4 @@
--- actionledger 0009: client certificates mapped to principals. When the API listener serves TLS with a client
+-- actionledger 0009: client certificates mapped to principals, and indexes for the API's listings. When the API listener serves TLS with a client
 -- CA, a request without a bearer token is authenticated by its verified client certificate, looked up by the
 -- certificate's SHA-256 fingerprint; the mapping names the principal and the one tenant it acts in.
 CREATE TABLE principal_certificates (
@@ -13,3 +13,7 @@ CREATE TABLE principal_certificates (
   revoked_by          text
 );
 CREATE INDEX principal_certificates_principal_idx ON principal_certificates (principal_id, tenant_id);
+
+-- The API's tenant-scoped listings read in index order: approvals oldest first, the audit log newest first.
+CREATE INDEX gate_approvals_tenant_created_idx ON gate_approvals (tenant_id, created_at, approval_id);
+CREATE INDEX gate_audit_tenant_idx ON gate_audit (tenant_id, id);

@@ -23,6 +23,8 @@ const STATUS: Partial<Record<ErrorCode, number>> = {
   body_too_large: 413,
   unsupported_media_type: 415,
   rate_limited: 429,
+  // A tool needs a business validator or resolver this process does not run: retrying will not help.
+  config_invalid: 501,
   internal: 500,
   database_error: 500,
   illegal_transition: 500,
