@@ -6,7 +6,8 @@
 import type { GateTool } from '../core/config.js';
 import { ActionLedgerError } from '../core/errors.js';
 import { canonicalArguments, sha256Hex, type JsonBounds, type JsonObject } from '../core/json.js';
-import { IDENTITY_ARGUMENT_NAMES, isContextText, MAX_CONTEXT_FIELD } from '../core/types.js';
+import { identifierProblem } from '../core/identifier.js';
+import { IDENTITY_ARGUMENT_NAMES, MAX_CONTEXT_FIELD } from '../core/types.js';
 import { refuse } from './refusal.js';
 import { GATE_CONTEXT_FIELDS, type GateContext } from './types.js';
 
@@ -24,21 +25,32 @@ export interface Value {
   currency: string;
 }
 
-/** Checks the gate's trusted context; throws `invalid_context` naming every bad field. */
+/**
+ * Checks the gate's trusted context and returns it with every field NFC-normalized (core/identifier.ts), so two
+ * spellings of one name are one identity. Throws `invalid_context` naming the first bad field in the message
+ * and `details.field` (with its problem), and every bad field in `details.fields`.
+ */
 export function checkGateContext(ctx: unknown): GateContext {
   if (ctx === null || typeof ctx !== 'object') throw refuse('invalid_context', 'trusted context must be an object');
-  const bad: string[] = [];
+  const given = ctx as Record<string, unknown>;
   const fields: string[] = [...GATE_CONTEXT_FIELDS];
-  if ((ctx as Record<string, unknown>).plan_version !== undefined) fields.push('plan_version');
+  if (given.plan_version !== undefined) fields.push('plan_version');
+  const bad: string[] = [];
+  let first: { field: string; problem: string } | undefined;
+  const out: Record<string, string> = {};
   for (const f of fields) {
-    const v = (ctx as Record<string, unknown>)[f];
-    if (!isContextText(v)) bad.push(f);
+    const problem = given[f] === undefined ? 'is missing' : identifierProblem(given[f]);
+    if (problem === null) out[f] = (given[f] as string).normalize('NFC');
+    else {
+      bad.push(f);
+      first ??= { field: f, problem };
+    }
   }
-  if (bad.length > 0)
-    throw refuse('invalid_context', `trusted context fields missing or malformed: ${bad.join(', ')}`, {
-      details: { fields: bad },
+  if (first !== undefined)
+    throw refuse('invalid_context', `trusted context field ${first.field} ${first.problem}`, {
+      details: { field: first.field, problem: first.problem, fields: bad },
     });
-  return ctx as GateContext;
+  return out as unknown as GateContext;
 }
 
 /**
