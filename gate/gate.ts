@@ -147,15 +147,10 @@ export class Gate {
       mode === 'always' ||
       (mode === 'threshold' && value !== null && Number(value.amount) > (t.approval.threshold ?? Infinity));
     // A retried call of a step already reserved with these arguments is the same effect: it answers with the
-    // existing operation and takes nothing from the caps a second time.
-    // Only the caller's own tenant's operation counts as a replay (identity has no tenant): another tenant's
-    // step must be refused exactly like a wrong guess of its arguments (see foreignConflict).
+    // existing operation and takes nothing from the caps a second time. The lookup is by the whole identity,
+    // tenant included, so another tenant's steps are never seen here.
     const prior = mode === 'confirm' || needsApproval ? undefined : await core.ledger.findStep(client, ctx);
-    const replay =
-      prior !== undefined &&
-      prior.tenant_id === ctx.tenant_id &&
-      prior.tool_name === t.name &&
-      prior.canonical_args_sha256 === checked.sha256;
+    const replay = prior !== undefined && prior.tool_name === t.name && prior.canonical_args_sha256 === checked.sha256;
     const counters = replay ? [] : await core.budgets.reserveCaps(client, t, ctx, value);
     if (ctx.plan_version !== undefined) {
       const invalidated = await client.query<{ approval_id: string }>(core.q.planRecord, [
