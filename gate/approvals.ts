@@ -152,7 +152,7 @@ export class Approvals {
 
   /**
    * Approves by id AND the envelope hash the approver was shown, in one conditional UPDATE (pending, inside
-   * its TTL, not the requester, not a second vote); when the required number of distinct approvers is reached
+   * its TTL, not the requester, not a second vote) that records the role the approver voted with; when the required number of distinct approvers is reached
    * it executes (see {@link Approvals.execute}). Refusals: `not_found`, `permission_denied`,
    * `approval_hash_mismatch`, `self_approval_forbidden`, `approval_expired`, `invalid_state_transition`,
    * `config_invalid` (the tool binds resources this process has no resolver for; nothing recorded), and
@@ -181,6 +181,7 @@ export class Approvals {
         reviewer.tenant_id,
         String(displayedHash),
         reviewer.principal_id,
+        reviewer.role,
       ]);
       const status = upd.rows[0]?.status;
       if (status === 'approved')

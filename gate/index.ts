@@ -5,6 +5,7 @@
 export { Gate, type CallOptions, type KillSwitchEngaged } from './gate.js';
 export { Approvals } from './approvals.js';
 export { listKillSwitches, type KillSwitchRow } from './kill-switch-list.js';
+export { withdrawPendingVotes } from './role-revocation.js';
 export { describeEffect, type ApprovalView } from './approval-envelope.js';
 export { Proposals } from './proposals.js';
 export { runGateHousekeeping, type GateHousekeepingSummary } from './housekeeping.js';
