@@ -3,7 +3,7 @@
  * is an NFC identifier (core/identifier.ts). Real PostgreSQL, the example gate configuration.
  */
 import t from 'tap';
-import { auditRows, count, gateFixture, gctx } from '../helpers/gate.js';
+import { auditRows, count, gateFixture, gctx, reviewer } from '../helpers/gate.js';
 
 const transfer = (amount = 10) => ({ to_account: 'ACC0000000002', amount });
 
@@ -71,4 +71,28 @@ t.test('context fields that hide what they say are refused as values, naming the
     audited.every((r) => r.outcome === 'invalid_context'),
     'as invalid_context',
   );
+});
+
+t.test('an approver is an identifier too: another spelling of the requester cannot approve', async (t) => {
+  const { gate } = await gateFixture(t);
+  const held = await gate.call(gctx({ principal_id: 'jos\u00e9', role: 'editor' }), 'update_document', {
+    document_id: 'DOC-1',
+    status: 'published',
+  });
+  if (held.ok || held.request_id === undefined) throw new Error(JSON.stringify(held));
+  const view = await gate.approvals.show(held.request_id, { tenant_id: 'tenant-a' });
+  t.match(
+    await gate.approve(held.request_id, view.envelope_sha256, reviewer('jose\u0301')),
+    { ok: false, error: 'self_approval_forbidden' },
+    'the decomposed spelling of the requester is the requester',
+  );
+  t.match(await gate.approve(held.request_id, view.envelope_sha256, reviewer('super\u200bvisor-1')), {
+    ok: false,
+    error: 'invalid_context',
+    details: { field: 'principal_id' },
+  });
+  t.match(await gate.approve(held.request_id, view.envelope_sha256, reviewer('supervisor-1')), {
+    ok: true,
+    status: 'reserved',
+  });
 });
