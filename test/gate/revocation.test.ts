@@ -94,6 +94,18 @@ t.test('the principal store withdraws the same votes; a vote of unknown role goe
   );
 });
 
+t.test('a vote cast after votes of unknown role keeps the two arrays aligned', async (t) => {
+  const g = await gateFixture(t);
+  const a = await pendingDeletion(g);
+  await g.gate.approve(a.id, a.hash, reviewer('supervisor-1'));
+  await g.pool.query("UPDATE actionledger.gate_approvals SET approver_roles = '{}' WHERE approval_id = $1", [a.id]);
+  await g.gate.approve(a.id, a.hash, reviewer('supervisor-2'));
+  t.same(await votes(g.pool, a.id), {
+    approvers: ['supervisor-1', 'supervisor-2'],
+    approver_roles: [null, 'supervisor'],
+  });
+});
+
 t.test('the authorization service denies an approval-backed operation whose approver lost the role', async (t) => {
   const x = await gateDispatchEnv(t);
   const op = await approvedDeletion(x.g);
