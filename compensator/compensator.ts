@@ -120,11 +120,15 @@ export class Compensator {
       );
     }
 
-    const { rows: tasks } = await this.#o.pool.query<{ principal_id: string; task_id: string }>(
+    const { rows: tasks } = await this.#o.pool.query<{ tenant_id: string; principal_id: string; task_id: string }>(
       this.#q.tasksWithFailedStep,
     );
     for (const t of tasks) {
-      const { rows: steps } = await this.#o.pool.query<StepRow>(this.#q.taskSteps, [t.principal_id, t.task_id]);
+      const { rows: steps } = await this.#o.pool.query<StepRow>(this.#q.taskSteps, [
+        t.tenant_id,
+        t.principal_id,
+        t.task_id,
+      ]);
       const next = nextToCompensate(steps);
       if (next === null) continue;
       const r = await this.compensate(next.target, this.#o.actor, `step_failed:${next.failedStep}`, ['succeeded']);

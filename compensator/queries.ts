@@ -57,20 +57,21 @@ export const compensatorQueries = {
 
   /** Tasks with a failed step (not itself a compensation) and a succeeded one that may need undoing. */
   tasksWithFailedStep: `
-    SELECT DISTINCT f.principal_id, f.task_id
+    SELECT DISTINCT f.tenant_id, f.principal_id, f.task_id
     FROM @schema.operations f
     WHERE f.status = 'failed'
       AND NOT EXISTS (SELECT 1 FROM @schema.compensations c WHERE c.compensation_operation_id = f.operation_id)
       AND EXISTS (
         SELECT 1 FROM @schema.operations s
-        WHERE s.principal_id = f.principal_id AND s.task_id = f.task_id AND s.status = 'succeeded'
+        WHERE s.tenant_id = f.tenant_id AND s.principal_id = f.principal_id AND s.task_id = f.task_id
+          AND s.status = 'succeeded'
           AND NOT EXISTS (SELECT 1 FROM @schema.compensations c WHERE c.compensation_operation_id = s.operation_id))`,
 
-  /** A task's own steps, compensations excluded. */
+  /** A task's own steps (a task belongs to one tenant and principal), compensations excluded. */
   taskSteps: `
     SELECT o.operation_id, o.workflow_step_id, o.status
     FROM @schema.operations o
-    WHERE o.principal_id = $1 AND o.task_id = $2
+    WHERE o.tenant_id = $1 AND o.principal_id = $2 AND o.task_id = $3
       AND NOT EXISTS (SELECT 1 FROM @schema.compensations c WHERE c.compensation_operation_id = o.operation_id)`,
 
   lockOriginal: `

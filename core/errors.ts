@@ -70,6 +70,7 @@ export const ERROR_CODES = {
   authorization_invalid: 'not_sent',
   authorization_unavailable: 'not_sent',
   authorization_stale: 'not_sent',
+  role_revoked: 'not_sent',
   claim_lost: 'not_sent',
   credential_missing: 'not_sent',
   ungated_external_write: 'not_sent',

@@ -17,7 +17,8 @@ export const END_STATUSES: ReadonlySet<OperationStatus> = new Set(['succeeded', 
 
 /**
  * Who is asking, established by authentication and workflow state, never by tool arguments or model text.
- * Operation identity is (principal_id, task_id, workflow_step_id).
+ * Operation identity is (tenant_id, principal_id, task_id, workflow_step_id): the same principal, task and step
+ * in two tenants are two operations. Every field is an identifier (core/identifier.ts), compared in its NFC form.
  */
 export interface TrustedContext {
   tenant_id: string;

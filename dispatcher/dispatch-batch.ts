@@ -7,7 +7,8 @@
  *   queued     - its items wait for the previous batch's opening phase to end (dispatcher/batcher.ts)
  *   locking    - BEGIN; the row locks no other session holds (the busy items go into a later batch); a
  *                lost connection or a conflict rolls back and retries from the start (`BATCH_RETRY_POLICY`)
- *   checking   - the final check over the locked rows (fresh, young, not killed); the next batch may open now
+ *   checking   - the final check over the locked rows (fresh, young, not killed, no role revoked); the next
+ *                batch may open now
  *   sending    - the checked operations' requests are out, savepoint `outcomes` taken meanwhile
  *   writing    - their outcomes in one statement; if it fails, each on its own from the savepoint, under the
  *                same locks (transient failures retried); COMMIT
@@ -101,6 +102,7 @@ export class DispatchBatch {
           fresh: boolean;
           young: boolean;
           killed: boolean;
+          revoked: boolean;
         }>({
           ...prepared.operationFinalCheckBatch,
           values: [locked.map((i) => i.op.operation_id), locked.map((i) => i.op.claim_token), maxAgeMs],
@@ -108,7 +110,7 @@ export class DispatchBatch {
         checks = new Map(
           rows.map((r) => [
             r.operation_id,
-            r.killed ? 'tool_disabled' : r.fresh && r.young ? 'go' : 'authorization_stale',
+            r.killed ? 'tool_disabled' : r.revoked ? 'role_revoked' : r.fresh && r.young ? 'go' : 'authorization_stale',
           ]),
         );
       }
@@ -125,7 +127,8 @@ export class DispatchBatch {
   /**
    * Sends the batch's checked operations, writes their outcomes in the transaction that holds their locks, and
    * commits; then settles every item. An operation that failed the check is handled after the commit, as
-   * before any send: its claim was lost, or it goes to review (`authorization_stale`, `tool_disabled`).
+   * before any send: its claim was lost, or it goes to review (`authorization_stale`, `tool_disabled`,
+   * `role_revoked`).
    */
   async #sendBatch(
     held: HeldConnection,

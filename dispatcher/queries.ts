@@ -134,9 +134,13 @@ export const dispatcherQueries = {
 
   /**
    * The final check, a separate statement once the batch's locks are held, over the operations it locked (so
-   * with a snapshot and a clock taken after them): still executing under this claim, same approval and policy version, the
-   * recorded evidence inside its windows now ($3: maximum age + skew, ms), and no kill switch on the
-   * operation's tenant or tool. A row absent from the result lost its claim or its evidence no longer matches.
+   * with a snapshot and a clock taken after them): still executing under this claim, same approval and policy
+   * version, the recorded evidence inside its windows now ($3: maximum age + skew, ms), no kill switch on the
+   * operation's tenant or tool, and no role revoked since the decision: neither the role the gate recorded for
+   * the requester nor the role any approver of its approval voted with (a vote whose role was never recorded
+   * matches any revocation of that approver). A row absent from the result lost its claim or its evidence no
+   * longer matches. Every lookup is by key: operations and evidence by primary key, the gate's record of the
+   * operation and the approval by primary key, revocations by (tenant, principal, role).
    */
   operationFinalCheckBatch: `
     SELECT l.operation_id,
@@ -144,7 +148,23 @@ export const dispatcherQueries = {
            e.authorized_at >= statement_timestamp() - make_interval(secs => $3::float8 / 1000) AS young,
            EXISTS (
              SELECT 1 FROM @schema.gate_kill_switches k
-             WHERE k.tenant_id IN (l.tenant_id, '*') AND k.tool_name IN (l.tool_name, '*')) AS killed
+             WHERE k.tenant_id IN (l.tenant_id, '*') AND k.tool_name IN (l.tool_name, '*')) AS killed,
+           EXISTS (
+             SELECT 1 FROM @schema.gate_operations g
+             JOIN @schema.gate_role_revocations r
+               ON r.tenant_id = l.tenant_id AND r.principal_id = l.principal_id AND r.role = g.role
+             WHERE g.operation_id = l.operation_id)
+           OR EXISTS (
+             SELECT 1 FROM @schema.gate_operations g
+             JOIN @schema.gate_approvals a
+               ON a.approval_id = CASE WHEN g.approval_kind = 'approval'
+                                        AND l.current_approval_id ~* '^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'
+                                       THEN l.current_approval_id::uuid END
+              AND a.tenant_id = l.tenant_id
+             CROSS JOIN LATERAL unnest(a.approvers, a.approver_roles) AS v(who, role)
+             JOIN @schema.gate_role_revocations r
+               ON r.tenant_id = l.tenant_id AND r.principal_id = v.who AND (v.role IS NULL OR r.role = v.role)
+             WHERE g.operation_id = l.operation_id) AS revoked
     FROM unnest($1::uuid[], $2::uuid[]) AS i(operation_id, claim_token)
     JOIN @schema.operations l ON l.operation_id = i.operation_id AND l.claim_token = i.claim_token
     JOIN @schema.authorization_evidence e ON e.operation_id = l.operation_id AND e.claim_token = l.claim_token

@@ -46,4 +46,4 @@ export interface DispatchItem extends Settle {
 }
 
 /** The final check's verdict on one operation of a dispatch batch. */
-export type FinalCheck = 'go' | 'authorization_stale' | 'tool_disabled';
+export type FinalCheck = 'go' | 'authorization_stale' | 'tool_disabled' | 'role_revoked';

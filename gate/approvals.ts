@@ -24,8 +24,8 @@ import { ActionLedgerError, asActionLedgerError } from '../core/errors.js';
 import type { JsonObject } from '../core/json.js';
 import type { GateTool } from '../core/config.js';
 import type { AuditEntry } from './audit.js';
-import type { Value } from './checks.js';
 import type { GateCore } from './core.js';
+import { checkReviewer, type Value } from './checks.js';
 import { Refused, refuse } from './refusal.js';
 import { gateOperationQueries } from './queries.js';
 import type { GateContext, GateResult, Reviewer } from './types.js';
@@ -82,23 +82,26 @@ export class Approvals {
 
   async #run(
     action: AuditEntry['action'],
-    reviewer: Partial<Reviewer>,
-    step: (c: Queryable, audit: Partial<AuditEntry>) => Promise<GateResult>,
+    reviewer: Reviewer,
+    step: (c: Queryable, audit: Partial<AuditEntry>, who: Reviewer) => Promise<GateResult>,
   ): Promise<GateResult> {
     const core = this.core;
     const audit: Partial<AuditEntry> = {};
     let written = false;
     let result: GateResult;
+    let context: Partial<Reviewer> = reviewer;
     try {
+      const who = checkReviewer(reviewer);
+      context = who;
       result = await withTransaction(core.pool, async (c) => {
-        const r = await step(c, audit).catch((err: unknown) => {
+        const r = await step(c, audit, who).catch((err: unknown) => {
           if (err instanceof Refused && audit.detail?.commit === true) return err.refusal;
           throw err;
         });
         await core.audit.decision(c, {
           action,
           outcome: r.ok ? r.status : r.error,
-          context: reviewer,
+          context,
           tool: audit.tool ?? null,
           subjectId: audit.subjectId ?? null,
           detail: audit.detail ?? {},
@@ -119,7 +122,7 @@ export class Approvals {
       await core.audit.after({
         action,
         outcome: result.ok ? result.status : result.error,
-        context: reviewer,
+        context,
         tool: audit.tool ?? null,
         subjectId: audit.subjectId ?? null,
         detail: audit.detail ?? {},
@@ -152,18 +155,18 @@ export class Approvals {
 
   /**
    * Approves by id AND the envelope hash the approver was shown, in one conditional UPDATE (pending, inside
-   * its TTL, not the requester, not a second vote); when the required number of distinct approvers is reached
+   * its TTL, not the requester, not a second vote) that records the role the approver voted with; when the required number of distinct approvers is reached
    * it executes (see {@link Approvals.execute}). Refusals: `not_found`, `permission_denied`,
    * `approval_hash_mismatch`, `self_approval_forbidden`, `approval_expired`, `invalid_state_transition`,
    * `config_invalid` (the tool binds resources this process has no resolver for; nothing recorded), and
    * those of execute.
    */
   async approve(approvalId: string, displayedHash: string, reviewer: Reviewer): Promise<GateResult> {
-    const first = await this.#run('approve', reviewer, async (c, audit) => {
-      const row = await this.#row(c, approvalId, reviewer.tenant_id);
+    const first = await this.#run('approve', reviewer, async (c, audit, who) => {
+      const row = await this.#row(c, approvalId, who.tenant_id);
       audit.tool = row.tool_name;
       audit.subjectId = row.approval_id;
-      await this.#reviewerMay(c, row, reviewer);
+      await this.#reviewerMay(c, row, who);
       // Refused before the vote is recorded: approving here could never execute (the operator CLI has no
       // resolvers), and an approval committed without its execution is a decision nobody carried out.
       const missing = (this.core.tool(row.tool_name)?.resources ?? [])
@@ -178,9 +181,10 @@ export class Approvals {
       }
       const upd = await c.query<{ status: string }>(this.core.q.approvalApprove, [
         row.approval_id,
-        reviewer.tenant_id,
+        who.tenant_id,
         String(displayedHash),
-        reviewer.principal_id,
+        who.principal_id,
+        who.role,
       ]);
       const status = upd.rows[0]?.status;
       if (status === 'approved')
@@ -195,7 +199,7 @@ export class Approvals {
         };
       }
       // Refused: say exactly why, from the row as it is now.
-      const now = await this.#row(c, approvalId, reviewer.tenant_id);
+      const now = await this.#row(c, approvalId, who.tenant_id);
       if ((now.status === 'pending' || now.status === 'approved') && now.expired) await this.#expire(c, now, audit);
       if (now.status === 'expired')
         throw refuse('approval_expired', 'this approval expired; request a new one', { request_id: now.approval_id });
@@ -209,7 +213,7 @@ export class Approvals {
           'the approval you were shown is not the one stored; reload it and review again',
           { request_id: now.approval_id },
         );
-      if (now.requester_id === reviewer.principal_id || now.approvers.includes(reviewer.principal_id)) {
+      if (now.requester_id === who.principal_id || now.approvers.includes(who.principal_id)) {
         throw refuse(
           'self_approval_forbidden',
           'another person must approve this (the requester never approves, and nobody counts twice)',
@@ -227,15 +231,15 @@ export class Approvals {
 
   /** Rejects with a reason; final. `not_found`, `permission_denied`, `approval_expired`, `invalid_state_transition`. */
   reject(approvalId: string, reviewer: Reviewer, reason: string): Promise<GateResult> {
-    return this.#run('reject', reviewer, async (c, audit) => {
-      const row = await this.#row(c, approvalId, reviewer.tenant_id, true);
+    return this.#run('reject', reviewer, async (c, audit, who) => {
+      const row = await this.#row(c, approvalId, who.tenant_id, true);
       audit.tool = row.tool_name;
       audit.subjectId = row.approval_id;
-      await this.#reviewerMay(c, row, reviewer);
+      await this.#reviewerMay(c, row, who);
       if (typeof reason !== 'string' || reason.trim() === '' || reason.length > 1000)
         throw refuse('invalid_request', 'a rejection needs a reason (at most 1000 characters)');
       if ((row.status === 'pending' || row.status === 'approved') && row.expired) await this.#expire(c, row, audit);
-      const upd = await c.query(this.core.q.approvalReject, [row.approval_id, reviewer.tenant_id, reason]);
+      const upd = await c.query(this.core.q.approvalReject, [row.approval_id, who.tenant_id, reason]);
       if (upd.rowCount !== 1)
         throw refuse('invalid_state_transition', `this approval is already ${row.status}`, {
           request_id: row.approval_id,
@@ -253,12 +257,12 @@ export class Approvals {
    * resource version; any of those stale -> `invalidated` and `reapproval_required`, nothing reserved.
    */
   execute(approvalId: string, actor: Reviewer): Promise<GateResult> {
-    return this.#run('execute', actor, async (c, audit) => {
+    return this.#run('execute', actor, async (c, audit, who) => {
       const core = this.core;
-      const row = await this.#row(c, approvalId, actor.tenant_id, true);
+      const row = await this.#row(c, approvalId, who.tenant_id, true);
       audit.tool = row.tool_name;
       audit.subjectId = row.approval_id;
-      await this.#reviewerMay(c, row, actor); // the same rule as approving: an approver role, not revoked
+      await this.#reviewerMay(c, row, who); // the same rule as approving: an approver role, not revoked
       if (row.status === 'executed' && row.operation_id !== null) {
         const op = (
           await c.query<{ operation_id: string; effect_key: string; status: never }>(this.#oq.operationSelect, [

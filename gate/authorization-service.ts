@@ -10,7 +10,9 @@
  *   - for an operation the gate reserved: the policy version is the current one, the principal still holds
  *     a role the tool lists (and it was not revoked), and
  *       approval: the approval is approved (or executed into this very operation) and inside its TTL, the
- *                 task's current plan version is the one approved (`plan_version`), and every bound
+ *                 task's current plan version is the one approved (`plan_version`), every approver still
+ *                 holds the role they voted with (`approver_role_not_held`: one of the tool's approver roles,
+ *                 not revoked; a vote whose role was never recorded counts as not held), and every bound
  *                 resource still has the approved version (operator-declared resolvers);
  *       proposal: the proposal was executed into this operation;
  *   - for a compensation the compensator minted (approval id `compensation:<original>`): while its original
@@ -187,6 +189,26 @@ export class AuthorizationService extends MtlsJsonServer {
     return rows[0]?.original_operation_id ?? '';
   }
 
+  /**
+   * Whether every approver still holds the role they voted with: recorded, still one of the tool's approver
+   * roles, and not revoked in the tenant. A vote whose role was never recorded (an approval from before roles
+   * were) cannot be checked and counts as not held: its operation is denied, and a new approval is needed.
+   */
+  async #approversHold(
+    tool: { approverRoles: ReadonlySet<string> },
+    tenant: string,
+    approvers: readonly string[],
+    roles: readonly (string | null)[],
+  ): Promise<boolean> {
+    if (approvers.length === 0 || roles.length !== approvers.length) return false;
+    for (const [i, approver] of approvers.entries()) {
+      const role = roles[i];
+      if (role === null || role === undefined || !tool.approverRoles.has(role)) return false;
+      if (await this.#parts.access.roleRevoked(this.#parts.pool, tenant, approver, role)) return false;
+    }
+    return true;
+  }
+
   async decide(request: AuthorizationRequest): Promise<{ allow: boolean; reason: string; now: Date; notAfter?: Date }> {
     const core = this.#parts;
     const now = new Date();
@@ -237,6 +259,8 @@ export class AuthorizationService extends MtlsJsonServer {
         live: boolean;
         plan_version: string;
         current_plan_version: string;
+        approvers: string[];
+        approver_roles: (string | null)[];
       };
       const a = (
         await core.pool.query<ApprovalRow>(core.q.authorizeSelectApproval, [op.current_approval_id, op.tenant_id])
@@ -249,6 +273,8 @@ export class AuthorizationService extends MtlsJsonServer {
       // invalidation no longer reaches: executed is final) stops dispatch here.
       if (a.plan_version !== a.current_plan_version) return { allow: false, reason: 'plan_version', now };
       if (a.args_sha256 !== op.canonical_args_sha256) return { allow: false, reason: 'approval_arguments', now };
+      if (!(await this.#approversHold(tool, op.tenant_id, a.approvers, a.approver_roles)))
+        return { allow: false, reason: 'approver_role_not_held', now };
       const current = await core.registry.resolveResources(core.pool, tool, op.tenant_id, op.arguments_json);
       const stale =
         current === null ||

@@ -6,9 +6,10 @@
 import type { GateTool } from '../core/config.js';
 import { ActionLedgerError } from '../core/errors.js';
 import { canonicalArguments, sha256Hex, type JsonBounds, type JsonObject } from '../core/json.js';
-import { IDENTITY_ARGUMENT_NAMES, isContextText, MAX_CONTEXT_FIELD } from '../core/types.js';
+import { identifierProblem } from '../core/identifier.js';
+import { IDENTITY_ARGUMENT_NAMES, MAX_CONTEXT_FIELD } from '../core/types.js';
 import { refuse } from './refusal.js';
-import { GATE_CONTEXT_FIELDS, type GateContext } from './types.js';
+import { GATE_CONTEXT_FIELDS, type GateContext, type Reviewer } from './types.js';
 
 /** The longest text a context field may hold (and the longest the audit log keeps of one). */
 export { MAX_CONTEXT_FIELD };
@@ -24,21 +25,46 @@ export interface Value {
   currency: string;
 }
 
-/** Checks the gate's trusted context; throws `invalid_context` naming every bad field. */
+/**
+ * Checks the gate's trusted context and returns it with every field NFC-normalized (core/identifier.ts), so two
+ * spellings of one name are one identity. Throws `invalid_context` naming the first bad field in the message
+ * and `details.field` (with its problem), and every bad field in `details.fields`.
+ */
 export function checkGateContext(ctx: unknown): GateContext {
-  if (ctx === null || typeof ctx !== 'object') throw refuse('invalid_context', 'trusted context must be an object');
-  const bad: string[] = [];
   const fields: string[] = [...GATE_CONTEXT_FIELDS];
-  if ((ctx as Record<string, unknown>).plan_version !== undefined) fields.push('plan_version');
+  if (ctx !== null && typeof ctx === 'object' && (ctx as Record<string, unknown>).plan_version !== undefined)
+    fields.push('plan_version');
+  return identifiers(ctx, fields) as unknown as GateContext;
+}
+
+/**
+ * Checks the identity of a person acting on an approval (tenant, principal, role) the same way, so the
+ * requester cannot pass for another approver by spelling their name differently. Returns the NFC form.
+ */
+export function checkReviewer(reviewer: unknown): Reviewer {
+  return identifiers(reviewer, ['tenant_id', 'principal_id', 'role']) as unknown as Reviewer;
+}
+
+/** The named fields of `value`, each an identifier in its NFC form; throws `invalid_context` as described above. */
+function identifiers(value: unknown, fields: readonly string[]): Record<string, string> {
+  if (value === null || typeof value !== 'object') throw refuse('invalid_context', 'trusted context must be an object');
+  const given = value as Record<string, unknown>;
+  const bad: string[] = [];
+  let first: { field: string; problem: string } | undefined;
+  const out: Record<string, string> = {};
   for (const f of fields) {
-    const v = (ctx as Record<string, unknown>)[f];
-    if (!isContextText(v)) bad.push(f);
+    const problem = given[f] === undefined ? 'is missing' : identifierProblem(given[f]);
+    if (problem === null) out[f] = (given[f] as string).normalize('NFC');
+    else {
+      bad.push(f);
+      first ??= { field: f, problem };
+    }
   }
-  if (bad.length > 0)
-    throw refuse('invalid_context', `trusted context fields missing or malformed: ${bad.join(', ')}`, {
-      details: { fields: bad },
+  if (first !== undefined)
+    throw refuse('invalid_context', `trusted context field ${first.field} ${first.problem}`, {
+      details: { field: first.field, problem: first.problem, fields: bad },
     });
-  return ctx as GateContext;
+  return out;
 }
 
 /**

@@ -16,10 +16,12 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { sqlState, SQLSTATE, withTransaction, type Queryable } from '../core/db.js';
 import { asActionLedgerError, type ErrorCode } from '../core/errors.js';
+import { identifier } from '../core/identifier.js';
 import { canonicalJson, sha256Hex, type JsonObject } from '../core/json.js';
 import type { GateTool } from '../core/config.js';
 import { Approvals } from './approvals.js';
 import { listKillSwitches, type KillSwitchRow } from './kill-switch-list.js';
+import { withdrawPendingVotes } from './role-revocation.js';
 import { checkArguments, checkGateContext, valueOf, type Value } from './checks.js';
 import { GateCore, type GateDeps } from './core.js';
 import { Refused, refuse } from './refusal.js';
@@ -147,15 +149,10 @@ export class Gate {
       mode === 'always' ||
       (mode === 'threshold' && value !== null && Number(value.amount) > (t.approval.threshold ?? Infinity));
     // A retried call of a step already reserved with these arguments is the same effect: it answers with the
-    // existing operation and takes nothing from the caps a second time.
-    // Only the caller's own tenant's operation counts as a replay (identity has no tenant): another tenant's
-    // step must be refused exactly like a wrong guess of its arguments (see foreignConflict).
+    // existing operation and takes nothing from the caps a second time. The lookup is by the whole identity,
+    // tenant included, so another tenant's steps are never seen here.
     const prior = mode === 'confirm' || needsApproval ? undefined : await core.ledger.findStep(client, ctx);
-    const replay =
-      prior !== undefined &&
-      prior.tenant_id === ctx.tenant_id &&
-      prior.tool_name === t.name &&
-      prior.canonical_args_sha256 === checked.sha256;
+    const replay = prior !== undefined && prior.tool_name === t.name && prior.canonical_args_sha256 === checked.sha256;
     const counters = replay ? [] : await core.budgets.reserveCaps(client, t, ctx, value);
     if (ctx.plan_version !== undefined) {
       const invalidated = await client.query<{ approval_id: string }>(core.q.planRecord, [
@@ -351,19 +348,33 @@ export class Gate {
   }
 
   /**
-   * Takes a role from a principal at once: new calls, approvals and dispatch authorization all see it.
-   * Committed with its audit row or not at all; throws coded errors (`audit_unavailable`, `storage_full`, ...).
+   * Takes a role from a principal at once: new calls, approvals, dispatch authorization and the dispatcher's
+   * final check all see it, and the principal's votes on approvals still pending in the tenant stop counting
+   * (returned as `votes_withdrawn`). Committed with its audit row or not at all; throws `invalid_context` for a
+   * malformed name and coded errors (`audit_unavailable`, `storage_full`, ...).
    */
-  async revokeRole(tenant: string, principal: string, role: string, actor: string): Promise<void> {
-    await coded(() =>
+  async revokeRole(
+    tenant: string,
+    principal: string,
+    role: string,
+    actor: string,
+  ): Promise<{ votes_withdrawn: string[] }> {
+    const revoked = {
+      tenant_id: identifier('tenant_id', tenant),
+      principal_id: identifier('principal_id', principal),
+      role: identifier('role', role),
+    };
+    return coded(() =>
       withTransaction(this.#core.pool, async (c) => {
-        await c.query(this.#core.q.roleRevoke, [tenant, principal, role, actor]);
+        await c.query(this.#core.q.roleRevoke, [revoked.tenant_id, revoked.principal_id, revoked.role, actor]);
+        const withdrawn = await withdrawPendingVotes(c, this.#core.config.schemaQuoted, revoked);
         await this.#core.audit.decision(c, {
           action: 'role',
           outcome: 'revoked',
-          context: { tenant_id: tenant, principal_id: principal, role },
-          detail: { by: actor },
+          context: revoked,
+          detail: { by: actor, votes_withdrawn: withdrawn },
         });
+        return { votes_withdrawn: withdrawn };
       }),
     );
   }

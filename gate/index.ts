@@ -14,6 +14,7 @@ export {
   type ApprovalSummary,
 } from './approval-list.js';
 export { listAudit, ISO_TIME_PATTERN, type AuditListFilter, type AuditListRow, type AuditPage } from './audit-list.js';
+export { withdrawPendingVotes } from './role-revocation.js';
 export { describeEffect, type ApprovalView } from './approval-envelope.js';
 export { Proposals } from './proposals.js';
 export { runGateHousekeeping, type GateHousekeepingSummary } from './housekeeping.js';

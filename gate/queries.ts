@@ -101,6 +101,32 @@ export const gateQueries = {
   roleRestore: `DELETE FROM @schema.gate_role_revocations WHERE tenant_id = $1 AND principal_id = $2 AND role = $3`,
 
   /**
+   * The votes of a revoked approver ($2, role $3, tenant $1) on approvals still pending stop counting: the
+   * approver and the role they voted with leave both arrays, which stay aligned. A vote whose role is unknown
+   * (recorded before roles were) is withdrawn on any revocation of that approver: it may have been that role.
+   * Approved approvals are not changed here; the authorization service and the dispatcher's final check refuse
+   * their operations while an approver's role is revoked. Returns the approvals changed.
+   */
+  pendingVotesWithdraw: `
+    UPDATE @schema.gate_approvals a
+    SET approvers = v.approvers, approver_roles = v.roles
+    FROM (
+      SELECT a2.approval_id,
+             coalesce(array_agg(x.who ORDER BY x.i) FILTER (WHERE x.keep), '{}') AS approvers,
+             coalesce(array_agg(x.r ORDER BY x.i) FILTER (WHERE x.keep), '{}') AS roles
+      FROM @schema.gate_approvals a2
+      CROSS JOIN LATERAL (
+        SELECT u.who, u.r, u.i, NOT (u.who = $2 AND (u.r IS NULL OR u.r = $3)) AS keep
+        FROM unnest(a2.approvers, a2.approver_roles) WITH ORDINALITY AS u(who, r, i)
+        WHERE u.who IS NOT NULL
+      ) x
+      WHERE a2.tenant_id = $1 AND a2.status = 'pending' AND $2 = ANY (a2.approvers)
+      GROUP BY a2.approval_id
+    ) v
+    WHERE a.approval_id = v.approval_id AND a.status = 'pending' AND cardinality(v.approvers) <> cardinality(a.approvers)
+    RETURNING a.approval_id`,
+
+  /**
    * Records the task's current plan version; when it changes, every pending or approved approval bound to
    * another plan version of that task is invalidated (its holds released by trigger). Returns those ids.
    */
@@ -168,12 +194,17 @@ export const gateQueries = {
   approvalSelectForUpdate: `SELECT ${approvalColumns} FROM @schema.gate_approvals WHERE approval_id = $1 AND tenant_id = $2 FOR UPDATE`,
   /**
    * The approval itself: one conditional UPDATE that needs the id AND the hash the approver was shown, a
-   * pending row inside its TTL, an approver who is not the requester and has not voted yet. It becomes
-   * `approved` when the required number of distinct approvers is reached. Exactly one row, or refused.
+   * pending row inside its TTL, an approver who is not the requester and has not voted yet. The role the
+   * approver voted with ($5) goes into `approver_roles` at the same position as the approver (a vote recorded
+   * before that column existed is padded with NULL: its role is unknown). It becomes `approved` when the
+   * required number of distinct approvers is reached. Exactly one row, or refused.
    */
   approvalApprove: `
     UPDATE @schema.gate_approvals
     SET approvers = approvers || $4::text,
+        approver_roles = approver_roles
+          || array_fill(NULL::text, ARRAY[greatest(cardinality(approvers) - cardinality(approver_roles), 0)])
+          || $5::text,
         status = CASE WHEN cardinality(approvers) + 1 >= required_approvals THEN 'approved' ELSE 'pending' END,
         decided_at = CASE WHEN cardinality(approvers) + 1 >= required_approvals THEN now() ELSE decided_at END
     WHERE approval_id = $1 AND tenant_id = $2 AND envelope_sha256 = $3 AND status = 'pending' AND expires_at > now()
@@ -218,7 +249,7 @@ export const gateQueries = {
     WHERE l.operation_id = $1`,
   authorizeSelectApproval: `
     SELECT a.status, a.operation_id, a.args_sha256, a.resources, a.expires_at, a.expires_at > now() AS live,
-           a.plan_version, coalesce(p.plan_version, '-') AS current_plan_version
+           a.plan_version, coalesce(p.plan_version, '-') AS current_plan_version, a.approvers, a.approver_roles
     FROM @schema.gate_approvals a
     LEFT JOIN @schema.gate_task_plans p ON p.tenant_id = a.tenant_id AND p.task_id = a.task_id
     WHERE a.approval_id::text = $1 AND a.tenant_id = $2`,

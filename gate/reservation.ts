@@ -3,13 +3,12 @@
  * gate's record of the operation and the audit row commit (or roll back) in one transaction.
  */
 import type { Queryable } from '../core/db.js';
-import { ActionLedgerError } from '../core/errors.js';
 import type { JsonObject } from '../core/json.js';
 import type { Ledger, Reservation } from '../ledger/index.js';
 import type { Budgets } from './budgets.js';
 import type { Value } from './checks.js';
 import type { gateQueries } from './queries.js';
-import { refuse, type Refused } from './refusal.js';
+import { refuse } from './refusal.js';
 
 export interface ReservingContext {
   tenant_id: string;
@@ -34,8 +33,9 @@ export class ReservationStep {
    * Reserves the operation through the ledger on the gate's client (one transaction with the budgets and the
    * audit row), records the gate's view of it, and moves the subject's holds to it. A replayed step
    * (`created: false`) gives back what this call took: the effect exists once, so it is counted once.
-   * Throws the ledger's coded errors; a conflict with another tenant's step is the fixed refusal of
-   * {@link foreignConflict}; a replay of a step reserved outside the gate is refused `operation_conflict`.
+   * Throws the ledger's coded errors (`operation_conflict` for the caller's own step reserved with other
+   * arguments; the identity includes the tenant, so another tenant's steps never conflict); a replay of a step
+   * reserved outside the gate is refused `operation_conflict`.
    */
   async reserve(
     db: Queryable,
@@ -45,23 +45,19 @@ export class ReservationStep {
     approval: { kind: 'auto' | 'proposal' | 'approval'; id: string; policyVersion: string },
     taken: { counters: string[]; value: Value | null; subject?: { proposal?: string; approval?: string } },
   ): Promise<Reservation> {
-    const r = await this.#ledger
-      .reserve(
-        {
-          tenant_id: ctx.tenant_id,
-          principal_id: ctx.principal_id,
-          task_id: ctx.task_id,
-          workflow_step_id: ctx.workflow_step_id,
-          approval_id: approval.id,
-          policy_version: approval.policyVersion,
-        },
-        tool,
-        args,
-        { client: db, actor: `gate:${ctx.principal_id}` },
-      )
-      .catch((err: unknown) => {
-        throw foreignConflict(err) ?? err;
-      });
+    const r = await this.#ledger.reserve(
+      {
+        tenant_id: ctx.tenant_id,
+        principal_id: ctx.principal_id,
+        task_id: ctx.task_id,
+        workflow_step_id: ctx.workflow_step_id,
+        approval_id: approval.id,
+        policy_version: approval.policyVersion,
+      },
+      tool,
+      args,
+      { client: db, actor: `gate:${ctx.principal_id}` },
+    );
     const recorded = await db.query(this.#q.gateOperationInsert, [
       r.operation_id,
       ctx.tenant_id,
@@ -89,17 +85,4 @@ export class ReservationStep {
     }
     return r;
   }
-}
-
-/**
- * Operation identity is (principal, task, step), without the tenant, so a caller of another tenant can hit a
- * step some tenant already reserved. The ledger's conflict then names that operation and what changed (an
- * oracle on the other tenant's arguments): "not yours" must say nothing about it. Returns the one fixed
- * refusal for such a conflict (no id, no changed list, the same whatever was guessed), or null.
- */
-export function foreignConflict(err: unknown): Refused | null {
-  if (!(err instanceof ActionLedgerError) || err.code !== 'operation_conflict') return null;
-  const changed = (err.details as { changed?: unknown } | undefined)?.changed;
-  if (!Array.isArray(changed) || !changed.includes('tenant')) return null;
-  return refuse('operation_conflict', 'this workflow step cannot be reserved by you; use another workflow_step_id');
 }

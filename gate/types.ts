@@ -6,7 +6,8 @@ import type { OperationStatus } from '../core/types.js';
 
 /**
  * Who is asking, from authentication and workflow state; never from tool arguments or model text.
- * Operation identity is (principal_id, task_id, workflow_step_id), as in the ledger.
+ * Operation identity is (tenant_id, principal_id, task_id, workflow_step_id), as in the ledger. Every field is an
+ * identifier (core/identifier.ts), compared in its NFC form.
  */
 export interface GateContext {
   tenant_id: string;

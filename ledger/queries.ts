@@ -11,7 +11,7 @@ const reserveCte = `
       provider_id, provider_endpoint, idempotency_header, canonical_args_sha256, arguments_json,
       current_approval_id, current_policy_version, status)
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb, $14, $15, 'pending')
-    ON CONFLICT (principal_id, task_id, workflow_step_id) DO NOTHING
+    ON CONFLICT (tenant_id, principal_id, task_id, workflow_step_id) DO NOTHING
     RETURNING operation_id, effect_key, status, provider_receipt
   ), outbox AS (
     INSERT INTO @schema.outbox (operation_id, attempt) SELECT operation_id, 1 FROM ins
@@ -32,7 +32,7 @@ export const ledgerQueries = {
     SELECT operation_id, effect_key, status, tool_name, tenant_id, canonical_args_sha256, provider_id,
            provider_endpoint, idempotency_header, current_approval_id, current_policy_version, provider_receipt
     FROM @schema.operations
-    WHERE principal_id = $1 AND task_id = $2 AND workflow_step_id = $3`,
+    WHERE tenant_id = $1 AND principal_id = $2 AND task_id = $3 AND workflow_step_id = $4`,
 
   /** Records a refreshed approval / policy version on a still-pending operation; identity and key unchanged. */
   ledgerUpdateAuthorizationContext: `

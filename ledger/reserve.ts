@@ -6,7 +6,8 @@ import type { Config, ToolRoute } from '../core/config.js';
 import { bindQueries, type Pool, type Queryable } from '../core/db.js';
 import { ActionLedgerError, asActionLedgerError } from '../core/errors.js';
 import { canonicalArguments, sha256Hex } from '../core/json.js';
-import { isContextText, TRUSTED_CONTEXT_FIELDS, type OperationStatus, type TrustedContext } from '../core/types.js';
+import { identifierProblem } from '../core/identifier.js';
+import { TRUSTED_CONTEXT_FIELDS, type OperationStatus, type TrustedContext } from '../core/types.js';
 import type { EffectKeyer } from './effect-key.js';
 import { ledgerStatus, showOperation, type HistoryRow, type LedgerStatus } from './inspect.js';
 import { OutboxNotifier, outboxChannel } from './notifier.js';
@@ -47,21 +48,32 @@ export type ReservedStep = {
   provider_receipt: string | null;
 };
 
-/** Checks the trusted context's shape; throws `invalid_context` naming every bad field. */
+/**
+ * Checks the trusted context and returns it with every field NFC-normalized (core/identifier.ts), so two
+ * spellings of one name are one identity. Throws `invalid_context` naming the first bad field in the message
+ * and `details.field` (with its problem), and every bad field in `details.fields`.
+ */
 export function checkTrustedContext(ctx: unknown): TrustedContext {
   if (ctx === null || typeof ctx !== 'object')
     throw new ActionLedgerError('invalid_context', 'trusted context must be an object');
   const bad: string[] = [];
+  let first: { field: string; problem: string } | undefined;
+  const out: Record<string, string> = {};
   for (const field of TRUSTED_CONTEXT_FIELDS) {
     const v = (ctx as Record<string, unknown>)[field];
-    if (!isContextText(v)) bad.push(field);
+    const problem = v === undefined ? 'is missing' : identifierProblem(v);
+    if (problem === null) out[field] = (v as string).normalize('NFC');
+    else {
+      bad.push(field);
+      first ??= { field, problem };
+    }
   }
-  if (bad.length > 0) {
-    throw new ActionLedgerError('invalid_context', `trusted context fields missing or malformed: ${bad.join(', ')}`, {
-      details: { fields: bad },
+  if (first !== undefined) {
+    throw new ActionLedgerError('invalid_context', `trusted context field ${first.field} ${first.problem}`, {
+      details: { field: first.field, problem: first.problem, fields: bad },
     });
   }
-  return ctx as TrustedContext;
+  return out as unknown as TrustedContext;
 }
 
 export class Ledger {
@@ -101,13 +113,13 @@ export class Ledger {
   /**
    * Reserves the operation for the trusted context's workflow step.
    *
-   * Guarantees: one operation and one outbox row per (principal, task, step), however many callers race;
+   * Guarantees: one operation and one outbox row per (tenant, principal, task, step), however many callers race;
    * the same step again returns the same operation id, effect key and current status with `created: false`;
    * a pending operation reserved again with a new approval id or policy version records them. Nothing is
    * written when it throws: the operation, its history row and its outbox row are one statement.
    *
    * Throws `invalid_context`, `route_not_approved`, `invalid_arguments`, `operation_conflict` (same step,
-   * different tool / tenant / arguments / provider / endpoint), and for a database failure its code with the
+   * different tool / arguments / provider / endpoint), and for a database failure its code with the
    * SQLSTATE in `details.sqlstate` (`database_unavailable`, `storage_full`, `statement_timeout`, ...; see
    * docs/errors.md). With the caller's `client`, a database failure is rethrown as PostgreSQL reported it: the
    * caller's transaction is failed anyway, and the caller decides (retry a serialization failure, roll back
@@ -181,7 +193,6 @@ export class Ledger {
     if (row === undefined) throw new Error('reservation conflicted but its row is not visible');
     const changed: string[] = [];
     if (row.tool_name !== tool) changed.push('tool');
-    if (row.tenant_id !== ctx.tenant_id) changed.push('tenant');
     if (row.canonical_args_sha256 !== argsSha256) changed.push('arguments');
     if (row.provider_id !== route.providerId) changed.push('provider');
     if (row.provider_endpoint !== route.endpoint) changed.push('endpoint');
@@ -223,15 +234,16 @@ export class Ledger {
   }
 
   /**
-   * The operation reserved for this workflow step, whatever its tenant or tool, or undefined when the step was
-   * never reserved. Read through `db` (the caller's transaction, when it has one). Throws only what PostgreSQL
+   * The operation reserved for this workflow step of the tenant, whatever its tool, or undefined when the step
+   * was never reserved there. Read through `db` (the caller's transaction, when it has one). Throws only what PostgreSQL
    * throws.
    */
   async findStep(
     db: Queryable,
-    step: Pick<TrustedContext, 'principal_id' | 'task_id' | 'workflow_step_id'>,
+    step: Pick<TrustedContext, 'tenant_id' | 'principal_id' | 'task_id' | 'workflow_step_id'>,
   ): Promise<ReservedStep | undefined> {
     const { rows } = await db.query<ReservedStep>(this.#q.ledgerSelectByIdentity, [
+      step.tenant_id,
       step.principal_id,
       step.task_id,
       step.workflow_step_id,

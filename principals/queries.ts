@@ -46,25 +46,6 @@ export const principalQueries = {
     INSERT INTO @schema.gate_role_revocations (tenant_id, principal_id, role, revoked_by) VALUES ($1, $2, $3, $4)
     ON CONFLICT (tenant_id, principal_id, role) DO NOTHING`,
 
-  /**
-   * The votes of a revoked approver on approvals still pending in the tenant stop counting: the approver and
-   * the role they voted with are taken out of the arrays (the role's entry at the same position).
-   */
-  pendingVotesWithdraw: `
-    UPDATE @schema.gate_approvals a
-    SET approvers = v.approvers, approver_roles = v.roles
-    FROM (
-      SELECT a2.approval_id,
-             coalesce(array_agg(x.who ORDER BY x.i) FILTER (WHERE NOT (x.who = $2 AND x.r IS NOT DISTINCT FROM $3)), '{}') AS approvers,
-             coalesce(array_agg(x.r ORDER BY x.i) FILTER (WHERE NOT (x.who = $2 AND x.r IS NOT DISTINCT FROM $3) AND x.r IS NOT NULL), '{}') AS roles
-      FROM @schema.gate_approvals a2
-      CROSS JOIN LATERAL unnest(a2.approvers, a2.approver_roles) WITH ORDINALITY AS x(who, r, i)
-      WHERE a2.tenant_id = $1 AND a2.status = 'pending' AND $2 = ANY (a2.approvers)
-      GROUP BY a2.approval_id
-    ) v
-    WHERE a.approval_id = v.approval_id AND a.status = 'pending' AND cardinality(v.approvers) <> cardinality(a.approvers)
-    RETURNING a.approval_id`,
-
   tokenInsert: `
     INSERT INTO @schema.api_tokens (token_id, principal_id, tenant_id, name, token_sha256, created_by, expires_at)
     VALUES ($1, $2, $3, $4, $5, $6, now() + make_interval(secs => $7))

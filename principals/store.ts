@@ -15,7 +15,7 @@ import { bindQueries, type Pool, type Queryable } from '../core/db.js';
 import { ActionLedgerError } from '../core/errors.js';
 import { identifier } from '../core/identifier.js';
 import type { Config } from '../core/config.js';
-import { AuditWriter } from '../gate/index.js';
+import { AuditWriter, withdrawPendingVotes } from '../gate/index.js';
 import { audited, mustExist } from './audited.js';
 import { PrincipalCertificates } from './certificates.js';
 import { principalQueries } from './queries.js';
@@ -157,8 +157,11 @@ export class PrincipalStore {
       async (c) => {
         await c.query(this.#q.grantDelete, [id, tenant, r]);
         await c.query(this.#q.revocationInsert, [tenant, id, r, actor]);
-        const votes = await c.query<{ approval_id: string }>(this.#q.pendingVotesWithdraw, [tenant, id, r]);
-        withdrawn = votes.rows.map((v) => v.approval_id);
+        withdrawn = await withdrawPendingVotes(c, this.#config.schemaQuoted, {
+          tenant_id: tenant,
+          principal_id: id,
+          role: r,
+        });
         return withdrawn;
       },
       () => ({ votes_withdrawn: withdrawn }),

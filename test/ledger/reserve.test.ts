@@ -54,7 +54,6 @@ t.test('replay returns the same; each changed effect field is refused and change
   const before = await snapshot();
   const cases: [string, () => Promise<unknown>][] = [
     ['tool', () => ledger.reserve(ctx(), 'send_email', args)],
-    ['tenant', () => ledger.reserve(ctx({ tenant_id: 'tenant-b' }), 'issue_refund', args)],
     ['arguments', () => ledger.reserve(ctx(), 'issue_refund', { ...args, amount: 100000 })],
   ];
   for (const [field, call] of cases) {
