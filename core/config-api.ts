@@ -113,6 +113,9 @@ export function isLoopback(host: string): boolean {
 
 /** The listener's settings; a non-loopback bind without TLS (and not explicitly allowed) is a problem. */
 export function compileHttp(raw: RawHttp, port: number, cwd: string, problems: ConfigProblems): HttpConfig {
+  // A malformed section is reported by the schema step; the loopback default stands in for the rest of the pass.
+  if (problems.malformed('/http') || raw === null || typeof raw !== 'object')
+    return Object.freeze({ host: '127.0.0.1', port, tls: null, allowPlaintextBind: false });
   const tls =
     raw.tls === undefined
       ? null
