@@ -199,7 +199,7 @@ const list: Command = {
 
 export const principalCommand: Command = {
   name: 'principal',
-  summary: 'principals (services and people) and their roles per tenant: add, grant, revoke, list (audited)',
+  summary: 'principals and their roles per tenant (services and people): add, grant, revoke, list (audited)',
   notes: `Who acts is the principal of the token in ACTIONLEDGER_TOKEN (in its own tenant), or without a token the
 operator named by --break-glass NAME (recorded as break-glass:NAME; the first principal is added that way).`,
   options: {},

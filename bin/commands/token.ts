@@ -152,7 +152,7 @@ const list: Command = {
 
 export const tokenCommand: Command = {
   name: 'token',
-  summary: 'API tokens: create (printed once), revoke, list (never their hashes) (audited)',
+  summary: 'API tokens of principals: create (printed once), revoke, list (never their hashes) (audited)',
   notes: `A token acts for one principal in one tenant. Who acts here is the principal of the token in
 ACTIONLEDGER_TOKEN (in its own tenant), or without a token the operator named by --break-glass NAME.`,
   options: {},
