@@ -237,7 +237,7 @@ t.test('required options are never shown as optional, and leaving one out is a u
     for (const [name] of required) {
       t.notMatch(usage, new RegExp(`\\[--${name}[ \\]]`), `${cmd.name}: --${name} is not bracketed in the usage`);
       t.match(usage, new RegExp(` --${name} `), `${cmd.name}: --${name} is in the usage`);
-      // review records a missing actor or reason as an audited refusal (docs/cli.md): not a usage error.
+      // review records a missing reason as an audited refusal (docs/cli.md): not a usage error.
       if (cmd.name.startsWith('review ')) continue;
       const others = required.filter(([n]) => n !== name).flatMap(([n]) => [`--${n}`, 'x']);
       const r = await runHere(cmd, [...(positionals[cmd.name] ?? []), ...others]);
