@@ -99,8 +99,12 @@ t.test('show, approve with the displayed hash, reject, kill switch engage / list
     kill_switches: [{ tenant_id: 'tenant-a', tool_name: '*', reason: 'incident 7' }],
   });
   t.equal(
-    (await runCli(['gate', 'kill-switch', 'lift', '--tenant', 'tenant-a', '--tool', '*', '--break-glass', 'oncall'], env))
-      .code,
+    (
+      await runCli(
+        ['gate', 'kill-switch', 'lift', '--tenant', 'tenant-a', '--tool', '*', '--break-glass', 'oncall'],
+        env,
+      )
+    ).code,
     0,
   );
   t.match(
