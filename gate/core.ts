@@ -42,6 +42,8 @@ export interface GateDeps {
   log?: Logger;
   /** Counts lost audit rows (`actionledger_audit_lost_total`); without it they are counted unexposed. */
   metrics?: Pick<Metrics, 'auditLost'>;
+  /** The audit writer to use instead of a new one (the command line's marks its break-glass rows). */
+  audit?: AuditWriter;
 }
 
 /** The default logger of the gate's parts: warnings and errors to stderr. */
@@ -73,7 +75,8 @@ export class GateCore {
     this.access = new AccessChecks(deps.config, this.q);
     this.budgets = new Budgets(this.q);
     this.reservation = new ReservationStep(deps.ledger, this.q, this.budgets);
-    this.audit = new AuditWriter({ config: deps.config, pool: deps.pool, log: this.log, metrics: deps.metrics });
+    this.audit =
+      deps.audit ?? new AuditWriter({ config: deps.config, pool: deps.pool, log: this.log, metrics: deps.metrics });
     this.failures = new DecisionFailures(this.log);
   }
 

@@ -166,7 +166,7 @@ function nextCommands(gate: Gate, r: GateResult, ctx: GateContext, tool: string)
     const role = roles.length === 1 ? sh(roles[0] ?? '') : `APPROVER_ROLE`;
     return [
       `actionledger gate show ${id} --tenant ${sh(ctx.tenant_id)}`,
-      `actionledger gate approve ${id} --hash ENVELOPE_SHA256 --tenant ${sh(ctx.tenant_id)} --approver APPROVER --role ${role}`,
+      `actionledger gate approve ${id} --hash ENVELOPE_SHA256 --tenant ${sh(ctx.tenant_id)} --role ${role}`,
     ];
   }
   return [];

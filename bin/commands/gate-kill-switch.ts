@@ -14,13 +14,27 @@ import {
   type OptionSpecs,
 } from '../cli-util.js';
 import { load } from './load.js';
-import { ACTOR, GATE_EXITS, withGate } from './gate-kit.js';
+import { ACTOR, GATE_EXITS, withActingGate } from './gate-kit.js';
+import { actingActor, actingRequest, actingTenant, BREAK_GLASS, requireCapability, type Acting } from './acting.js';
+import type { Config } from '../../core/config.js';
 
 const TARGET = {
-  tenant: { type: 'string', value: "T|'*'", required: true, description: "the tenant, or '*' for every tenant" },
+  tenant: {
+    type: 'string',
+    value: "T|'*'",
+    description: "the tenant, or '*' for every tenant (with --break-glass only)",
+    default: "the token's tenant; required with --break-glass",
+  },
   tool: { type: 'string', value: "NAME|'*'", required: true, description: "the tool, or '*' for every tool" },
   actor: ACTOR,
+  'break-glass': BREAK_GLASS,
 } satisfies OptionSpecs;
+
+/** The switch's tenant and the actor; a token needs the `kill_switch` capability and acts in its tenant only. */
+function target(config: Config, acting: Acting, v: Record<string, string | undefined>): [string, string] {
+  requireCapability(config, acting, 'kill_switch');
+  return [actingTenant(acting, v.tenant), actingActor(acting, 'actor', v.actor)];
+}
 
 const engage: Command = {
   name: 'gate kill-switch engage',
@@ -30,14 +44,20 @@ const engage: Command = {
     reason: { type: 'string', value: 'WHY', required: true, description: 'why (audited; shown by list)' },
     json: JSON_ALWAYS,
   },
-  examples: ["actionledger gate kill-switch engage --tenant tenant-a --tool '*' --actor oncall --reason 'incident 7'"],
+  examples: [
+    "actionledger gate kill-switch engage --tool '*' --reason 'incident 7'",
+    "actionledger gate kill-switch engage --tenant '*' --tool '*' --reason 'incident 7' --break-glass oncall",
+  ],
   exits: GATE_EXITS,
   async run(argv) {
     const parsed = parseCommand(this, argv);
     if (typeof parsed === 'number') return parsed;
     const v = stringValues(parsed.values);
-    const [tenant, tool, actor, reason] = [v.tenant ?? '', v.tool ?? '', v.actor ?? '', v.reason ?? ''];
-    return withGate(async (gate) => {
+    const req = actingRequest(this, parsed.values, ['tenant']);
+    if (typeof req === 'number') return req;
+    const [tool, reason] = [v.tool ?? '', v.reason ?? ''];
+    return withActingGate(req, async (gate, rt, acting) => {
+      const [tenant, actor] = target(rt.config, acting, v);
       const waited = await gate.engageKillSwitch(tenant, tool, actor, reason);
       printJson({ ok: true, tenant_id: tenant, tool_name: tool, engaged: true, ...waited });
       return EXIT.ok;
@@ -49,14 +69,20 @@ const lift: Command = {
   name: 'gate kill-switch lift',
   summary: 'lift an engaged kill switch (exit 1, not_found, when none is engaged for that tenant and tool)',
   options: { ...TARGET, json: JSON_ALWAYS },
-  examples: ["actionledger gate kill-switch lift --tenant tenant-a --tool '*' --actor oncall"],
+  examples: [
+    "actionledger gate kill-switch lift --tool '*'",
+    "actionledger gate kill-switch lift --tenant '*' --tool '*' --break-glass oncall",
+  ],
   exits: GATE_EXITS,
   async run(argv) {
     const parsed = parseCommand(this, argv);
     if (typeof parsed === 'number') return parsed;
     const v = stringValues(parsed.values);
-    const [tenant, tool, actor] = [v.tenant ?? '', v.tool ?? '', v.actor ?? ''];
-    return withGate(async (gate) => {
+    const req = actingRequest(this, parsed.values, ['tenant']);
+    if (typeof req === 'number') return req;
+    const tool = v.tool ?? '';
+    return withActingGate(req, async (gate, rt, acting) => {
+      const [tenant, actor] = target(rt.config, acting, v);
       if (!(await gate.liftKillSwitch(tenant, tool, actor))) {
         printJson({ ok: false, error: 'not_found', message: 'no such kill switch is engaged' });
         return EXIT.refused;

@@ -17,7 +17,18 @@ import {
   type Command,
   type Parsed,
 } from '../cli-util.js';
-import { ACTOR, APPROVER, GATE_EXITS, ROLE, TENANT, withGate } from './gate-kit.js';
+import {
+  ACTING_TENANT,
+  ACTOR,
+  APPROVER,
+  APPROVER_ROLE,
+  GATE_EXITS,
+  ROLE,
+  TENANT,
+  withActingGate,
+  withGate,
+} from './gate-kit.js';
+import { actingActor, actingRequest, actingTenant, approverRole, BREAK_GLASS } from './acting.js';
 import { killSwitchCommand } from './gate-kill-switch.js';
 import { gateCallCommand, gateConfirmCommand, gateExecuteCommand } from './gate-call.js';
 import type { Gate, GateResult, Reviewer } from '../../gate/index.js';
@@ -31,7 +42,10 @@ function approvalArgs(cmd: Command, parsed: Parsed): { id: string; v: Record<str
   return { id, v: stringValues(parsed.values) };
 }
 
-/** Approves or rejects: one APPROVAL_ID, the deciding principal from the options, the gate's answer printed. */
+/**
+ * Approves or rejects: one APPROVAL_ID, the deciding principal, its tenant and role from the token (or the
+ * break-glass operator, tenant and approver role named), the gate's answer printed.
+ */
 async function decide(
   cmd: Command,
   argv: string[],
@@ -41,8 +55,14 @@ async function decide(
   if (typeof parsed === 'number') return parsed;
   const a = approvalArgs(cmd, parsed);
   if (typeof a === 'number') return a;
-  const reviewer = { tenant_id: a.v.tenant ?? '', principal_id: a.v.approver ?? '', role: a.v.role ?? '' };
-  return withGate(async (gate) => {
+  const req = actingRequest(cmd, parsed.values, ['tenant', 'role']);
+  if (typeof req === 'number') return req;
+  return withActingGate(req, async (gate, rt, acting) => {
+    const reviewer = {
+      tenant_id: actingTenant(acting, a.v.tenant),
+      principal_id: actingActor(acting, 'approver', a.v.approver),
+      role: approverRole(rt.config, acting, a.v.role),
+    };
     const r = await act(gate, a.id, reviewer, a.v);
     printJson(r);
     return r.ok ? EXIT.ok : EXIT.refused;
@@ -74,13 +94,15 @@ const approve: Command = {
   args: 'APPROVAL_ID',
   options: {
     hash: { type: 'string', value: 'SHA256', required: true, description: 'envelope_sha256 as `gate show` printed it' },
-    tenant: TENANT,
+    tenant: ACTING_TENANT,
     approver: APPROVER,
-    role: ROLE,
+    role: APPROVER_ROLE,
+    'break-glass': BREAK_GLASS,
     json: JSON_ALWAYS,
   },
   examples: [
-    `actionledger gate approve ${ID_EXAMPLE} --hash 9b71d224bd62f3785d96d46ad3ea3d73319bfbc2890caadae2dff72519673ca7 --tenant tenant-a --approver supervisor-7 --role supervisor`,
+    `actionledger gate approve ${ID_EXAMPLE} --hash 9b71d224bd62f3785d96d46ad3ea3d73319bfbc2890caadae2dff72519673ca7 --role supervisor`,
+    `actionledger gate approve ${ID_EXAMPLE} --hash 9b71d224bd62f3785d96d46ad3ea3d73319bfbc2890caadae2dff72519673ca7 --tenant tenant-a --role supervisor --break-glass alice`,
   ],
   exits: GATE_EXITS,
   run(argv) {
@@ -94,14 +116,13 @@ const reject: Command = {
   args: 'APPROVAL_ID',
   options: {
     reason: { type: 'string', value: 'WHY', required: true, description: 'why (stored with the approval; audited)' },
-    tenant: TENANT,
+    tenant: ACTING_TENANT,
     approver: APPROVER,
-    role: ROLE,
+    role: APPROVER_ROLE,
+    'break-glass': BREAK_GLASS,
     json: JSON_ALWAYS,
   },
-  examples: [
-    `actionledger gate reject ${ID_EXAMPLE} --reason 'duplicate request' --tenant tenant-a --approver supervisor-7 --role supervisor`,
-  ],
+  examples: [`actionledger gate reject ${ID_EXAMPLE} --reason 'duplicate request' --role supervisor`],
   exits: GATE_EXITS,
   run(argv) {
     return decide(this, argv, (gate, id, reviewer, v) => gate.reject(id, reviewer, v.reason ?? ''));
@@ -116,20 +137,31 @@ function roleCommand(action: 'revoke-role' | 'restore-role'): Command {
       ? 'revoke a role from a principal in a tenant (its calls and approvals are refused from now on)'
       : 'restore a revoked role',
     options: {
-      tenant: { ...TENANT, description: 'tenant the principal acts in' },
+      tenant: { ...ACTING_TENANT, description: 'tenant the principal acts in (with a token, its tenant)' },
       principal: { type: 'string', value: 'P', required: true, description: 'the principal (agent or person)' },
       role: { ...ROLE, description: 'the role to revoke or restore' },
       actor: ACTOR,
+      'break-glass': BREAK_GLASS,
       json: JSON_ALWAYS,
     },
-    examples: [`actionledger gate ${action} --tenant tenant-a --principal agent-1 --role agent --actor security`],
+    examples: [
+      `actionledger gate ${action} --principal agent-1 --role agent`,
+      `actionledger gate ${action} --tenant tenant-a --principal agent-1 --role agent --break-glass security`,
+    ],
     exits: GATE_EXITS,
     async run(argv) {
       const parsed = parseCommand(this, argv);
       if (typeof parsed === 'number') return parsed;
       const v = stringValues(parsed.values);
-      const args = [v.tenant ?? '', v.principal ?? '', v.role ?? '', v.actor ?? ''] as const;
-      return withGate(async (gate) => {
+      const req = actingRequest(this, parsed.values, ['tenant']);
+      if (typeof req === 'number') return req;
+      return withActingGate(req, async (gate, _rt, acting) => {
+        const args = [
+          actingTenant(acting, v.tenant),
+          v.principal ?? '',
+          v.role ?? '',
+          actingActor(acting, 'actor', v.actor),
+        ] as const;
         if (revoke) await gate.revokeRole(...args);
         else await gate.restoreRole(...args);
         printJson({ ok: true });
@@ -172,8 +204,14 @@ export const gateCommand: Command = {
   name: 'gate',
   summary:
     'call a tool through the gate (confirm, execute), approve / reject approvals, kill switches, role revocations, expire due approvals and proposals and prune rate windows (audited)',
-  notes:
-    'The CLI runs no business validators or resource resolvers: a call that needs a validator or a resolver,\nand approving a tool that binds resources, are refused (config_invalid) and nothing is reserved; make\nthem through the service that registers them.',
+  notes: `The CLI runs no business validators or resource resolvers: a call that needs a validator or a resolver,
+and approving a tool that binds resources, are refused (config_invalid) and nothing is reserved; make
+them through the service that registers them.
+
+approve, reject, kill-switch engage and lift, revoke-role and restore-role act as the principal of the
+token in ACTIONLEDGER_TOKEN, in its tenant and with its role (--approver, --actor, --tenant that disagree
+are refused); without a token, the operator names themself with --break-glass NAME (audited as
+break-glass:NAME, with break_glass: true), and names the tenant (and, to approve, an approver role).`,
   options: {},
   examples: [
     ...gateCallCommand.examples.slice(0, 1),

@@ -6,6 +6,8 @@ import { profileCommand } from './profile.js';
 import { reconcileCommand, verifyCommand } from './reconcile.js';
 import { reviewCommand } from './review.js';
 import { gateCommand } from './gate.js';
+import { principalCommand } from './principal.js';
+import { tokenCommand } from './token.js';
 
 export const COMMANDS: ReadonlyMap<string, Command> = new Map(
   [
@@ -20,6 +22,8 @@ export const COMMANDS: ReadonlyMap<string, Command> = new Map(
     reviewCommand,
     verifyCommand,
     gateCommand,
+    principalCommand,
+    tokenCommand,
   ].map((c) => [c.name, c]),
 );
 

@@ -8,6 +8,7 @@ export const load = {
   identity: () => import('../../core/identity.js'),
   ledger: () => import('../../ledger/index.js'),
   gate: () => import('../../gate/index.js'),
+  principals: () => import('../../principals/index.js'),
   reconciler: () => import('../../reconciler/index.js'),
   dispatcher: () => import('../../dispatcher/index.js'),
   service: () => import('../service.js'),

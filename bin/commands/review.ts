@@ -3,7 +3,7 @@
  * `retry`, `resolve-succeeded`, `resolve-failed` and `compensate` act on one, and `retry --all` on a selection,
  * one at a time through the review actions (each locked, checked and audited).
  */
-import { asActionLedgerError } from '../../core/errors.js';
+import { ActionLedgerError, asActionLedgerError } from '../../core/errors.js';
 import type { Runtime } from '../../core/runtime.js';
 import type { InReview, ReviewKit, ReviewResult } from '../../reconciler/index.js';
 import { load } from './load.js';
@@ -24,26 +24,52 @@ import {
   type Parsed,
 } from '../cli-util.js';
 import { listCommand, reasonOption, selection, SELECTION_OPTIONS, withReadRuntime } from './review-list.js';
+import {
+  actingActor,
+  actingRequest,
+  actingTenant,
+  authenticateActing,
+  BREAK_GLASS,
+  requireCapability,
+  type Acting,
+  type ActingRequest,
+} from './acting.js';
 
 const ID_EXAMPLE = '6f1c2b9e-0d4a-4c52-9a57-3e0f1b2c4d5e';
 const REVIEW_EXITS = [EXIT.ok, EXIT.refused, EXIT.usage];
 
 const WHO_WHY = {
-  actor: { type: 'string', value: 'WHO', required: true, description: 'the person acting (audited)' },
+  actor: {
+    type: 'string',
+    value: 'WHO',
+    description: "a check: who acts, which must be the token's principal (or break-glass:NAME)",
+    default: 'who acts',
+  },
   reason: { type: 'string', value: 'WHY', required: true, description: 'why (audited)' },
+  'break-glass': BREAK_GLASS,
 } as const satisfies OptionSpecs;
 
-const AUDITED_NOTE =
-  'Every action, done or refused, is in the audit log (gate_audit, action review:<name>): a missing\n--actor or --reason is refused there (invalid_review, exit 1), not here.';
+const AUDITED_NOTE = `Who acts is the principal of the token in ACTIONLEDGER_TOKEN (its roles need the review capability;
+it acts on its own tenant's operations only), or without a token the operator named by --break-glass NAME
+(recorded as break-glass:NAME). Every action, done or refused, is in the audit log (gate_audit, action
+review:<name>): a missing --reason is refused there (invalid_review, exit 1), not here.`;
 
-/** Opens the configured database and the review actions, runs `fn`; a failure is printed as a refusal. */
-async function withReview(fn: (kit: ReviewKit, rt: Runtime) => Promise<number>): Promise<number> {
+/**
+ * Opens the configured database and the review actions, establishes who acts (a token needs the `review`
+ * capability), runs `fn`; a failure is printed as a refusal.
+ */
+async function withReview(
+  req: ActingRequest,
+  fn: (kit: ReviewKit, rt: Runtime, acting: Acting) => Promise<number>,
+): Promise<number> {
   try {
     const [{ openRuntime }, { openReview }] = await Promise.all([load.runtime(), load.reconciler()]);
     const rt = await openRuntime({ name: 'review', migrate: true, defaultMetrics: false, logDestination: stderrLog() });
     const kit = openReview(rt);
     try {
-      return await fn(kit, rt);
+      const acting = await authenticateActing(rt, req);
+      requireCapability(rt.config, acting, 'review');
+      return await fn(kit, rt, acting);
     } finally {
       kit.close();
       await rt.close();
@@ -53,23 +79,44 @@ async function withReview(fn: (kit: ReviewKit, rt: Runtime) => Promise<number>):
   }
 }
 
-type Act = (kit: ReviewKit, id: string, v: Record<string, string | undefined>) => Promise<ReviewResult>;
+type Act = (kit: ReviewKit, id: string, who: Who, v: Record<string, string | undefined>) => Promise<ReviewResult>;
+type Who = { actor: string; reason: string };
 
-/** One OPERATION_ID, one action, its result printed as JSON. Missing --actor / --reason go to the audited refusal. */
-async function actOnOne(cmd: Command, parsed: Parsed, act: Act): Promise<number> {
+/**
+ * A token acts on its own tenant's operations only: another tenant's is refused as one that does not exist,
+ * and the refusal audited like the review's own.
+ */
+async function ownOperation(rt: Runtime, acting: Acting, action: string, id: string, why: string): Promise<void> {
+  if (acting.tenant === null) return;
+  const { LedgerView } = await load.ledger();
+  const found = await new LedgerView(rt.pool, rt.config.schemaQuoted).show(id).catch(() => null);
+  const tenant = found?.operation.tenant_id;
+  if (tenant === undefined || tenant === acting.tenant) return;
+  const { AuditWriter } = await load.gate();
+  await new AuditWriter({ config: rt.config, pool: rt.pool }).after({
+    action: `review:${action}`,
+    outcome: 'not_found',
+    context: { tenant_id: acting.tenant, principal_id: acting.actor },
+    subjectId: id,
+    detail: { why },
+  });
+  throw new ActionLedgerError('not_found', 'no such operation');
+}
+
+/** One OPERATION_ID, one action, its result printed as JSON. A missing --reason goes to the audited refusal. */
+async function actOnOne(cmd: Command, parsed: Parsed, action: string, act: Act): Promise<number> {
   const [id, ...extra] = parsed.positionals;
   if (id === undefined || extra.length > 0) return usageError(cmd, 'expected one OPERATION_ID');
   const v = stringValues(parsed.values);
-  return withReview(async (kit) => {
-    printJson(await act(kit, id, v));
+  const req = actingRequest(cmd, parsed.values);
+  if (typeof req === 'number') return req;
+  return withReview(req, async (kit, rt, acting) => {
+    const who = { actor: actingActor(acting, 'actor', v.actor), reason: v.reason ?? '' };
+    await ownOperation(rt, acting, action, id, who.reason);
+    printJson(await act(kit, id, who, v));
     return EXIT.ok;
   });
 }
-
-const who = (v: Record<string, string | undefined>): { actor: string; reason: string } => ({
-  actor: v.actor ?? '',
-  reason: v.reason ?? '',
-});
 
 function singleAction(name: string, summary: string, act: Act, extra: OptionSpecs, exampleTail: string): Command {
   return {
@@ -78,12 +125,12 @@ function singleAction(name: string, summary: string, act: Act, extra: OptionSpec
     args: 'OPERATION_ID',
     notes: AUDITED_NOTE,
     options: { ...WHO_WHY, ...extra, json: JSON_ALWAYS },
-    examples: [`actionledger review ${name} ${ID_EXAMPLE} --actor carol ${exampleTail}`],
+    examples: [`actionledger review ${name} ${ID_EXAMPLE} ${exampleTail}`],
     exits: REVIEW_EXITS,
     async run(argv) {
       const parsed = parseCommand(this, argv, { positionals: true, checkRequired: false });
       if (typeof parsed === 'number') return parsed;
-      return actOnOne(this, parsed, act);
+      return actOnOne(this, parsed, name.replace('-', '_'), act);
     },
   };
 }
@@ -91,7 +138,7 @@ function singleAction(name: string, summary: string, act: Act, extra: OptionSpec
 const resolveSucceeded = singleAction(
   'resolve-succeeded',
   "the provider applied it: record that, with the provider's receipt (audited)",
-  (kit, id, v) => kit.review.resolveSucceeded(id, { ...who(v), receipt: v.receipt ?? '' }),
+  (kit, id, who, v) => kit.review.resolveSucceeded(id, { ...who, receipt: v.receipt ?? '' }),
   {
     receipt: {
       type: 'string',
@@ -106,7 +153,7 @@ const resolveSucceeded = singleAction(
 const resolveFailed = singleAction(
   'resolve-failed',
   'it was not applied and will not be: record it failed (a later pass compensates earlier steps) (audited)',
-  (kit, id, v) => kit.review.resolveFailed(id, who(v)),
+  (kit, id, who) => kit.review.resolveFailed(id, who),
   {},
   "--reason 'the customer cancelled'",
 );
@@ -114,7 +161,7 @@ const resolveFailed = singleAction(
 const compensate = singleAction(
   'compensate',
   'undo it with the configured compensation (audited)',
-  (kit, id, v) => kit.review.compensate(id, who(v)),
+  (kit, id, who) => kit.review.compensate(id, who),
   {},
   "--reason 'refund issued twice by hand'",
 );
@@ -141,7 +188,7 @@ function item(o: InReview, outcome: BulkItem['outcome'], extra: Partial<BulkItem
  * was selected with. Those whose retry is not safe are skipped, never tried. A refusal moves on to the next; any
  * other failure (the database gone) stops the run and reports the rest as not attempted.
  */
-async function retrySelected(kit: ReviewKit, ops: readonly InReview[], who: { actor: string; reason: string }) {
+async function retrySelected(kit: ReviewKit, ops: readonly InReview[], who: Who) {
   const out: BulkItem[] = [];
   let stopped = false;
   for (const o of ops) {
@@ -221,12 +268,16 @@ async function retryAll(cmd: Command, parsed: Parsed): Promise<number> {
       );
       return printBulk(items, true, json);
     }).catch(printRefusal);
-  // Checked before anything is selected: a bulk run without them would only write one refusal per operation.
-  const missing = (['actor', 'reason'] as const).filter((k) => v[k] === undefined || v[k] === '').map((k) => `--${k}`);
-  if (missing.length > 0) return usageError(cmd, `missing ${missing.join(', ')}`);
-  return withReview(async (kit, rt) => {
-    const { operations } = await (await load.reconciler()).listInReview(rt.config, rt.pool, filter);
-    return printBulk(await retrySelected(kit, operations, who(v)), false, json);
+  // Checked before anything is selected: a bulk run without it would only write one refusal per operation.
+  if (v.reason === undefined || v.reason === '') return usageError(cmd, 'missing --reason');
+  const req = actingRequest(cmd, parsed.values);
+  if (typeof req === 'number') return req;
+  return withReview(req, async (kit, rt, acting) => {
+    // A token selects in its own tenant only.
+    const scoped = { ...filter, ...(acting.tenant === null ? {} : { tenant: actingTenant(acting, filter.tenant) }) };
+    const who = { actor: actingActor(acting, 'actor', v.actor), reason: v.reason ?? '' };
+    const { operations } = await (await load.reconciler()).listInReview(rt.config, rt.pool, scoped);
+    return printBulk(await retrySelected(kit, operations, who), false, json);
   });
 }
 
@@ -242,9 +293,9 @@ ${AUDITED_NOTE}
 
 --all, instead of OPERATION_ID, retries every operation in review that --where-reason (and --tool, --tenant,
 --older-than) select, one at a time, each audited as its own review:retry. Those whose retry is not safe are
-skipped, never tried; one that changed since it was selected is refused. With --all, --actor and --reason are
-checked here (usage error) before anything is selected. Exit 0 when every selected one was retried (or, with
---dry-run, would be), 1 when any was skipped, refused or failed.`,
+skipped, never tried; one that changed since it was selected is refused. With --all, --reason is checked
+here (usage error) before anything is selected, and a token selects in its own tenant only. Exit 0 when
+every selected one was retried (or, with --dry-run, would be), 1 when any was skipped, refused or failed.`,
   options: {
     ...WHO_WHY,
     approval: {
@@ -268,7 +319,7 @@ checked here (usage error) before anything is selected. Exit 0 when every select
     'dry-run': {
       type: 'boolean',
       description:
-        'with --all: say what would be retried and what skipped; change nothing (--actor, --reason not needed)',
+        'with --all: say what would be retried and what skipped; change nothing (no one acts: no token or --reason needed)',
       default: 'off',
     },
     json: {
@@ -277,21 +328,22 @@ checked here (usage error) before anything is selected. Exit 0 when every select
     },
   },
   examples: [
-    `actionledger review retry ${ID_EXAMPLE} --actor carol --reason 'readback says nothing was applied'`,
+    `actionledger review retry ${ID_EXAMPLE} --reason 'readback says nothing was applied'`,
     'actionledger review retry --all --where-reason authorization:authorization_denied --tenant tenant-a --dry-run',
-    "actionledger review retry --all --where-reason authorization: --actor carol --reason 'kill switch lifted after incident 7'",
+    "actionledger review retry --all --where-reason authorization: --reason 'kill switch lifted after incident 7'",
+    `actionledger review retry ${ID_EXAMPLE} --reason 'the API is down' --break-glass carol`,
   ],
   exits: REVIEW_EXITS,
   async run(argv) {
-    // A single retry records a missing actor or reason as an audited refusal: not checked here.
+    // A single retry records a missing reason as an audited refusal: not checked here.
     const parsed = parseCommand(this, argv, { positionals: true, checkRequired: false });
     if (typeof parsed === 'number') return parsed;
     if (parsed.values.all === true) return retryAll(this, parsed);
     const bulk = BULK_ONLY.filter((k) => parsed.values[k] !== undefined);
     if (bulk.length > 0) return usageError(this, `${bulk.map((k) => `--${k}`).join(', ')} go with --all only`);
-    return actOnOne(this, parsed, (kit, id, v) =>
+    return actOnOne(this, parsed, 'retry', (kit, id, who, v) =>
       kit.review.retry(id, {
-        ...who(v),
+        ...who,
         ...(v.approval === undefined ? {} : { approvalId: v.approval }),
         ...(v.policy === undefined ? {} : { policyVersion: v.policy }),
       }),
@@ -305,7 +357,7 @@ export const reviewCommand: Command = {
   notes:
     "What the system cannot decide waits in review with a reason (authorization:authorization_denied,\nfinal_check:tool_disabled, provider:..., no_effect_confirmed, ...). 'review list' shows them; the actions\nname who and why, and each one, done or refused, is in the audit log.",
   options: {},
-  examples: [...listCommand.examples.slice(0, 2), ...retry.examples.slice(1)],
+  examples: [...listCommand.examples.slice(0, 2), ...retry.examples.slice(1, 3)],
   exits: REVIEW_EXITS,
   subcommands: new Map([
     ['list', listCommand],

@@ -32,9 +32,11 @@ t.test('--json: one JSON document on stdout and nothing else, for every command 
   writeFileSync(join(dir, 'profile.json'), '{"profile_id":"p"}');
   const id = op.operation_id;
   const reserve = ['--tenant', 'tenant-a', '--principal', 'p', '--task', 'k', '--step', 's-2', '--approval', 'a'];
-  const target = ['--tenant', 'tenant-a', '--tool', 'issue_refund', '--actor', 'oncall'];
-  const role = ['--tenant', 'tenant-a', '--principal', 'p', '--role', 'agent', '--actor', 'security'];
-  const reviewer = ['--tenant', 'tenant-a', '--approver', 'a', '--role', 'supervisor'];
+  const target = ['--tenant', 'tenant-a', '--tool', 'issue_refund', '--break-glass', 'oncall'];
+  const role = ['--tenant', 'tenant-a', '--principal', 'p', '--role', 'agent', '--break-glass', 'security'];
+  const reviewer = ['--tenant', 'tenant-a', '--role', 'supervisor', '--break-glass', 'a'];
+  const root = ['--break-glass', 'root'];
+  const grant = ['p-json', '--tenant', 'tenant-a', '--role', 'agent', ...root];
   const caller = ['--tenant', 'tenant-a', '--principal', 'p', '--role', 'agent', '--account', 'a', '--task', 'k'];
   const invocations: Record<string, string[]> = {
     migrate: [],
@@ -43,10 +45,10 @@ t.test('--json: one JSON document on stdout and nothing else, for every command 
     show: [id],
     reconcile: ['--once'],
     'review list': ['--reason', 'authorization:'],
-    'review retry': ['--all', '--where-reason', 'authorization:', '--actor', 'carol', '--reason', 'x'],
-    'review resolve-succeeded': [UNKNOWN_ID, '--actor', 'carol', '--reason', 'x', '--receipt', 're_1'],
-    'review resolve-failed': [UNKNOWN_ID, '--actor', 'carol', '--reason', 'x'],
-    'review compensate': [UNKNOWN_ID, '--actor', 'carol', '--reason', 'x'],
+    'review retry': ['--all', '--where-reason', 'authorization:', '--break-glass', 'carol', '--reason', 'x'],
+    'review resolve-succeeded': [UNKNOWN_ID, '--break-glass', 'carol', '--reason', 'x', '--receipt', 're_1'],
+    'review resolve-failed': [UNKNOWN_ID, '--break-glass', 'carol', '--reason', 'x'],
+    'review compensate': [UNKNOWN_ID, '--break-glass', 'carol', '--reason', 'x'],
     verify: [],
     'profile keygen': ['--kind', 'ed25519', '--out-dir', join(dir, 'keys')],
     'profile sign': ['--profile', join(dir, 'profile.json'), '--key', join(dir, 'keys', 'profile-signing.key')],
@@ -63,6 +65,13 @@ t.test('--json: one JSON document on stdout and nothing else, for every command 
     'gate revoke-role': role,
     'gate restore-role': role,
     'gate expire': [],
+    'principal add': ['p-json', '--kind', 'service', ...root],
+    'principal grant': grant,
+    'principal revoke': grant,
+    'principal list': [],
+    'token create': ['p-json', '--tenant', 'tenant-a', ...root],
+    'token revoke': [UNKNOWN_ID, ...root],
+    'token list': [],
   };
   const withJson = allCommands().filter((c) => c.options.json !== undefined);
   t.same(withJson.map((c) => c.name).sort(), Object.keys(invocations).sort(), 'every command with --json is run here');

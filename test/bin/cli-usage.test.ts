@@ -70,7 +70,7 @@ const BAD_HERE: [string[], RegExp][] = [
   [['review', 'retry', '--all', '--tool', 'issue_refund', '--dry-run'], /--all needs --where-reason/],
   [['review', 'retry', 'id', '--all', '--where-reason', 'x:', '--actor', 'a', '--reason', 'r'], /no OPERATION_ID/],
   [['review', 'retry', '--all', '--where-reason', 'x:', '--approval', 'ap'], /--approval and --policy go with one/],
-  [['review', 'retry', '--all', '--where-reason', 'x:', '--reason', 'r'], /missing --actor/],
+  [['review', 'retry', '--all', '--where-reason', 'x:', '--break-glass', 'a'], /missing --reason/],
   [['review', 'retry', '--all', '--where-reason', '', '--dry-run'], /--where-reason must not be empty/],
   [['review', 'retry', '--all', '--where-reason', 'x:', '--older-than', '2w', '--dry-run'], /--older-than must be/],
   [['review', 'resolve-failed', 'id', '--receipt', 'r'], /--receipt/],
@@ -96,12 +96,27 @@ const BAD_HERE: [string[], RegExp][] = [
   [['gate', 'execute', '--tenant', 't', '--args'], /--args/],
   [['gate', 'show', 'id'], /missing --tenant/],
   [['gate', 'show', 'id', '--tenant', 't', '--hash', 'h'], /--hash/],
-  [['gate', 'approve', 'id'], /missing --hash, --tenant, --approver, --role/],
+  [['gate', 'approve', 'id'], /missing --hash/],
+  [['gate', 'approve', 'id', '--hash', 'h', '--break-glass', 'a'], /missing --tenant, --role \(with --break-glass/],
+  [
+    ['gate', 'approve', 'id', '--hash', 'h', '--tenant', 't', '--role', 'r', '--break-glass', ''],
+    /--break-glass is empty/,
+  ],
+  [['gate', 'kill-switch', 'lift', '--tool', '*', '--break-glass', 'a'], /missing --tenant \(with --break-glass/],
   [['gate', 'reject', 'id', '--tenant', 't', '--approver', 'a', '--role', 'r'], /missing --reason/],
   [['gate', 'kill-switch'], /missing subcommand/],
   [['gate', 'kill-switch', 'lift', '--tenant', 't', '--tool', '*', '--actor', 'a', '--reason', 'r'], /--reason/],
   [['gate', 'kill-switch', 'list', 'extra'], /extra/],
-  [['gate', 'revoke-role', '--tenant', 't'], /missing --principal, --role, --actor/],
+  [['gate', 'revoke-role', '--tenant', 't'], /missing --principal, --role$/],
+  [['principal'], /missing subcommand \(expected add, grant, revoke, list\)/],
+  [['principal', 'add', '--kind', 'person'], /expected one PRINCIPAL_ID/],
+  [['principal', 'add', 'p', '--kind', 'robot'], /--kind must be service or person/],
+  [['principal', 'grant', 'p', '--role', 'r'], /missing --tenant/],
+  [['principal', 'list', 'extra'], /extra/],
+  [['token', 'create', 'p', '--tenant', 't', '--ttl-days', '0'], /--ttl-days must be an integer from 1 to 3650/],
+  [['token', 'create', 'p', 'q', '--tenant', 't'], /expected one PRINCIPAL_ID/],
+  [['token', 'revoke'], /expected one TOKEN_ID/],
+  [['token', 'list', '--hash'], /--hash/],
   [['gate', 'expire', '--now'], /--now/],
 ];
 
@@ -211,6 +226,10 @@ t.test('required options are never shown as optional, and leaving one out is a u
     'gate show': ['id'],
     'gate approve': ['id'],
     'gate reject': ['id'],
+    'principal add': ['id'],
+    'principal grant': ['id'],
+    'principal revoke': ['id'],
+    'token create': ['id'],
   };
   for (const cmd of allCommands().filter((c) => c.subcommands === undefined)) {
     const [usage = ''] = usageLines(cmd);
@@ -218,7 +237,7 @@ t.test('required options are never shown as optional, and leaving one out is a u
     for (const [name] of required) {
       t.notMatch(usage, new RegExp(`\\[--${name}[ \\]]`), `${cmd.name}: --${name} is not bracketed in the usage`);
       t.match(usage, new RegExp(` --${name} `), `${cmd.name}: --${name} is in the usage`);
-      // review records a missing actor or reason as an audited refusal (docs/cli.md): not a usage error.
+      // review records a missing reason as an audited refusal (docs/cli.md): not a usage error.
       if (cmd.name.startsWith('review ')) continue;
       const others = required.filter(([n]) => n !== name).flatMap(([n]) => [`--${n}`, 'x']);
       const r = await runHere(cmd, [...(positionals[cmd.name] ?? []), ...others]);

@@ -91,10 +91,10 @@ t.test(
       ['gate', 'approve', approvalId, '--hash', String(shownApproval.envelope_sha256)].concat([
         '--tenant',
         'tenant-a',
-        '--approver',
-        'alice',
         '--role',
         'supervisor',
+        '--break-glass',
+        'alice',
       ]),
       env,
     );

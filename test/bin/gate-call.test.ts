@@ -199,7 +199,7 @@ t.test('gate call held for an approval: gate show, gate approve with the hash, t
   const id = String(held.request_id);
   t.same(held.next, [
     `actionledger gate show ${id} --tenant tenant-a`,
-    `actionledger gate approve ${id} --hash ENVELOPE_SHA256 --tenant tenant-a --approver APPROVER --role supervisor`,
+    `actionledger gate approve ${id} --hash ENVELOPE_SHA256 --tenant tenant-a --role supervisor`,
   ]);
   t.equal(await operationsOfStep(pool, 'del-1'), 0, 'nothing reserved before the approval');
 
@@ -210,18 +210,39 @@ t.test('gate call held for an approval: gate show, gate approve with the hash, t
     envelope: { tool: 'delete_customer', arguments: { customer_id: 'C-9' } },
   });
   const hash = String(shown.envelope_sha256);
-  const reviewer = ['--tenant', 'tenant-a', '--approver', 'sup-1', '--role', 'supervisor'];
 
-  const wrong = doc(t, await runCli(['gate', 'approve', id, '--hash', 'f'.repeat(64), ...reviewer], env));
+  // The supervisor, and a token to act as them, made the documented way.
+  const root = ['--break-glass', 'root'];
+  t.equal((await runCli(['principal', 'add', 'sup-1', '--kind', 'person', ...root], env)).code, 0);
+  const grant = ['principal', 'grant', 'sup-1', '--tenant', 'tenant-a', '--role', 'supervisor', ...root];
+  t.equal((await runCli(grant, env)).code, 0);
+  const made = doc(t, await runCli(['token', 'create', 'sup-1', '--tenant', 'tenant-a', '--json', ...root], env));
+  const asSupervisor = { ...env, ACTIONLEDGER_TOKEN: String(made.token) };
+  // `next` as printed, with the hash `gate show` displayed.
+  const approve = (h: string): string[] =>
+    String((held.next as string[])[1])
+      .replace('ENVELOPE_SHA256', h)
+      .split(' ')
+      .slice(1);
+
+  const wrong = doc(t, await runCli(approve('f'.repeat(64)), asSupervisor));
   t.match(wrong, { ok: false, error: 'approval_hash_mismatch' }, 'bound to the envelope shown');
 
-  const approved = doc(t, await runCli(['gate', 'approve', id, '--hash', hash, ...reviewer], env));
+  const approved = doc(t, await runCli(approve(hash), asSupervisor));
   t.match(approved, { ok: true, operation_id: /^[0-9a-f-]{36}$/ });
   t.match(await operation(pool, approved.operation_id), {
     tool_name: 'delete_customer',
     principal_id: 'admin-1',
     workflow_step_id: 'del-1',
   });
+  const audit = await pool.query(
+    "SELECT principal_id, role FROM actionledger.gate_audit WHERE action = 'approve' AND subject_id = $1 ORDER BY id",
+    [id],
+  );
+  t.same(audit.rows, [
+    { principal_id: 'sup-1', role: 'supervisor' },
+    { principal_id: 'sup-1', role: 'supervisor' },
+  ]);
 });
 
 t.test('gate call held for a confirmation: confirm in a later turn, then execute', async (t) => {

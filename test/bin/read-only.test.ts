@@ -38,46 +38,59 @@ async function readerUrl(t: Test, url: string, grant: { schema?: boolean } = {})
   return u.toString();
 }
 
-t.test('status, show, review list, kill-switch list and verify run under a role that may only SELECT', async (t) => {
-  const url = await createTestDatabase(t);
-  const cfg = configFile();
-  const writer = { DATABASE_URL: url, ACTIONLEDGER_CONFIG: cfg, ACTIONLEDGER_EFFECT_KEY_SECRET: TEST_SECRET };
-  const reserved = await runCli(reserveArgs('s-1'), writer);
-  t.equal(reserved.code, 0, reserved.stderr);
-  const id = String(lastJson(reserved.stdout).operation_id);
+t.test(
+  'status, show, review list, kill-switch list, principal and token list, verify run under a role that may only SELECT',
+  async (t) => {
+    const url = await createTestDatabase(t);
+    const cfg = configFile();
+    const writer = { DATABASE_URL: url, ACTIONLEDGER_CONFIG: cfg, ACTIONLEDGER_EFFECT_KEY_SECRET: TEST_SECRET };
+    const reserved = await runCli(reserveArgs('s-1'), writer);
+    t.equal(reserved.code, 0, reserved.stderr);
+    const id = String(lastJson(reserved.stdout).operation_id);
 
-  // No effect-key secret either: reading the ledger mints nothing.
-  const reader = { DATABASE_URL: await readerUrl(t, url), ACTIONLEDGER_CONFIG: cfg };
-  const status = await runCli(['status', '--json'], reader);
-  t.equal(status.code, 0, status.stdout + status.stderr);
-  t.match(lastJson(status.stdout), { ok: true, by_status: { pending: 1 } });
-  const show = await runCli(['show', id, '--json'], reader);
-  t.equal(show.code, 0, show.stdout + show.stderr);
-  t.match(lastJson(show.stdout), { ok: true, operation: { operation_id: id, status: 'pending' } });
+    // No effect-key secret either: reading the ledger mints nothing.
+    const reader = { DATABASE_URL: await readerUrl(t, url), ACTIONLEDGER_CONFIG: cfg };
+    const status = await runCli(['status', '--json'], reader);
+    t.equal(status.code, 0, status.stdout + status.stderr);
+    t.match(lastJson(status.stdout), { ok: true, by_status: { pending: 1 } });
+    const show = await runCli(['show', id, '--json'], reader);
+    t.equal(show.code, 0, show.stdout + show.stderr);
+    t.match(lastJson(show.stdout), { ok: true, operation: { operation_id: id, status: 'pending' } });
 
-  const listed = await runCli(['review', 'list', '--json'], reader);
-  t.equal(listed.code, 0, listed.stdout + listed.stderr);
-  t.match(lastJson(listed.stdout), { ok: true, operations: [], total: 0 });
-  const switches = await runCli(['gate', 'kill-switch', 'list', '--json'], reader);
-  t.equal(switches.code, 0, switches.stdout + switches.stderr);
-  t.same(lastJson(switches.stdout), { ok: true, kill_switches: [] });
-  // verify checks every effect key, so it reads the secret; it still writes nothing.
-  const verified = await runCli(['verify', '--json'], { ...reader, ACTIONLEDGER_EFFECT_KEY_SECRET: TEST_SECRET });
-  t.equal(verified.code, 0, verified.stdout + verified.stderr);
-  t.match(lastJson(verified.stdout), { ok: true, operations: 1, discrepancies: [] });
+    const listed = await runCli(['review', 'list', '--json'], reader);
+    t.equal(listed.code, 0, listed.stdout + listed.stderr);
+    t.match(lastJson(listed.stdout), { ok: true, operations: [], total: 0 });
+    const switches = await runCli(['gate', 'kill-switch', 'list', '--json'], reader);
+    t.equal(switches.code, 0, switches.stdout + switches.stderr);
+    t.same(lastJson(switches.stdout), { ok: true, kill_switches: [] });
+    const principals = await runCli(['principal', 'list', '--json'], reader);
+    t.equal(principals.code, 0, principals.stdout + principals.stderr);
+    t.same(lastJson(principals.stdout), { ok: true, principals: [] });
+    const tokens = await runCli(['token', 'list', '--json'], reader);
+    t.equal(tokens.code, 0, tokens.stdout + tokens.stderr);
+    t.same(lastJson(tokens.stdout), { ok: true, tokens: [] });
+    // verify checks every effect key, so it reads the secret; it still writes nothing.
+    const verified = await runCli(['verify', '--json'], { ...reader, ACTIONLEDGER_EFFECT_KEY_SECRET: TEST_SECRET });
+    t.equal(verified.code, 0, verified.stdout + verified.stderr);
+    t.match(lastJson(verified.stdout), { ok: true, operations: 1, discrepancies: [] });
 
-  // A role that may not even read the schema: every read-only command refuses in one JSON line, never a stack.
-  const stranger = { DATABASE_URL: await readerUrl(t, url, { schema: false }), ACTIONLEDGER_CONFIG: cfg };
-  for (const argv of [['status'], ['show', id], ['review', 'list'], ['gate', 'kill-switch', 'list'], ['verify']]) {
-    const r = await runCli(argv, { ...stranger, ACTIONLEDGER_EFFECT_KEY_SECRET: TEST_SECRET });
-    t.equal(r.code, 1, argv.join(' '));
-    t.match(lastJson(r.stdout), { ok: false, error: 'database_error', details: { sqlstate: '42501' } }, argv.join(' '));
-    t.notMatch(r.stderr, /\n\s+at /, `${argv.join(' ')}: no stack trace`);
-  }
+    // A role that may not even read the schema: every read-only command refuses in one JSON line, never a stack.
+    const stranger = { DATABASE_URL: await readerUrl(t, url, { schema: false }), ACTIONLEDGER_CONFIG: cfg };
+    for (const argv of [['status'], ['show', id], ['review', 'list'], ['gate', 'kill-switch', 'list'], ['verify']]) {
+      const r = await runCli(argv, { ...stranger, ACTIONLEDGER_EFFECT_KEY_SECRET: TEST_SECRET });
+      t.equal(r.code, 1, argv.join(' '));
+      t.match(
+        lastJson(r.stdout),
+        { ok: false, error: 'database_error', details: { sqlstate: '42501' } },
+        argv.join(' '),
+      );
+      t.notMatch(r.stderr, /\n\s+at /, `${argv.join(' ')}: no stack trace`);
+    }
 
-  const migrate = await runCli(['migrate'], reader);
-  t.equal(migrate.code, 1, 'the reader cannot migrate: the fence is the role, not the command');
-});
+    const migrate = await runCli(['migrate'], reader);
+    t.equal(migrate.code, 1, 'the reader cannot migrate: the fence is the role, not the command');
+  },
+);
 
 t.test('a read-only command on a schema behind sql/ refuses and creates nothing', async (t) => {
   const url = await createTestDatabase(t, { empty: true });

@@ -25,11 +25,12 @@ import { Compensator } from '../../compensator/index.js';
 import { transitionCte, type ProviderContact } from '../../ledger/index.js';
 import { listInReview, Review } from '../../reconciler/index.js';
 import { formatAge } from '../../bin/commands/review-list.js';
+import { PrincipalStore } from '../../principals/index.js';
 
 interface Env {
   env: NodeJS.ProcessEnv;
   fx: LedgerFixture;
-  cli(args: string[]): Promise<CliResult>;
+  cli(args: string[], extraEnv?: NodeJS.ProcessEnv): Promise<CliResult>;
   /** Reserves a step of `tool` for `tenant`, claims it and sends it to review as a worker or reconciler would. */
   inReview(spec: Spec): Promise<string>;
   /** Claims an operation in review again (after a retry) and sends it back to review. */
@@ -81,7 +82,7 @@ async function reviewEnv(t: Test): Promise<Env> {
   const fx = await ledgerFixture(t);
   const dir = mkdtempSync(join(tmpdir(), 'al-review-cli-'));
   const cfg = join(dir, 'config.json');
-  writeFileSync(cfg, JSON.stringify({ tools: baseToolConfig }));
+  writeFileSync(cfg, JSON.stringify({ tools: baseToolConfig, api: { permissions: { review: ['operator'] } } }));
   const env = { DATABASE_URL: fx.url, ACTIONLEDGER_CONFIG: cfg, ACTIONLEDGER_EFFECT_KEY_SECRET: TEST_SECRET };
   const q = bindQueries(Q, fx.config.schemaQuoted);
   const send = async (id: string, reason: string, contact: ProviderContact, ago?: number): Promise<void> => {
@@ -95,7 +96,7 @@ async function reviewEnv(t: Test): Promise<Env> {
   return {
     env,
     fx,
-    cli: (args) => runCli(args, { ...env, LOG_LEVEL: 'warn' }, { timeoutMs: 150_000 }),
+    cli: (args, extraEnv = {}) => runCli(args, { ...env, LOG_LEVEL: 'warn', ...extraEnv }, { timeoutMs: 150_000 }),
     async inReview(s) {
       const r = await fx.ledger.reserve(
         ctx({ workflow_step_id: s.step, tenant_id: s.tenant ?? 'tenant-a' }),
@@ -290,7 +291,7 @@ t.test('review list on a database that was never migrated: a structured refusal,
 t.test('review retry --all: only the safe ones are retried, each audited; dry runs change nothing', async (t) => {
   const e = await reviewEnv(t);
   const ids = await populate(e);
-  const who = ['--actor', 'carol', '--reason', 'network fixed'];
+  const who = ['--reason', 'network fixed', '--break-glass', 'carol'];
 
   const dry = await e.cli(['review', 'retry', '--all', '--where-reason', 'provider:', '--dry-run', '--json']);
   t.equal(dry.code, 1, 'exit 1: one of the selection would be skipped');
@@ -329,12 +330,25 @@ t.test('review retry --all: only the safe ones are retried, each audited; dry ru
   ]);
   t.same(outbox.rows, [{ attempt: 2 }], 'the retried one waits for a dispatcher with its new attempt');
   t.match(await retryAudits(e), [
-    { subject_id: ids.unreachable, outcome: 'ok', principal_id: 'carol', detail: { why: 'network fixed' } },
+    {
+      subject_id: ids.unreachable,
+      outcome: 'ok',
+      principal_id: 'break-glass:carol',
+      detail: { why: 'network fixed' },
+    },
   ]);
   t.equal((await retryAudits(e)).length, 1, 'one review:retry audit row: the skipped one was not tried');
 
-  const tenantA = ['--where-reason', 'authorization:authorization_denied', '--tenant', 'tenant-a'];
-  const text = await e.cli(['review', 'retry', '--all', ...tenantA, ...who]);
+  // With a token the selection is the token's tenant: no --tenant needed, and another one refused.
+  const store = new PrincipalStore(e.fx.config, e.fx.pool);
+  await store.add('dana', 'person', '', 'test');
+  await store.grant('dana', 'tenant-a', 'operator', 'test');
+  const token = { ACTIONLEDGER_TOKEN: (await store.createToken('dana', 'tenant-a', '', 1, 'test')).token };
+  const denied = ['--where-reason', 'authorization:authorization_denied', '--reason', 'network fixed'];
+  const otherTenant = await e.cli(['review', 'retry', '--all', ...denied, '--tenant', 'tenant-b'], token);
+  t.equal(otherTenant.code, 1);
+  t.match(JSON.parse(otherTenant.stdout), { ok: false, error: 'invalid_request', message: /--tenant/ });
+  const text = await e.cli(['review', 'retry', '--all', ...denied], token);
   t.equal(text.code, 0, `every selected one retried: exit 0 (${text.stderr})`);
   t.match(
     text.stdout,
@@ -349,15 +363,20 @@ t.test('review retry --all: only the safe ones are retried, each audited; dry ru
     "SELECT actor, reason FROM actionledger.operation_history WHERE operation_id = $1 AND reason = 'review:retry'",
     [ids.denied_old],
   );
-  t.same(history.rows, [{ actor: 'carol', reason: 'review:retry' }], "the operation's history names the reviewer");
+  t.same(
+    history.rows,
+    [{ actor: 'dana', reason: 'review:retry' }],
+    "the operation's history names the token's principal",
+  );
 
-  const again = await e.cli(['review', 'retry', '--all', ...tenantA, ...who, '--json']);
+  const again = await e.cli(['review', 'retry', '--all', ...denied, '--json'], token);
   t.equal(again.code, 0);
   t.match(parse(t, again, 'retry --all again'), { ok: true, selected: 0, retried: 0 }, 'nothing left to retry');
   t.equal((await retryAudits(e)).length, 2, 'two retries, two audit rows');
 
-  const noActor = await e.cli(['review', 'retry', '--all', '--where-reason', 'authorization:', '--reason', 'x']);
-  t.equal(noActor.code, 2, 'no --actor with --all: usage error');
+  const nobody = await e.cli(['review', 'retry', '--all', '--where-reason', 'authorization:', '--reason', 'x']);
+  t.equal(nobody.code, 1, 'neither a token nor --break-glass: refused');
+  t.match(JSON.parse(nobody.stdout), { ok: false, error: 'unauthenticated' });
   t.match(await state(e, ids.unavailable ?? ''), { status: 'needs_review' }, 'and nothing was retried');
 });
 

@@ -1,4 +1,7 @@
-/** `actionledger gate`: a person approves by id and displayed hash, rejects, and works the kill switch from a terminal. */
+/**
+ * `actionledger gate`: a person approves by id and displayed hash, rejects, and works the kill switch from a
+ * terminal; here as named break-glass operators (no token), each audited as such.
+ */
 import t from 'tap';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -19,7 +22,7 @@ t.test('show, approve with the displayed hash, reject, kill switch engage / list
     ACTIONLEDGER_EFFECT_KEY_SECRET: TEST_SECRET,
     LOG_LEVEL: 'silent',
   };
-  const who = ['--tenant', 'tenant-a', '--approver', 'supervisor-7', '--role', 'supervisor'];
+  const who = ['--tenant', 'tenant-a', '--role', 'supervisor', '--break-glass', 'supervisor-7'];
 
   const a = await gate.call(gctx({ workflow_step_id: 'big-1' }), 'issue_refund', {
     order_id: 'O-1',
@@ -79,7 +82,7 @@ t.test('show, approve with the displayed hash, reject, kill switch engage / list
       'tenant-a',
       '--tool',
       '*',
-      '--actor',
+      '--break-glass',
       'oncall',
       '--reason',
       'incident 7',
@@ -96,8 +99,12 @@ t.test('show, approve with the displayed hash, reject, kill switch engage / list
     kill_switches: [{ tenant_id: 'tenant-a', tool_name: '*', reason: 'incident 7' }],
   });
   t.equal(
-    (await runCli(['gate', 'kill-switch', 'lift', '--tenant', 'tenant-a', '--tool', '*', '--actor', 'oncall'], env))
-      .code,
+    (
+      await runCli(
+        ['gate', 'kill-switch', 'lift', '--tenant', 'tenant-a', '--tool', '*', '--break-glass', 'oncall'],
+        env,
+      )
+    ).code,
     0,
   );
   t.match(
@@ -117,7 +124,7 @@ t.test('show, approve with the displayed hash, reject, kill switch engage / list
           'agent-1',
           '--role',
           'agent',
-          '--actor',
+          '--break-glass',
           'security',
         ],
         env,
@@ -130,19 +137,22 @@ t.test('show, approve with the displayed hash, reject, kill switch engage / list
     { ok: false, error: 'permission_denied' },
   );
   t.equal((await runCli(['gate', 'approve', id], env)).code, 2, 'usage error without the hash and identity');
-  t.same(
-    (
-      await pool.query<{ action: string; outcome: string }>(
-        "SELECT action, outcome FROM actionledger.gate_audit WHERE action IN ('approve','reject','kill_switch','role') ORDER BY id",
-      )
-    ).rows.map((r) => `${r.action}:${r.outcome}`),
-    [
-      'approve:approval_hash_mismatch',
-      'approve:approved',
-      'reject:rejected',
-      'kill_switch:engaged',
-      'kill_switch:lifted',
-      'role:revoked',
-    ],
+  const audit = await pool.query<{ action: string; outcome: string; principal_id: string; detail: unknown }>(
+    "SELECT action, outcome, principal_id, detail FROM actionledger.gate_audit WHERE action IN ('approve','execute','reject','kill_switch','role') ORDER BY id",
   );
+  t.same(
+    audit.rows.map((r) => `${r.action}:${r.outcome}:${r.principal_id}`),
+    [
+      'approve:approval_hash_mismatch:break-glass:supervisor-7',
+      'approve:approved:break-glass:supervisor-7',
+      'execute:reserved:break-glass:supervisor-7',
+      'reject:rejected:break-glass:supervisor-7',
+      'kill_switch:engaged:break-glass:oncall',
+      'kill_switch:lifted:break-glass:oncall',
+      'role:revoked:agent-1',
+    ],
+    'each row names the break-glass operator (a role row names the principal whose role it is)',
+  );
+  for (const r of audit.rows) t.match(r.detail, { break_glass: true }, `${r.action}:${r.outcome} says break_glass`);
+  t.match(audit.rows.at(-1)?.detail, { by: 'break-glass:security', break_glass: true });
 });

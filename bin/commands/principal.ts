@@ -1,0 +1,221 @@
+/**
+ * `principal add|grant|revoke|list`: the principals (services and people) and the roles each holds per tenant,
+ * kept by the principal store. Whoever runs them holds the database credentials; the actor recorded with each
+ * change is the token's principal (`ACTIONLEDGER_TOKEN`, acting in its own tenant) or the break-glass operator.
+ */
+import type { Runtime } from '../../core/runtime.js';
+import type { PrincipalKind, PrincipalStore } from '../../principals/index.js';
+import {
+  EXIT,
+  JSON_ALWAYS,
+  JSON_OPTION,
+  parseCommand,
+  printJson,
+  printRefusal,
+  readOnlyRuntime,
+  runSubcommand,
+  stderrLog,
+  stringValues,
+  table,
+  usageError,
+  type Command,
+  type Parsed,
+} from '../cli-util.js';
+import { load } from './load.js';
+import {
+  actingAudit,
+  actingRequest,
+  actingTenant,
+  authenticateActing,
+  BREAK_GLASS,
+  type Acting,
+  type ActingRequest,
+} from './acting.js';
+
+export const PRINCIPAL_EXITS = [EXIT.ok, EXIT.refused, EXIT.usage];
+
+/**
+ * Opens the configured database (migrated; no effect-key secret needed), establishes who acts and runs `fn`
+ * with a principal store whose audit rows name them; a failure is printed as a refusal.
+ */
+export async function withStore(
+  req: ActingRequest,
+  fn: (store: PrincipalStore, acting: Acting, rt: Runtime) => Promise<number>,
+): Promise<number> {
+  try {
+    const [{ openRuntime }, { PrincipalStore }] = await Promise.all([load.runtime(), load.principals()]);
+    const rt = await openRuntime({
+      name: 'principal',
+      migrate: true,
+      effectKeys: false,
+      defaultMetrics: false,
+      logDestination: stderrLog(),
+    });
+    try {
+      const acting = await authenticateActing(rt, req);
+      return await fn(new PrincipalStore(rt.config, rt.pool, await actingAudit(rt, acting)), acting, rt);
+    } finally {
+      await rt.close();
+    }
+  } catch (err) {
+    return printRefusal(err);
+  }
+}
+
+/** Opens the configured database read-only (no migrations, no secrets) and runs `fn` with a principal store. */
+export async function withReadStore(json: boolean, fn: (store: PrincipalStore) => Promise<number>): Promise<number> {
+  try {
+    const [{ openRuntime }, { PrincipalStore }] = await Promise.all([load.runtime(), load.principals()]);
+    const rt = await openRuntime({ name: 'principal', ...readOnlyRuntime() });
+    try {
+      return await fn(new PrincipalStore(rt.config, rt.pool));
+    } finally {
+      await rt.close();
+    }
+  } catch (err) {
+    return printRefusal(err, { json });
+  }
+}
+
+/** The one ID of a parsed invocation, or the usage error's exit code. */
+export function oneId(cmd: Command, parsed: Parsed, what: string): string | number {
+  const [id, ...extra] = parsed.positionals;
+  if (id === undefined || extra.length > 0) return usageError(cmd, `expected one ${what}`);
+  return id;
+}
+
+const add: Command = {
+  name: 'principal add',
+  summary: 'add a principal: a service (an agent, a backend) or a person (audited)',
+  args: 'PRINCIPAL_ID',
+  options: {
+    kind: { type: 'string', value: 'service|person', required: true, description: 'what the principal is' },
+    name: { type: 'string', value: 'DISPLAY', description: 'the name shown for it', default: 'its id' },
+    'break-glass': BREAK_GLASS,
+    json: JSON_ALWAYS,
+  },
+  examples: [
+    "actionledger principal add alice --kind person --name 'Alice Example' --break-glass root",
+    'actionledger principal add billing-agent --kind service',
+  ],
+  exits: PRINCIPAL_EXITS,
+  async run(argv) {
+    const parsed = parseCommand(this, argv, { positionals: true });
+    if (typeof parsed === 'number') return parsed;
+    const id = oneId(this, parsed, 'PRINCIPAL_ID');
+    if (typeof id === 'number') return id;
+    const v = stringValues(parsed.values);
+    if (v.kind !== 'service' && v.kind !== 'person')
+      return usageError(this, `--kind must be service or person, not ${JSON.stringify(v.kind)}`);
+    const kind: PrincipalKind = v.kind;
+    const req = actingRequest(this, parsed.values);
+    if (typeof req === 'number') return req;
+    return withStore(req, async (store, acting) => {
+      const added = await store.add(id, kind, v.name ?? '', acting.actor);
+      printJson({ ok: true, principal_id: id, kind, added });
+      return EXIT.ok;
+    });
+  },
+};
+
+function roleChange(action: 'grant' | 'revoke'): Command {
+  const grant = action === 'grant';
+  return {
+    name: `principal ${action}`,
+    summary: grant
+      ? 'grant a principal a role in a tenant (and lift a revocation of it) (audited)'
+      : 'take a role away at once; prints the approvals whose pending votes by the principal were withdrawn (audited)',
+    args: 'PRINCIPAL_ID',
+    options: {
+      tenant: {
+        type: 'string',
+        value: 'T',
+        required: true,
+        description: "the tenant (with a token, it must be the token's)",
+      },
+      role: { type: 'string', value: 'ROLE', required: true, description: `the role to ${action}` },
+      'break-glass': BREAK_GLASS,
+      json: JSON_ALWAYS,
+    },
+    examples: [`actionledger principal ${action} alice --tenant tenant-a --role supervisor`],
+    exits: PRINCIPAL_EXITS,
+    async run(argv) {
+      const parsed = parseCommand(this, argv, { positionals: true });
+      if (typeof parsed === 'number') return parsed;
+      const id = oneId(this, parsed, 'PRINCIPAL_ID');
+      if (typeof id === 'number') return id;
+      const v = stringValues(parsed.values);
+      const req = actingRequest(this, parsed.values);
+      if (typeof req === 'number') return req;
+      return withStore(req, async (store, acting) => {
+        const tenant = actingTenant(acting, v.tenant);
+        const role = v.role ?? '';
+        const done = grant
+          ? { granted: await store.grant(id, tenant, role, acting.actor) }
+          : await store.revoke(id, tenant, role, acting.actor);
+        printJson({ ok: true, principal_id: id, tenant_id: tenant, role, ...done });
+        return EXIT.ok;
+      });
+    },
+  };
+}
+
+const list: Command = {
+  name: 'principal list',
+  summary: 'the principals and the roles each holds (in one tenant, or every tenant)',
+  options: {
+    tenant: {
+      type: 'string',
+      value: 'T',
+      description: 'only principals holding a role in this tenant',
+      default: 'every tenant',
+    },
+    json: JSON_OPTION,
+  },
+  examples: ['actionledger principal list', 'actionledger principal list --tenant tenant-a --json'],
+  exits: PRINCIPAL_EXITS,
+  async run(argv) {
+    const parsed = parseCommand(this, argv);
+    if (typeof parsed === 'number') return parsed;
+    const json = parsed.values.json === true;
+    const tenant = stringValues(parsed.values).tenant;
+    return withReadStore(json, async (store) => {
+      const rows = await store.list(tenant ?? null);
+      if (json) printJson({ ok: true, principals: rows });
+      else {
+        const head = ['principal', 'kind', 'name', 'roles (tenant:role)'];
+        const lines = rows.map((r) => [
+          r.principal_id,
+          r.kind,
+          r.display_name,
+          r.roles.map((g) => `${g.tenant_id}:${g.role}`).join(', '),
+        ]);
+        process.stdout.write(`${table([head, ...lines])}\n`);
+      }
+      return EXIT.ok;
+    });
+  },
+};
+
+export const principalCommand: Command = {
+  name: 'principal',
+  summary: 'principals and their roles per tenant (services and people): add, grant, revoke, list (audited)',
+  notes: `Who acts is the principal of the token in ACTIONLEDGER_TOKEN (in its own tenant), or without a token the
+operator named by --break-glass NAME (recorded as break-glass:NAME; the first principal is added that way).`,
+  options: {},
+  examples: [
+    ...add.examples.slice(0, 1),
+    `actionledger principal grant alice --tenant tenant-a --role supervisor --break-glass root`,
+    ...list.examples.slice(0, 1),
+  ],
+  exits: PRINCIPAL_EXITS,
+  subcommands: new Map([
+    ['add', add],
+    ['grant', roleChange('grant')],
+    ['revoke', roleChange('revoke')],
+    ['list', list],
+  ]),
+  run(argv) {
+    return runSubcommand(this, argv);
+  },
+};
