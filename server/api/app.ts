@@ -16,11 +16,17 @@ import { OpenApiCollector } from './openapi.js';
 import type { ApiDeps } from './types.js';
 import { registerSystemRoutes } from './routes/system.js';
 import { registerKillSwitchRoutes } from './routes/kill-switches.js';
+import { registerCallRoutes } from './routes/calls.js';
+import { registerProposalRoutes } from './routes/proposals.js';
+import { registerOperationRoutes } from './routes/operations.js';
 
 /** The route groups, in the order they are registered (each adds its routes to the OpenAPI document). */
 const ROUTE_GROUPS: readonly ((app: FastifyInstance, deps: ApiDeps) => void)[] = [
   registerSystemRoutes,
   registerKillSwitchRoutes,
+  registerCallRoutes,
+  registerProposalRoutes,
+  registerOperationRoutes,
 ];
 
 export interface Api {
@@ -53,13 +59,11 @@ export async function buildApi(deps: ApiDeps, options: { https?: Record<string, 
   app.addHook('onResponse', auditHook(deps));
   app.setErrorHandler((err: FastifyError, request, reply) => sendError(deps, request, reply, err));
   app.setNotFoundHandler((request, reply) =>
-    reply
-      .code(404)
-      .send({
-        ok: false,
-        error: 'not_found',
-        message: `no route ${request.method} ${(request.url.split('?')[0] ?? '').slice(0, 200)}`,
-      }),
+    reply.code(404).send({
+      ok: false,
+      error: 'not_found',
+      message: `no route ${request.method} ${(request.url.split('?')[0] ?? '').slice(0, 200)}`,
+    }),
   );
   for (const register of ROUTE_GROUPS) register(app, deps);
   app.get(
