@@ -11,3 +11,12 @@ export {
   type ProviderContact,
   type TransitionSpec,
 } from './transitions.js';
+export {
+  TenantLedgerView,
+  OPERATION_PAGE,
+  type OperationFilter,
+  type OperationPage,
+  type OperationSummary,
+  type TenantOperation,
+} from './tenant-view.js';
+export { DirectReservations } from './direct.js';

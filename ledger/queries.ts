@@ -69,3 +69,43 @@ export const ledgerQueries = {
     SELECT extract(epoch FROM now() - min(o.created_at))::float8 AS oldest_s, count(*)::bigint AS depth
     FROM @schema.outbox o`,
 } as const;
+
+/**
+ * Reads scoped to one tenant, for the HTTP API (ledger/tenant-view.ts), and the direct path's guard
+ * (ledger/direct.ts). Listing walks `operations_tenant_created_idx` (sql/0009_operations_listing.sql): the
+ * caller's tenant only, newest first, keyset-paged on (created_at, operation_id); the cursor's time travels as
+ * whole microseconds since the epoch, so no precision is lost on the way through JavaScript.
+ */
+const tenantListColumns = `
+    SELECT operation_id, tenant_id, principal_id, task_id, workflow_step_id, tool_name, provider_id, status, attempt,
+           current_approval_id, current_policy_version, review_reason, created_at, updated_at,
+           (extract(epoch FROM created_at) * 1000000)::bigint::text AS cursor_us
+    FROM @schema.operations
+    WHERE tenant_id = $1
+      AND ($2::text IS NULL OR status = $2)
+      AND ($3::text IS NULL OR tool_name = $3)
+      AND ($4::text IS NULL OR task_id = $4)
+      AND ($5::text IS NULL OR principal_id = $5)`;
+
+export const ledgerTenantQueries = {
+  tenantSelectOperation: `
+    SELECT operation_id, effect_key, effect_key_id, principal_id, task_id, workflow_step_id, tool_name, tenant_id,
+           provider_id, provider_endpoint, idempotency_header, canonical_args_sha256, arguments_json,
+           current_approval_id, current_policy_version, status, attempt, claimed_by, claimed_at,
+           provider_receipt, result_json, review_reason, created_at, updated_at
+    FROM @schema.operations WHERE operation_id = $1 AND tenant_id = $2`,
+
+  /** The first page: $6 is the page size plus one (the extra row says whether there is a next page). */
+  tenantListFirst: `${tenantListColumns}
+    ORDER BY created_at DESC, operation_id DESC
+    LIMIT $6`,
+
+  /** The page after the cursor ($7 microseconds since the epoch, $8 operation id). */
+  tenantListAfter: `${tenantListColumns}
+      AND (created_at, operation_id) < (timestamptz 'epoch' + $7::bigint * interval '1 microsecond', $8::uuid)
+    ORDER BY created_at DESC, operation_id DESC
+    LIMIT $6`,
+
+  /** Whether the gate reserved this operation (its record in gate_operations). */
+  gateRecordedOperation: `SELECT 1 FROM @schema.gate_operations WHERE operation_id = $1`,
+} as const;

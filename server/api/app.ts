@@ -19,13 +19,19 @@ import { registerKillSwitchRoutes } from './routes/kill-switches.js';
 import { registerApprovalRoutes } from './routes/approvals.js';
 import { registerReviewRoutes } from './routes/review.js';
 import { registerAuditRoutes } from './routes/audit.js';
+import { registerCallRoutes } from './routes/calls.js';
+import { registerProposalRoutes } from './routes/proposals.js';
+import { registerOperationRoutes } from './routes/operations.js';
 
 /** The route groups, in the order they are registered (each adds its routes to the OpenAPI document). */
 const ROUTE_GROUPS: readonly ((app: FastifyInstance, deps: ApiDeps) => void)[] = [
   registerSystemRoutes,
-  registerKillSwitchRoutes,
+  registerCallRoutes,
+  registerProposalRoutes,
+  registerOperationRoutes,
   registerApprovalRoutes,
   registerReviewRoutes,
+  registerKillSwitchRoutes,
   registerAuditRoutes,
 ];
 

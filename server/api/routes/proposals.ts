@@ -1,0 +1,136 @@
+/**
+ * A proposal's life after `POST /v1/calls` answered `confirmation_required`: confirm it with its one-time
+ * token (in a later user turn than the call), execute it (the reservation, from the stored arguments), or
+ * cancel it. Each answers 200 with the gate's result, refusals included, except that a proposal the caller's
+ * tenant does not hold (unknown, another tenant's, or an id that is not one) is 404 `proposal_not_found`: the
+ * same status and body whichever it is.
+ */
+import type { FastifyInstance, FastifyReply } from 'fastify';
+import { ActionLedgerError } from '../../../core/errors.js';
+import type { GateResult } from '../../../gate/index.js';
+import { callIdentitySchema, gateContext, type CallIdentity } from '../auth.js';
+import type { ApiDeps } from '../types.js';
+import { gateResultSchema, IDENTITY_NOTE, IDENTITY_REQUIRED } from './calls.js';
+
+const idParam = {
+  type: 'object',
+  required: ['id'],
+  additionalProperties: false,
+  properties: { id: { type: 'string', description: 'the request_id of the confirmation_required answer' } },
+} as const;
+
+const notFound = {
+  description: 'no such proposal in your tenant (unknown, another tenant’s, or not an id): always this body',
+  type: 'object',
+  required: ['ok', 'error', 'message'],
+  properties: { ok: { const: false }, error: { const: 'proposal_not_found' }, message: { type: 'string' } },
+} as const;
+
+const responses = { 200: gateResultSchema, 404: notFound };
+
+/** The gate's result, 200; `proposal_not_found` is 404 with the same body. */
+function answer(reply: FastifyReply, r: GateResult): FastifyReply {
+  return reply.code(!r.ok && r.error === 'proposal_not_found' ? 404 : 200).send(r);
+}
+
+type ConfirmBody = CallIdentity & { confirm_token: string };
+type ExecuteBody = CallIdentity & { arguments?: unknown };
+
+export function registerProposalRoutes(app: FastifyInstance, deps: ApiDeps): void {
+  registerConfirm(app, deps);
+  registerExecuteAndCancel(app, deps);
+}
+
+function registerConfirm(app: FastifyInstance, deps: ApiDeps): void {
+  app.post<{ Body: ConfirmBody }>(
+    '/v1/proposals/confirm',
+    {
+      config: { operationId: 'confirmProposal', errors: [404] },
+      schema: {
+        summary: 'Confirm a proposal with its one-time token, in a later user turn than the call',
+        description: [
+          'Runs Gate.confirm. The turn is what makes this a confirmation: name the user turn it comes in (`turn_id`, or the user’s `turn_id`), a later one than the call’s; the same turn is refused proposal_same_turn_confirm. A token counts once (a second confirm is invalid_state_transition). A confirmation reserves nothing: execute does.',
+          IDENTITY_NOTE,
+        ].join('\n\n'),
+        tags: ['proposals'],
+        body: {
+          type: 'object',
+          additionalProperties: false,
+          required: ['confirm_token', ...IDENTITY_REQUIRED],
+          properties: {
+            confirm_token: { type: 'string', minLength: 1, maxLength: 256 },
+            ...callIdentitySchema,
+          },
+        },
+        response: responses,
+      },
+    },
+    async (request, reply) => {
+      const body = request.body;
+      // Defaulted to this request's id, the turn would always be a later one: the rule would hold nothing.
+      if (body.user === undefined && body.turn_id === undefined)
+        throw new ActionLedgerError(
+          'invalid_request',
+          'name the user turn this confirmation comes in: turn_id (a later turn than the call’s)',
+          { details: { field: 'body.turn_id', problem: 'required' } },
+        );
+      return answer(reply, await deps.gate.confirm(body.confirm_token, gateContext(deps, request, body)));
+    },
+  );
+}
+
+function registerExecuteAndCancel(app: FastifyInstance, deps: ApiDeps): void {
+  app.post<{ Params: { id: string }; Body: ExecuteBody }>(
+    '/v1/proposals/:id/execute',
+    {
+      config: { operationId: 'executeProposal', errors: [404] },
+      schema: {
+        summary: 'Execute a confirmed proposal: the reservation, from the arguments stored when it was proposed',
+        description: [
+          'Runs Gate.executeProposal. Idempotent: an executed proposal answers with its operation again. `arguments`, when given, are only compared with the proposed ones (params_mismatch, nothing reserved); the payload is always the stored one. The proposer’s role and the kill switches are checked again now.',
+          IDENTITY_NOTE,
+        ].join('\n\n'),
+        tags: ['proposals'],
+        params: idParam,
+        body: {
+          type: 'object',
+          additionalProperties: false,
+          required: [...IDENTITY_REQUIRED],
+          properties: {
+            arguments: { description: 'optional: must be the proposed arguments (compared by hash)' },
+            ...callIdentitySchema,
+          },
+        },
+        response: responses,
+      },
+    },
+    async (request, reply) => {
+      const body = request.body;
+      const context = gateContext(deps, request, body);
+      const options = body.arguments === undefined ? {} : { args: body.arguments };
+      return answer(reply, await deps.gate.executeProposal(request.params.id, context, options));
+    },
+  );
+
+  app.post<{ Params: { id: string }; Body: CallIdentity }>(
+    '/v1/proposals/:id/cancel',
+    {
+      config: { operationId: 'cancelProposal', errors: [404] },
+      schema: {
+        summary: 'Cancel a proposal that is proposed or confirmed (its holds on the caps are released)',
+        description: ['Runs Gate.cancelProposal.', IDENTITY_NOTE].join('\n\n'),
+        tags: ['proposals'],
+        params: idParam,
+        body: {
+          type: 'object',
+          additionalProperties: false,
+          required: [...IDENTITY_REQUIRED],
+          properties: { ...callIdentitySchema },
+        },
+        response: responses,
+      },
+    },
+    async (request, reply) =>
+      answer(reply, await deps.gate.cancelProposal(request.params.id, gateContext(deps, request, request.body))),
+  );
+}
