@@ -348,3 +348,24 @@ t.test('the OpenAPI document lists the call and proposal routes', async (t) => {
   t.equal(doc.paths['/v1/proposals/{id}/cancel']?.post?.operationId, 'cancelProposal');
   t.ok(doc.paths['/v1/proposals/{id}/execute']?.post?.responses['404'], '404 documented');
 });
+
+t.test('gate calls are counted by tool and outcome; an unknown tool name is one label', async (t) => {
+  const f = await apiFixture(t);
+  const agent = await f.token('agent-1', ['agent']);
+  const body = (step: string, tool: string, args: unknown) => ({
+    tool,
+    arguments: args,
+    task_id: 'task-m',
+    workflow_step_id: step,
+  });
+  t.match((await call(f, agent, body('s-1', 'transfer_funds', TRANSFER))).body, { ok: true });
+  t.match((await call(f, agent, body('s-2', 'transfer_funds', { to_account: 'x' }))).body, {
+    error: 'invalid_arguments',
+  });
+  t.match((await call(f, agent, body('s-3', 'no_such_tool_7c1e', {}))).body, { error: 'unknown_tool' });
+  const metrics = (await f.call('GET', '/metrics')).text;
+  t.match(metrics, /actionledger_gate_calls_total\{tool="transfer_funds",outcome="allowed"\} 1/);
+  t.match(metrics, /actionledger_gate_calls_total\{tool="transfer_funds",outcome="invalid_arguments"\} 1/);
+  t.match(metrics, /actionledger_gate_calls_total\{tool="unknown",outcome="unknown_tool"\} 1/);
+  t.notMatch(metrics, /no_such_tool_7c1e/, 'a name from the body never becomes a label');
+});

@@ -81,33 +81,32 @@ t.test('a direct reservation: created, replayed, conflicting; only with the rese
   t.same(userRow.rows, [{ tenant_id: 'tenant-b', principal_id: 'user-1' }], 'the user’s, in the token’s tenant');
 });
 
-t.test('a direct reservation never takes over a step the gate reserved, nor learns another tenant’s', async (t) => {
-  const f = await apiFixture(t);
-  // One principal acting in two tenants: the agent through the gate, the service role in both.
-  const agent = await f.token('p-1', ['agent', 'service']);
-  const gated = await f.call('POST', '/v1/calls', {
-    token: agent,
-    body: { tool: 'transfer_funds', arguments: TRANSFER, task_id: 'task-1', workflow_step_id: 's-1', role: 'agent' },
-  });
-  t.match(gated.body, { ok: true, status: 'reserved', created: true });
-  const takeover = await reserve(f, agent, reserveBody('s-1', { approval_id: 'mine-now' }));
-  t.equal(takeover.status, 409);
-  t.match(takeover.body, { error: 'operation_conflict', message: /reserved through the gate/ });
-  const op = await f.pool.query('SELECT current_approval_id, current_policy_version FROM actionledger.operations');
-  t.same(op.rows, [{ current_approval_id: 'auto', current_policy_version: 'gate-policy-1' }], 'rolled back');
+t.test(
+  'a direct reservation never takes over a step the gate reserved; another tenant’s step is its own',
+  async (t) => {
+    const f = await apiFixture(t);
+    // One principal acting in two tenants: the agent through the gate, the service role in both.
+    const agent = await f.token('p-1', ['agent', 'service']);
+    const gated = await f.call('POST', '/v1/calls', {
+      token: agent,
+      body: { tool: 'transfer_funds', arguments: TRANSFER, task_id: 'task-1', workflow_step_id: 's-1', role: 'agent' },
+    });
+    t.match(gated.body, { ok: true, status: 'reserved', created: true });
+    const takeover = await reserve(f, agent, reserveBody('s-1', { approval_id: 'mine-now' }));
+    t.equal(takeover.status, 409);
+    t.match(takeover.body, { error: 'operation_conflict', message: /reserved through the gate/ });
+    const op = await f.pool.query('SELECT current_approval_id, current_policy_version FROM actionledger.operations');
+    t.same(op.rows, [{ current_approval_id: 'auto', current_policy_version: 'gate-policy-1' }], 'rolled back');
 
-  const inB = await f.token('p-1', ['service'], { tenant: 'tenant-b' });
-  const foreign = await reserve(f, inB, reserveBody('s-1', { arguments: { ...TRANSFER, amount: 99 } }));
-  const foreignSame = await reserve(f, inB, reserveBody('s-1'));
-  t.equal(foreign.status, 409);
-  t.same(foreign.body, {
-    ok: false,
-    error: 'operation_conflict',
-    message: 'this workflow step cannot be reserved by you; use another workflow_step_id',
-  });
-  t.same(foreignSame.body, foreign.body, 'the same answer whatever was guessed: no id, nothing about the arguments');
-  t.equal(await count(f.pool, 'actionledger.operations'), 1);
-});
+    // The same principal, task and step in another tenant is another operation (the identity includes the tenant).
+    const inB = await f.token('p-1', ['service'], { tenant: 'tenant-b' });
+    const otherTenant = await reserve(f, inB, reserveBody('s-1', { arguments: { ...TRANSFER, amount: 99 } }));
+    t.equal(otherTenant.status, 200);
+    t.match(otherTenant.body, { ok: true, created: true });
+    t.not(otherTenant.body.operation_id, gated.body.operation_id, 'its own operation, nothing of the other revealed');
+    t.equal(await count(f.pool, 'actionledger.operations'), 2);
+  },
+);
 
 t.test('one operation: read capability or its own principal; another tenant’s is a random id', async (t) => {
   const f = await apiFixture(t);

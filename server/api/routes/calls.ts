@@ -93,7 +93,16 @@ export function registerCallRoutes(app: FastifyInstance, deps: ApiDeps): void {
     async (request) => {
       const body = request.body;
       const context = gateContext(deps, request, body);
-      return deps.gate.call(context, body.tool, body.arguments, body.ttl_s === undefined ? {} : { ttl_s: body.ttl_s });
+      const result = await deps.gate.call(
+        context,
+        body.tool,
+        body.arguments,
+        body.ttl_s === undefined ? {} : { ttl_s: body.ttl_s },
+      );
+      // A tool name the configuration does not know is one label, so hostile names cannot grow the series.
+      const tool = deps.gate.tool(body.tool) === undefined ? 'unknown' : body.tool;
+      deps.metrics?.gateCalls.inc({ tool, outcome: result.ok ? 'allowed' : result.error });
+      return result;
     },
   );
 }
