@@ -114,7 +114,14 @@ async function httpCell(url: string, pool: Pool, cell: Cell, n: number, ms: numb
     return await closedLoop(n, ms, async (_w, i) => {
       const body =
         cell === 'HTTP reserve'
-          ? { tool: 'issue_refund', arguments: BENCH_ARGS, task_id: `task-${i}`, workflow_step_id: 's1' }
+          ? {
+              tool: 'issue_refund',
+              arguments: BENCH_ARGS,
+              task_id: `task-${i}`,
+              workflow_step_id: 's1',
+              approval_id: 'a1',
+              policy_version: 'v1',
+            }
           : {
               tool: 'issue_refund',
               arguments: BENCH_ARGS,

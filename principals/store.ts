@@ -268,7 +268,12 @@ export class PrincipalStore {
       requests: number | null;
       window_left_s: number | null;
     };
-    const { rows } = await db.query<Row>(this.#q.authenticate, [tokenHash(token), this.#config.api.rateLimit.windowS]);
+    // Named: each connection plans this statement once (its planning cost more than its execution).
+    const { rows } = await db.query<Row>({
+      name: `actionledger_authenticate_${this.#config.schema}`,
+      text: this.#q.authenticate,
+      values: [tokenHash(token), this.#config.api.rateLimit.windowS],
+    });
     const row = rows[0];
     if (row === undefined) throw unauthenticated('unknown');
     if (row.revoked) throw unauthenticated('revoked');

@@ -176,6 +176,7 @@ function sendError(deps: ApiDeps, request: FastifyRequest, reply: FastifyReply, 
 function auditHook(deps: ApiDeps) {
   return async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
     if (request.method === 'GET' || request.method === 'HEAD' || request.caller === undefined) return;
+    if (request.routeOptions.config.gateAudited === true && reply.statusCode === 200) return;
     await deps.audit.after({
       action: 'api',
       outcome: String(reply.statusCode),

@@ -50,6 +50,11 @@ declare module 'fastify' {
     public?: boolean;
     /** The capability (`api.permissions`) one of the caller's roles must be granted. */
     capability?: ApiCapability;
+    /**
+     * The route's answers (200) are the gate's decisions, each audited by the gate with the caller's principal
+     * and the request id as its trace id: the API's own `api` row is written only for its other answers.
+     */
+    gateAudited?: boolean;
     /** The OpenAPI operationId. */
     operationId?: string;
     /** Error statuses this route can answer besides 401, 403, 422, 429 and 503 (for the OpenAPI document). */

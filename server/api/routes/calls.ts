@@ -59,7 +59,7 @@ export function registerCallRoutes(app: FastifyInstance, deps: ApiDeps): void {
   app.post<{ Body: CallBody }>(
     '/v1/calls',
     {
-      config: { operationId: 'callTool' },
+      config: { operationId: 'callTool', gateAudited: true },
       schema: {
         summary: 'Call a tool through the gate: reserved, refused, or held for a confirmation or an approval',
         description: [

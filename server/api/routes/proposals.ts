@@ -45,7 +45,7 @@ function registerConfirm(app: FastifyInstance, deps: ApiDeps): void {
   app.post<{ Body: ConfirmBody }>(
     '/v1/proposals/confirm',
     {
-      config: { operationId: 'confirmProposal', errors: [404] },
+      config: { operationId: 'confirmProposal', errors: [404], gateAudited: true },
       schema: {
         summary: 'Confirm a proposal with its one-time token, in a later user turn than the call',
         description: [
@@ -83,7 +83,7 @@ function registerExecuteAndCancel(app: FastifyInstance, deps: ApiDeps): void {
   app.post<{ Params: { id: string }; Body: ExecuteBody }>(
     '/v1/proposals/:id/execute',
     {
-      config: { operationId: 'executeProposal', errors: [404] },
+      config: { operationId: 'executeProposal', errors: [404], gateAudited: true },
       schema: {
         summary: 'Execute a confirmed proposal: the reservation, from the arguments stored when it was proposed',
         description: [
@@ -115,7 +115,7 @@ function registerExecuteAndCancel(app: FastifyInstance, deps: ApiDeps): void {
   app.post<{ Params: { id: string }; Body: CallIdentity }>(
     '/v1/proposals/:id/cancel',
     {
-      config: { operationId: 'cancelProposal', errors: [404] },
+      config: { operationId: 'cancelProposal', errors: [404], gateAudited: true },
       schema: {
         summary: 'Cancel a proposal that is proposed or confirmed (its holds on the caps are released)',
         description: ['Runs Gate.cancelProposal.', IDENTITY_NOTE].join('\n\n'),
