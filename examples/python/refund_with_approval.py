@@ -23,15 +23,15 @@ def main(argv):
         return 1
 
     shown = supervisor.approval(asked["request_id"])
-    print(json.dumps({"step": "envelope", "effect": shown["approval"]["effect"], "envelope_sha256": shown["approval"]["envelope_sha256"]}))
+    print(json.dumps({"step": "envelope", "effect": shown["envelope"]["effect"], "envelope_sha256": shown["envelope_sha256"]}))
     try:
-        agent.approve(asked["request_id"], shown["approval"]["envelope_sha256"])
-        print(json.dumps({"step": "self-approval", "answer": "accepted"}))
+        agent.approve(asked["request_id"], shown["envelope_sha256"])
+        print(json.dumps({"step": "requester-approves", "answer": "accepted"}))
         return 1
     except ApiError as err:
-        print(json.dumps({"step": "self-approval", "status": err.status, "error": err.code}))
+        print(json.dumps({"step": "requester-approves", "status": err.status, "error": err.code}))
 
-    approved = supervisor.approve(asked["request_id"], shown["approval"]["envelope_sha256"])
+    approved = supervisor.approve(asked["request_id"], shown["envelope_sha256"])
     print(json.dumps({"step": "approve", "answer": approved}))
     op = agent.wait_for(approved["operation_id"])
     print(json.dumps({"step": "outcome", "status": op["status"], "operation_id": op["operation_id"]}))

@@ -5,9 +5,9 @@
  * one held for an approval that a supervisor approves and that succeeds, a direct reservation the example
  * configuration denies at dispatch; then reconcile, verify, metrics, SIGTERM.
  */
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { chmodSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { spawn } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { BIN, lastJson, runCli } from '../helpers/cli.js';
@@ -118,6 +118,8 @@ t.test(
       'gate.direct_reservations deny: refused at dispatch',
     );
 
+    await overHttp(t, `http://127.0.0.1:${http}`, env, settled);
+
     const rec = await runCli(['reconcile', '--once', '--json'], env);
     t.equal(rec.code, 0, rec.stderr);
     t.match(
@@ -127,7 +129,7 @@ t.test(
     );
     const verify = await runCli(['verify', '--json'], env);
     t.equal(verify.code, 0, verify.stdout);
-    t.match(lastJson(verify.stdout), { ok: true, operations: 3, listings: 1, provider_effects: 2 });
+    t.match(lastJson(verify.stdout), { ok: true, operations: 7, listings: 1, provider_effects: 5 });
 
     const metrics = await (await fetch(`http://127.0.0.1:${http}/metrics`)).text();
     t.match(
@@ -144,9 +146,111 @@ t.test(
     t.match(metrics, /actionledger_process_cpu_user_seconds_total\{worker="1"\}/, 'process metrics, one prefix');
     t.notMatch(metrics, /actionledger_process_process_/, 'no doubled prefix');
     t.match(metrics, /actionledger_reconcile_pass_duration_seconds/, 'reconciler metrics from the parent');
-    t.match(metrics, /actionledger_operations\{status="succeeded"\} 2/);
+    t.match(metrics, /actionledger_operations\{status="succeeded"\} 5/);
+    t.match(metrics, /actionledger_gate_calls_total\{tool="issue_refund",outcome="approval_required"\} 2/);
+    t.match(metrics, /actionledger_api_requests_total\{route="\/v1\/calls",method="POST",status="200"\} 3/);
 
     service.kill('SIGTERM');
     t.equal(await exited, 0, 'SIGTERM: exit 0');
   },
 );
+
+/**
+ * The README's quick start over HTTP against the running fleet: principals and tokens made on the command line
+ * (break-glass), then `curl` as printed there (a call reserved and dispatched, one held, the envelope read and
+ * approved by its hash, a direct reservation refused at dispatch; task ids of their own, the command-line flows
+ * above having used the README's), then the Python client.
+ */
+async function overHttp(
+  t: Test,
+  base: string,
+  env: NodeJS.ProcessEnv,
+  settled: (id: string) => Promise<Record<string, unknown>>,
+): Promise<void> {
+  const cli = async (args: string[]) => {
+    const r = await runCli([...args, '--break-glass', 'admin'], env);
+    t.equal(r.code, 0, `${args.join(' ')}: ${r.stdout}${r.stderr}`);
+    return lastJson(r.stdout);
+  };
+  const tokens: Record<string, string> = {};
+  for (const [who, kind, role] of [
+    ['agent-7', 'service', 'agent'],
+    ['alice', 'person', 'supervisor'],
+    ['svc-billing', 'service', 'service'],
+  ] as const) {
+    await cli(['principal', 'add', who, '--kind', kind]);
+    await cli(['principal', 'grant', who, '--tenant', 'tenant-a', '--role', role]);
+    tokens[who] = String((await cli(['token', 'create', who, '--tenant', 'tenant-a', '--json'])).token);
+  }
+  const curl = async (path: string, token: string, body?: string): Promise<Record<string, unknown>> => {
+    const args = ['-s', `${base}${path}`, '-H', `authorization: Bearer ${token}`];
+    if (body !== undefined) args.push('-H', 'content-type: application/json', '-d', body);
+    const { stdout } = await run('curl', args);
+    return JSON.parse(stdout) as Record<string, unknown>;
+  };
+  const agent = tokens['agent-7'] ?? '';
+  const alice = tokens.alice ?? '';
+  const under = await curl(
+    '/v1/calls',
+    agent,
+    '{"tool":"issue_refund","arguments":{"order_id":"o-1","amount":1250,"currency":"EUR"},"task_id":"refund-52","workflow_step_id":"1"}',
+  );
+  t.match(under, { ok: true, status: 'reserved', created: true }, 'reserved at once');
+  t.match(await settled(String(under.operation_id)), { operation: { status: 'succeeded' } });
+  const held = await curl(
+    '/v1/calls',
+    agent,
+    '{"tool":"issue_refund","arguments":{"order_id":"o-2","amount":7500,"currency":"EUR"},"task_id":"refund-53","workflow_step_id":"1"}',
+  );
+  t.match(held, { ok: false, error: 'approval_required' });
+  const shown = await curl(`/v1/approvals/${String(held.request_id)}`, alice);
+  t.match(shown, { ok: true, status: 'pending', envelope: { effect: 'Refund 7500 EUR (minor units) on order o-2' } });
+  const hash = JSON.stringify({ envelope_sha256: shown.envelope_sha256 });
+  t.match(await curl(`/v1/approvals/${String(held.request_id)}/approve`, agent, hash), {
+    ok: false,
+    error: 'permission_denied',
+  });
+  const approved = await curl(`/v1/approvals/${String(held.request_id)}/approve`, alice, hash);
+  t.match(approved, { ok: true, status: 'reserved' });
+  t.match(await curl(`/v1/operations/${String(approved.operation_id)}`, agent), {
+    ok: true,
+    operation: { status: /^(pending|executing|succeeded)$/ },
+  });
+  t.match(await settled(String(approved.operation_id)), { operation: { status: 'succeeded' } });
+  const direct = await curl(
+    '/v1/operations',
+    tokens['svc-billing'] ?? '',
+    '{"tool":"issue_refund","arguments":{"order_id":"o-3","amount":100,"currency":"EUR"},"task_id":"nightly-8","workflow_step_id":"1","approval_id":"appr-1","policy_version":"v3"}',
+  );
+  t.match(direct, { ok: true, created: true, status: 'pending' });
+  t.match(await settled(String(direct.operation_id)), { operation: { status: 'needs_review' } });
+
+  const script = join(import.meta.dirname, '..', '..', '..', 'examples', 'python', 'refund_with_approval.py');
+  const py = await run('python3', [script, base, agent, alice, 'py-1']);
+  const steps = py.stdout
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
+  t.match(
+    steps,
+    [
+      { step: 'call', answer: { error: 'approval_required' } },
+      { step: 'envelope', envelope_sha256: /^[0-9a-f]{64}$/ },
+      { step: 'requester-approves', status: 403, error: 'permission_denied' },
+      { step: 'approve', answer: { ok: true, status: 'reserved' } },
+      { step: 'outcome', status: 'succeeded' },
+    ],
+    'the Python client (standard library only): call, approve as a second principal, succeeded',
+  );
+}
+
+/** Runs a program to its end; rejects with its output when it fails. */
+function run(file: string, args: string[]): Promise<{ stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) =>
+    execFile(file, args, { timeout: 90_000 }, (err, stdout, stderr) =>
+      err === null
+        ? resolve({ stdout, stderr })
+        : reject(new Error(`${file} failed: ${err.message}\n${stdout}${stderr}`)),
+    ),
+  );
+}
