@@ -22,3 +22,14 @@ t.test('every metric the alert rules use is one the service exposes', async (t) 
   const alerts = [...rules.matchAll(/- alert: (\w+)/g)].map((x) => x[1]);
   t.equal(new Set(alerts).size, alerts.length, 'alert names are unique');
 });
+
+t.test('the runbook has one section for every alert, and none for an alert that does not exist', (t) => {
+  const rules = readFileSync(join(root, 'deploy', 'prometheus', 'alerts.yml'), 'utf8');
+  const alerts = [...rules.matchAll(/- alert: (\w+)/g)].map((x) => x[1]).sort();
+  const runbook = readFileSync(join(root, 'docs', 'runbook.md'), 'utf8');
+  const sections = [...runbook.matchAll(/^## (\w+) \((page|ticket)\)$/gm)].map((x) => x[1]).sort();
+  t.same(sections, alerts);
+  for (const m of rules.matchAll(/- alert: (\w+)[\s\S]*?severity: (\w+)/g))
+    t.match(runbook, new RegExp(`^## ${m[1]} \\(${m[2]}\\)$`, 'm'), `${m[1]}: its severity in the heading`);
+  t.end();
+});
