@@ -109,6 +109,7 @@ export class Approvals {
         written = true;
         return r;
       });
+      core.wakeIfReserved(result);
     } catch (err) {
       written = false;
       result =

@@ -23,7 +23,7 @@ import { DecisionFailures } from './failures.js';
 import { gateQueries } from './queries.js';
 import { GateRegistry } from './registry.js';
 import { ReservationStep } from './reservation.js';
-import type { BusinessValidator, ResourceResolver } from './types.js';
+import type { BusinessValidator, GateResult, ResourceResolver } from './types.js';
 
 export interface GateDeps {
   config: Config;
@@ -82,5 +82,13 @@ export class GateCore {
 
   tool(name: string): GateTool | undefined {
     return this.registry.tool(name);
+  }
+
+  /**
+   * After a decision's transaction committed: wakes the dispatchers when it reserved a new operation (the
+   * gate reserves without a NOTIFY in its transaction, whose commits PostgreSQL would otherwise serialize).
+   */
+  wakeIfReserved(result: GateResult): void {
+    if (result.ok && result.created === true) this.ledger.wake();
   }
 }

@@ -105,6 +105,7 @@ export class Gate {
         audited = true;
         return r;
       });
+      core.wakeIfReserved(result);
     } catch (err) {
       audited = false;
       result =

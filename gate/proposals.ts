@@ -82,6 +82,7 @@ export class Proposals {
         audit.detail = { ...audit.detail, written: true };
         return r;
       });
+      core.wakeIfReserved(result);
     } catch (err) {
       result =
         err instanceof Refused

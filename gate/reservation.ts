@@ -56,7 +56,8 @@ export class ReservationStep {
       },
       tool,
       args,
-      { client: db, actor: `gate:${ctx.principal_id}` },
+      // The gate's caller wakes the dispatchers once the decision has committed (GateCore.wakeIfReserved).
+      { client: db, actor: `gate:${ctx.principal_id}`, notifyOnCommit: false },
     );
     const recorded = await db.query(this.#q.gateOperationInsert, [
       r.operation_id,

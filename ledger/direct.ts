@@ -38,8 +38,12 @@ export class DirectReservations {
     options: { actor: string },
   ): Promise<Reservation> {
     try {
-      return await withTransaction(this.#pool, async (client) => {
-        const r = await this.#ledger.reserve(context, tool, args, { client, actor: options.actor });
+      const reserved = await withTransaction(this.#pool, async (client) => {
+        const r = await this.#ledger.reserve(context, tool, args, {
+          client,
+          actor: options.actor,
+          notifyOnCommit: false,
+        });
         if (!r.created && (await client.query(this.#q.gateRecordedOperation, [r.operation_id])).rowCount !== 0)
           throw new ActionLedgerError(
             'operation_conflict',
@@ -47,6 +51,8 @@ export class DirectReservations {
           );
         return r;
       });
+      if (reserved.created) this.#ledger.wake();
+      return reserved;
     } catch (err) {
       throw asActionLedgerError(err);
     }

@@ -30,6 +30,13 @@ export interface ReserveOptions {
   client?: Queryable;
   /** Who is reserving, for the history row. Defaults to the principal. */
   actor?: string;
+  /**
+   * With `client`: `false` leaves out the NOTIFY that PostgreSQL would deliver on the caller's commit, and the
+   * caller calls {@link Ledger.wake} once it has committed. PostgreSQL serializes the commits of transactions
+   * that NOTIFY (one lock, held through the commit's flush), so a caller committing many reservations
+   * concurrently wakes the dispatchers itself. Default `true`.
+   */
+  notifyOnCommit?: boolean;
 }
 
 /** What the ledger holds for one reserved workflow step: its identity, binding and current state. */
@@ -159,7 +166,7 @@ export class Ledger {
     ];
     try {
       const inserted =
-        options.client === undefined
+        options.client === undefined || options.notifyOnCommit === false
           ? await db.query<ReservedStep>(this.#q.ledgerInsertReservation, params)
           : await db.query<ReservedStep>(this.#q.ledgerInsertReservationNotify, [...params, this.#channel]);
       const row = inserted.rows[0];
@@ -262,6 +269,15 @@ export class Ledger {
     db: Queryable = this.#pool,
   ): Promise<{ operation: Record<string, unknown>; history: HistoryRow[] }> {
     return showOperation(db, this.#q, operationId);
+  }
+
+  /**
+   * Wakes the dispatchers (a NOTIFY on the pool, coalesced with others within the notifier's interval): for a
+   * caller that reserved in its own transaction with `notifyOnCommit: false`, once it has committed. A wake-up
+   * that never arrives only delays the claim to the dispatchers' next poll.
+   */
+  wake(): void {
+    this.#notifier.poke();
   }
 
   stop(): void {
