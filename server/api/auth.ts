@@ -97,11 +97,12 @@ export function actingRole(caller: Caller, named: string | undefined): string {
     return role;
   }
   if (caller.roles.length === 1) return caller.roles[0] as string;
-  throw new ActionLedgerError(
-    'invalid_request',
-    caller.roles.length === 0 ? 'you hold no role in this tenant' : 'you hold several roles here: name one in `role`',
-    { details: { field: 'role', held: caller.roles } },
-  );
+  // Every role taken away (a token outlives its principal's roles): nothing may be done with it.
+  if (caller.roles.length === 0)
+    throw new ActionLedgerError('permission_denied', 'you hold no role in this tenant', { details: { held: [] } });
+  throw new ActionLedgerError('invalid_request', 'you hold several roles here: name one in `role`', {
+    details: { field: 'role', held: caller.roles },
+  });
 }
 
 /** The end user a trusted service acts for (`act_for_users`). */

@@ -369,3 +369,18 @@ t.test('gate calls are counted by tool and outcome; an unknown tool name is one 
   t.match(metrics, /actionledger_gate_calls_total\{tool="unknown",outcome="unknown_tool"\} 1/);
   t.notMatch(metrics, /no_such_tool_7c1e/, 'a name from the body never becomes a label');
 });
+
+t.test('a token whose principal lost every role may do nothing: 403, nothing reserved', async (t) => {
+  const f = await apiFixture(t);
+  const agent = await f.token('agent-1', ['agent']);
+  await f.store.revoke('agent-1', 'tenant-a', 'agent', 'security-team');
+  const r = await call(f, agent, {
+    tool: 'transfer_funds',
+    arguments: TRANSFER,
+    task_id: 'task-r',
+    workflow_step_id: 's-1',
+  });
+  t.equal(r.status, 403);
+  t.match(r.body, { ok: false, error: 'permission_denied' });
+  t.equal(await count(f.pool, 'actionledger.operations'), 0);
+});
