@@ -202,6 +202,11 @@ t.test('migrating an existing ledger records provider contact conservatively', a
   const client = await pool.connect();
   try {
     await migrate(client, config.schema, config.schemaQuoted, all.slice(0, 6));
+    // Today's ledger reserves on the identity with the tenant (a later migration); an index like it lets it
+    // write into the old schema, and goes before the migrations run.
+    await client.query(
+      'CREATE UNIQUE INDEX test_identity ON actionledger.operations (tenant_id, principal_id, task_id, workflow_step_id)',
+    );
     const rows: [string, OperationStatus, string | null][] = [
       ['pending', 'pending', null],
       ['executing', 'executing', null],
@@ -221,6 +226,7 @@ t.test('migrating an existing ledger records provider contact conservatively', a
         [r.operation_id, status, reason],
       );
     }
+    await client.query('DROP INDEX actionledger.test_identity');
     await migrate(client, config.schema, config.schemaQuoted, all);
     const { rows: after } = await client.query<{ workflow_step_id: string; provider_contact: string }>(
       `SELECT workflow_step_id, provider_contact FROM actionledger.operations ORDER BY workflow_step_id`,

@@ -347,18 +347,18 @@ t.test('reconcile --once: a summary table or --json; exit 3 when a provider cann
   t.match(table.stdout, /\n\s+1\s+0\s+0\s+1\s/, 'one examined, escalated: the readback says no effect');
   t.match(await row(e, r.operation_id), { status: 'needs_review', review_reason: 'no_effect_confirmed' });
 
-  const bad = await runCli(['review', 'retry', r.operation_id, '--reason', 'x'], e.env);
+  const bad = await runCli(['review', 'retry', r.operation_id, '--reason', ' ', '--break-glass', 'carol'], e.env);
   t.equal(bad.code, 1);
   t.match(lastJson(bad.stdout), { ok: false, error: 'invalid_review' });
   const ok = await runCli(
-    ['review', 'retry', r.operation_id, '--actor', 'carol', '--reason', 'readback says nothing was applied'],
+    ['review', 'retry', r.operation_id, '--break-glass', 'carol', '--reason', 'readback says nothing was applied'],
     e.env,
   );
   t.equal(ok.code, 0, ok.stderr);
   t.match(lastJson(ok.stdout), { ok: true, to: 'pending', attempt: 2 });
   t.equal((await settled(e.pool, r.operation_id)).status, 'succeeded');
   const missing = await runCli(
-    ['review', 'resolve-failed', '00000000-0000-4000-8000-000000000000', '--actor', 'carol', '--reason', 'x'],
+    ['review', 'resolve-failed', '00000000-0000-4000-8000-000000000000', '--break-glass', 'carol', '--reason', 'x'],
     e.env,
   );
   t.match(lastJson(missing.stdout), { ok: false, error: 'not_found' });
@@ -368,16 +368,21 @@ t.test('reconcile --once: a summary table or --json; exit 3 when a provider cann
   t.match(
     audit.rows,
     [
-      { action: 'review:retry', outcome: 'invalid_review', principal_id: '', subject_id: r.operation_id },
+      {
+        action: 'review:retry',
+        outcome: 'invalid_review',
+        principal_id: 'break-glass:carol',
+        subject_id: r.operation_id,
+      },
       {
         action: 'review:retry',
         outcome: 'ok',
-        principal_id: 'carol',
+        principal_id: 'break-glass:carol',
         tool_name: 'issue_refund',
         subject_id: r.operation_id,
         why: 'readback says nothing was applied',
       },
-      { action: 'review:resolve_failed', outcome: 'not_found', principal_id: 'carol', tool_name: null },
+      { action: 'review:resolve_failed', outcome: 'not_found', principal_id: 'break-glass:carol', tool_name: null },
     ],
     'every review action, done or refused, is in the audit log',
   );
