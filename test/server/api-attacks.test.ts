@@ -1,0 +1,126 @@
+/**
+ * Attacks on the HTTP API over real HTTP and a real PostgreSQL: what another tenant's caller can learn, hostile
+ * query strings and paths, spellings of a name that hide it, and what a caller without any tool role can do
+ * to a proposal. Each test names the promise it checks.
+ */
+import t, { type Test } from 'tap';
+import { apiFixture, type ApiFixture } from '../helpers/api.js';
+import { count } from '../helpers/gate.js';
+
+const EMAIL = { to: 'customer@example.com', subject: 'Your refund', body: 'It is on its way.' };
+const b64 = (s: string) => Buffer.from(s, 'utf8').toString('base64url');
+const ZERO_ID = '00000000-0000-0000-0000-000000000000';
+const refundCap = { tools: { issue_refund: { limits: { per_conversation: { max_count: 10, max_value: 5000 } } } } };
+
+/** No answer names another tenant, a stack, SQL text or a server message. */
+function clean(t: Test, r: { status: number; text: string }, label: string): void {
+  t.not(r.status, 500, `${label}: not a 500`);
+  t.notMatch(r.text, /tenant-b|stack|SELECT|at async|sqlstate/i, `${label}: nothing leaks`);
+}
+
+t.test('a kill switch refused for a tenant without routes does not name the other tenants', async (t) => {
+  const f = await apiFixture(t);
+  const c = await f.token('op-c', ['operator'], { tenant: 'tenant-c' });
+  const engaged = await f.call('PUT', '/v1/kill-switches/issue_refund', { token: c, body: { reason: 'stop' } });
+  t.equal(engaged.status, 422);
+  clean(t, engaged, 'engage in tenant-c');
+  t.notMatch(engaged.text, /tenant-a/, 'the configured tenants are not listed');
+  const star = await f.call('PUT', '/v1/kill-switches/*', { token: c, body: { reason: 'stop' } });
+  t.notMatch(star.text, /tenant-a|tenant-b/);
+});
+
+t.test('NUL in a query string filter is a 422, never a 500', async (t) => {
+  const f = await apiFixture(t);
+  const op = await f.token('op-1', ['operator']);
+  for (const path of [
+    '/v1/review?reason=%00',
+    '/v1/audit?action=%00',
+    '/v1/audit?outcome=a%00b',
+    '/v1/audit?subject_id=%00',
+    '/v1/audit?principal_id=%00',
+    '/v1/audit?tool=%00',
+    '/v1/operations?task_id=%00',
+    '/v1/approvals?tool=%00',
+  ]) {
+    const r = await f.call('GET', path, { token: op });
+    clean(t, r, path);
+    t.equal(r.status, 422, path);
+  }
+});
+
+t.test('an approval cursor naming an impossible time is a 422, never a 500', async (t) => {
+  const f = await apiFixture(t);
+  const op = await f.token('op-1', ['operator']);
+  for (const time of ['0000-01-01T00:00:00.000000Z', '2026-02-30T00:00:00.000000Z', '2026-02-03T24:00:00.000000Z']) {
+    const r = await f.call('GET', `/v1/approvals?cursor=${b64(`${time}|${ZERO_ID}`)}`, { token: op });
+    clean(t, r, time);
+    t.match(r, { status: 422, body: { ok: false, error: 'invalid_request', details: { field: 'cursor' } } }, time);
+  }
+});
+
+t.test('a path that is not valid UTF-8 gets the structured error body, audited for its caller', async (t) => {
+  const f = await apiFixture(t);
+  const op = await f.token('op-1', ['operator']);
+  for (const path of ['/v1/operations/%ED%A0%80', '/v1/operations/%']) {
+    const r = await f.call('GET', path, { token: op });
+    t.equal(r.status, 400, path);
+    t.match(r.body, { ok: false, error: 'invalid_request' }, path);
+    t.notOk('code' in r.body || 'statusCode' in r.body, `${path}: no framework fields`);
+    t.ok(r.headers.get('x-request-id'), `${path}: a request id`);
+  }
+});
+
+async function emailProposal(f: ApiFixture, token: string) {
+  const identity = { task_id: 'task-e', workflow_step_id: 'mail-1', conversation_id: 'conv-e' };
+  const p = await f.call('POST', '/v1/calls', {
+    token,
+    body: { tool: 'send_email', arguments: EMAIL, ...identity, turn_id: '1' },
+  });
+  return { id: String(p.body.request_id), confirm: String(p.body.confirm_token), identity };
+}
+
+t.test('a read-only auditor cannot cancel or execute an agent’s proposal it found in the audit log', async (t) => {
+  const f = await apiFixture(t);
+  const agent = await f.token('agent-1', ['agent']);
+  const auditor = await f.token('aud-1', ['auditor']);
+  const { id, confirm, identity } = await emailProposal(f, agent);
+  const log = await f.call('GET', '/v1/audit?action=call', { token: auditor });
+  t.ok(log.text.includes(id), 'the auditor can read the proposal id');
+  const cancel = await f.call('POST', `/v1/proposals/${id}/cancel`, { token: auditor, body: identity });
+  t.not(cancel.body.ok, true, 'the auditor does not cancel it');
+  const still = await f.pool.query<{ status: string }>('SELECT status FROM actionledger.gate_proposals');
+  t.same(still.rows, [{ status: 'proposed' }], 'the proposal is left as it was');
+  const confirmed = await f.call('POST', '/v1/proposals/confirm', {
+    token: agent,
+    body: { ...identity, confirm_token: confirm, turn_id: '2' },
+  });
+  t.equal(confirmed.body.ok, true);
+  const exec = await f.call('POST', `/v1/proposals/${id}/execute`, { token: auditor, body: identity });
+  t.not(exec.body.ok, true, 'the auditor does not execute it');
+  t.equal(await count(f.pool, 'actionledger.operations'), 0, 'nothing reserved by the auditor');
+});
+
+t.test('a requester spelled with a no-break space is not another person: no self-approval', async (t) => {
+  const f = await apiFixture(t, { gate: refundCap });
+  const runtime = await f.token('runtime', ['agent-runtime']);
+  const sup = await f.token('sup-1', ['supervisor'], { kind: 'person' });
+  for (const spelling of ['sup-1\u00a0', 'sup-1 ', ' sup-1', 'sup-1\u3000']) {
+    const r = await f.call('POST', '/v1/calls', {
+      token: runtime,
+      body: {
+        tool: 'issue_refund',
+        arguments: { order_id: 'O-1', amount: 900, currency: 'GBP' },
+        task_id: 'task-r',
+        workflow_step_id: `r-${spelling.length}-${spelling.codePointAt(0) ?? 0}`,
+        user: { principal_id: spelling, role: 'agent', account_id: 'acct-1', conversation_id: 'c', turn_id: '1' },
+      },
+    });
+    t.match(
+      r,
+      { status: 422, body: { error: 'invalid_context', details: { field: 'user.principal_id' } } },
+      JSON.stringify(spelling),
+    );
+  }
+  const pending = await f.call('GET', '/v1/approvals', { token: sup });
+  t.same(pending.body.approvals, [], 'nothing waits for sup-1 to approve itself');
+});
