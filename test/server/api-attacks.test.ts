@@ -58,7 +58,7 @@ t.test('an approval cursor naming an impossible time is a 422, never a 500', asy
   }
 });
 
-t.test('a path that is not valid UTF-8 gets the structured error body, audited for its caller', async (t) => {
+t.test('a path that is not valid UTF-8 gets the structured error body and a request id', async (t) => {
   const f = await apiFixture(t);
   const op = await f.token('op-1', ['operator']);
   for (const path of ['/v1/operations/%ED%A0%80', '/v1/operations/%']) {
