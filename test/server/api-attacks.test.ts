@@ -124,3 +124,52 @@ t.test('a requester spelled with a no-break space is not another person: no self
   const pending = await f.call('GET', '/v1/approvals', { token: sup });
   t.same(pending.body.approvals, [], 'nothing waits for sup-1 to approve itself');
 });
+
+t.test('a role revoked through the gate (revoke-role) grants no API capability on the next request', async (t) => {
+  const f = await apiFixture(t);
+  const ops = await f.token('ops-1', ['operator']);
+  const runtime = await f.token('runtime', ['agent-runtime']);
+  t.equal((await f.call('GET', '/v1/kill-switches', { token: ops })).status, 200);
+  await f.gate.revokeRole('tenant-a', 'ops-1', 'operator', 'security-team');
+  await f.gate.revokeRole('tenant-a', 'runtime', 'agent-runtime', 'security-team');
+  const engaged = await f.call('PUT', '/v1/kill-switches/issue_refund', { token: ops, body: { reason: 'x' } });
+  t.equal(engaged.status, 403, 'the revoked operator engages nothing');
+  t.equal((await f.call('GET', '/v1/audit', { token: ops })).status, 403, 'nor reads the audit log');
+  const status = await f.call('GET', '/v1/status', { token: ops });
+  t.same(status.body.roles, [], 'the status shows no role');
+  const acted = await f.call('POST', '/v1/calls', {
+    token: runtime,
+    body: {
+      tool: 'transfer_funds',
+      arguments: { to_account: 'ACC0000000002', amount: 25 },
+      task_id: 'task-1',
+      workflow_step_id: 's-1',
+      user: { principal_id: 'user-1', role: 'agent', account_id: 'acct-1', conversation_id: 'c', turn_id: '1' },
+    },
+  });
+  t.equal(acted.status, 403, 'the revoked runtime acts for no user');
+  t.equal(await count(f.pool, 'actionledger.operations'), 0, 'nothing reserved');
+  await f.gate.restoreRole('tenant-a', 'ops-1', 'operator', 'security-team');
+  t.equal((await f.call('GET', '/v1/kill-switches', { token: ops })).status, 200, 'restored: allowed again');
+});
+
+t.test('the request limit is the principal’s: a second token or a certificate shares it', async (t) => {
+  const f = await apiFixture(t, { api: { rate_limit: { requests: 3, window_s: 60 } } });
+  const first = await f.token('svc-1', ['service']);
+  const second = await f.token('svc-1', ['service']);
+  const statuses: number[] = [];
+  for (const token of [first, second, first, second, second]) {
+    statuses.push((await f.call('GET', '/v1/status', { token })).status);
+  }
+  t.same(statuses, [200, 200, 200, 429, 429]);
+  const limited = await f.call('POST', '/v1/operations', { token: second, body: { nonsense: true } });
+  t.equal(limited.status, 429);
+  const rows = await f.pool.query<{ outcome: string; principal_id: string; trace_id: string }>(
+    "SELECT outcome, principal_id, trace_id FROM actionledger.gate_audit WHERE action = 'api'",
+  );
+  t.same(
+    rows.rows,
+    [{ outcome: '429', principal_id: 'svc-1', trace_id: limited.headers.get('x-request-id') }],
+    'the refused state-changing request is audited with its principal and request id',
+  );
+});
