@@ -14,7 +14,7 @@ import { PrincipalStore } from '../../principals/index.js';
 
 t.test('break-glass under the requester’s own name does not approve its own request', async (t) => {
   const over = { tools: { issue_refund: { limits: { per_conversation: { max_value: 5000 } } } } };
-  const { gate, pool, url } = await gateFixture(t, { gate: over });
+  const { gate, pool, url, config } = await gateFixture(t, { gate: over });
   const cfg = join(mkdtempSync(join(tmpdir(), 'al-acting-attacks-')), 'config.json');
   writeFileSync(cfg, JSON.stringify({ tools: gateRoutes(), gate: gateSection(over) }));
   const env = { DATABASE_URL: url, ACTIONLEDGER_CONFIG: cfg, ACTIONLEDGER_EFFECT_KEY_SECRET: TEST_SECRET };
@@ -31,6 +31,30 @@ t.test('break-glass under the requester’s own name does not approve its own re
   );
   t.not(lastJson(glass.stdout).ok, true, 'alice, breaking glass, does not approve alice’s refund');
   t.equal(await count(pool, 'actionledger.operations'), 0, 'nothing reserved');
+
+  // Two approvers needed: alice votes with her token, then again breaking glass under her own name.
+  const store = new PrincipalStore(config, pool);
+  await store.add('sup-alice', 'person', '', 'test');
+  await store.grant('sup-alice', 'tenant-a', 'supervisor', 'test');
+  const token = (await store.createToken('sup-alice', 'tenant-a', '', 1, 'test')).token;
+  const d = await gate.call(
+    gctx({ principal_id: 'admin-1', role: 'admin', workflow_step_id: 'del-1' }),
+    'delete_customer',
+    { customer_id: 'C-1' },
+  );
+  const del = !d.ok ? (d.request_id ?? '') : '';
+  const delHash = (await gate.approvals.show(del, { tenant_id: 'tenant-a' })).envelope_sha256;
+  const first = await runCli(['gate', 'approve', del, '--hash', delHash], { ...env, ACTIONLEDGER_TOKEN: token });
+  t.match(lastJson(first.stdout), { ok: true, status: 'pending_approvals' });
+  const twice = await runCli(
+    ['gate', 'approve', del, '--hash', delHash, '--tenant', 'tenant-a', '--role', 'supervisor'].concat([
+      '--break-glass',
+      'sup-alice',
+    ]),
+    env,
+  );
+  t.match(lastJson(twice.stdout), { ok: false, error: 'self_approval_forbidden' }, 'one person counts once');
+  t.equal(await count(pool, 'actionledger.operations'), 0, 'still nothing reserved');
 });
 
 t.test('a token whose role was revoked with gate revoke-role engages no kill switch', async (t) => {
