@@ -4,8 +4,10 @@
  * to a proposal. Each test names the promise it checks.
  */
 import t, { type Test } from 'tap';
+import { AuthorizationService } from '../../gate/index.js';
+import { authorizationRequest } from '../../dispatcher/index.js';
 import { apiFixture, type ApiFixture } from '../helpers/api.js';
-import { count } from '../helpers/gate.js';
+import { count, documentVersion, gctx } from '../helpers/gate.js';
 
 const EMAIL = { to: 'customer@example.com', subject: 'Your refund', body: 'It is on its way.' };
 const b64 = (s: string) => Buffer.from(s, 'utf8').toString('base64url');
@@ -172,4 +174,44 @@ t.test('the request limit is the principal’s: a second token or a certificate 
     [{ outcome: '429', principal_id: 'svc-1', trace_id: limited.headers.get('x-request-id') }],
     'the refused state-changing request is audited with its principal and request id',
   );
+});
+
+t.test('approved over the API, then the approver’s role revoked through the API store: no dispatch', async (t) => {
+  const f = await apiFixture(t, { gate: refundCap });
+  await f.token('agent-1', ['agent']);
+  const sup = await f.token('sup-1', ['supervisor'], { kind: 'person' });
+  const waiting = await f.gate.call(gctx({ workflow_step_id: 'r-1' }), 'issue_refund', {
+    order_id: 'O-1',
+    amount: 900,
+    currency: 'GBP',
+  });
+  const id = waiting.ok ? '' : String(waiting.request_id);
+  const shown = await f.call('GET', `/v1/approvals/${id}`, { token: sup });
+  const approved = await f.call('POST', `/v1/approvals/${id}/approve`, {
+    token: sup,
+    body: { envelope_sha256: shown.body.envelope_sha256 },
+  });
+  t.match(approved.body, { ok: true, status: 'reserved' });
+  const again = await f.call('POST', `/v1/approvals/${id}/approve`, {
+    token: sup,
+    body: { envelope_sha256: shown.body.envelope_sha256 },
+  });
+  t.not(again.body.ok, true, 'a second approval reserves nothing more');
+  t.equal(await count(f.pool, 'actionledger.operations'), 1, 'one operation');
+  const service = new AuthorizationService({
+    config: f.config,
+    pool: f.pool,
+    resolvers: { document: documentVersion },
+    tls: { cert: 'unused', key: 'unused', ca: 'unused' },
+  });
+  const { rows } = await f.pool.query<Parameters<typeof authorizationRequest>[0]>(
+    'SELECT * FROM actionledger.operations',
+  );
+  const request = authorizationRequest(rows[0] as Parameters<typeof authorizationRequest>[0]);
+  t.match(await service.decide(request), { allow: true, reason: 'approval' }, 'allowed while the approver holds');
+  await f.store.revoke('sup-1', 'tenant-a', 'supervisor', 'security-team');
+  t.match(await service.decide(request), { allow: false, reason: 'approver_role_not_held' }, 'refused at dispatch');
+  await f.store.grant('sup-1', 'tenant-a', 'supervisor', 'test');
+  await f.store.revoke('agent-1', 'tenant-a', 'agent', 'security-team');
+  t.match(await service.decide(request), { allow: false, reason: 'role_not_held' }, 'the requester revoked: refused');
 });
