@@ -72,11 +72,13 @@ const CURSOR =
 
 function decodeCursor(cursor: string): [string, string] {
   const m = CURSOR.exec(Buffer.from(cursor, 'base64url').toString('utf8'));
-  if (m === null || Number.isNaN(Date.parse(m[1] ?? '')))
+  // A time PostgreSQL cannot take (year 0, February 30, 24:00) is not one this listing wrote.
+  const at = m === null ? NaN : Date.parse(m[1] ?? '');
+  if (m === null || Number.isNaN(at) || at < 0 || new Date(at).toISOString().slice(0, 19) !== m[1]?.slice(0, 19))
     throw new ActionLedgerError('invalid_request', 'the cursor is not one this listing gave', {
       details: { field: 'cursor' },
     });
-  return [m[1] as string, m[2] as string];
+  return [m[1] ?? '', m[2] as string];
 }
 
 /** One page of the tenant's approvals. Throws `invalid_request` for a cursor it did not make, and what PostgreSQL throws. */

@@ -15,6 +15,13 @@ const countRequest = (credential: string): string => `counted AS (
 const windowCount = `counted.requests,
            ceil(extract(epoch FROM counted.window_start + make_interval(secs => $2) - now()))::int AS window_left_s`;
 
+/**
+ * A grant whose role is revoked in the tenant (`actionledger gate revoke-role` records only the revocation)
+ * gives the caller nothing: every capability check reads the roles this leaves.
+ */
+const notRevoked = `AND NOT EXISTS (SELECT 1 FROM @schema.gate_role_revocations v
+                   WHERE v.tenant_id = r.tenant_id AND v.principal_id = r.principal_id AND v.role = r.role)`;
+
 export const principalQueries = {
   principalInsert: `
     INSERT INTO @schema.principals (principal_id, kind, display_name, created_by) VALUES ($1, $2, $3, $4)
@@ -77,7 +84,8 @@ export const principalQueries = {
              t.expires_at <= now() AS expired, p.kind,
              coalesce(t.last_used_at < now() - interval '1 minute', true) AS touch,
              ARRAY(SELECT r.role FROM @schema.principal_roles r
-                   WHERE r.principal_id = t.principal_id AND r.tenant_id = t.tenant_id ORDER BY r.role) AS roles
+                   WHERE r.principal_id = t.principal_id AND r.tenant_id = t.tenant_id ${notRevoked}
+                   ORDER BY r.role) AS roles
       FROM @schema.api_tokens t JOIN @schema.principals p ON p.principal_id = t.principal_id
       WHERE t.token_sha256 = $1
     ),
@@ -96,7 +104,10 @@ export const principalQueries = {
     DELETE FROM @schema.api_rate_windows WHERE window_start < now() - make_interval(secs => $1) - interval '1 minute'`,
 
   /** The roles a principal holds in a tenant (the CLI's token check and the mTLS mapping). */
-  rolesHeld: `SELECT role FROM @schema.principal_roles WHERE principal_id = $1 AND tenant_id = $2 ORDER BY role`,
+  rolesHeld: `
+    SELECT r.role FROM @schema.principal_roles r
+    WHERE r.principal_id = $1 AND r.tenant_id = $2 ${notRevoked}
+    ORDER BY r.role`,
 
   certificateInsert: `
     INSERT INTO @schema.principal_certificates
@@ -123,7 +134,8 @@ export const principalQueries = {
       SELECT c.fingerprint_sha256, c.principal_id, c.tenant_id, c.revoked_at IS NOT NULL AS revoked,
              c.not_after <= now() AS expired, p.kind,
              ARRAY(SELECT r.role FROM @schema.principal_roles r
-                   WHERE r.principal_id = c.principal_id AND r.tenant_id = c.tenant_id ORDER BY r.role) AS roles
+                   WHERE r.principal_id = c.principal_id AND r.tenant_id = c.tenant_id ${notRevoked}
+                   ORDER BY r.role) AS roles
       FROM @schema.principal_certificates c JOIN @schema.principals p ON p.principal_id = c.principal_id
       WHERE c.fingerprint_sha256 = $1
     ),

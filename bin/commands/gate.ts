@@ -28,7 +28,7 @@ import {
   withActingGate,
   withGate,
 } from './gate-kit.js';
-import { actingActor, actingRequest, actingTenant, approverRole, BREAK_GLASS } from './acting.js';
+import { actingActor, actingRequest, actingTenant, approverRole, BREAK_GLASS, BREAK_GLASS_PREFIX } from './acting.js';
 import { killSwitchCommand } from './gate-kill-switch.js';
 import { gateCallCommand, gateConfirmCommand, gateExecuteCommand } from './gate-call.js';
 import type { Gate, GateResult, Reviewer } from '../../gate/index.js';
@@ -40,6 +40,31 @@ function approvalArgs(cmd: Command, parsed: Parsed): { id: string; v: Record<str
   const [id, ...extra] = parsed.positionals;
   if (id === undefined || extra.length > 0) return usageError(cmd, 'expected one APPROVAL_ID');
   return { id, v: stringValues(parsed.values) };
+}
+
+/**
+ * A break-glass operator is the person they name: `break-glass:alice` deciding alice's request, or voting
+ * again beside alice's own vote, is the requester approving itself or one person counting twice. Refused
+ * `self_approval_forbidden` before the gate is asked; null when the name is neither.
+ */
+async function breakGlassSelf(
+  gate: Gate,
+  acting: { breakGlass: boolean; actor: string },
+  id: string,
+  reviewer: Reviewer,
+): Promise<GateResult | null> {
+  if (!acting.breakGlass) return null;
+  const name = acting.actor.slice(BREAK_GLASS_PREFIX.length);
+  const view = await gate.approvals.show(id, reviewer).catch(() => null);
+  if (view === null) return null;
+  const requester = (view.envelope.requester as { principal_id?: unknown } | undefined)?.principal_id;
+  if (requester !== name && !view.approvers.includes(name)) return null;
+  return {
+    ok: false,
+    error: 'self_approval_forbidden',
+    message: 'another person must decide this: breaking glass under your own name does not make you someone else',
+    request_id: id,
+  };
 }
 
 /**
@@ -63,7 +88,7 @@ async function decide(
       principal_id: actingActor(acting, 'approver', a.v.approver),
       role: approverRole(rt.config, acting, a.v.role),
     };
-    const r = await act(gate, a.id, reviewer, a.v);
+    const r = (await breakGlassSelf(gate, acting, a.id, reviewer)) ?? (await act(gate, a.id, reviewer, a.v));
     printJson(r);
     return r.ok ? EXIT.ok : EXIT.refused;
   });

@@ -50,6 +50,15 @@ export async function buildApi(deps: ApiDeps, options: { https?: Record<string, 
     return503OnClosing: true,
     forceCloseConnections: true,
     routerOptions: { ignoreTrailingSlash: false, maxParamLength: 300 },
+    // A path the router cannot decode (bad percent-encoding, a parameter over the length) is refused before
+    // any hook runs: it still gets the one error body and a request id.
+    frameworkErrors: (_err: Error, request: FastifyRequest, reply: FastifyReply): void => {
+      void reply
+        .code(400)
+        .header('x-request-id', request.id)
+        .header('cache-control', 'no-store')
+        .send({ ok: false, error: 'invalid_request', message: 'the request path is malformed' });
+    },
   }) as unknown as FastifyInstance;
   const openapi = new OpenApiCollector();
   app.addHook('onRoute', openapi.onRoute);

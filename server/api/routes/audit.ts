@@ -8,7 +8,8 @@ import { ISO_TIME_PATTERN, listAudit } from '../../../gate/index.js';
 import { callerOf } from '../auth.js';
 import type { ApiDeps } from '../types.js';
 
-const text = { type: 'string', minLength: 1, maxLength: 256 } as const;
+/** A filter's text: PostgreSQL cannot take NUL in a text parameter (it would be a 500), so it is refused here. */
+const text = { type: 'string', minLength: 1, maxLength: 256, pattern: '^[^\\u0000]*$' } as const;
 
 const row = {
   type: 'object',

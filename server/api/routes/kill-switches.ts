@@ -49,6 +49,18 @@ const engagedResponse = {
   },
 } as const;
 
+/**
+ * The gate's refusal of a switch target lists every configured tenant and tool (for the operator's command
+ * line); over the API that would tell a caller which other tenants exist: the code stays, the list goes.
+ */
+function withoutConfiguredNames(err: unknown): never {
+  if (err instanceof ActionLedgerError && err.code === 'unknown_tenant')
+    throw new ActionLedgerError('unknown_tenant', 'no tool is routed for your tenant');
+  if (err instanceof ActionLedgerError && err.code === 'unknown_tool')
+    throw new ActionLedgerError('unknown_tool', 'there is no such tool for your tenant (or * for every tool)');
+  throw err;
+}
+
 export function registerKillSwitchRoutes(app: FastifyInstance, deps: ApiDeps): void {
   app.get(
     '/v1/kill-switches',
@@ -89,7 +101,9 @@ export function registerKillSwitchRoutes(app: FastifyInstance, deps: ApiDeps): v
     async (request) => {
       const caller = callerOf(request);
       const tool = request.params.tool === '*' ? '*' : identifier('tool', request.params.tool);
-      const waited = await deps.gate.engageKillSwitch(caller.tenant_id, tool, caller.principal_id, request.body.reason);
+      const waited = await deps.gate
+        .engageKillSwitch(caller.tenant_id, tool, caller.principal_id, request.body.reason)
+        .catch(withoutConfiguredNames);
       return { ok: true, tenant_id: caller.tenant_id, tool, ...waited };
     },
   );

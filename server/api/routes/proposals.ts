@@ -5,9 +5,9 @@
  * tenant does not hold (unknown, another tenant's, or an id that is not one) is 404 `proposal_not_found`: the
  * same status and body whichever it is.
  */
-import type { FastifyInstance, FastifyReply } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ActionLedgerError } from '../../../core/errors.js';
-import type { GateResult } from '../../../gate/index.js';
+import type { GateContext, GateResult } from '../../../gate/index.js';
 import { callIdentitySchema, gateContext, type CallIdentity } from '../auth.js';
 import type { ApiDeps } from '../types.js';
 import { gateResultSchema, IDENTITY_NOTE, IDENTITY_REQUIRED } from './calls.js';
@@ -31,6 +31,20 @@ const responses = { 200: gateResultSchema, 404: notFound };
 /** The gate's result, 200; `proposal_not_found` is 404 with the same body. */
 function answer(reply: FastifyReply, r: GateResult): FastifyReply {
   return reply.code(!r.ok && r.error === 'proposal_not_found' ? 404 : 200).send(r);
+}
+
+/**
+ * The context of a proposal action: the caller must act with a role some tool lists. The gate lets any
+ * principal of the tenant confirm, execute or cancel; over the API a caller with no tool role at all (an
+ * auditor, a reader) would otherwise cancel every proposal whose id it read in the audit log.
+ */
+function proposalContext(deps: ApiDeps, request: FastifyRequest, body: CallIdentity): GateContext {
+  const context = gateContext(deps, request, body);
+  if (![...deps.config.gate.tools.values()].some((t) => t.roles.has(context.role)))
+    throw new ActionLedgerError('permission_denied', `the role ${JSON.stringify(context.role)} may call no tool`, {
+      details: { role: context.role },
+    });
+  return context;
 }
 
 type ConfirmBody = CallIdentity & { confirm_token: string };
@@ -74,7 +88,7 @@ function registerConfirm(app: FastifyInstance, deps: ApiDeps): void {
           'name the user turn this confirmation comes in: turn_id (a later turn than the call’s)',
           { details: { field: 'body.turn_id', problem: 'required' } },
         );
-      return answer(reply, await deps.gate.confirm(body.confirm_token, gateContext(deps, request, body)));
+      return answer(reply, await deps.gate.confirm(body.confirm_token, proposalContext(deps, request, body)));
     },
   );
 }
@@ -106,7 +120,7 @@ function registerExecuteAndCancel(app: FastifyInstance, deps: ApiDeps): void {
     },
     async (request, reply) => {
       const body = request.body;
-      const context = gateContext(deps, request, body);
+      const context = proposalContext(deps, request, body);
       const options = body.arguments === undefined ? {} : { args: body.arguments };
       return answer(reply, await deps.gate.executeProposal(request.params.id, context, options));
     },
@@ -131,6 +145,6 @@ function registerExecuteAndCancel(app: FastifyInstance, deps: ApiDeps): void {
       },
     },
     async (request, reply) =>
-      answer(reply, await deps.gate.cancelProposal(request.params.id, gateContext(deps, request, request.body))),
+      answer(reply, await deps.gate.cancelProposal(request.params.id, proposalContext(deps, request, request.body))),
   );
 }

@@ -196,6 +196,7 @@ function registerList(app: FastifyInstance, deps: ApiDeps): void {
               type: 'string',
               minLength: 1,
               maxLength: 256,
+              pattern: '^[^\\u0000]*$',
               description: 'a review reason, or a prefix of reasons ending with :',
             },
             tool: { type: 'string', minLength: 1, maxLength: 256 },
