@@ -145,6 +145,8 @@ t.test('hostile bodies get the structured error and change nothing', async (t) =
     ['{"reason":"a","extra":1}', 422, 'invalid_request'],
     ['{"reason":5}', 422, 'invalid_request'],
     ['{}', 422, 'invalid_request'],
+    ['{"reason":"done \\u202egnihton"}', 422, 'invalid_request'],
+    ['{"reason":"a\\u0007b"}', 422, 'invalid_request'],
     [Buffer.from([0x7b, 0xff, 0x7d]), 400, 'invalid_json'],
   ];
   for (const [raw, status, error, type] of cases) {

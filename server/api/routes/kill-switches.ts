@@ -32,7 +32,8 @@ const engageBody = {
   type: 'object',
   additionalProperties: false,
   required: ['reason'],
-  properties: { reason: { type: 'string', minLength: 1, maxLength: 1000 } },
+  // Operators read it in lists and alerts: no control, format or bidi-control character may reorder or hide it.
+  properties: { reason: { type: 'string', minLength: 1, maxLength: 1000, pattern: '^[^\\p{Cc}\\p{Cf}]+$' } },
 } as const;
 
 const engagedResponse = {
