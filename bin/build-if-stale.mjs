@@ -38,7 +38,20 @@ function stale() {
   return changed === undefined ? null : `${changed} changed`;
 }
 
-const why = stale();
+/** Whether any TypeScript source (not a declaration) is under `path`. */
+function hasSources(path) {
+  const s = statSync(path, { throwIfNoEntry: false });
+  if (s === undefined) return false;
+  if (!s.isDirectory()) return path.endsWith('.ts') && !path.endsWith('.d.ts');
+  return readdirSync(path).some((entry) => hasSources(join(path, entry)));
+}
+
+// An install of the published package carries dist/ and no TypeScript sources: there is nothing to build (and no
+// compiler: `npm ci --omit=dev` installs none).
+const includes = JSON.parse(readFileSync(join(root, 'tsconfig.json'), 'utf8')).include;
+const packaged =
+  statSync(marker, { throwIfNoEntry: false }) !== undefined && !includes.some((p) => hasSources(join(root, p)));
+const why = packaged ? null : stale();
 if (why !== null) {
   let tsc;
   try {
