@@ -3,6 +3,7 @@
  * one run on one PostgreSQL. Per level and round, one after the other on fresh databases:
  *   - the library's reservation (`Ledger#reserve`, in this process): the baseline,
  *   - the library's gate call (`Gate#call`, an auto-approved tool),
+ *   - the floor: an authenticated request that does nothing else (`GET /v1/status`),
  *   - a direct reservation over HTTP (`POST /v1/operations`),
  *   - a gate call over HTTP (`POST /v1/calls`).
  * The API runs in a worker thread (bench/http-server.ts) with its own pool, as the service runs beside its
@@ -29,7 +30,13 @@ import {
 } from './harness.js';
 import { BENCH_ARGS, BENCH_RAW_CONFIG, BENCH_TENANT, benchLedgerWith } from './http-config.js';
 
-const CELLS = ['library reserve', 'library gate call', 'HTTP reserve', 'HTTP gate call'] as const;
+const CELLS = [
+  'library reserve',
+  'library gate call',
+  'HTTP authenticated no-op',
+  'HTTP reserve',
+  'HTTP gate call',
+] as const;
 type Cell = (typeof CELLS)[number];
 
 interface Options {
@@ -112,6 +119,13 @@ async function httpCell(url: string, pool: Pool, cell: Cell, n: number, ms: numb
   const headers = { authorization: `Bearer ${token}`, 'content-type': 'application/json' };
   try {
     return await closedLoop(n, ms, async (_w, i) => {
+      if (cell === 'HTTP authenticated no-op') {
+        // The floor: a request authenticated and counted like the others, then nothing (`GET /v1/status`).
+        const res = await http.request({ method: 'GET', path: '/v1/status', headers });
+        await res.body.text();
+        if (res.statusCode !== 200) throw new Error(`/v1/status answered ${res.statusCode}`);
+        return;
+      }
       const body =
         cell === 'HTTP reserve'
           ? {
