@@ -3,7 +3,8 @@
  * JSON only (duplicate keys, NUL, lone surrogates and `__proto__` refused), bodies capped before they are read
  * whole, every route's input validated by its schema (no coercion in bodies, no extra properties), every error
  * the one structured body with its status (server/api/errors.ts). Every state-changing request an
- * authenticated caller makes is audited (action `api`) with its principal and request id.
+ * authenticated caller makes is audited with its principal and request id: by the gate's own decision row
+ * (the request id as its trace id) when a gate route answered 200, otherwise by an `api` row.
  */
 import { randomUUID } from 'node:crypto';
 import { Ajv } from 'ajv';
