@@ -4,7 +4,7 @@
  * tenant, and rows that belong to no tenant, are never shown.
  */
 import type { FastifyInstance } from 'fastify';
-import { ISO_TIME_PATTERN, listAudit } from '../../../gate/index.js';
+import { ISO_TIME_PATTERN, listAudit, type AuditListFilter } from '../../../gate/index.js';
 import { callerOf } from '../auth.js';
 import type { ApiDeps } from '../types.js';
 
@@ -34,16 +34,8 @@ const row = {
   },
 } as const;
 
-interface AuditQuery {
-  action?: string;
-  outcome?: string;
-  tool?: string;
-  principal_id?: string;
-  subject_id?: string;
-  since?: string;
-  limit: number;
-  cursor?: string;
-}
+/** The query string: the listing's filter, less the tenant (always the caller's). */
+type AuditQuery = Omit<AuditListFilter, 'tenant_id'>;
 
 export function registerAuditRoutes(app: FastifyInstance, deps: ApiDeps): void {
   app.get<{ Querystring: AuditQuery }>(
