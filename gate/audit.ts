@@ -8,6 +8,10 @@
  *                                   a review action): the row, else a fallback row without arguments, else an
  *                                   error log line and `actionledger_audit_lost_total{action}`; returns whether a
  *                                   row was written, so a caller about to allow something refuses instead
+ *   {@link AuditWriter.grouped}  -> as `after`, for rows nothing waits on before answering (the HTTP API's
+ *                                   request rows): rows arriving while a write is in flight go together in the
+ *                                   next one (one INSERT, one commit), so a busy API writes one row per commit
+ *                                   no more; a group the database refuses is written row by row as `after` does
  *
  * Arguments are redacted at write time per the tool's configuration and every text is made storable
  * (gate/redaction.ts).
@@ -22,6 +26,26 @@ import { MAX_CONTEXT_FIELD } from './checks.js';
 import { gateQueries } from './queries.js';
 import { auditArguments, safeDetail, safeText } from './redaction.js';
 import type { GateContext } from './types.js';
+
+/** The most rows one grouped write inserts. */
+const MAX_GROUP = 256;
+/** `auditInsert`'s columns, in its parameter order ({@link AuditWriter} builds one array per column). */
+const AUDIT_COLUMNS = [
+  'action',
+  'outcome',
+  'tenant_id',
+  'principal_id',
+  'role',
+  'account_id',
+  'conversation_id',
+  'turn_id',
+  'trace_id',
+  'tool_name',
+  'subject_id',
+  'arguments',
+  'detail',
+  'duration_ms',
+] as const;
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
@@ -72,6 +96,9 @@ export class AuditWriter {
   readonly #q: Readonly<typeof gateQueries>;
   readonly #log: Logger;
   readonly #lost: Counter<'action'>;
+  /** Rows for {@link grouped}'s next write, and the writes in flight (null when none). */
+  readonly #waiting: { entry: AuditEntry; params: unknown[]; resolve: (written: boolean) => void }[] = [];
+  #writing: Promise<void> | null = null;
 
   constructor(options: AuditWriterOptions) {
     this.#config = options.config;
@@ -89,6 +116,14 @@ export class AuditWriter {
    * the decision (it is not taken unaudited).
    */
   async write(db: Queryable, e: AuditEntry): Promise<void> {
+    const params = this.#params(e);
+    if (typeof e.operationId === 'string' && UUID.test(e.operationId))
+      await db.query(this.#q.auditInsertForOperation, [...params, e.operationId]);
+    else await db.query(this.#q.auditInsert, params);
+  }
+
+  /** The row's 14 parameters, in the column order of `auditInsert`: redacted, storable, bounded. */
+  #params(e: AuditEntry): unknown[] {
     const c = e.context ?? {};
     const toolName = typeof e.tool === 'string' ? e.tool : null;
     const copy =
@@ -100,7 +135,7 @@ export class AuditWriter {
             this.#config.argumentBounds,
           );
     const detail = copy.omitted === undefined ? (e.detail ?? {}) : { ...e.detail, arguments_omitted: copy.omitted };
-    const params: unknown[] = [
+    return [
       safeText(e.action),
       safeText(e.outcome),
       str(c.tenant_id),
@@ -118,9 +153,6 @@ export class AuditWriter {
       JSON.stringify(safeDetail(detail)),
       e.durationMs ?? null,
     ];
-    if (typeof e.operationId === 'string' && UUID.test(e.operationId))
-      await db.query(this.#q.auditInsertForOperation, [...params, e.operationId]);
-    else await db.query(this.#q.auditInsert, params);
   }
 
   /**
@@ -173,6 +205,50 @@ export class AuditWriter {
       'gate audit row lost',
     );
     return false;
+  }
+
+  /**
+   * {@link after} with group commit: the row joins the rows waiting for the next write, and the next write
+   * (at once when none is in flight) inserts them all in one statement. Resolves when the row is written
+   * (true) or, the group refused, when `after` has written or lost it; never throws. For rows about an
+   * operation (`operationId`) it is `after`.
+   */
+  grouped(e: AuditEntry): Promise<boolean> {
+    if (typeof e.operationId === 'string' && UUID.test(e.operationId)) return this.after(e);
+    let params: unknown[];
+    try {
+      params = this.#params(e);
+    } catch {
+      return this.after(e);
+    }
+    return new Promise<boolean>((resolve) => {
+      this.#waiting.push({ entry: e, params, resolve });
+      if (this.#writing === null) this.#writing = this.#writeGroups();
+    });
+  }
+
+  /** Resolves once every row given to {@link grouped} so far is written or lost (before the pool closes). */
+  async settled(): Promise<void> {
+    while (this.#writing !== null) await this.#writing;
+  }
+
+  /** Writes the waiting rows, a group at a time, until none is left. */
+  async #writeGroups(): Promise<void> {
+    try {
+      while (this.#waiting.length > 0) {
+        const group = this.#waiting.splice(0, MAX_GROUP);
+        try {
+          const columns = AUDIT_COLUMNS.map((_, i) => group.map((g) => g.params[i]));
+          await this.#pool.query(this.#q.auditInsertMany, columns);
+          for (const g of group) g.resolve(true);
+        } catch {
+          // One bad row must not cost the others: each goes its own way, with its fallback row.
+          for (const g of group) g.resolve(await this.after(g.entry));
+        }
+      }
+    } finally {
+      this.#writing = null;
+    }
   }
 
   /**

@@ -232,6 +232,15 @@ export const gateQueries = {
     INSERT INTO @schema.gate_audit (action, outcome, tenant_id, principal_id, role, account_id, conversation_id, turn_id,
       trace_id, tool_name, subject_id, arguments, detail, duration_ms)
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, $13::jsonb, $14)`,
+  /** Many rows of `auditInsert` at once: one array per column ($12, $13 as text, cast per element). */
+  auditInsertMany: `
+    INSERT INTO @schema.gate_audit (action, outcome, tenant_id, principal_id, role, account_id, conversation_id, turn_id,
+      trace_id, tool_name, subject_id, arguments, detail, duration_ms)
+    SELECT a, o, t, p, r, ac, cv, tu, tr, tn, s, args::jsonb, d::jsonb, ms
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[],
+      $9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::float8[])
+      WITH ORDINALITY AS g(a, o, t, p, r, ac, cv, tu, tr, tn, s, args, d, ms, n)
+    ORDER BY n`,
   /** The same row about an operation: the tenant and tool not given ($3, $10 null) are the operation's ($15). */
   auditInsertForOperation: `
     INSERT INTO @schema.gate_audit (action, outcome, tenant_id, principal_id, role, account_id, conversation_id, turn_id,

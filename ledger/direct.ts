@@ -3,7 +3,7 @@
  * straight in the ledger, with no gate checks. The built-in authorization service allows such an operation at
  * dispatch only when `gate.direct_reservations` is `allow`; the reservation itself is accepted either way.
  *
- * One thing the ledger's own replay would allow is refused here, in the reservation's transaction (so nothing
+ * One thing the ledger's own replay would allow is refused here, in the replay's transaction (so nothing
  * of it is kept): a replay of a step the gate reserved. The ledger would rebind that operation's approval id
  * and policy version to the ones given here, taking over an operation whose authorization rests on the gate's
  * record (the mirror of the gate refusing to take over a direct reservation, gate/reservation.ts). Another
@@ -37,6 +37,11 @@ export class DirectReservations {
     args: unknown,
     options: { actor: string },
   ): Promise<Reservation> {
+    // A new step is one statement on the pool, its own commit; a step reserved before is replayed in a
+    // transaction that also reads whether the gate reserved it. Once the step's row is visible, so is its
+    // gate record: the gate writes both in one transaction.
+    const fresh = await this.#ledger.reserveIfNew(context, tool, args, { actor: options.actor });
+    if (fresh !== null) return fresh;
     try {
       const reserved = await withTransaction(this.#pool, async (client) => {
         const r = await this.#ledger.reserve(context, tool, args, {

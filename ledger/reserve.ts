@@ -39,6 +39,19 @@ export interface ReserveOptions {
   notifyOnCommit?: boolean;
 }
 
+/** One reservation's inputs, checked and derived, before its statement runs. */
+interface Attempt {
+  ctx: TrustedContext;
+  tool: string;
+  route: ToolRoute;
+  canonical: string;
+  argsSha256: string;
+  operationId: string;
+  effectKey: string;
+  actor: string;
+  db: Queryable;
+}
+
 /** What the ledger holds for one reserved workflow step: its identity, binding and current state. */
 export type ReservedStep = {
   operation_id: string;
@@ -138,64 +151,94 @@ export class Ledger {
     args: unknown,
     options: ReserveOptions = {},
   ): Promise<Reservation> {
-    const ctx = checkTrustedContext(context);
-    const route = this.resolveRoute(tool, ctx.tenant_id);
-    const canonical = canonicalArguments(args, this.#config.argumentBounds);
-    const argsSha256 = sha256Hex(canonical);
-    const operationId = randomUUID();
-    const effectKey = this.#keyer.derive(operationId);
-    const actor = options.actor ?? `principal:${ctx.principal_id}`;
-    const db: Queryable = options.client ?? this.#pool;
-    const params: unknown[] = [
-      operationId,
-      effectKey,
-      this.#keyer.activeKeyId,
-      ctx.principal_id,
-      ctx.task_id,
-      ctx.workflow_step_id,
-      tool,
-      ctx.tenant_id,
-      route.providerId,
-      route.endpoint,
-      route.idempotencyHeader,
-      argsSha256,
-      canonical,
-      ctx.approval_id,
-      ctx.policy_version,
-      actor,
-    ];
+    const attempt = this.#prepare(context, tool, args, options);
     try {
-      const inserted =
-        options.client === undefined || options.notifyOnCommit === false
-          ? await db.query<ReservedStep>(this.#q.ledgerInsertReservation, params)
-          : await db.query<ReservedStep>(this.#q.ledgerInsertReservationNotify, [...params, this.#channel]);
-      const row = inserted.rows[0];
-      if (row !== undefined) {
-        if (options.client === undefined) this.#notifier.poke();
-        return {
-          ok: true,
-          operation_id: row.operation_id,
-          effect_key: row.effect_key,
-          created: true,
-          status: row.status,
-          provider_receipt: null,
-        };
-      }
-      return await this.#replay(db, ctx, tool, route, argsSha256, actor);
+      return (await this.#insert(attempt, options)) ?? (await this.#replay(attempt));
     } catch (err) {
       if (err instanceof ActionLedgerError || options.client !== undefined) throw err;
       throw asActionLedgerError(err);
     }
   }
 
-  async #replay(
-    db: Queryable,
-    ctx: TrustedContext,
+  /**
+   * Reserves the operation when its workflow step was never reserved, as {@link reserve} does, in one
+   * statement on the pool (its own commit; the dispatchers are woken). Returns null, writing and changing
+   * nothing, when the step exists: the caller then decides how to replay it (with {@link reserve} in its own
+   * transaction). Throws what {@link reserve} throws, a database failure as its coded error.
+   */
+  async reserveIfNew(
+    context: TrustedContext,
     tool: string,
-    route: ToolRoute,
-    argsSha256: string,
-    actor: string,
-  ): Promise<Reservation> {
+    args: unknown,
+    options: { actor?: string } = {},
+  ): Promise<Reservation | null> {
+    const attempt = this.#prepare(context, tool, args, options);
+    try {
+      return await this.#insert(attempt, options);
+    } catch (err) {
+      throw asActionLedgerError(err);
+    }
+  }
+
+  /** Everything a reservation needs before its statement: checks, route, canonical form, ids and key. */
+  #prepare(context: TrustedContext, tool: string, args: unknown, options: ReserveOptions): Attempt {
+    const ctx = checkTrustedContext(context);
+    const route = this.resolveRoute(tool, ctx.tenant_id);
+    const canonical = canonicalArguments(args, this.#config.argumentBounds);
+    const operationId = randomUUID();
+    return {
+      ctx,
+      tool,
+      route,
+      canonical,
+      argsSha256: sha256Hex(canonical),
+      operationId,
+      effectKey: this.#keyer.derive(operationId),
+      actor: options.actor ?? `principal:${ctx.principal_id}`,
+      db: options.client ?? this.#pool,
+    };
+  }
+
+  /** The reservation's one statement; null when the step was reserved before (nothing written). */
+  async #insert(a: Attempt, options: ReserveOptions): Promise<Reservation | null> {
+    const { ctx, route } = a;
+    const params: unknown[] = [
+      a.operationId,
+      a.effectKey,
+      this.#keyer.activeKeyId,
+      ctx.principal_id,
+      ctx.task_id,
+      ctx.workflow_step_id,
+      a.tool,
+      ctx.tenant_id,
+      route.providerId,
+      route.endpoint,
+      route.idempotencyHeader,
+      a.argsSha256,
+      a.canonical,
+      ctx.approval_id,
+      ctx.policy_version,
+      a.actor,
+    ];
+    const inserted =
+      options.client === undefined || options.notifyOnCommit === false
+        ? await a.db.query<ReservedStep>(this.#q.ledgerInsertReservation, params)
+        : await a.db.query<ReservedStep>(this.#q.ledgerInsertReservationNotify, [...params, this.#channel]);
+    const row = inserted.rows[0];
+    if (row === undefined) return null;
+    if (options.client === undefined) this.#notifier.poke();
+    return {
+      ok: true,
+      operation_id: row.operation_id,
+      effect_key: row.effect_key,
+      created: true,
+      status: row.status,
+      provider_receipt: null,
+    };
+  }
+
+  async #replay(a: Attempt): Promise<Reservation> {
+    const { db, ctx, tool, route, argsSha256, actor } = a;
     const row = await this.findStep(db, ctx);
     if (row === undefined) throw new Error('reservation conflicted but its row is not visible');
     const changed: string[] = [];

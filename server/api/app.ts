@@ -72,6 +72,10 @@ export async function buildApi(deps: ApiDeps, options: { https?: Record<string, 
   });
   app.addHook('onRequest', authenticateHook(deps));
   app.addHook('onResponse', auditHook(deps));
+  // The request rows still being written go in before whoever closed the app closes the pool.
+  app.addHook('onClose', async () => {
+    await deps.audit.settled();
+  });
   app.addHook('onResponse', metricsHook(deps));
   app.setErrorHandler((err: FastifyError, request, reply) => sendError(deps, request, reply, err));
   app.setNotFoundHandler((request, reply) =>
@@ -187,7 +191,7 @@ function auditHook(deps: ApiDeps) {
   return async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
     if (request.method === 'GET' || request.method === 'HEAD' || request.caller === undefined) return;
     if (request.routeOptions.config.gateAudited === true && reply.statusCode === 200) return;
-    await deps.audit.after({
+    await deps.audit.grouped({
       action: 'api',
       outcome: String(reply.statusCode),
       context: { tenant_id: request.caller.tenant_id, principal_id: request.caller.principal_id, trace_id: request.id },

@@ -229,3 +229,47 @@ t.test('effect fields are immutable in the database itself, and history is appen
   await t.rejects(pool.query(`UPDATE actionledger.operation_history SET reason = 'x'`), /append-only/);
   await t.rejects(pool.query(`DELETE FROM actionledger.operation_history`), /append-only/);
 });
+
+t.test('reserveIfNew: a new step is reserved; a step reserved before is null and left exactly as it was', async (t) => {
+  const { ledger, pool } = await ledgerFixture(t);
+  const first = await ledger.reserveIfNew(ctx(), 'issue_refund', args, { actor: 'api:svc' });
+  t.match(first, { ok: true, created: true, status: 'pending' });
+  const before = (await pool.query('SELECT * FROM actionledger.operations')).rows;
+  const again = await ledger.reserveIfNew(
+    ctx({ approval_id: 'another-approval', policy_version: 'another-policy' }),
+    'issue_refund',
+    args,
+  );
+  t.equal(again, null, 'the existing step is not replayed');
+  t.same(
+    (await pool.query('SELECT * FROM actionledger.operations')).rows,
+    before,
+    'its approval and policy not rebound',
+  );
+  t.same(await counts(pool), { ops: 1, outbox: 1, history: 1 });
+  t.equal(
+    await ledger.reserveIfNew(ctx(), 'issue_refund', { ...args, amount: 5 }),
+    null,
+    'other arguments for the step: null as well (the caller replays, and gets the conflict there)',
+  );
+});
+
+t.test('reserveIfNew racing an uncommitted reservation of the same step waits for it, then answers null', async (t) => {
+  const { ledger, pool } = await ledgerFixture(t);
+  const holder = await pool.connect();
+  await holder.query('BEGIN');
+  await ledger.reserve(ctx(), 'issue_refund', args, { client: holder, notifyOnCommit: false });
+  const racing = ledger.reserveIfNew(ctx(), 'issue_refund', args);
+  // Commits only once the racing INSERT waits on the holder's transaction (its unique-index conflict).
+  for (;;) {
+    const { rows } = await pool.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'transactionid' AND NOT granted`,
+    );
+    if ((rows[0]?.n ?? 0) > 0) break;
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  await holder.query('COMMIT');
+  holder.release();
+  t.equal(await racing, null, 'the committed reservation is the one operation');
+  t.same(await counts(pool), { ops: 1, outbox: 1, history: 1 });
+});
