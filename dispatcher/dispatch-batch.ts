@@ -1,10 +1,13 @@
 /**
  * The dispatch batch: one transaction takes the row locks of its operations, runs the final check over them,
  * sends the checked ones in parallel and writes their outcomes before it commits. A revocation either committed
- * before the check (nothing is sent) or waits for the outcome.
+ * before the check (nothing is sent) or waits for the outcome. A batch holds one provider's operations only
+ * (each provider has its own batcher): a batch commits when its slowest request returns, so a provider that
+ * hangs holds its own batch-mates' outcomes and locks until its timeout, never another provider's.
  *
  * States of one batch:
- *   queued     - its items wait for the previous batch's opening phase to end (dispatcher/batcher.ts)
+ *   queued     - its items wait for the opening phase of the provider's previous batch to end
+ *                (dispatcher/batcher.ts)
  *   locking    - BEGIN; the row locks no other session holds (the busy items go into a later batch); a
  *                lost connection or a conflict rolls back and retries from the start (`BATCH_RETRY_POLICY`)
  *   checking   - the final check over the locked rows (fresh, young, not killed, no role revoked); the next
@@ -36,19 +39,28 @@ const OUTCOME_RETRY_POLICY: RetryPolicy = {
 export class DispatchBatch {
   readonly #ctx: DispatchContext;
   readonly #completer: Completer;
-  readonly #batcher: Batcher<DispatchItem>;
+  /** One batcher per provider id, made on first use (as many as the configured routes name). */
+  readonly #batchers = new Map<string, Batcher<DispatchItem>>();
   readonly #gatedCall: typeof callProvider;
 
   constructor(ctx: DispatchContext, completer: Completer) {
     this.#ctx = ctx;
     this.#completer = completer;
-    this.#batcher = new Batcher(ctx.o.batchSize, (items) => this.#open(items));
     this.#gatedCall = guardExternalWrite(callProvider, () => ctx.o.metrics.ungated.inc());
   }
 
   /** Dispatches one operation in the next batch; settles when its outcome is written (or handed on). */
   dispatch(item: Omit<DispatchItem, 'resolve' | 'reject'>): Promise<void> {
-    return submit(this.#batcher, item);
+    return submit(this.#batcherFor(item.op.provider_id), item);
+  }
+
+  #batcherFor(providerId: string): Batcher<DispatchItem> {
+    let batcher = this.#batchers.get(providerId);
+    if (batcher === undefined) {
+      batcher = new Batcher(this.#ctx.o.batchSize, (items) => this.#open(items));
+      this.#batchers.set(providerId, batcher);
+    }
+    return batcher;
   }
 
   /**
@@ -64,7 +76,7 @@ export class DispatchBatch {
     // Only now, with nothing left to retry: an item is settled (or queued again) exactly once.
     for (const item of items) {
       const s = state.get(item.op.operation_id);
-      if (s === false) retryBusy(this.#batcher, item, this.#ctx.halt());
+      if (s === false) retryBusy(this.#batcherFor(item.op.provider_id), item, this.#ctx.halt());
       else if (s === undefined) void this.#completer.settleUnchecked(item, undefined);
     }
     if (locked.length === 0) {

@@ -335,3 +335,39 @@ t.test(
     t.equal(done.status, 'unknown', 'the outcome was written again on another connection');
   },
 );
+
+t.test(
+  "a provider that hangs holds only its own batch-mates: another provider's operations succeed while its request is out",
+  async (t) => {
+    // Two providers (two provider ids; the sandbox serves both paths). Every request to the first is applied
+    // and never answered, within a 30 s client timeout that outlasts the test.
+    const e = await dispatchEnv(t, ROOMY, { voidRefund: { provider_id: 'voids-test' } });
+    const hanging: Awaited<ReturnType<typeof e.ledger.reserve>>[] = [];
+    const healthy = [];
+    for (let i = 0; i < 6; i++) {
+      hanging.push(await e.ledger.reserve(ctx(`hang-${i}`), 'issue_refund', args(i)));
+      healthy.push(
+        await e.ledger.reserve(ctx(`void-${i}`), 'void_refund', { refund_id: `re-${i}`, order_id: `ord-${i}` }),
+      );
+    }
+    e.provider.inject(
+      { kind: 'timeout', commit: true },
+      { times: Infinity, when: (k) => hanging.some((h) => h.effect_key === k) },
+    );
+    await e.dispatcher(12);
+    for (const h of hanging) await untilSent(e, h.effect_key);
+    for (const r of healthy) {
+      t.equal((await settled(e.pool, r.operation_id)).status, 'succeeded', 'the healthy provider: succeeded');
+      t.equal(e.provider.requestsFor(r.effect_key), 1, 'sent once');
+    }
+    const { rows } = await e.pool.query<{ status: string }>(
+      'SELECT status FROM actionledger.operations WHERE operation_id = ANY($1::uuid[])',
+      [hanging.map((h) => h.operation_id)],
+    );
+    t.same(
+      rows.map((r) => r.status),
+      Array(6).fill('executing'),
+      'meanwhile every request to the hanging provider is still out',
+    );
+  },
+);
