@@ -64,8 +64,13 @@ export function createMcpServer(deps: McpDeps): Server {
     instructions: INSTRUCTIONS,
   });
   server.setRequestHandler(ListToolsRequestSchema, async (request, extra) => {
-    const caller = await deps.caller(extra);
-    const roles = listingRoles(deps.config, caller, request.params?._meta);
+    const caller = await deps.caller(extra).catch(protocolError);
+    let roles: string[];
+    try {
+      roles = listingRoles(deps.config, caller, request.params?._meta);
+    } catch (err) {
+      protocolError(err);
+    }
     return {
       tools: [
         ...gateTools(deps.config, caller.tenant_id, roles),
@@ -77,14 +82,8 @@ export function createMcpServer(deps: McpDeps): Server {
     const trace = randomUUID();
     const { name, arguments: args } = request.params;
     const meta = request.params._meta;
-    let caller: Authenticated;
-    try {
-      caller = await deps.caller(extra);
-    } catch (err) {
-      // Not authenticated now (the token expired or was revoked mid-session): the request is refused.
-      const e = asActionLedgerError(err);
-      throw new McpError(McpErrorCode.InvalidRequest, `${e.code}: ${e.message}`, { error: e.code });
-    }
+    // Not authenticated now (the token expired or was revoked mid-session): the request itself is refused.
+    const caller = await deps.caller(extra).catch(protocolError);
     try {
       const r = await callTool(server, deps, caller, name, args ?? {}, meta, trace, extra);
       return toolResult(r);
@@ -113,7 +112,7 @@ export function createMcpServer(deps: McpDeps): Server {
     ],
   }));
   server.setRequestHandler(ReadResourceRequestSchema, async (request, extra) => {
-    const caller = await deps.caller(extra);
+    const caller = await deps.caller(extra).catch(protocolError);
     const m = /^actionledger:\/\/operations\/([^/?#]+)$/.exec(request.params.uri);
     const found =
       m === null ? null : await readOperation(deps, caller, decodeURIComponent(m[1] ?? ''), request.params._meta);
@@ -124,6 +123,15 @@ export function createMcpServer(deps: McpDeps): Server {
     };
   });
   return server;
+}
+
+/**
+ * A caller's error outside a tool's result (listing, reading, authenticating): a JSON-RPC error whose message
+ * starts with the stable code, which is also its `data.error`.
+ */
+function protocolError(err: unknown): never {
+  const e = asActionLedgerError(err);
+  throw new McpError(McpErrorCode.InvalidParams, `${e.code}: ${e.message}`, { error: e.code });
 }
 
 function detailsOf(details: Record<string, unknown> | undefined): { details?: Record<string, unknown> } {
