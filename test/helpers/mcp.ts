@@ -62,7 +62,7 @@ export interface McpDispatchEnv {
   e: PredispatchEnv;
   f: ApiFixture;
   /** Runs a dispatcher against the authorization service until `operationId` settles; returns the row. */
-  dispatch(operationId: string): Promise<Awaited<ReturnType<typeof settled>>>;
+  dispatch: (operationId: string) => Promise<Awaited<ReturnType<typeof settled>>>;
 }
 
 /** The API (and so /mcp) over the predispatch database, its tools routed to the sandbox provider. */
