@@ -24,7 +24,7 @@ turn_id, user, ...): see docs/mcp.md. The service itself serves the same tools o
       default: 'required',
     },
   },
-  examples: [`${TOKEN_ENV}=al_... actionledger mcp --stdio`],
+  examples: ['actionledger mcp --stdio'],
   exits: [EXIT.ok, EXIT.refused, EXIT.usage],
   async run(argv) {
     const parsed = parseCommand(mcpCommand, argv);
