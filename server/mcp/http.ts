@@ -84,7 +84,17 @@ export function registerMcpRoutes(app: FastifyInstance, deps: ApiDeps): void {
     const raw = request.raw as typeof request.raw & { auth?: AuthInfo };
     raw.auth = { token: '', clientId: caller.principal_id, scopes: [...caller.roles], extra: { caller } };
     reply.hijack();
-    await session.transport.handleRequest(raw, reply.raw, request.body);
+    try {
+      await session.transport.handleRequest(raw, reply.raw, request.body);
+    } catch (err) {
+      // The reply is the transport's now: fastify's error handler can no longer answer for it.
+      deps.log.error({ err, request_id: request.id }, 'MCP request failed');
+      if (!reply.raw.headersSent)
+        reply.raw
+          .writeHead(500, { 'content-type': 'application/json' })
+          .end(JSON.stringify({ ok: false, error: 'internal', message: 'internal error' }));
+      else reply.raw.end();
+    }
   };
 
   const config = { gateAudited: true } as const;
