@@ -30,6 +30,25 @@ t.test('the stdio server: listing, one reservation, refusals as tool errors, rev
   t.equal(missing.code, 1);
   t.match(lastJson(missing.stdout), { ok: false, error: 'unauthenticated' });
 
+  const bogus = await runCli(['mcp', '--stdio'], { ...env, ACTIONLEDGER_TOKEN: 'alt_not_a_token' }, { input: '' });
+  t.equal(bogus.code, 1, 'an unknown token: refused before the protocol starts');
+  t.match(lastJson(bogus.stdout), { ok: false, error: 'unauthenticated' });
+  const init = {
+    jsonrpc: '2.0',
+    id: 1,
+    method: 'initialize',
+    params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'pipe', version: '1' } },
+  };
+  const piped = await runCli(
+    ['mcp', '--stdio'],
+    { ...env, ACTIONLEDGER_TOKEN: token },
+    { input: `${JSON.stringify(init)}\n` },
+  );
+  t.equal(piped.code, 0, 'stdin closed: the server stops and exits 0');
+  const lines = piped.stdout.trim().split('\n');
+  t.equal(lines.length, 1, 'stdout carries only the protocol');
+  t.match(JSON.parse(lines[0] ?? '{}'), { jsonrpc: '2.0', id: 1, result: { serverInfo: { name: 'actionledger' } } });
+
   const transport = new StdioClientTransport({
     command: process.execPath,
     args: [BIN, 'mcp', '--stdio'],

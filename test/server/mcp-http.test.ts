@@ -32,6 +32,34 @@ t.test('no token, an expired token and a bad one are refused before any tool is 
   t.notOk(raw.text.includes('issue_refund'), 'nothing about the tools');
 });
 
+t.test('hostile bodies are refused by the API’s strict parser before the MCP transport reads them', async (t) => {
+  const f = await apiFixture(t);
+  const token = await f.token('agent-1', ['agent']);
+  const headers = { accept: 'application/json, text/event-stream', 'content-type': 'application/json' };
+  const init =
+    '"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}';
+  const dup = await f.call('POST', '/mcp', { token, headers, raw: `{"jsonrpc":"2.0","id":1,"id":2,${init}}` });
+  t.match(dup, { status: 400, body: { ok: false, error: 'invalid_json' } }, 'duplicate keys');
+  const proto = await f.call('POST', '/mcp', {
+    token,
+    headers,
+    raw: `{"jsonrpc":"2.0","id":1,"__proto__":{},${init}}`,
+  });
+  t.match(proto, { status: 400, body: { error: 'invalid_json' } }, '__proto__');
+  const text = await f.call('POST', '/mcp', {
+    token,
+    headers: { ...headers, 'content-type': 'text/plain' },
+    raw: '{}',
+  });
+  t.match(text, { status: 415, body: { error: 'unsupported_media_type' } });
+  const noSession = await f.call('POST', '/mcp', {
+    token,
+    headers,
+    body: { jsonrpc: '2.0', id: 1, method: 'tools/list' },
+  });
+  t.match(noSession, { status: 422, body: { error: 'invalid_request', details: { field: 'mcp-session-id' } } });
+});
+
 t.test('tools/list: the tenant’s routed tools the roles may call, their strict schemas and annotations', async (t) => {
   const endpoint = 'https://localhost:9443/v1/effects';
   const routes = gateRoutes(endpoint);
