@@ -49,6 +49,11 @@ const noSession = () =>
     details: { field: 'mcp-session-id' },
   });
 
+/**
+ * Adds `POST`, `GET` and `DELETE /mcp` to the API (authenticated by its hook like every route). Errors before
+ * the transport takes the reply are the API's error bodies: `not_found` (a session that is unknown or not the
+ * caller's), `invalid_request` (no session and no `initialize`), `rate_limited` (too many sessions).
+ */
 export function registerMcpRoutes(app: FastifyInstance, deps: ApiDeps): void {
   const sessions = new Map<string, Session>();
   const sweep = setInterval(() => {

@@ -143,6 +143,13 @@ t.test('a session belongs to its principal: another caller naming it gets what a
   });
   t.equal(stolen.status, 404);
   t.same(stolen.body, unknown.body);
+  await (transport as unknown as { terminateSession(): Promise<void> }).terminateSession();
+  const ended = await f.call('POST', '/mcp', {
+    token: await f.token('agent-1', []),
+    body,
+    headers: { ...headers, 'mcp-session-id': sessionId },
+  });
+  t.match(ended, { status: 404, body: { error: 'not_found' } }, 'an ended session is gone for its owner too');
 });
 
 t.test('identity comes from the session and the host’s metadata, never from the arguments', async (t) => {
