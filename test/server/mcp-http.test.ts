@@ -213,6 +213,10 @@ t.test(
     t.match(changed, { isError: true, body: { ok: false, error: 'params_mismatch' } });
     const second = await f.pool.query("SELECT status FROM actionledger.gate_proposals WHERE workflow_step_id = 'e-2'");
     t.same(second.rows, [{ status: 'cancelled' }], 'the changed proposal is cancelled');
+    edit = { bcc: 'attacker@example.net' };
+    const added = await call(client, 'send_email', EMAIL, meta('e-4', { turn_id: 'turn-4' }));
+    t.match(added, { isError: true, body: { error: 'params_mismatch' } }, 'an argument added in the answer');
+    t.equal((await auditRows(f.pool, "action = 'execute' AND outcome = 'params_mismatch'")).length, 2, 'audited');
 
     edit = {};
     action = 'decline';
