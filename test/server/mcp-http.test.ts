@@ -192,13 +192,14 @@ t.test(
     const token = await f.token('agent-1', ['agent']);
     const asked: string[] = [];
     let edit: Record<string, unknown> = {};
-    let action: 'accept' | 'decline' = 'accept';
+    let action: 'accept' | 'decline' | 'fail' = 'accept';
     const client = await mcpClient(t, f.base, token, {
       elicit: (params) => {
         asked.push(params.message);
         const schema = (params as { requestedSchema?: { properties: Record<string, { default?: unknown }> } })
           .requestedSchema;
         const shown = Object.fromEntries(Object.entries(schema?.properties ?? {}).map(([k, v]) => [k, v.default]));
+        if (action === 'fail') throw new Error('the host could not show the form');
         return action === 'accept' ? { action, content: { ...shown, confirm: true, ...edit } } : { action };
       },
     });
@@ -223,6 +224,23 @@ t.test(
     const declined = await call(client, 'send_email', EMAIL, meta('e-3', { turn_id: 'turn-3' }));
     t.match(declined, { isError: true, body: { error: 'confirmation_declined' } });
     t.equal(await count(f.pool, 'actionledger.operations'), 1, 'one email, the confirmed one');
+
+    action = 'fail';
+    const unasked = await call(client, 'send_email', EMAIL, meta('e-5', { turn_id: 'turn-5' }));
+    t.match(
+      unasked,
+      { isError: true, body: { error: 'confirmation_required', request_id: String, confirm_token: String } },
+      'the client could not ask: the next-turn confirmation applies',
+    );
+    const later = meta('e-5', { turn_id: 'turn-6' });
+    const confirmed = await call(
+      client,
+      'actionledger_confirm_proposal',
+      { confirm_token: unasked.body.confirm_token },
+      later,
+    );
+    t.match(confirmed, { isError: false, body: { ok: true, status: 'reserved' } });
+    t.equal(await count(f.pool, 'actionledger.operations'), 2);
   },
 );
 
