@@ -8,7 +8,8 @@
  * Sessions are stateful (the SDK's `mcp-session-id`), because a confirmation asked through the client
  * (elicitation) is a request from the server answered in a later HTTP request of the same session. A session
  * belongs to the tenant and principal that opened it: any other caller naming its id gets exactly what an
- * unknown id gets (404). Idle sessions are closed after {@link IDLE_MS}, and at most {@link MAX_SESSIONS}
+ * unknown id gets (404). Idle sessions are closed after {@link IDLE_MS}; a principal keeps at most
+ * {@link MAX_SESSIONS_PER_PRINCIPAL} (its oldest is closed for a new one), and at most {@link MAX_SESSIONS}
  * are open at once (the next `initialize` is refused 429 `rate_limited`).
  */
 import { randomUUID } from 'node:crypto';
@@ -27,6 +28,11 @@ import { createMcpServer, type Extra } from './server.js';
 export const IDLE_MS = 30 * 60_000;
 /** Sessions open at once on one process. */
 export const MAX_SESSIONS = 1000;
+/**
+ * Sessions one principal keeps open on one process: its next `initialize` closes its least recently used
+ * session, so a host that never ends its sessions cannot fill the process's {@link MAX_SESSIONS} for others.
+ */
+export const MAX_SESSIONS_PER_PRINCIPAL = 16;
 
 interface Session {
   transport: StreamableHTTPServerTransport;
@@ -75,6 +81,7 @@ export function registerMcpRoutes(app: FastifyInstance, deps: ApiDeps): void {
       session = sessions.get(id);
       if (session === undefined || session.owner !== ownerOf(caller)) throw noSession();
     } else if (request.method === 'POST' && isInitializeRequest(request.body)) {
+      await evictOldest(sessions, ownerOf(caller));
       if (sessions.size >= MAX_SESSIONS)
         throw new ActionLedgerError('rate_limited', 'too many open MCP sessions; retry later', {
           details: { retry_after_s: 60 },
@@ -150,6 +157,14 @@ async function openSession(deps: ApiDeps, sessions: Map<string, Session>, caller
   };
   await server.connect(session.transport);
   return session;
+}
+
+/** Closes the owner's least recently used session when it holds {@link MAX_SESSIONS_PER_PRINCIPAL}. */
+async function evictOldest(sessions: Map<string, Session>, owner: string): Promise<void> {
+  const own = [...sessions].filter(([, s]) => s.owner === owner);
+  if (own.length < MAX_SESSIONS_PER_PRINCIPAL) return;
+  const [id] = own.reduce((a, b) => (b[1].lastUsed < a[1].lastUsed ? b : a));
+  await closeSession(sessions, id);
 }
 
 async function closeSession(sessions: Map<string, Session>, id: string): Promise<void> {

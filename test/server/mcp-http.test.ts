@@ -7,6 +7,7 @@
  */
 import t from 'tap';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { MAX_SESSIONS_PER_PRINCIPAL } from '../../server/mcp/http.js';
 import { apiFixture } from '../helpers/api.js';
 import { auditRows, count, gateRoutes } from '../helpers/gate.js';
 import { call, mcpClient, meta } from '../helpers/mcp.js';
@@ -150,6 +151,19 @@ t.test('a session belongs to its principal: another caller naming it gets what a
     headers: { ...headers, 'mcp-session-id': sessionId },
   });
   t.match(ended, { status: 404, body: { error: 'not_found' } }, 'an ended session is gone for its owner too');
+});
+
+t.test('a principal that never ends its sessions loses its oldest one, not other principals theirs', async (t) => {
+  const f = await apiFixture(t);
+  const token = await f.token('agent-1', ['agent']);
+  const other = await mcpClient(t, f.base, await f.token('agent-2', ['agent']));
+  const mine: Client[] = [];
+  for (let i = 0; i < MAX_SESSIONS_PER_PRINCIPAL; i++) mine.push(await mcpClient(t, f.base, token));
+  for (const c of mine.slice(1)) await c.listTools();
+  await mcpClient(t, f.base, token);
+  await t.rejects((mine[0] as Client).listTools(), /404|not_found|session/i, 'the least recently used one is closed');
+  t.ok((await names(mine[1] as Client)).includes('issue_refund'), 'the others stay');
+  t.ok((await names(other)).includes('issue_refund'), 'another principal’s session is untouched');
 });
 
 t.test('identity comes from the session and the host’s metadata, never from the arguments', async (t) => {
