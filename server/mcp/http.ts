@@ -94,7 +94,12 @@ export function registerMcpRoutes(app: FastifyInstance, deps: ApiDeps): void {
     }
     session.lastUsed = Date.now();
     const raw = request.raw as typeof request.raw & { auth?: AuthInfo };
-    raw.auth = { token: '', clientId: caller.principal_id, scopes: [...caller.roles], extra: { caller } };
+    raw.auth = {
+      token: '',
+      clientId: caller.principal_id,
+      scopes: [...caller.roles],
+      extra: { caller, request_id: request.id },
+    };
     reply.hijack();
     try {
       await session.transport.handleRequest(raw, reply.raw, request.body);

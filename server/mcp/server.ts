@@ -79,7 +79,9 @@ export function createMcpServer(deps: McpDeps): Server {
     };
   });
   server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
-    const trace = randomUUID();
+    // Over HTTP the trace id is the request's id (its x-request-id): the audit rows and the answer meet there.
+    const fromRequest = extra.authInfo?.extra?.request_id;
+    const trace = typeof fromRequest === 'string' ? fromRequest : randomUUID();
     const { name, arguments: args } = request.params;
     const meta = request.params._meta;
     // Not authenticated now (the token expired or was revoked mid-session): the request itself is refused.
@@ -89,13 +91,16 @@ export function createMcpServer(deps: McpDeps): Server {
       return toolResult(r);
     } catch (err) {
       const e = asActionLedgerError(err);
-      const refusal = { ok: false as const, error: e.code, message: e.message, ...detailsOf(e.details) };
+      // Anything unexpected stays in the log; the model reads only its code.
+      if (e.code === 'internal') deps.log.error({ err, trace_id: trace, tool: name }, 'MCP tool call failed');
+      const message = e.code === 'internal' ? 'internal error' : e.message;
+      const refusal = { ok: false as const, error: e.code, message, ...detailsOf(e.details) };
       await deps.audit.after({
         action: 'api',
         outcome: e.code,
         context: { tenant_id: caller.tenant_id, principal_id: caller.principal_id, trace_id: trace },
         tool: deps.gate.tool(name) === undefined ? null : name,
-        detail: { surface: 'mcp', method: 'tools/call', message: e.message },
+        detail: { surface: 'mcp', method: 'tools/call', message },
       });
       return toolResult(refusal);
     }
@@ -114,8 +119,12 @@ export function createMcpServer(deps: McpDeps): Server {
   server.setRequestHandler(ReadResourceRequestSchema, async (request, extra) => {
     const caller = await deps.caller(extra).catch(protocolError);
     const m = /^actionledger:\/\/operations\/([^/?#]+)$/.exec(request.params.uri);
-    const found =
-      m === null ? null : await readOperation(deps, caller, decodeURIComponent(m[1] ?? ''), request.params._meta);
+    let found: Record<string, unknown> | null = null;
+    try {
+      if (m !== null) found = await readOperation(deps, caller, m[1] ?? '', request.params._meta);
+    } catch (err) {
+      protocolError(err);
+    }
     if (found === null || !found.ok)
       throw new McpError(McpErrorCode.InvalidParams, 'no such resource', { error: 'not_found' });
     return {
@@ -131,6 +140,8 @@ export function createMcpServer(deps: McpDeps): Server {
  */
 function protocolError(err: unknown): never {
   const e = asActionLedgerError(err);
+  if (e.code === 'internal')
+    throw new McpError(McpErrorCode.InternalError, 'internal: internal error', { error: e.code });
   throw new McpError(McpErrorCode.InvalidParams, `${e.code}: ${e.message}`, { error: e.code });
 }
 
