@@ -31,6 +31,11 @@ t.test('a call within limits is one provider effect, and the operation is follow
 
   const followed = await call(client, 'actionledger_operation', { operation_id: id }, asUser('any'));
   t.match(followed, { isError: false, body: { ok: true, status: 'succeeded', receipt: String, tool: 'issue_refund' } });
+  const templates = await client.listResourceTemplates();
+  t.same(
+    templates.resourceTemplates.map((x) => x.uriTemplate),
+    ['actionledger://operations/{operation_id}'],
+  );
   const resource = await client.readResource({ uri: String(first.body.operation_uri), _meta: asUser('any') });
   const text = resource.contents[0] !== undefined && 'text' in resource.contents[0] ? resource.contents[0].text : '';
   t.match(JSON.parse(text), { status: 'succeeded', receipt: followed.body.receipt });

@@ -104,6 +104,8 @@ t.test('tools/list: the tenant’s routed tools the roles may call, their strict
   const reader = await mcpClient(t, f.base, await f.token('auditor-1', ['auditor']));
   t.same(await names(reader), []);
   await t.rejects(names(reader, meta('s', { user })), /permission_denied/, 'without act_for_users: refused');
+  await t.rejects(names(agent, meta('s', { role: 'admin' })), /permission_denied/, 'a role not held: refused');
+  t.same(await names(agent, meta('s', { role: 'agent' })), await names(agent), 'the one role it holds, named');
 });
 
 t.test('a revoked role: the open session lists nothing more and its calls are refused', async (t) => {
