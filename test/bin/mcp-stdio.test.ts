@@ -24,7 +24,8 @@ t.test('the stdio server: listing, one reservation, refusals as tool errors, rev
   const store = new PrincipalStore(config, pool);
   await store.add('agent-1', 'service', 'agent', 'test');
   await store.grant('agent-1', 'tenant-a', 'agent', 'test');
-  const token = (await store.createToken('agent-1', 'tenant-a', 'host', 1, 'test')).token;
+  const created = await store.createToken('agent-1', 'tenant-a', 'host', 1, 'test');
+  const token = created.token;
 
   const missing = await runCli(['mcp', '--stdio'], env, { input: '' });
   t.equal(missing.code, 1);
@@ -82,4 +83,8 @@ t.test('the stdio server: listing, one reservation, refusals as tool errors, rev
   t.match(refused, { isError: true, body: { error: 'permission_denied' } });
   t.equal(await count(pool, 'actionledger.operations'), 1);
   t.ok((await auditRows(pool, "action = 'call' AND outcome = 'invalid_arguments'")).length === 1);
+
+  await store.revokeToken(created.token_id, 'test');
+  await t.rejects(client.listTools(), /unauthenticated/, 'a token revoked mid-session: the next request is refused');
+  await t.rejects(call(client, 'transfer_funds', transfer, meta('s-5')), /unauthenticated/);
 });
