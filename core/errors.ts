@@ -56,6 +56,7 @@ export const ERROR_CODES = {
   proposal_same_turn_confirm: 'refused',
   proposal_expired: 'refused',
   params_mismatch: 'refused',
+  confirmation_declined: 'refused',
   approval_hash_mismatch: 'refused',
   approval_expired: 'refused',
   self_approval_forbidden: 'refused',

@@ -8,6 +8,7 @@ import { reviewCommand } from './review.js';
 import { gateCommand } from './gate.js';
 import { principalCommand } from './principal.js';
 import { tokenCommand } from './token.js';
+import { mcpCommand } from './mcp.js';
 
 export const COMMANDS: ReadonlyMap<string, Command> = new Map(
   [
@@ -24,6 +25,7 @@ export const COMMANDS: ReadonlyMap<string, Command> = new Map(
     gateCommand,
     principalCommand,
     tokenCommand,
+    mcpCommand,
   ].map((c) => [c.name, c]),
 );
 

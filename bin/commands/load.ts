@@ -13,4 +13,5 @@ export const load = {
   dispatcher: () => import('../../dispatcher/index.js'),
   service: () => import('../service.js'),
   worker: () => import('../dispatcher-worker.js'),
+  server: () => import('../../server/index.js'),
 };

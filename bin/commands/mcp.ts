@@ -1,0 +1,91 @@
+/**
+ * `mcp --stdio`: the gate as a Model Context Protocol server on stdin and stdout, for an agent host that starts
+ * its tools as local processes. It acts with the API token in `ACTIONLEDGER_TOKEN` (there is no break-glass
+ * here: an agent is never the operator), authenticated again on every request, so an expired or revoked token
+ * or a revoked role stops the next call. Like the rest of the command line it runs no business validators or
+ * resource resolvers: a tool that needs one is refused `config_invalid` (use the service's `/mcp` for those).
+ * stdout carries only the protocol; logs go to stderr. It runs until stdin closes or it is signalled.
+ */
+import { ActionLedgerError } from '../../core/errors.js';
+import { EXIT, parseCommand, printRefusal, stderrLog, usageError, type Command } from '../cli-util.js';
+import { TOKEN_ENV } from './acting.js';
+import { load } from './load.js';
+
+export const mcpCommand: Command = {
+  name: 'mcp',
+  summary: 'serve the gate to a local agent host over the Model Context Protocol (stdio)',
+  notes: `Acts with ${TOKEN_ENV} (a service token that may act for users, or an agent's own), checked on every
+request. The host sets the trusted context in each request's _meta (actionledger/task_id, workflow_step_id,
+turn_id, user, ...): see docs/mcp.md. The service itself serves the same tools over Streamable HTTP at /mcp.`,
+  options: {
+    stdio: {
+      type: 'boolean',
+      description: 'speak MCP on stdin/stdout (the one transport of this command)',
+      default: 'required',
+    },
+  },
+  examples: ['actionledger mcp --stdio'],
+  exits: [EXIT.ok, EXIT.refused, EXIT.usage],
+  async run(argv) {
+    const parsed = parseCommand(mcpCommand, argv);
+    if (typeof parsed === 'number') return parsed;
+    if (parsed.values.stdio !== true) return usageError(mcpCommand, '--stdio is required');
+    const token = process.env[TOKEN_ENV];
+    if (token === undefined || token === '')
+      return printRefusal(
+        new ActionLedgerError('unauthenticated', `set ${TOKEN_ENV} to the API token the agent host acts with`, {
+          details: { reason: 'missing' },
+        }),
+      );
+    try {
+      return await serve(token);
+    } catch (err) {
+      return printRefusal(err);
+    }
+  },
+};
+
+async function serve(token: string): Promise<number> {
+  const [{ openRuntime }, { EffectKeyer, Ledger }, { AuditWriter, Gate }, { PrincipalStore }, { createMcpServer }] =
+    await Promise.all([load.runtime(), load.ledger(), load.gate(), load.principals(), load.server()]);
+  const { StdioServerTransport } = await import('@modelcontextprotocol/sdk/server/stdio.js');
+  const rt = await openRuntime({ name: 'mcp', migrate: true, defaultMetrics: false, logDestination: stderrLog() });
+  const ledger = new Ledger(rt.config, rt.pool, new EffectKeyer(rt.effectKeys));
+  try {
+    const audit = new AuditWriter({ config: rt.config, pool: rt.pool, log: rt.log });
+    const store = new PrincipalStore(rt.config, rt.pool, audit);
+    // Refused at once (exit 1, one JSON line) rather than after the host's first request.
+    await store.authenticate(token);
+    const gate = new Gate({
+      config: rt.config,
+      pool: rt.pool,
+      ledger,
+      withoutValidators: true,
+      withoutResolvers: true,
+      log: rt.log,
+    });
+    const server = createMcpServer({
+      config: rt.config,
+      pool: rt.pool,
+      gate,
+      audit,
+      log: rt.log,
+      caller: () => store.authenticate(token),
+    });
+    const closed = new Promise<void>((resolve) => {
+      server.onclose = resolve;
+    });
+    const stop = () => void server.close();
+    process.stdin.once('end', stop);
+    process.once('SIGTERM', stop);
+    process.once('SIGINT', stop);
+    await server.connect(new StdioServerTransport());
+    await closed;
+    process.off('SIGTERM', stop);
+    process.off('SIGINT', stop);
+    return EXIT.ok;
+  } finally {
+    ledger.stop();
+    await rt.close();
+  }
+}

@@ -1,0 +1,179 @@
+/**
+ * `/mcp`: the MCP server over Streamable HTTP on the API's own fastify instance, behind the same hooks as
+ * every `/v1` route: the bearer token is authenticated (and counted in the rate window) before the request
+ * reaches the SDK's transport, so a request without a valid token is refused 401 before any MCP message is
+ * read, `initialize` and `tools/list` included. The body has already been parsed by the API's strict JSON
+ * parser and is handed to the transport as it is.
+ *
+ * Sessions are stateful (the SDK's `mcp-session-id`), because a confirmation asked through the client
+ * (elicitation) is a request from the server answered in a later HTTP request of the same session. A session
+ * belongs to the tenant and principal that opened it: any other caller naming its id gets exactly what an
+ * unknown id gets (404). Idle sessions are closed after {@link IDLE_MS}; a principal keeps at most
+ * {@link MAX_SESSIONS_PER_PRINCIPAL} (its oldest is closed for a new one), and at most {@link MAX_SESSIONS}
+ * are open at once (the next `initialize` is refused 429 `rate_limited`).
+ */
+import { randomUUID } from 'node:crypto';
+import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js';
+import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { ActionLedgerError } from '../../core/errors.js';
+import type { Authenticated } from '../../principals/index.js';
+import { callerOf } from '../api/auth.js';
+import type { ApiDeps } from '../api/types.js';
+import { createMcpServer, type Extra } from './server.js';
+
+/** A session unused this long is closed (its client must initialize again). */
+export const IDLE_MS = 30 * 60_000;
+/** Sessions open at once on one process. */
+export const MAX_SESSIONS = 1000;
+/**
+ * Sessions one principal keeps open on one process: its next `initialize` closes its least recently used
+ * session, so a host that never ends its sessions cannot fill the process's {@link MAX_SESSIONS} for others.
+ */
+export const MAX_SESSIONS_PER_PRINCIPAL = 16;
+
+interface Session {
+  transport: StreamableHTTPServerTransport;
+  server: Server;
+  owner: string;
+  lastUsed: number;
+}
+
+const ownerOf = (c: Authenticated): string => JSON.stringify([c.tenant_id, c.principal_id]);
+
+/** The caller the route authenticated for this very request (set on the raw request as the SDK's `auth`). */
+function requestCaller(extra: Extra): Promise<Authenticated> {
+  const caller = extra.authInfo?.extra?.caller as Authenticated | undefined;
+  if (caller === undefined) return Promise.reject(new ActionLedgerError('unauthenticated', 'no authenticated caller'));
+  return Promise.resolve(caller);
+}
+
+const noSession = () =>
+  new ActionLedgerError('not_found', 'no such MCP session: initialize a new one', {
+    details: { field: 'mcp-session-id' },
+  });
+
+/**
+ * Adds `POST`, `GET` and `DELETE /mcp` to the API (authenticated by its hook like every route). Errors before
+ * the transport takes the reply are the API's error bodies: `not_found` (a session that is unknown or not the
+ * caller's), `invalid_request` (no session and no `initialize`), `rate_limited` (too many sessions).
+ */
+export function registerMcpRoutes(app: FastifyInstance, deps: ApiDeps): void {
+  const sessions = new Map<string, Session>();
+  const sweep = setInterval(() => {
+    const now = Date.now();
+    for (const [id, s] of sessions) if (now - s.lastUsed > IDLE_MS) void closeSession(sessions, id);
+  }, 60_000);
+  sweep.unref();
+  app.addHook('onClose', async () => {
+    clearInterval(sweep);
+    await Promise.all([...sessions.keys()].map((id) => closeSession(sessions, id)));
+  });
+
+  const handle = async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
+    const caller = callerOf(request);
+    const header = request.headers['mcp-session-id'];
+    const id = typeof header === 'string' ? header : undefined;
+    let session: Session | undefined;
+    if (id !== undefined) {
+      session = sessions.get(id);
+      if (session === undefined || session.owner !== ownerOf(caller)) throw noSession();
+    } else if (request.method === 'POST' && isInitializeRequest(request.body)) {
+      await evictOldest(sessions, ownerOf(caller));
+      if (sessions.size >= MAX_SESSIONS)
+        throw new ActionLedgerError('rate_limited', 'too many open MCP sessions; retry later', {
+          details: { retry_after_s: 60 },
+        });
+      session = await openSession(deps, sessions, caller);
+    } else {
+      throw new ActionLedgerError('invalid_request', 'send mcp-session-id, or initialize a session first', {
+        details: { field: 'mcp-session-id' },
+      });
+    }
+    session.lastUsed = Date.now();
+    const raw = request.raw as typeof request.raw & { auth?: AuthInfo };
+    raw.auth = {
+      token: '',
+      clientId: caller.principal_id,
+      scopes: [...caller.roles],
+      extra: { caller, request_id: request.id },
+    };
+    reply.hijack();
+    try {
+      await session.transport.handleRequest(raw, reply.raw, request.body);
+    } catch (err) {
+      // The reply is the transport's now: fastify's error handler can no longer answer for it.
+      deps.log.error({ err, request_id: request.id }, 'MCP request failed');
+      if (!reply.raw.headersSent)
+        reply.raw
+          .writeHead(500, { 'content-type': 'application/json' })
+          .end(JSON.stringify({ ok: false, error: 'internal', message: 'internal error' }));
+      else reply.raw.end();
+    }
+  };
+
+  const config = { gateAudited: true } as const;
+  const tags = ['mcp'] as const;
+  app.post(
+    '/mcp',
+    {
+      config: { ...config, operationId: 'mcpPost' },
+      schema: {
+        summary: 'MCP over Streamable HTTP: a JSON-RPC message (initialize, tools/list, tools/call, ...)',
+        description: 'See docs/mcp.md. The answer is JSON or an event stream, as the MCP transport decides.',
+        tags,
+      },
+    },
+    handle,
+  );
+  app.get(
+    '/mcp',
+    {
+      config: { ...config, operationId: 'mcpStream' },
+      schema: { summary: 'MCP: the session’s server-to-client event stream', tags },
+    },
+    handle,
+  );
+  app.delete(
+    '/mcp',
+    { config: { ...config, operationId: 'mcpClose' }, schema: { summary: 'MCP: end the session', tags } },
+    handle,
+  );
+}
+
+async function openSession(deps: ApiDeps, sessions: Map<string, Session>, caller: Authenticated): Promise<Session> {
+  const server = createMcpServer({ ...deps, caller: requestCaller });
+  const session: Session = {
+    server,
+    owner: ownerOf(caller),
+    lastUsed: Date.now(),
+    transport: new StreamableHTTPServerTransport({
+      sessionIdGenerator: () => randomUUID(),
+      onsessioninitialized: (id) => {
+        sessions.set(id, session);
+      },
+    }),
+  };
+  session.transport.onclose = () => {
+    const id = session.transport.sessionId;
+    if (id !== undefined) sessions.delete(id);
+  };
+  await server.connect(session.transport);
+  return session;
+}
+
+/** Closes the owner's least recently used session when it holds {@link MAX_SESSIONS_PER_PRINCIPAL}. */
+async function evictOldest(sessions: Map<string, Session>, owner: string): Promise<void> {
+  const own = [...sessions].filter(([, s]) => s.owner === owner);
+  if (own.length < MAX_SESSIONS_PER_PRINCIPAL) return;
+  const [id] = own.reduce((a, b) => (b[1].lastUsed < a[1].lastUsed ? b : a));
+  await closeSession(sessions, id);
+}
+
+async function closeSession(sessions: Map<string, Session>, id: string): Promise<void> {
+  const s = sessions.get(id);
+  sessions.delete(id);
+  await s?.server.close().catch(() => undefined);
+}

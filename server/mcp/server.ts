@@ -1,0 +1,324 @@
+/**
+ * The gate as a Model Context Protocol server (the official SDK's low-level `Server`), one per MCP session,
+ * over any transport: Streamable HTTP on the service's listener (server/mcp/http.ts) or stdio
+ * (`actionledger mcp --stdio`). Every request authenticates its caller again (`McpDeps.caller`), so an expired
+ * token or a revoked role stops the next request of a session that is already open.
+ *
+ *   tools/list      the gate tools the caller's tenant routes and its roles may call, with the built-ins
+ *   tools/call      Gate.call with the context of server/mcp/context.ts; the gate's answer as structured
+ *                   content, a refusal or hold as a tool error (isError) with its code, never a protocol error
+ *                   confirmation_required + client elicitation: ask the user, then Gate.confirm (a turn of its
+ *                   own) and Gate.executeProposal with the arguments the user saw, compared by hash
+ *   resources/read  actionledger://operations/{id}: the operation's state, receipt and history
+ */
+import { randomUUID } from 'node:crypto';
+import { Server } from '@modelcontextprotocol/sdk/server/index.js';
+import type { RequestHandlerExtra } from '@modelcontextprotocol/sdk/shared/protocol.js';
+import {
+  CallToolRequestSchema,
+  ElicitResultSchema,
+  ErrorCode as McpErrorCode,
+  ListResourcesRequestSchema,
+  ListResourceTemplatesRequestSchema,
+  ListToolsRequestSchema,
+  McpError,
+  ReadResourceRequestSchema,
+  type ServerNotification,
+  type ServerRequest,
+} from '@modelcontextprotocol/sdk/types.js';
+import { asActionLedgerError } from '../../core/errors.js';
+import type { JsonObject } from '../../core/json.js';
+import type { GateContext, GateResult } from '../../gate/index.js';
+import { describeEffect } from '../../gate/index.js';
+import { TenantLedgerView } from '../../ledger/index.js';
+import type { Authenticated } from '../../principals/index.js';
+import type { ApiDeps } from '../api/types.js';
+import { actingPrincipal, callContext, listingRoles, type Meta } from './context.js';
+import {
+  BUILTIN,
+  builtinTools,
+  gateTools,
+  OPERATION_URI_TEMPLATE,
+  operationUri,
+  toolResult,
+  visible,
+} from './tools.js';
+
+export type Extra = RequestHandlerExtra<ServerRequest, ServerNotification>;
+
+/** What the MCP server needs: the API's dependencies, and who is calling on this request. */
+export interface McpDeps extends Pick<ApiDeps, 'config' | 'pool' | 'gate' | 'audit' | 'log' | 'metrics'> {
+  /** The caller of this request, authenticated now; throws `unauthenticated`. */
+  caller(extra: Extra): Promise<Authenticated>;
+}
+
+export const SERVER_INFO = { name: 'actionledger', version: '1' } as const;
+
+const INSTRUCTIONS =
+  'Each tool is a state-changing action run through a gate: it may be refused (a tool error with a stable code), held for a person’s approval (approval_required), or need the user’s confirmation (confirmation_required). Never retry a refusal with other arguments to get around it; tell the user what the code says. A result names its operation: read actionledger_operation or the resource actionledger://operations/{id} to follow it.';
+
+/** A new MCP server over the gate (connect it to one transport). */
+export function createMcpServer(deps: McpDeps): Server {
+  const server = new Server(SERVER_INFO, {
+    capabilities: { tools: { listChanged: false }, resources: {} },
+    instructions: INSTRUCTIONS,
+  });
+  server.setRequestHandler(ListToolsRequestSchema, async (request, extra) => {
+    const caller = await deps.caller(extra).catch(protocolError);
+    let roles: string[];
+    try {
+      roles = listingRoles(deps.config, caller, request.params?._meta);
+    } catch (err) {
+      protocolError(err);
+    }
+    return {
+      tools: [
+        ...gateTools(deps.config, caller.tenant_id, roles),
+        ...builtinTools(deps.config, caller.tenant_id, roles),
+      ],
+    };
+  });
+  server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
+    // Over HTTP the trace id is the request's id (its x-request-id): the audit rows and the answer meet there.
+    const fromRequest = extra.authInfo?.extra?.request_id;
+    const trace = typeof fromRequest === 'string' ? fromRequest : randomUUID();
+    const { name, arguments: args } = request.params;
+    const meta = request.params._meta;
+    // Not authenticated now (the token expired or was revoked mid-session): the request itself is refused.
+    const caller = await deps.caller(extra).catch(protocolError);
+    try {
+      const r = await callTool(server, deps, caller, name, args ?? {}, meta, trace, extra);
+      return toolResult(r);
+    } catch (err) {
+      const e = asActionLedgerError(err);
+      // Anything unexpected stays in the log; the model reads only its code.
+      if (e.code === 'internal') deps.log.error({ err, trace_id: trace, tool: name }, 'MCP tool call failed');
+      const message = e.code === 'internal' ? 'internal error' : e.message;
+      const refusal = { ok: false as const, error: e.code, message, ...detailsOf(e.details) };
+      await deps.audit.after({
+        action: 'api',
+        outcome: e.code,
+        context: { tenant_id: caller.tenant_id, principal_id: caller.principal_id, trace_id: trace },
+        tool: deps.gate.tool(name) === undefined ? null : name,
+        detail: { surface: 'mcp', method: 'tools/call', message },
+      });
+      return toolResult(refusal);
+    }
+  });
+  server.setRequestHandler(ListResourcesRequestSchema, () => ({ resources: [] }));
+  server.setRequestHandler(ListResourceTemplatesRequestSchema, () => ({
+    resourceTemplates: [
+      {
+        uriTemplate: OPERATION_URI_TEMPLATE,
+        name: 'operation',
+        description: 'An operation a tool call reserved: its state, receipt and history',
+        mimeType: 'application/json',
+      },
+    ],
+  }));
+  server.setRequestHandler(ReadResourceRequestSchema, async (request, extra) => {
+    const caller = await deps.caller(extra).catch(protocolError);
+    const m = /^actionledger:\/\/operations\/([^/?#]+)$/.exec(request.params.uri);
+    let found: Record<string, unknown> | null = null;
+    try {
+      if (m !== null) found = await readOperation(deps, caller, m[1] ?? '', request.params._meta);
+    } catch (err) {
+      protocolError(err);
+    }
+    if (found === null || !found.ok)
+      throw new McpError(McpErrorCode.InvalidParams, 'no such resource', { error: 'not_found' });
+    return {
+      contents: [{ uri: request.params.uri, mimeType: 'application/json', text: JSON.stringify(found) }],
+    };
+  });
+  return server;
+}
+
+/**
+ * A caller's error outside a tool's result (listing, reading, authenticating): a JSON-RPC error whose message
+ * starts with the stable code, which is also its `data.error`.
+ */
+function protocolError(err: unknown): never {
+  const e = asActionLedgerError(err);
+  if (e.code === 'internal')
+    throw new McpError(McpErrorCode.InternalError, 'internal: internal error', { error: e.code });
+  throw new McpError(McpErrorCode.InvalidParams, `${e.code}: ${e.message}`, { error: e.code });
+}
+
+function detailsOf(details: Record<string, unknown> | undefined): { details?: Record<string, unknown> } {
+  return details === undefined ? {} : { details };
+}
+
+/** One tools/call: a built-in, or a gate tool through the whole pipeline. Throws coded errors (a tool error). */
+async function callTool(
+  server: Server,
+  deps: McpDeps,
+  caller: Authenticated,
+  name: string,
+  args: Record<string, unknown>,
+  meta: Meta,
+  trace: string,
+  extra: Extra,
+): Promise<GateResult | Record<string, unknown>> {
+  const roleVisible = (roles: readonly string[]) =>
+    [...deps.config.gate.tools.values()].some((t) => visible(deps.config, t, caller.tenant_id, roles));
+  if (name === BUILTIN.operation && !deps.config.gate.tools.has(name)) {
+    if (!roleVisible(listingRoles(deps.config, caller, meta))) return unknownTool(name);
+    const id = args.operation_id;
+    return (await readOperation(deps, caller, typeof id === 'string' ? id : '', meta)) ?? unknownTool(name);
+  }
+  const context = callContext(deps.config, caller, meta, trace);
+  if ((name === BUILTIN.confirm || name === BUILTIN.cancel) && !deps.config.gate.tools.has(name)) {
+    if (!roleVisible([context.role])) return unknownTool(name);
+    if (name === BUILTIN.cancel)
+      return deps.gate.cancelProposal(typeof args.request_id === 'string' ? args.request_id : '', context);
+    return confirmAndExecute(
+      deps,
+      typeof args.confirm_token === 'string' ? args.confirm_token : '',
+      context,
+      undefined,
+    );
+  }
+  const result = await deps.gate.call(context, name, args);
+  deps.metrics?.gateCalls.inc({
+    tool: deps.gate.tool(name) === undefined ? 'unknown' : name,
+    outcome: result.ok ? 'allowed' : result.error,
+  });
+  if (result.ok) return result;
+  if (result.error === 'approval_required' && result.request_id !== undefined) {
+    const view = await deps.gate.approvals.show(result.request_id, { tenant_id: context.tenant_id }).catch(() => null);
+    if (view === null) return result;
+    return { ...result, envelope_sha256: view.envelope_sha256, approval: { shown_to_approvers: view.envelope } };
+  }
+  if (result.error === 'confirmation_required' && server.getClientCapabilities()?.elicitation !== undefined) {
+    return elicitConfirmation(deps, context, name, args, result, extra);
+  }
+  return result;
+}
+
+function unknownTool(name: string): GateResult {
+  return { ok: false, error: 'unknown_tool', message: `there is no tool named ${JSON.stringify(name.slice(0, 64))}` };
+}
+
+/**
+ * Confirms with the token in `context`'s turn, then executes: with `shown` (the arguments the user confirmed)
+ * the gate compares them with the proposed ones by hash, and a difference is `params_mismatch`: the proposal
+ * is then cancelled, nothing reserved.
+ */
+async function confirmAndExecute(
+  deps: McpDeps,
+  token: string,
+  context: GateContext,
+  shown: JsonObject | undefined,
+): Promise<GateResult> {
+  const confirmed = await deps.gate.confirm(token, context);
+  if (!confirmed.ok || confirmed.request_id === undefined) return confirmed;
+  const executed = await deps.gate.executeProposal(
+    confirmed.request_id,
+    context,
+    shown === undefined ? {} : { args: shown },
+  );
+  if (!executed.ok && executed.error === 'params_mismatch')
+    await deps.gate.cancelProposal(confirmed.request_id, context);
+  return executed;
+}
+
+type Primitive = string | number | boolean;
+const isPrimitive = (v: unknown): v is Primitive =>
+  typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean';
+
+/**
+ * Asks the user, through the client, to confirm the exact arguments (each top-level argument a field preset to
+ * the proposed value, when they are all plain values). The answer is the user's own turn: accepted, it goes
+ * through Gate.confirm in a turn id of its own (never the call's) and Gate.executeProposal with the arguments
+ * as the user left them; declined or cancelled, the proposal is cancelled (`confirmation_declined`).
+ */
+async function elicitConfirmation(
+  deps: McpDeps,
+  context: GateContext,
+  name: string,
+  args: Record<string, unknown>,
+  proposal: GateResult & { ok: false },
+  extra: Extra,
+): Promise<GateResult> {
+  const tool = deps.gate.tool(name);
+  const token = proposal.confirm_token;
+  const id = proposal.request_id;
+  if (tool === undefined || token === undefined || id === undefined) return proposal;
+  const flat = Object.values(args).every(isPrimitive);
+  const properties: Record<string, Record<string, unknown>> = {
+    confirm: { type: 'boolean', title: 'Carry this out', description: 'yes: do exactly this, once' },
+  };
+  if (flat)
+    for (const [k, v] of Object.entries(args))
+      properties[k] = { type: typeof v === 'boolean' ? 'boolean' : typeof v, title: k, default: v };
+  const message = `Confirm ${name}: ${describeEffect(tool, args as JsonObject)}\nExact arguments: ${JSON.stringify(args)}`;
+  let answer;
+  try {
+    answer = await extra.sendRequest(
+      {
+        method: 'elicitation/create',
+        params: {
+          message,
+          requestedSchema: { type: 'object', properties, required: Object.keys(properties) } as never,
+        },
+      },
+      ElicitResultSchema,
+    );
+  } catch (err) {
+    // The client could not ask: the proposal stays, for the next-turn confirmation.
+    deps.log.warn({ err, proposal: id }, 'MCP elicitation failed; the next-turn confirmation applies');
+    return proposal;
+  }
+  const content = answer.content ?? {};
+  const elicited: GateContext = { ...context, turn_id: `elicitation:${randomUUID()}` };
+  if (answer.action !== 'accept' || content.confirm !== true) {
+    await deps.gate.cancelProposal(id, elicited);
+    return {
+      ok: false,
+      error: 'confirmation_declined',
+      message: `the user did not confirm ${name}; nothing was done`,
+      request_id: id,
+    };
+  }
+  const shown: JsonObject = { ...(args as JsonObject) };
+  for (const [k, v] of Object.entries(content)) if (k !== 'confirm') shown[k] = v;
+  return confirmAndExecute(deps, token, elicited, shown);
+}
+
+/** An operation of the caller's tenant, if it may read it: capability read, or its own principal's. */
+async function readOperation(
+  deps: McpDeps,
+  caller: Authenticated,
+  id: string,
+  meta: Meta | Record<string, unknown> | undefined,
+): Promise<Record<string, unknown> | null> {
+  const view = new TenantLedgerView(deps.pool, deps.config.schemaQuoted);
+  const notFound = { ok: false, error: 'not_found', message: 'no such operation' };
+  let found;
+  try {
+    found = await view.show(caller.tenant_id, id);
+  } catch (err) {
+    const e = asActionLedgerError(err);
+    if (e.code === 'not_found') return notFound;
+    throw e;
+  }
+  const reader = caller.roles.some((r) => deps.config.api.permissions.read.has(r));
+  const principal = actingPrincipal(deps.config, caller, meta);
+  if (!reader && found.operation.principal_id !== principal) return notFound;
+  const o = found.operation;
+  return {
+    ok: true,
+    message: `operation ${String(o.operation_id)} is ${String(o.status)}`,
+    operation_id: o.operation_id,
+    operation_uri: operationUri(String(o.operation_id)),
+    tool: o.tool_name,
+    status: o.status,
+    receipt: o.provider_receipt ?? null,
+    review_reason: o.review_reason ?? null,
+    attempt: o.attempt,
+    created_at: o.created_at,
+    updated_at: o.updated_at,
+    history: found.history,
+  };
+}
