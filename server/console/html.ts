@@ -42,7 +42,7 @@ function piece(v: Interpolated): string {
   if (v instanceof SafeHtml) return v.toString();
   if (Array.isArray(v)) return (v as readonly Interpolated[]).map(piece).join('');
   if (v instanceof Date) return escapeHtml(v.toISOString());
-  return escapeHtml(String(v as string | number | boolean));
+  return escapeHtml(String(v));
 }
 
 /** The tagged template: literal parts as written, every interpolation escaped. */
@@ -59,4 +59,11 @@ export function href(path: readonly string[], query: Record<string, string | num
   for (const [k, v] of Object.entries(query)) if (v !== undefined && v !== null && v !== '') q.set(k, String(v));
   const qs = q.toString();
   return qs === '' ? p : `${p}?${qs}`;
+}
+
+/** A stored JSON value as text: strings as they are, anything else as its JSON, absent as empty. */
+export function text(v: unknown): string {
+  if (typeof v === 'string') return v;
+  if (v === null || v === undefined) return '';
+  return JSON.stringify(v);
 }

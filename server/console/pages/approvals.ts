@@ -13,7 +13,7 @@ import { TenantLedgerView } from '../../../ledger/index.js';
 import { holds } from '../../api/auth.js';
 import type { ApiDeps, Caller } from '../../api/types.js';
 import { explain } from '../explain.js';
-import { href, html, type SafeHtml } from '../html.js';
+import { href, html, text, type SafeHtml } from '../html.js';
 import { ago, csrfField, notice, page, send } from '../layout.js';
 import { form } from '../plugin.js';
 import { callerIn, tenantsOf } from '../session.js';
@@ -47,6 +47,13 @@ function timeLeft(expires: string | Date): string {
 }
 
 export function registerApprovalPages(app: FastifyInstance, deps: ApiDeps): void {
+  registerApprovalPages1(app, deps);
+  registerApprovalPages2(app, deps);
+  registerApprovalPages3(app, deps);
+  registerApprovalPages4(app, deps);
+}
+
+function registerApprovalPages1(app: FastifyInstance, deps: ApiDeps): void {
   app.get('/approvals', { config: { console: 'session' } }, async (request, reply) => {
     const rows: (ApprovalSummary & { tenant: string; amount: string })[] = [];
     for (const tenant of tenantsOf(request)) {
@@ -66,7 +73,7 @@ export function registerApprovalPages(app: FastifyInstance, deps: ApiDeps): void
         const amount =
           value == null
             ? ''
-            : `${String(args[value.argument] ?? '')} ${value.currencyArgument === null ? (value.currency ?? '') : String(args[value.currencyArgument] ?? '')}`.trim();
+            : `${text(args[value.argument] ?? '')} ${value.currencyArgument === null ? (value.currency ?? '') : text(args[value.currencyArgument] ?? '')}`.trim();
         rows.push({ ...a, tenant, amount });
       }
     }
@@ -109,13 +116,17 @@ export function registerApprovalPages(app: FastifyInstance, deps: ApiDeps): void
       page(request, 'Pending approvals', html`<section id="approvals" data-live aria-live="polite">${table}</section>`),
     );
   });
+}
 
+function registerApprovalPages2(app: FastifyInstance, deps: ApiDeps): void {
   app.get<{ Params: Params; Querystring: { done?: string } }>(
     '/approvals/:tenant/:id',
     { config: { console: 'session' } },
     async (request, reply) => send(reply, 200, await approvalPage(deps, request, request.params, request.query.done)),
   );
+}
 
+function registerApprovalPages3(app: FastifyInstance, deps: ApiDeps): void {
   app.post<{ Params: Params }>(
     '/approvals/:tenant/:id/approve',
     { config: { console: 'session' } },
@@ -135,7 +146,9 @@ export function registerApprovalPages(app: FastifyInstance, deps: ApiDeps): void
       return decided(deps, request, reply, r);
     },
   );
+}
 
+function registerApprovalPages4(app: FastifyInstance, deps: ApiDeps): void {
   app.post<{ Params: Params }>(
     '/approvals/:tenant/:id/reject',
     { config: { console: 'session' } },
@@ -161,15 +174,11 @@ async function decider(deps: ApiDeps, request: FastifyRequest, p: Params): Promi
   request.caller = caller; // the API's audit hook records this request with its principal
   // The tool is read with the approval (same tenant only); the gate checks the role again under its lock.
   const view = await deps.gate.approvals.show(p.id, caller);
-  const role = approverRole(deps, caller, String(view.envelope.tool));
+  const role = approverRole(deps, caller, text(view.envelope.tool));
   if (role === undefined)
-    throw new ActionLedgerError(
-      'permission_denied',
-      `none of your roles here may decide ${String(view.envelope.tool)}`,
-      {
-        details: { reason: 'no_approver_role' },
-      },
-    );
+    throw new ActionLedgerError('permission_denied', `none of your roles here may decide ${text(view.envelope.tool)}`, {
+      details: { reason: 'no_approver_role' },
+    });
   return { caller, role };
 }
 
@@ -185,7 +194,7 @@ async function decided(deps: ApiDeps, request: FastifyRequest<{ Params: Params }
       request,
       request.params,
       undefined,
-      explain({ code: r.error, message: r.message, details: r.details } as never),
+      explain({ code: r.error, message: r.message, details: r.details }),
     ),
   );
 }
@@ -222,6 +231,81 @@ async function approvalPage(
   const voted = view.approvers.includes(caller.principal_id);
   const approverRoles = [...(deps.config.gate.tools.get(env.tool)?.approverRoles ?? [])];
 
+  const blockers = blockersOf(deps, { p, env, caller, view, fresh, role, self, voted, approverRoles, displayedHash });
+  const decide = blockers.length > 0 || view.status !== 'pending' ? html`` : decideForms(request, p, displayedHash);
+  const op = view.operation_id === null ? null : await operationStatus(deps, caller, view.operation_id);
+  const body = html` ${done !== undefined && DONE[done] !== undefined ? notice('ok', html`<p id="done">${DONE[done]}</p>`) : ''}
+    ${refusal ?? ''}
+    <dl>
+      <dt>Status</dt>
+      <dd id="status">${view.status}${view.reason === null ? '' : ` (${view.reason})`}</dd>
+      <dt>Tool</dt>
+      <dd>${env.tool}</dd>
+      <dt>Effect</dt>
+      <dd>${text(env.effect ?? '')}</dd>
+      <dt>Who asked</dt>
+      <dd>${env.requester.principal_id} as ${env.requester.role}</dd>
+      <dt>Conversation</dt>
+      <dd>${env.subject.conversation_id} (account ${env.subject.account_id})</dd>
+      <dt>Task / step</dt>
+      <dd>${env.identity.task_id} / ${env.identity.workflow_step_id}</dd>
+      <dt>Plan version</dt>
+      <dd>${text(env.plan_version ?? '')}</dd>
+      <dt>Policy version</dt>
+      <dd>${text(env.policy_version ?? '')}</dd>
+      <dt>Bound resources</dt>
+      <dd>
+        ${env.resources.length === 0 ? 'none' : env.resources.map((r) => html`${r.type} ${r.id} at version ${r.version}<br />`)}
+      </dd>
+      <dt>Approvers</dt>
+      <dd>${view.approvers.join(', ') || 'none yet'} (needs ${text(env.required_approvals ?? 1)})</dd>
+      <dt>Expires</dt>
+      <dd>${text(env.expires_at ?? '')} (${timeLeft(text(env.expires_at))})</dd>
+      <dt>Envelope sha256</dt>
+      <dd class="hash" id="hash">${view.envelope_sha256}</dd>
+      ${
+        op === null
+          ? ''
+          : html`<dt>Operation</dt>
+              <dd>
+                <a href="${href(['operations', p.tenant, view.operation_id ?? ''])}">${view.operation_id}</a>:
+                <span id="operation-status">${op}</span>
+              </dd>`
+      }
+    </dl>
+    <h2>Arguments, exactly as stored</h2>
+    <pre id="arguments">${JSON.stringify(env.arguments, null, 2)}</pre>
+    ${blockers} ${decide}
+    <details>
+      <summary>The whole envelope (what the hash covers)</summary>
+      <pre id="envelope">${JSON.stringify(view.envelope, null, 2)}</pre>
+    </details>`;
+  return page(request, `Approval ${p.id}`, html`<section id="approval" data-live>${body}</section>`);
+}
+
+async function operationStatus(deps: ApiDeps, caller: Caller, id: string): Promise<string | null> {
+  const found = await new TenantLedgerView(deps.pool, deps.config.schemaQuoted)
+    .show(caller.tenant_id, id)
+    .catch(() => null);
+  return found === null ? null : text(found.operation.status);
+}
+
+interface BlockerInput {
+  p: Params;
+  env: { tool: string; requester: { principal_id: string } };
+  caller: Caller;
+  view: { approvers: string[]; envelope_sha256: string };
+  fresh: { error: string; details: Record<string, unknown> } | null;
+  role: string | undefined;
+  self: boolean;
+  voted: boolean;
+  approverRoles: string[];
+  displayedHash: string;
+}
+
+/** Why the person cannot approve this now, each explained (empty: they can). */
+function blockersOf(_deps: ApiDeps, i: BlockerInput): SafeHtml[] {
+  const { p, env, caller, view, fresh, role, self, voted, approverRoles, displayedHash } = i;
   const blockers: SafeHtml[] = [];
   if (fresh?.error === 'reapproval_required') {
     const d = fresh.details as {
@@ -244,7 +328,7 @@ async function approvalPage(
         'bad',
         html`<p>
           <span class="code" id="freshness">${fresh.error}</span>:
-          ${fresh.error === 'invalid_state_transition' ? `this approval is ${String(fresh.details.status)}` : fresh.error === 'tool_disabled' ? `a kill switch holds ${env.tool} (${String(fresh.details.reason)})` : 'this approval is past its time to live'}.
+          ${fresh.error === 'invalid_state_transition' ? `this approval is ${text(fresh.details.status)}` : fresh.error === 'tool_disabled' ? `a kill switch holds ${env.tool} (${text(fresh.details.reason)})` : 'this approval is past its time to live'}.
         </p>`,
       ),
     );
@@ -285,75 +369,22 @@ async function approvalPage(
       notice('bad', html`<p>The stored envelope does not hash to its recorded sha256; it cannot be approved.</p>`),
     );
 
-  const decide =
-    blockers.length > 0 || view.status !== 'pending'
-      ? html``
-      : html`<section aria-label="Decide">
-          <h2>Decide</h2>
-          <form method="post" action="${href(['approvals', p.tenant, p.id, 'approve'])}">
-            ${csrfField(request)}
-            <input type="hidden" name="envelope_sha256" value="${displayedHash}" />
-            <button type="submit" id="approve">Approve exactly this (sha256 ${displayedHash.slice(0, 12)}…)</button>
-          </form>
-          <form method="post" action="${href(['approvals', p.tenant, p.id, 'reject'])}">
-            ${csrfField(request)}
-            <label>Reason for rejecting <textarea name="reason" required maxlength="1000" rows="2"></textarea></label>
-            <button type="submit" id="reject">Reject</button>
-          </form>
-        </section>`;
-  const op = view.operation_id === null ? null : await operationStatus(deps, caller, view.operation_id);
-  const body = html` ${done !== undefined && DONE[done] !== undefined ? notice('ok', html`<p id="done">${DONE[done]}</p>`) : ''}
-    ${refusal ?? ''}
-    <dl>
-      <dt>Status</dt>
-      <dd id="status">${view.status}${view.reason === null ? '' : ` (${view.reason})`}</dd>
-      <dt>Tool</dt>
-      <dd>${env.tool}</dd>
-      <dt>Effect</dt>
-      <dd>${String(env.effect ?? '')}</dd>
-      <dt>Who asked</dt>
-      <dd>${env.requester.principal_id} as ${env.requester.role}</dd>
-      <dt>Conversation</dt>
-      <dd>${env.subject.conversation_id} (account ${env.subject.account_id})</dd>
-      <dt>Task / step</dt>
-      <dd>${env.identity.task_id} / ${env.identity.workflow_step_id}</dd>
-      <dt>Plan version</dt>
-      <dd>${String(env.plan_version ?? '')}</dd>
-      <dt>Policy version</dt>
-      <dd>${String(env.policy_version ?? '')}</dd>
-      <dt>Bound resources</dt>
-      <dd>
-        ${env.resources.length === 0 ? 'none' : env.resources.map((r) => html`${r.type} ${r.id} at version ${r.version}<br />`)}
-      </dd>
-      <dt>Approvers</dt>
-      <dd>${view.approvers.join(', ') || 'none yet'} (needs ${String(env.required_approvals ?? 1)})</dd>
-      <dt>Expires</dt>
-      <dd>${String(env.expires_at ?? '')} (${timeLeft(String(env.expires_at))})</dd>
-      <dt>Envelope sha256</dt>
-      <dd class="hash" id="hash">${view.envelope_sha256}</dd>
-      ${
-        op === null
-          ? ''
-          : html`<dt>Operation</dt>
-              <dd>
-                <a href="${href(['operations', p.tenant, view.operation_id ?? ''])}">${view.operation_id}</a>:
-                <span id="operation-status">${op}</span>
-              </dd>`
-      }
-    </dl>
-    <h2>Arguments, exactly as stored</h2>
-    <pre id="arguments">${JSON.stringify(env.arguments, null, 2)}</pre>
-    ${blockers} ${decide}
-    <details>
-      <summary>The whole envelope (what the hash covers)</summary>
-      <pre id="envelope">${JSON.stringify(view.envelope, null, 2)}</pre>
-    </details>`;
-  return page(request, `Approval ${p.id}`, html`<section id="approval" data-live>${body}</section>`);
+  return blockers;
 }
 
-async function operationStatus(deps: ApiDeps, caller: Caller, id: string): Promise<string | null> {
-  const found = await new TenantLedgerView(deps.pool, deps.config.schemaQuoted)
-    .show(caller.tenant_id, id)
-    .catch(() => null);
-  return found === null ? null : String(found.operation.status);
+/** The approve form (carrying the hash of the envelope displayed) and the reject form (a reason required). */
+function decideForms(request: FastifyRequest, p: Params, displayedHash: string): SafeHtml {
+  return html`<section aria-label="Decide">
+    <h2>Decide</h2>
+    <form method="post" action="${href(['approvals', p.tenant, p.id, 'approve'])}">
+      ${csrfField(request)}
+      <input type="hidden" name="envelope_sha256" value="${displayedHash}" />
+      <button type="submit" id="approve">Approve exactly this (sha256 ${displayedHash.slice(0, 12)}…)</button>
+    </form>
+    <form method="post" action="${href(['approvals', p.tenant, p.id, 'reject'])}">
+      ${csrfField(request)}
+      <label>Reason for rejecting <textarea name="reason" required maxlength="1000" rows="2"></textarea></label>
+      <button type="submit" id="reject">Reject</button>
+    </form>
+  </section>`;
 }

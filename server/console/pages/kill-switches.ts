@@ -4,12 +4,13 @@
  * target no route declares anyway) and lift, each with a reason. Engaging and lifting are the gate's calls,
  * audited there; the reason of a lift is recorded in this request's audit row.
  */
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { KillSwitchRow } from '../../../gate/index.js';
 import { ActionLedgerError } from '../../../core/errors.js';
 import { listInReview } from '../../../reconciler/index.js';
 import { holds } from '../../api/auth.js';
 import type { ApiDeps } from '../../api/types.js';
-import { href, html } from '../html.js';
+import { href, html, type SafeHtml } from '../html.js';
 import { ago, csrfField, notice, page, send } from '../layout.js';
 import { form } from '../plugin.js';
 import { callerIn, tenantsOf } from '../session.js';
@@ -20,6 +21,11 @@ function targets(deps: ApiDeps, tenant: string): string[] {
 }
 
 export function registerKillSwitchPages(app: FastifyInstance, deps: ApiDeps): void {
+  registerKillSwitchPages1(app, deps);
+  registerKillSwitchPages2(app, deps);
+}
+
+function registerKillSwitchPages1(app: FastifyInstance, deps: ApiDeps): void {
   app.get<{ Querystring: { done?: string } }>(
     '/kill-switches',
     { config: { console: 'session' } },
@@ -38,30 +44,7 @@ export function registerKillSwitchPages(app: FastifyInstance, deps: ApiDeps): vo
         });
         held.set(t, l.total);
       }
-      const rows = engaged.map(
-        (s) =>
-          html`<tr>
-            <td data-label="Tenant">${s.tenant_id}</td>
-            <td data-label="Tool">${s.tool_name}</td>
-            <td data-label="Engaged">${ago(s.engaged_at)} by ${s.engaged_by}</td>
-            <td data-label="Reason">${s.reason}</td>
-            <td data-label="Lift">
-              ${
-                s.tenant_id === '*'
-                  ? 'the operator’s (command line)'
-                  : html`<form method="post" action="/console/kill-switches/lift">
-                      ${csrfField(request)}<input type="hidden" name="tenant" value="${s.tenant_id}" /><input
-                        type="hidden"
-                        name="tool"
-                        value="${s.tool_name}"
-                      />
-                      <label>Reason <input name="reason" required maxlength="1000" /></label
-                      ><button type="submit">Lift</button>
-                    </form>`
-              }
-            </td>
-          </tr>`,
-      );
+      const rows = switchRows(request, engaged);
       const done = request.query.done;
       const body = html`${done === undefined || done === '' ? '' : notice('ok', html`<p id="done">${done}</p>`)}
         <section id="switches" data-live>
@@ -110,7 +93,9 @@ export function registerKillSwitchPages(app: FastifyInstance, deps: ApiDeps): vo
       return send(reply, 200, page(request, 'Kill switches', body));
     },
   );
+}
 
+function registerKillSwitchPages2(app: FastifyInstance, deps: ApiDeps): void {
   app.post('/kill-switches/:verb', { config: { console: 'session' } }, async (request, reply) => {
     const verb = (request.params as { verb: string }).verb;
     if (verb !== 'engage' && verb !== 'lift') throw new ActionLedgerError('not_found', 'no such action');
@@ -148,4 +133,31 @@ export function registerKillSwitchPages(app: FastifyInstance, deps: ApiDeps): vo
     }
     return reply.redirect(href(['kill-switches'], { done }), 303);
   });
+}
+
+function switchRows(request: FastifyRequest, engaged: KillSwitchRow[]): SafeHtml[] {
+  return engaged.map(
+    (s) =>
+      html`<tr>
+        <td data-label="Tenant">${s.tenant_id}</td>
+        <td data-label="Tool">${s.tool_name}</td>
+        <td data-label="Engaged">${ago(s.engaged_at)} by ${s.engaged_by}</td>
+        <td data-label="Reason">${s.reason}</td>
+        <td data-label="Lift">
+          ${
+            s.tenant_id === '*'
+              ? 'the operator’s (command line)'
+              : html`<form method="post" action="/console/kill-switches/lift">
+                  ${csrfField(request)}<input type="hidden" name="tenant" value="${s.tenant_id}" /><input
+                    type="hidden"
+                    name="tool"
+                    value="${s.tool_name}"
+                  />
+                  <label>Reason <input name="reason" required maxlength="1000" /></label
+                  ><button type="submit">Lift</button>
+                </form>`
+          }
+        </td>
+      </tr>`,
+  );
 }

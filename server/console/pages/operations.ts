@@ -11,7 +11,7 @@ import { OPERATION_STATUSES, type OperationStatus } from '../../../core/types.js
 import { TenantLedgerView } from '../../../ledger/index.js';
 import { holds } from '../../api/auth.js';
 import type { ApiDeps, Caller } from '../../api/types.js';
-import { href, html } from '../html.js';
+import { href, html, text } from '../html.js';
 import { ago, page, send, tenantPicker } from '../layout.js';
 import { callerIn, tenantsOf } from '../session.js';
 
@@ -40,6 +40,11 @@ const opt = (field: string, v: string | undefined) => (v === undefined || v === 
 
 export function registerOperationPages(app: FastifyInstance, deps: ApiDeps): void {
   const view = new TenantLedgerView(deps.pool, deps.config.schemaQuoted);
+  registerList(app, deps, view);
+  registerShow(app, deps, view);
+}
+
+function registerList(app: FastifyInstance, deps: ApiDeps, view: TenantLedgerView): void {
   app.get<{ Querystring: Query }>('/operations', { config: { console: 'session' } }, async (request, reply) => {
     const q = request.query;
     const caller = pickTenant(deps, request, q.tenant, (c) => holds(deps, c, 'read'));
@@ -117,7 +122,9 @@ export function registerOperationPages(app: FastifyInstance, deps: ApiDeps): voi
       </section>`;
     return send(reply, 200, page(request, 'Operations', body));
   });
+}
 
+function registerShow(app: FastifyInstance, deps: ApiDeps, view: TenantLedgerView): void {
   app.get<{ Params: { tenant: string; id: string } }>(
     '/operations/:tenant/:id',
     { config: { console: 'session' } },
@@ -131,25 +138,25 @@ export function registerOperationPages(app: FastifyInstance, deps: ApiDeps): voi
       const body = html`<section id="operation" data-live>
         <dl>
           <dt>State</dt>
-          <dd id="op-status">${String(op.status)}</dd>
+          <dd id="op-status">${text(op.status)}</dd>
           <dt>Review reason</dt>
-          <dd>${op.review_reason == null ? '—' : String(op.review_reason)}</dd>
+          <dd>${op.review_reason == null ? '—' : text(op.review_reason)}</dd>
           <dt>Tool / provider</dt>
-          <dd>${String(op.tool_name)} → ${String(op.provider_id)} (${String(op.provider_endpoint)})</dd>
+          <dd>${text(op.tool_name)} → ${text(op.provider_id)} (${text(op.provider_endpoint)})</dd>
           <dt>Principal</dt>
-          <dd>${String(op.principal_id)}</dd>
+          <dd>${text(op.principal_id)}</dd>
           <dt>Task / step</dt>
-          <dd>${String(op.task_id)} / ${String(op.workflow_step_id)}</dd>
+          <dd>${text(op.task_id)} / ${text(op.workflow_step_id)}</dd>
           <dt>Approval / policy</dt>
-          <dd>${String(op.current_approval_id)} / ${String(op.current_policy_version)}</dd>
+          <dd>${text(op.current_approval_id)} / ${text(op.current_policy_version)}</dd>
           <dt>Effect key</dt>
-          <dd class="hash">${String(op.effect_key)}</dd>
+          <dd class="hash">${text(op.effect_key)}</dd>
           <dt>Arguments sha256</dt>
-          <dd class="hash">${String(op.canonical_args_sha256)}</dd>
+          <dd class="hash">${text(op.canonical_args_sha256)}</dd>
           <dt>Attempt</dt>
-          <dd>${String(op.attempt)}</dd>
+          <dd>${text(op.attempt)}</dd>
           <dt>Provider receipt</dt>
-          <dd id="receipt">${op.provider_receipt == null ? 'none' : String(op.provider_receipt)}</dd>
+          <dd id="receipt">${op.provider_receipt == null ? 'none' : text(op.provider_receipt)}</dd>
         </dl>
         <h2>Arguments, as stored and sent</h2>
         <pre>${JSON.stringify(op.arguments_json, null, 2)}</pre>
@@ -160,7 +167,7 @@ export function registerOperationPages(app: FastifyInstance, deps: ApiDeps): voi
               html`<li>
                 <strong>${ago(h.at)}</strong> ${h.from_status ?? 'reserved'} → <strong>${h.to_status}</strong> by
                 ${h.actor}: ${h.reason}
-                ${h.detail === null || (typeof h.detail === 'object' && Object.keys(h.detail as object).length === 0) ? '' : html`<pre>${JSON.stringify(h.detail, null, 2)}</pre>`}
+                ${h.detail === null || (typeof h.detail === 'object' && Object.keys(h.detail).length === 0) ? '' : html`<pre>${JSON.stringify(h.detail, null, 2)}</pre>`}
               </li>`,
           )}
         </ol>

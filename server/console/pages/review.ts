@@ -68,6 +68,12 @@ function row(request: FastifyRequest, tenant: string, o: InReview, mayReview: bo
 }
 
 export function registerReviewPages(app: FastifyInstance, deps: ApiDeps): void {
+  registerReviewPages1(app, deps);
+  registerReviewPages2(app, deps);
+  registerReviewPages3(app, deps);
+}
+
+function registerReviewPages1(app: FastifyInstance, deps: ApiDeps): void {
   app.get<{ Querystring: { tenant?: string; done?: string } }>(
     '/review',
     { config: { console: 'session' } },
@@ -123,7 +129,9 @@ export function registerReviewPages(app: FastifyInstance, deps: ApiDeps): void {
       return send(reply, 200, page(request, 'Review', body));
     },
   );
+}
 
+function registerReviewPages2(app: FastifyInstance, deps: ApiDeps): void {
   app.post<{ Params: { tenant: string } }>(
     '/review/:tenant/bulk-retry',
     { config: { console: 'session' } },
@@ -166,7 +174,9 @@ export function registerReviewPages(app: FastifyInstance, deps: ApiDeps): void {
       );
     },
   );
+}
 
+function registerReviewPages3(app: FastifyInstance, deps: ApiDeps): void {
   app.post<{ Params: { tenant: string; id: string; action: string } }>(
     '/review/:tenant/:id/:action',
     { config: { console: 'session' } },
