@@ -206,7 +206,8 @@ const loginLink: Command = {
     url: {
       type: 'string',
       value: 'BASE',
-      description: 'the console as its users reach it (default: http.host and http.port)',
+      description: 'the console as its users reach it',
+      default: 'http(s)://http.host:http.port',
     },
     'break-glass': BREAK_GLASS,
     json: JSON_ALWAYS,
