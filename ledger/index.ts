@@ -13,6 +13,7 @@ export {
 } from './transitions.js';
 export {
   TenantLedgerView,
+  operationCursorBefore,
   OPERATION_PAGE,
   type OperationFilter,
   type OperationPage,

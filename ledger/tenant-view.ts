@@ -70,6 +70,20 @@ function decodeCursor(cursor: string): { us: string; operationId: string } {
   return { us: m[1] ?? '', operationId: m[2] ?? '' };
 }
 
+/**
+ * A cursor that starts a list just before `time`: the first page after it holds the operations reserved
+ * before that instant (the highest possible id stands in for the row). Throws `invalid_request` for a time
+ * before the epoch or an invalid date.
+ */
+export function operationCursorBefore(time: Date): string {
+  const ms = time.getTime();
+  if (!Number.isFinite(ms) || ms < 0)
+    throw new ActionLedgerError('invalid_request', 'the time must be a valid time after 1970', {
+      details: { field: 'before' },
+    });
+  return encodeCursor(String(ms * 1000), 'ffffffff-ffff-ffff-ffff-ffffffffffff');
+}
+
 type Row = OperationSummary & { cursor_us: string };
 
 export class TenantLedgerView {

@@ -11,6 +11,7 @@ import { canonicalJson, sha256Hex, type JsonObject } from '../../../core/json.js
 import { listApprovals, type ApprovalSummary, type GateResult } from '../../../gate/index.js';
 import { TenantLedgerView } from '../../../ledger/index.js';
 import { holds } from '../../api/auth.js';
+import { httpStatus } from '../../api/errors.js';
 import type { ApiDeps, Caller } from '../../api/types.js';
 import { explain } from '../explain.js';
 import { href, html, text, type SafeHtml } from '../html.js';
@@ -185,7 +186,7 @@ async function decider(deps: ApiDeps, request: FastifyRequest, p: Params): Promi
 async function decided(deps: ApiDeps, request: FastifyRequest<{ Params: Params }>, reply: FastifyReply, r: GateResult) {
   if (r.ok)
     return reply.redirect(href(['approvals', request.params.tenant, request.params.id], { done: r.status }), 303);
-  const status = r.error === 'self_approval_forbidden' || r.error === 'permission_denied' ? 403 : 409;
+  const status = httpStatus(r.error);
   return send(
     reply,
     status,

@@ -8,14 +8,23 @@ import type { FastifyInstance } from 'fastify';
 import { ActionLedgerError } from '../../../core/errors.js';
 import { identifier } from '../../../core/identifier.js';
 import { OPERATION_STATUSES, type OperationStatus } from '../../../core/types.js';
-import { TenantLedgerView } from '../../../ledger/index.js';
+import { operationCursorBefore, TenantLedgerView } from '../../../ledger/index.js';
 import { holds } from '../../api/auth.js';
 import type { ApiDeps, Caller } from '../../api/types.js';
-import { href, html, text } from '../html.js';
+import { href, html, text, type SafeHtml } from '../html.js';
 import { ago, page, send, tenantPicker } from '../layout.js';
 import { callerIn, tenantsOf } from '../session.js';
 
-type Query = { tenant?: string; status?: string; tool?: string; principal?: string; task?: string; cursor?: string };
+type Query = {
+  tenant?: string;
+  status?: string;
+  tool?: string;
+  principal?: string;
+  task?: string;
+  since?: string;
+  before?: string;
+  cursor?: string;
+};
 
 /** The tenant a page shows: the one asked for, else the first the person may use the capability in. */
 export function pickTenant(
@@ -36,6 +45,18 @@ export function pickTenant(
   throw new ActionLedgerError('permission_denied', 'none of your roles in any tenant may see this');
 }
 
+/** A `datetime-local` value (or a full ISO time), read as UTC; absent stays absent. Throws `invalid_request`. */
+function utcTime(field: string, v: string | undefined): Date | undefined {
+  if (v === undefined || v === '') return undefined;
+  const m = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,3})?)?(Z|[+-]\d{2}:\d{2})?$/.exec(v);
+  const d = m === null ? null : new Date(m[3] === undefined ? `${v}Z` : v);
+  if (d === null || Number.isNaN(d.getTime()))
+    throw new ActionLedgerError('invalid_request', `${field} must be a time like 2026-01-31T09:00 (UTC)`, {
+      details: { field },
+    });
+  return d;
+}
+
 const opt = (field: string, v: string | undefined) => (v === undefined || v === '' ? undefined : identifier(field, v));
 
 export function registerOperationPages(app: FastifyInstance, deps: ApiDeps): void {
@@ -51,32 +72,25 @@ function registerList(app: FastifyInstance, deps: ApiDeps, view: TenantLedgerVie
     const status = q.status === undefined || q.status === '' ? undefined : (q.status as OperationStatus);
     if (status !== undefined && !OPERATION_STATUSES.includes(status))
       throw new ActionLedgerError('invalid_request', 'no such state', { details: { field: 'status' } });
+    const since = utcTime('since', q.since);
+    const before = utcTime('before', q.before);
+    const cursor =
+      q.cursor !== undefined && q.cursor !== ''
+        ? q.cursor
+        : before === undefined
+          ? undefined
+          : operationCursorBefore(before);
     const pageOf = await view.list(
       caller.tenant_id,
       { status, tool: opt('tool', q.tool), principal_id: opt('principal', q.principal), task_id: opt('task', q.task) },
-      { limit: 50, cursor: q.cursor === '' ? undefined : q.cursor },
+      { limit: 50, cursor },
     );
-    const tools = [...deps.config.tools.keys()];
-    const filters = html`<form class="filters" method="get" action="/console/operations">
-      <input type="hidden" name="tenant" value="${caller.tenant_id}" />
-      <label
-        >State
-        <select name="status">
-          <option value="">any</option>
-          ${OPERATION_STATUSES.map((s) => html`<option ${s === status ? html`selected` : ''}>${s}</option>`)}
-        </select></label
-      >
-      <label
-        >Tool
-        <select name="tool">
-          <option value="">any</option>
-          ${tools.map((t) => html`<option ${t === q.tool ? html`selected` : ''}>${t}</option>`)}
-        </select></label
-      >
-      <label>Principal <input name="principal" value="${q.principal ?? ''}" /></label>
-      <label>Task <input name="task" value="${q.task ?? ''}" /></label>
-      <button type="submit">Filter</button>
-    </form>`;
+    // Newest first: once a row is older than `since`, so is every row after it.
+    if (since !== undefined && pageOf.operations.some((o) => new Date(o.created_at) < since)) {
+      pageOf.operations = pageOf.operations.filter((o) => new Date(o.created_at) >= since);
+      pageOf.next_cursor = null;
+    }
+    const filters = filterForm(deps, caller.tenant_id, q, status);
     const rows = pageOf.operations.map(
       (o) =>
         html`<tr>
@@ -122,6 +136,33 @@ function registerList(app: FastifyInstance, deps: ApiDeps, view: TenantLedgerVie
       </section>`;
     return send(reply, 200, page(request, 'Operations', body));
   });
+}
+
+/** The list's filters, as a GET form (so a filtered list is a link). */
+function filterForm(deps: ApiDeps, tenant: string, q: Query, status: OperationStatus | undefined): SafeHtml {
+  const tools = [...deps.config.tools.keys()];
+  return html`<form class="filters" method="get" action="/console/operations">
+    <input type="hidden" name="tenant" value="${tenant}" />
+    <label
+      >State
+      <select name="status">
+        <option value="">any</option>
+        ${OPERATION_STATUSES.map((s) => html`<option ${s === status ? html`selected` : ''}>${s}</option>`)}
+      </select></label
+    >
+    <label
+      >Tool
+      <select name="tool">
+        <option value="">any</option>
+        ${tools.map((t) => html`<option ${t === q.tool ? html`selected` : ''}>${t}</option>`)}
+      </select></label
+    >
+    <label>Principal <input name="principal" value="${q.principal ?? ''}" /></label>
+    <label>Task <input name="task" value="${q.task ?? ''}" /></label>
+    <label>Reserved since (UTC) <input type="datetime-local" name="since" value="${q.since ?? ''}" /></label>
+    <label>Reserved before (UTC) <input type="datetime-local" name="before" value="${q.before ?? ''}" /></label>
+    <button type="submit">Filter</button>
+  </form>`;
 }
 
 function registerShow(app: FastifyInstance, deps: ApiDeps, view: TenantLedgerView): void {
