@@ -69,6 +69,9 @@ export function parseForm(body: string): Form {
 
 /** The form of a POST, with its CSRF token checked first. */
 export function form(request: FastifyRequest): Form {
+  const type = (request.headers['content-type'] ?? '').split(';')[0]?.trim().toLowerCase();
+  if (type !== 'application/x-www-form-urlencoded')
+    throw new ActionLedgerError('unsupported_media_type', 'the console takes HTML forms only');
   const body = (request.body ?? {}) as Form;
   checkCsrf(request, body.csrf);
   return body;
