@@ -34,7 +34,7 @@ header { display: flex; flex-wrap: wrap; gap: .5rem 1rem; align-items: center; p
   border-bottom: 1px solid var(--line); }
 header nav { display: flex; flex-wrap: wrap; gap: .25rem .9rem; }
 header .who { margin-left: auto; display: flex; gap: .5rem; align-items: center; }
-main { padding: 1rem; max-width: 72rem; }
+main { padding: 1rem; max-width: 72rem; overflow-wrap: break-word; }
 a { color: #0550ae; }
 a:focus, button:focus, input:focus, select:focus, textarea:focus { outline: 3px solid #0969da; outline-offset: 2px; }
 table { border-collapse: collapse; width: 100%; }
@@ -54,6 +54,7 @@ dl { display: grid; grid-template-columns: max-content 1fr; gap: .25rem 1rem; }
 dt { color: var(--muted); } dd { margin: 0; overflow-wrap: anywhere; }
 ol.timeline li { margin-bottom: .4rem; }
 @media (max-width: 40rem) {
+  header, td, th, dd, li, p { overflow-wrap: anywhere; }
   table, thead, tbody, tr, th, td { display: block; }
   thead { display: none; }
   tr { border-bottom: 2px solid var(--line); padding: .4rem 0; }

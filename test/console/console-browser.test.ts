@@ -7,10 +7,22 @@
  * ends the session; an operation in review is retried from the queue and the provider receives it once.
  */
 import t from 'tap';
+import { statSync } from 'node:fs';
+import { join } from 'node:path';
 import { bindQueries } from '../../core/db.js';
 import { transitionCte } from '../../ledger/index.js';
 import { consoleEnv } from '../helpers/console.js';
 import { gctx } from '../helpers/gate.js';
+
+/**
+ * Where the screenshots go: `.actionledger/screenshots/` (ignored by git) unless CONSOLE_SCREENSHOTS names a
+ * folder; `CONSOLE_SCREENSHOTS=docs/img` refreshes the README's pictures.
+ */
+const SHOTS = process.env.CONSOLE_SCREENSHOTS ?? join('.actionledger', 'screenshots');
+
+/** In the page: whether nothing is wider than the window, and which elements are (to say why not). */
+const FITS = 'document.documentElement.scrollWidth <= window.innerWidth';
+const WIDER = `[...document.querySelectorAll('body *')].filter((e) => e.getBoundingClientRect().right > window.innerWidth + 1).slice(0, 5).map((e) => e.tagName + '#' + e.id + '.' + e.className + ' ' + Math.round(e.getBoundingClientRect().right))`;
 
 const HOSTILE = '<script>alert(1)</script><img src=x onerror=alert(2)>';
 const gate = {
@@ -74,7 +86,7 @@ t.test('the console in a browser', async (t) => {
     t.same(shown, { document_id: 'DOC-1', status: 'reviewed' }, 'the exact stored arguments');
     const view = await c.g.gate.approvals.show(held.request_id ?? '', { tenant_id: 'tenant-a' });
     t.equal(await page.locator('#hash').innerText(), view.envelope_sha256);
-    await page.screenshot({ path: 'docs/img/console-approval.png', fullPage: true });
+    await page.screenshot({ path: join(SHOTS, 'console-approval.png'), fullPage: true });
     await page.click('#approve');
     t.equal(await page.locator('#done').innerText(), 'Approved: the operation is reserved and will be dispatched.');
     const after = await c.g.gate.approvals.show(held.request_id ?? '', { tenant_id: 'tenant-a' });
@@ -164,7 +176,7 @@ t.test('the console in a browser', async (t) => {
     const op = await c.signIn('op-1');
     await op.goto(`${c.base}/console/review`);
     t.match(await op.locator('#review h2').first().innerText(), /final_check:tool_disabled/);
-    await op.screenshot({ path: 'docs/img/console-review.png', fullPage: true });
+    await op.screenshot({ path: join(SHOTS, 'console-review.png'), fullPage: true });
     await op.fill('#review tbody form:first-of-type input[name=reason]', 'switch lifted; never sent');
     await op.click('#review tbody form:first-of-type button');
     t.match(await op.locator('#done').innerText(), /retry: .* moved from needs_review to pending/);
@@ -172,5 +184,37 @@ t.test('the console in a browser', async (t) => {
     t.equal(done.status, 'succeeded');
     t.equal(c.e.provider.requestsFor(r.effect_key), 1, 'the provider counted one request');
   });
+
+  await t.test('phone width, the keyboard alone, and a list that updates without a reload', async (t) => {
+    const page = await c.signIn('sam');
+    await page.setViewportSize({ width: 375, height: 740 });
+    const rows = await page.locator('#approvals tbody tr').count();
+    const held = await c.g.gate.call(
+      gctx({ principal_id: 'editor-1', role: 'editor', workflow_step_id: 'doc-3' }),
+      'update_document',
+      { document_id: 'DOC-1', status: 'reviewed' },
+    );
+    await page.locator('#approvals tbody tr').nth(rows).waitFor();
+    t.pass('the new request appeared without a reload');
+    t.ok(await page.evaluate(FITS), 'nothing is wider than a phone', {
+      wider: await page.evaluate(WIDER),
+      widths: await page.evaluate(
+        '[document.documentElement.scrollWidth, document.documentElement.clientWidth, window.innerWidth]',
+      ),
+    });
+    await page.goto(`${c.base}/console/approvals/tenant-a/${held.request_id ?? ''}`);
+    t.ok(await page.evaluate(FITS), 'the approval fits a phone too');
+    let reached = false;
+    for (let i = 0; i < 80 && !reached; i++) {
+      await page.keyboard.press('Tab');
+      reached = (await page.evaluate("document.activeElement?.id === 'approve'")) === true;
+    }
+    t.ok(reached, 'the approve button is reached with Tab');
+    await page.keyboard.press('Enter');
+    await page.waitForSelector('#done');
+    t.equal(await page.locator('#done').innerText(), 'Approved: the operation is reserved and will be dispatched.');
+  });
   t.equal(dialogs, 0);
+  for (const shot of ['console-approval.png', 'console-review.png'])
+    t.ok(statSync(join(SHOTS, shot)).size > 10_000, `${shot} saved`);
 });

@@ -44,20 +44,23 @@ function row(request: FastifyRequest, tenant: string, o: InReview, mayReview: bo
   const actions = !mayReview
     ? html``
     : html`${
-        o.retry_safe
-          ? act(
-              'retry',
-              'Retry',
-              html`<input type="hidden" name="attempt" value="${o.attempt}" /><input
-                  type="hidden"
-                  name="review_reason"
-                  value="${o.review_reason}"
-                />`,
-            )
-          : html`<p>Retry is not safe: the provider may have received it.</p>`
-      }
-      ${act('resolve-succeeded', 'Resolve succeeded', html`<label>Provider receipt <input name="receipt" required maxlength="256" /></label>`)}
-      ${act('resolve-failed', 'Resolve failed')} ${act('compensate', 'Compensate')}`;
+          o.retry_safe
+            ? act(
+                'retry',
+                'Retry',
+                html`<input type="hidden" name="attempt" value="${o.attempt}" /><input
+                    type="hidden"
+                    name="review_reason"
+                    value="${o.review_reason}"
+                  />`,
+              )
+            : html`<p>Retry is not safe: the provider may have received it.</p>`
+        }
+        <details>
+          <summary>Resolve or compensate</summary>
+          ${act('resolve-succeeded', 'Resolve succeeded', html`<label>Provider receipt <input name="receipt" required maxlength="256" /></label>`)}
+          ${act('resolve-failed', 'Resolve failed')} ${act('compensate', 'Compensate')}
+        </details>`;
   return html`<tr>
     <td data-label="Operation"><a href="${href(['operations', tenant, o.operation_id])}">${o.operation_id}</a></td>
     <td data-label="Tool">${o.tool_name}</td>
