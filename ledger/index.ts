@@ -19,5 +19,6 @@ export {
   type OperationPage,
   type OperationSummary,
   type TenantOperation,
+  type OperationRecords,
 } from './tenant-view.js';
 export { DirectReservations } from './direct.js';

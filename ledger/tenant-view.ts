@@ -52,6 +52,21 @@ export interface TenantOperation {
   history: HistoryRow[];
 }
 
+/** The records behind an operation's state: its authorization evidence and the reconciler's readbacks. */
+export interface OperationRecords {
+  evidence: {
+    attempt: number;
+    approval_id: string;
+    policy_version: string;
+    args_sha256: string;
+    decision_sha256: string;
+    authorized_at: Date;
+    expires_at: Date;
+    recorded_at: Date;
+  }[];
+  checks: { attempt: number; from_status: string; outcome: string; at: Date; actor: string; detail: unknown }[];
+}
+
 /** The cursor of the row a page ended at: base64url of its creation time (microseconds) and its id. */
 function encodeCursor(us: string, operationId: string): string {
   return Buffer.from(`${us}:${operationId}`, 'utf8').toString('base64url');
@@ -106,6 +121,16 @@ export class TenantLedgerView {
     if (operation === undefined) throw new ActionLedgerError('not_found', 'no such operation');
     const history = await this.#db.query<HistoryRow>(this.#history, [operationId]);
     return { operation, history: history.rows };
+  }
+
+  /** The operation's authorization evidence and reconciliation checks, oldest first (empty for another tenant's). */
+  async records(tenant: string, operationId: string): Promise<OperationRecords> {
+    if (typeof operationId !== 'string' || !UUID_ANY_CASE.test(operationId)) return { evidence: [], checks: [] };
+    const [evidence, checks] = await Promise.all([
+      this.#db.query<OperationRecords['evidence'][number]>(this.#q.tenantEvidence, [operationId, tenant]),
+      this.#db.query<OperationRecords['checks'][number]>(this.#q.tenantReconcileChecks, [operationId, tenant]),
+    ]);
+    return { evidence: evidence.rows, checks: checks.rows };
   }
 
   /**

@@ -96,6 +96,15 @@ export function sessionHook(deps: ApiDeps, sessions: ConsoleSessions) {
   };
 }
 
+/** The host of an Origin header; null for one that is not a URL. */
+function originHost(origin: string): string | null {
+  try {
+    return new URL(origin).host;
+  } catch {
+    return null;
+  }
+}
+
 /** Refuses a state change without this session's CSRF token, or one sent from another site: `csrf_token_invalid`. */
 export function checkCsrf(request: FastifyRequest, sent: string | undefined): void {
   const expected = request.signedIn?.csrf;
@@ -104,7 +113,7 @@ export function checkCsrf(request: FastifyRequest, sent: string | undefined): vo
   const host = request.headers.host;
   const crossSite =
     (typeof site === 'string' && site !== 'same-origin' && site !== 'none') ||
-    (typeof origin === 'string' && origin !== 'null' && host !== undefined && new URL(origin).host !== host);
+    (typeof origin === 'string' && origin !== 'null' && host !== undefined && originHost(origin) !== host);
   const ok =
     !crossSite &&
     expected !== undefined &&

@@ -95,6 +95,11 @@ t.test('the console in a browser', async (t) => {
     t.equal(done.status, 'succeeded');
     await page.reload();
     t.equal(await page.locator('#operation-status').innerText(), 'succeeded', 'the page shows it succeeded');
+    await page.click('#operation-status >> xpath=preceding-sibling::a');
+    t.equal(await page.locator('#op-status').innerText(), 'succeeded');
+    t.not(await page.locator('#receipt').innerText(), 'none', 'the provider receipt');
+    t.equal(await page.locator('#evidence li').count(), 1, 'the authorization evidence of its one send');
+    t.match(await page.locator('#checks').innerText(), /None/, 'no readback was needed');
   });
 
   await t.test('a resource that moved shows reapproval_required and no approve button', async (t) => {

@@ -8,7 +8,7 @@ import type { FastifyInstance } from 'fastify';
 import { ActionLedgerError } from '../../../core/errors.js';
 import { identifier } from '../../../core/identifier.js';
 import { OPERATION_STATUSES, type OperationStatus } from '../../../core/types.js';
-import { operationCursorBefore, TenantLedgerView } from '../../../ledger/index.js';
+import { operationCursorBefore, TenantLedgerView, type OperationRecords } from '../../../ledger/index.js';
 import { holds } from '../../api/auth.js';
 import type { ApiDeps, Caller } from '../../api/types.js';
 import { href, html, text, type SafeHtml } from '../html.js';
@@ -165,6 +165,40 @@ function filterForm(deps: ApiDeps, tenant: string, q: Query, status: OperationSt
   </form>`;
 }
 
+/** The authorization evidence recorded before each send, and the reconciler's readbacks. */
+function recordsOf(r: OperationRecords): SafeHtml {
+  return html`<h2>Authorization evidence</h2>
+    ${
+      r.evidence.length === 0
+        ? html`<p id="evidence">None recorded (never sent to the provider).</p>`
+        : html`<ul id="evidence">
+            ${r.evidence.map(
+              (e) =>
+                html`<li>
+                  attempt ${e.attempt}: allowed at ${ago(e.authorized_at)} until ${ago(e.expires_at)}, approval
+                  ${e.approval_id}, policy ${e.policy_version}, arguments sha256
+                  <span class="hash">${e.args_sha256}</span>, decision sha256
+                  <span class="hash">${e.decision_sha256}</span>
+                </li>`,
+            )}
+          </ul>`
+    }
+    <h2>Reconciliation checks</h2>
+    ${
+      r.checks.length === 0
+        ? html`<p id="checks">None: the provider was never asked to read this back.</p>`
+        : html`<ul id="checks">
+            ${r.checks.map(
+              (c) =>
+                html`<li>
+                  ${ago(c.at)}, attempt ${c.attempt}, from ${c.from_status}: <strong>${c.outcome}</strong> by ${c.actor}
+                  ${text(c.detail) === '{}' ? '' : html`<pre>${JSON.stringify(c.detail, null, 2)}</pre>`}
+                </li>`,
+            )}
+          </ul>`
+    }`;
+}
+
 function registerShow(app: FastifyInstance, deps: ApiDeps, view: TenantLedgerView): void {
   app.get<{ Params: { tenant: string; id: string } }>(
     '/operations/:tenant/:id',
@@ -175,7 +209,7 @@ function registerShow(app: FastifyInstance, deps: ApiDeps, view: TenantLedgerVie
       if (!holds(deps, caller, 'read') && found.operation.principal_id !== caller.principal_id)
         throw new ActionLedgerError('not_found', 'no such operation');
       const op = found.operation;
-      const reconciler = found.history.filter((h) => /reconcil|readback/i.test(`${h.actor} ${h.reason}`));
+      const records = await view.records(caller.tenant_id, request.params.id);
       const body = html`<section id="operation" data-live>
         <dl>
           <dt>State</dt>
@@ -212,14 +246,7 @@ function registerShow(app: FastifyInstance, deps: ApiDeps, view: TenantLedgerVie
               </li>`,
           )}
         </ol>
-        <h2>Reconciliation checks</h2>
-        ${
-          reconciler.length === 0
-            ? html`<p>None recorded.</p>`
-            : html`<ul>
-                ${reconciler.map((h) => html`<li>${ago(h.at)} ${h.reason} → ${h.to_status}</li>`)}
-              </ul>`
-        }
+        ${recordsOf(records)}
         <h2>Result</h2>
         <pre>${op.result_json == null ? 'none' : JSON.stringify(op.result_json, null, 2)}</pre>
       </section>`;
