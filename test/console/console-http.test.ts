@@ -336,6 +336,12 @@ t.test('kill switches: configured tools only, engaged and lifted with reasons', 
     reason: '',
   });
   t.equal(noReason.status, 422);
+  const small = await f.gate.call(gctx({ workflow_step_id: 'ks-1' }), 'issue_refund', {
+    order_id: 'O-3',
+    amount: 10,
+    currency: 'GBP',
+  });
+  t.match(small, { ok: true }, 'a pending operation the switch will hold');
   const engaged = await post(f, '/console/kill-switches/engage', op, {
     csrf: op.csrf,
     tenant: 'tenant-a',
@@ -344,8 +350,9 @@ t.test('kill switches: configured tools only, engaged and lifted with reasons', 
   });
   t.equal(engaged.status, 303);
   t.match(await f.gate.killSwitches(), [{ tenant_id: 'tenant-a', tool_name: 'issue_refund', engaged_by: 'op-1' }]);
-  const listed = await (await get(f, '/console/kill-switches', op.cookie)).text();
+  const listed = (await (await get(f, '/console/kill-switches', op.cookie)).text()).replace(/\s+/g, ' ');
   t.match(listed, /refund provider incident/);
+  t.match(listed, /data-label="Holds">1 pending</, 'what the switch holds');
   const lifted = await post(f, '/console/kill-switches/lift', op, {
     csrf: op.csrf,
     tenant: 'tenant-a',

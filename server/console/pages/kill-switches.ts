@@ -7,6 +7,7 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { KillSwitchRow } from '../../../gate/index.js';
 import { ActionLedgerError } from '../../../core/errors.js';
+import { TenantLedgerView } from '../../../ledger/index.js';
 import { listInReview } from '../../../reconciler/index.js';
 import { holds } from '../../api/auth.js';
 import type { ApiDeps } from '../../api/types.js';
@@ -44,7 +45,7 @@ function registerKillSwitchPages1(app: FastifyInstance, deps: ApiDeps): void {
         });
         held.set(t, l.total);
       }
-      const rows = switchRows(request, engaged);
+      const rows = switchRows(request, engaged, await holdings(deps, engaged, tenants));
       const done = request.query.done;
       const body = html`${done === undefined || done === '' ? '' : notice('ok', html`<p id="done">${done}</p>`)}
         <section id="switches" data-live>
@@ -58,6 +59,7 @@ function registerKillSwitchPages1(app: FastifyInstance, deps: ApiDeps): void {
                       <th>Tool</th>
                       <th>Engaged</th>
                       <th>Reason</th>
+                      <th>Holds</th>
                       <th>Lift</th>
                     </tr>
                   </thead>
@@ -135,14 +137,39 @@ function registerKillSwitchPages2(app: FastifyInstance, deps: ApiDeps): void {
   });
 }
 
-function switchRows(request: FastifyRequest, engaged: KillSwitchRow[]): SafeHtml[] {
+/**
+ * What each switch holds: the pending operations of its tool (every tool for `*`) in its tenant (the person's
+ * tenants for a `*` tenant switch), counted up to 200 a tenant.
+ */
+async function holdings(deps: ApiDeps, engaged: KillSwitchRow[], tenants: string[]): Promise<string[]> {
+  const view = new TenantLedgerView(deps.pool, deps.config.schemaQuoted);
+  const out: string[] = [];
+  for (const s of engaged) {
+    let n = 0;
+    let more = false;
+    for (const t of s.tenant_id === '*' ? tenants : [s.tenant_id]) {
+      const page = await view.list(
+        t,
+        { status: 'pending', tool: s.tool_name === '*' ? undefined : s.tool_name },
+        { limit: 200 },
+      );
+      n += page.operations.length;
+      more ||= page.next_cursor !== null;
+    }
+    out.push(`${n}${more ? '+' : ''} pending`);
+  }
+  return out;
+}
+
+function switchRows(request: FastifyRequest, engaged: KillSwitchRow[], holds: string[]): SafeHtml[] {
   return engaged.map(
-    (s) =>
+    (s, i) =>
       html`<tr>
         <td data-label="Tenant">${s.tenant_id}</td>
         <td data-label="Tool">${s.tool_name}</td>
         <td data-label="Engaged">${ago(s.engaged_at)} by ${s.engaged_by}</td>
         <td data-label="Reason">${s.reason}</td>
+        <td data-label="Holds">${holds[i] ?? ''}</td>
         <td data-label="Lift">
           ${
             s.tenant_id === '*'
