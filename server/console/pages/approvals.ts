@@ -48,13 +48,13 @@ function timeLeft(expires: string | Date): string {
 }
 
 export function registerApprovalPages(app: FastifyInstance, deps: ApiDeps): void {
-  registerApprovalPages1(app, deps);
-  registerApprovalPages2(app, deps);
-  registerApprovalPages3(app, deps);
-  registerApprovalPages4(app, deps);
+  registerPendingList(app, deps);
+  registerApprovalShow(app, deps);
+  registerApprove(app, deps);
+  registerReject(app, deps);
 }
 
-function registerApprovalPages1(app: FastifyInstance, deps: ApiDeps): void {
+function registerPendingList(app: FastifyInstance, deps: ApiDeps): void {
   app.get('/approvals', { config: { console: 'session' } }, async (request, reply) => {
     const rows: (ApprovalSummary & { tenant: string; amount: string })[] = [];
     for (const tenant of tenantsOf(request)) {
@@ -119,7 +119,7 @@ function registerApprovalPages1(app: FastifyInstance, deps: ApiDeps): void {
   });
 }
 
-function registerApprovalPages2(app: FastifyInstance, deps: ApiDeps): void {
+function registerApprovalShow(app: FastifyInstance, deps: ApiDeps): void {
   app.get<{ Params: Params; Querystring: { done?: string } }>(
     '/approvals/:tenant/:id',
     { config: { console: 'session' } },
@@ -127,7 +127,7 @@ function registerApprovalPages2(app: FastifyInstance, deps: ApiDeps): void {
   );
 }
 
-function registerApprovalPages3(app: FastifyInstance, deps: ApiDeps): void {
+function registerApprove(app: FastifyInstance, deps: ApiDeps): void {
   app.post<{ Params: Params }>(
     '/approvals/:tenant/:id/approve',
     { config: { console: 'session' } },
@@ -149,7 +149,7 @@ function registerApprovalPages3(app: FastifyInstance, deps: ApiDeps): void {
   );
 }
 
-function registerApprovalPages4(app: FastifyInstance, deps: ApiDeps): void {
+function registerReject(app: FastifyInstance, deps: ApiDeps): void {
   app.post<{ Params: Params }>(
     '/approvals/:tenant/:id/reject',
     { config: { console: 'session' } },

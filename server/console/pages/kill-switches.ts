@@ -22,11 +22,11 @@ function targets(deps: ApiDeps, tenant: string): string[] {
 }
 
 export function registerKillSwitchPages(app: FastifyInstance, deps: ApiDeps): void {
-  registerKillSwitchPages1(app, deps);
-  registerKillSwitchPages2(app, deps);
+  registerSwitchList(app, deps);
+  registerSwitchChanges(app, deps);
 }
 
-function registerKillSwitchPages1(app: FastifyInstance, deps: ApiDeps): void {
+function registerSwitchList(app: FastifyInstance, deps: ApiDeps): void {
   app.get<{ Querystring: { done?: string } }>(
     '/kill-switches',
     { config: { console: 'session' } },
@@ -97,7 +97,7 @@ function registerKillSwitchPages1(app: FastifyInstance, deps: ApiDeps): void {
   );
 }
 
-function registerKillSwitchPages2(app: FastifyInstance, deps: ApiDeps): void {
+function registerSwitchChanges(app: FastifyInstance, deps: ApiDeps): void {
   app.post('/kill-switches/:verb', { config: { console: 'session' } }, async (request, reply) => {
     const verb = (request.params as { verb: string }).verb;
     if (verb !== 'engage' && verb !== 'lift') throw new ActionLedgerError('not_found', 'no such action');

@@ -71,12 +71,12 @@ function row(request: FastifyRequest, tenant: string, o: InReview, mayReview: bo
 }
 
 export function registerReviewPages(app: FastifyInstance, deps: ApiDeps): void {
-  registerReviewPages1(app, deps);
-  registerReviewPages2(app, deps);
-  registerReviewPages3(app, deps);
+  registerQueue(app, deps);
+  registerBulkRetry(app, deps);
+  registerAction(app, deps);
 }
 
-function registerReviewPages1(app: FastifyInstance, deps: ApiDeps): void {
+function registerQueue(app: FastifyInstance, deps: ApiDeps): void {
   app.get<{ Querystring: { tenant?: string; done?: string } }>(
     '/review',
     { config: { console: 'session' } },
@@ -134,7 +134,7 @@ function registerReviewPages1(app: FastifyInstance, deps: ApiDeps): void {
   );
 }
 
-function registerReviewPages2(app: FastifyInstance, deps: ApiDeps): void {
+function registerBulkRetry(app: FastifyInstance, deps: ApiDeps): void {
   app.post<{ Params: { tenant: string } }>(
     '/review/:tenant/bulk-retry',
     { config: { console: 'session' } },
@@ -179,7 +179,7 @@ function registerReviewPages2(app: FastifyInstance, deps: ApiDeps): void {
   );
 }
 
-function registerReviewPages3(app: FastifyInstance, deps: ApiDeps): void {
+function registerAction(app: FastifyInstance, deps: ApiDeps): void {
   app.post<{ Params: { tenant: string; id: string; action: string } }>(
     '/review/:tenant/:id/:action',
     { config: { console: 'session' } },
