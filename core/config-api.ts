@@ -72,6 +72,26 @@ export const apiSchema = {
     max_body_bytes: { type: 'integer', minimum: 256, maximum: 16777216, default: 262144 },
     /** The longest life `token create` grants, and its default. */
     token_max_ttl_days: { type: 'integer', minimum: 1, maximum: 3650, default: 365 },
+    /** The operator console under /console (server/console/). */
+    console: {
+      type: 'object',
+      additionalProperties: false,
+      default: {},
+      properties: {
+        session_ttl_s: { type: 'integer', minimum: 60, maximum: 604800, default: 28800 },
+        login_link_ttl_s: { type: 'integer', minimum: 30, maximum: 86400, default: 900 },
+        /** Sign-in by a header an authenticating proxy sets, believed only from these peer addresses. */
+        trusted_header: {
+          type: 'object',
+          additionalProperties: false,
+          required: ['name', 'proxies'],
+          properties: {
+            name: { type: 'string', pattern: '^[A-Za-z0-9-]{1,64}$' },
+            proxies: { type: 'array', minItems: 1, uniqueItems: true, items: { type: 'string', minLength: 1 } },
+          },
+        },
+      },
+    },
   },
 } as const;
 
@@ -88,6 +108,14 @@ export interface ApiConfig {
   readonly rateLimit: { readonly requests: number; readonly windowS: number };
   readonly maxBodyBytes: number;
   readonly tokenMaxTtlDays: number;
+  readonly console: ConsoleConfig;
+}
+
+export interface ConsoleConfig {
+  readonly sessionTtlS: number;
+  readonly loginLinkTtlS: number;
+  /** The proxy's header (lower case) and the peer addresses it is believed from; null: the mode is off. */
+  readonly trustedHeader: { readonly name: string; readonly proxies: ReadonlySet<string> } | null;
 }
 
 interface RawHttp {
@@ -102,6 +130,11 @@ interface RawApi {
   rate_limit: { requests: number; window_s: number };
   max_body_bytes: number;
   token_max_ttl_days: number;
+  console: {
+    session_ttl_s: number;
+    login_link_ttl_s: number;
+    trusted_header?: { name: string; proxies: string[] };
+  };
 }
 
 const LOOPBACK = /^(127\.\d+\.\d+\.\d+|::1|localhost)$/;
@@ -141,5 +174,22 @@ export function compileApi(raw: RawApi): ApiConfig {
     rateLimit: Object.freeze({ requests: raw.rate_limit.requests, windowS: raw.rate_limit.window_s }),
     maxBodyBytes: raw.max_body_bytes,
     tokenMaxTtlDays: raw.token_max_ttl_days,
+    console: compileConsole(raw.console),
+  });
+}
+
+/** Proxy addresses as the socket reports them (an IPv4 peer of a dual-stack listener is ::ffff:a.b.c.d). */
+function compileConsole(raw: RawApi['console']): ConsoleConfig {
+  const header = raw.trusted_header;
+  const proxies = new Set<string>();
+  for (const p of header?.proxies ?? []) {
+    proxies.add(p);
+    if (/^\d+\.\d+\.\d+\.\d+$/.test(p)) proxies.add(`::ffff:${p}`);
+  }
+  return Object.freeze({
+    sessionTtlS: raw.session_ttl_s,
+    loginLinkTtlS: raw.login_link_ttl_s,
+    trustedHeader:
+      header === undefined ? null : Object.freeze({ name: header.name.toLowerCase(), proxies: Object.freeze(proxies) }),
   });
 }

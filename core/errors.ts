@@ -35,6 +35,7 @@ export const ERROR_CODES = {
   invalid_arguments: 'refused',
   invalid_json: 'refused',
   unauthenticated: 'refused',
+  csrf_token_invalid: 'refused',
   body_too_large: 'refused',
   unsupported_media_type: 'refused',
   route_not_approved: 'refused',

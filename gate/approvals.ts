@@ -80,6 +80,31 @@ export class Approvals {
     };
   }
 
+  /**
+   * Whether the approval could still be approved and executed now, read without writing: null when it holds,
+   * else why not (`reapproval_required` with the staleness details, `tool_disabled`, `approval_expired`, or
+   * its final status as `invalid_state_transition`). The same checks execute runs; a page shows this so a
+   * person is not offered an approval that cannot be carried out. Throws `not_found`.
+   */
+  async freshness(
+    approvalId: string,
+    reviewer: Pick<Reviewer, 'tenant_id'>,
+  ): Promise<{ error: string; details: Record<string, unknown> } | null> {
+    try {
+      const row = await this.#row(this.core.pool, approvalId, reviewer.tenant_id);
+      if (row.status !== 'pending' && row.status !== 'approved')
+        return { error: 'invalid_state_transition', details: { status: row.status, reason: row.reason } };
+      if (row.expired) return { error: 'approval_expired', details: { expires_at: row.expires_at.toISOString() } };
+      const killed = await this.core.access.killSwitch(this.core.pool, row.tenant_id, row.tool_name);
+      if (killed !== null) return { error: 'tool_disabled', details: { reason: killed.reason } };
+      const stale = await approvalStaleness(this.core, this.core.pool, row);
+      return stale === null ? null : { error: 'reapproval_required', details: stale };
+    } catch (err) {
+      if (err instanceof Refused) throw new ActionLedgerError(err.refusal.error, err.refusal.message);
+      throw asActionLedgerError(err);
+    }
+  }
+
   async #run(
     action: AuditEntry['action'],
     reviewer: Reviewer,

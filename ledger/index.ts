@@ -13,10 +13,12 @@ export {
 } from './transitions.js';
 export {
   TenantLedgerView,
+  operationCursorBefore,
   OPERATION_PAGE,
   type OperationFilter,
   type OperationPage,
   type OperationSummary,
   type TenantOperation,
+  type OperationRecords,
 } from './tenant-view.js';
 export { DirectReservations } from './direct.js';

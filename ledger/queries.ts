@@ -95,6 +95,19 @@ export const ledgerTenantQueries = {
            provider_receipt, result_json, review_reason, created_at, updated_at
     FROM @schema.operations WHERE operation_id = $1 AND tenant_id = $2`,
 
+  /** What the dispatcher was told by the authorization service before each send ($2: the tenant). */
+  tenantEvidence: `
+    SELECT e.attempt, e.approval_id, e.policy_version, e.args_sha256, e.decision_sha256, e.authorized_at,
+           e.expires_at, e.recorded_at
+    FROM @schema.authorization_evidence e JOIN @schema.operations o ON o.operation_id = e.operation_id
+    WHERE e.operation_id = $1 AND o.tenant_id = $2 ORDER BY e.recorded_at, e.attempt`,
+
+  /** Every provider readback the reconciler made for the operation ($2: the tenant). */
+  tenantReconcileChecks: `
+    SELECT c.attempt, c.from_status, c.outcome, c.at, c.actor, c.detail
+    FROM @schema.reconciliation_checks c JOIN @schema.operations o ON o.operation_id = c.operation_id
+    WHERE c.operation_id = $1 AND o.tenant_id = $2 ORDER BY c.id`,
+
   /** The first page: $6 is the page size plus one (the extra row says whether there is a next page). */
   tenantListFirst: `${tenantListColumns}
     ORDER BY created_at DESC, operation_id DESC

@@ -52,6 +52,21 @@ export interface TenantOperation {
   history: HistoryRow[];
 }
 
+/** The records behind an operation's state: its authorization evidence and the reconciler's readbacks. */
+export interface OperationRecords {
+  evidence: {
+    attempt: number;
+    approval_id: string;
+    policy_version: string;
+    args_sha256: string;
+    decision_sha256: string;
+    authorized_at: Date;
+    expires_at: Date;
+    recorded_at: Date;
+  }[];
+  checks: { attempt: number; from_status: string; outcome: string; at: Date; actor: string; detail: unknown }[];
+}
+
 /** The cursor of the row a page ended at: base64url of its creation time (microseconds) and its id. */
 function encodeCursor(us: string, operationId: string): string {
   return Buffer.from(`${us}:${operationId}`, 'utf8').toString('base64url');
@@ -68,6 +83,20 @@ function decodeCursor(cursor: string): { us: string; operationId: string } {
   const m = /^(0|[1-9][0-9]{0,15}):(.+)$/.exec(text);
   if (m === null || !UUID.test(m[2] ?? '') || encodeCursor(m[1] ?? '', m[2] ?? '') !== cursor) throw malformed();
   return { us: m[1] ?? '', operationId: m[2] ?? '' };
+}
+
+/**
+ * A cursor that starts a list just before `time`: the first page after it holds the operations reserved
+ * before that instant (the highest possible id stands in for the row). Throws `invalid_request` for a time
+ * before the epoch or an invalid date.
+ */
+export function operationCursorBefore(time: Date): string {
+  const ms = time.getTime();
+  if (!Number.isFinite(ms) || ms < 0)
+    throw new ActionLedgerError('invalid_request', 'the time must be a valid time after 1970', {
+      details: { field: 'before' },
+    });
+  return encodeCursor(String(ms * 1000), 'ffffffff-ffff-ffff-ffff-ffffffffffff');
 }
 
 type Row = OperationSummary & { cursor_us: string };
@@ -92,6 +121,16 @@ export class TenantLedgerView {
     if (operation === undefined) throw new ActionLedgerError('not_found', 'no such operation');
     const history = await this.#db.query<HistoryRow>(this.#history, [operationId]);
     return { operation, history: history.rows };
+  }
+
+  /** The operation's authorization evidence and reconciliation checks, oldest first (empty for another tenant's). */
+  async records(tenant: string, operationId: string): Promise<OperationRecords> {
+    if (typeof operationId !== 'string' || !UUID_ANY_CASE.test(operationId)) return { evidence: [], checks: [] };
+    const [evidence, checks] = await Promise.all([
+      this.#db.query<OperationRecords['evidence'][number]>(this.#q.tenantEvidence, [operationId, tenant]),
+      this.#db.query<OperationRecords['checks'][number]>(this.#q.tenantReconcileChecks, [operationId, tenant]),
+    ]);
+    return { evidence: evidence.rows, checks: checks.rows };
   }
 
   /**

@@ -10,3 +10,9 @@ export {
   type TokenRow,
 } from './store.js';
 export { PrincipalCertificates, certificateFingerprint, type CertificateRow } from './certificates.js';
+export {
+  ConsoleSessions,
+  consoleSessionQueries,
+  type ConsoleSession,
+  type CreatedLoginLink,
+} from './console-sessions.js';

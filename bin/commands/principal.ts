@@ -197,6 +197,53 @@ const list: Command = {
   },
 };
 
+/** A one-time sign-in link to the operator console; the base URL is the listener's unless --url gives it. */
+const loginLink: Command = {
+  name: 'principal login-link',
+  summary: 'print a one-time sign-in link to the operator console (/console) for a person (audited)',
+  args: 'PRINCIPAL_ID',
+  options: {
+    url: {
+      type: 'string',
+      value: 'BASE',
+      description: 'the console as its users reach it',
+      default: 'http(s)://http.host:http.port',
+    },
+    'break-glass': BREAK_GLASS,
+    json: JSON_ALWAYS,
+  },
+  examples: [
+    'actionledger principal login-link alice --break-glass root',
+    'actionledger principal login-link alice --url https://ledger.example.com',
+  ],
+  exits: PRINCIPAL_EXITS,
+  async run(argv) {
+    const parsed = parseCommand(this, argv, { positionals: true });
+    if (typeof parsed === 'number') return parsed;
+    const id = oneId(this, parsed, 'PRINCIPAL_ID');
+    if (typeof id === 'number') return id;
+    const v = stringValues(parsed.values);
+    const req = actingRequest(this, parsed.values);
+    if (typeof req === 'number') return req;
+    return withStore(req, async (_store, acting, rt) => {
+      const [{ ConsoleSessions }, { AuditWriter }] = await Promise.all([load.principals(), load.gate()]);
+      const audit =
+        (await actingAudit(rt, acting)) ?? new AuditWriter({ config: rt.config, pool: rt.pool, log: rt.log });
+      const sessions = new ConsoleSessions(rt.config, rt.pool, audit);
+      const link = await sessions.createLoginLink(String(id), acting.actor);
+      const http = rt.config.http;
+      const base = (v.url ?? `${http.tls === null ? 'http' : 'https'}://${http.host}:${http.port}`).replace(/\/+$/, '');
+      printJson({
+        ok: true,
+        principal_id: link.principal_id,
+        url: `${base}/console/login?link=${link.secret}`,
+        expires_at: link.expires_at,
+      });
+      return EXIT.ok;
+    });
+  },
+};
+
 export const principalCommand: Command = {
   name: 'principal',
   summary: 'principals and their roles per tenant (services and people): add, grant, revoke, list (audited)',
@@ -214,6 +261,7 @@ operator named by --break-glass NAME (recorded as break-glass:NAME; the first pr
     ['grant', roleChange('grant')],
     ['revoke', roleChange('revoke')],
     ['list', list],
+    ['login-link', loginLink],
   ]),
   run(argv) {
     return runSubcommand(this, argv);

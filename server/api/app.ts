@@ -24,6 +24,7 @@ import { registerCallRoutes } from './routes/calls.js';
 import { registerProposalRoutes } from './routes/proposals.js';
 import { registerOperationRoutes } from './routes/operations.js';
 import { registerMcpRoutes } from '../mcp/http.js';
+import { registerConsole } from '../console/plugin.js';
 
 /** The route groups, in the order they are registered (each adds its routes to the OpenAPI document). */
 const ROUTE_GROUPS: readonly ((app: FastifyInstance, deps: ApiDeps) => void)[] = [
@@ -88,6 +89,7 @@ export async function buildApi(deps: ApiDeps, options: { https?: Record<string, 
     }),
   );
   for (const register of ROUTE_GROUPS) register(app, deps);
+  registerConsole(app, deps);
   app.get(
     '/v1/openapi.json',
     { config: { public: true, operationId: 'getOpenApi' }, schema: { summary: 'This document', tags: ['system'] } },

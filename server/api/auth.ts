@@ -17,7 +17,7 @@ import type { ApiDeps, Caller } from './types.js';
 export function authenticateHook(deps: ApiDeps) {
   return async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
     const config = request.routeOptions.config;
-    if (config.public === true) return;
+    if (config.public === true || config.console !== undefined) return;
     const caller = await credentialOf(deps, request, reply);
     request.caller = caller;
     const limit = deps.config.api.rateLimit;

@@ -10,6 +10,7 @@ const STATUS: Partial<Record<ErrorCode, number>> = {
   unauthenticated: 401,
   permission_denied: 403,
   self_approval_forbidden: 403,
+  csrf_token_invalid: 403,
   not_found: 404,
   proposal_not_found: 404,
   operation_conflict: 409,

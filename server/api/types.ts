@@ -48,6 +48,11 @@ declare module 'fastify' {
   interface FastifyContextConfig {
     /** Served without credentials (probes, metrics, the OpenAPI document). */
     public?: boolean;
+    /**
+     * An operator console route (server/console/): not authenticated by the API's bearer hook but by the
+     * console's own session, except `public` console routes (sign-in, static files).
+     */
+    console?: 'session' | 'public';
     /** The capability (`api.permissions`) one of the caller's roles must be granted. */
     capability?: ApiCapability;
     /**

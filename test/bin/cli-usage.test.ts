@@ -108,7 +108,7 @@ const BAD_HERE: [string[], RegExp][] = [
   [['gate', 'kill-switch', 'lift', '--tenant', 't', '--tool', '*', '--actor', 'a', '--reason', 'r'], /--reason/],
   [['gate', 'kill-switch', 'list', 'extra'], /extra/],
   [['gate', 'revoke-role', '--tenant', 't'], /missing --principal, --role$/],
-  [['principal'], /missing subcommand \(expected add, grant, revoke, list\)/],
+  [['principal'], /missing subcommand \(expected add, grant, revoke, list, login-link\)/],
   [['principal', 'add', '--kind', 'person'], /expected one PRINCIPAL_ID/],
   [['principal', 'add', 'p', '--kind', 'robot'], /--kind must be service or person/],
   [['principal', 'grant', 'p', '--role', 'r'], /missing --tenant/],

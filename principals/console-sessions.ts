@@ -1,0 +1,246 @@
+/**
+ * Sign-in to the operator console: one-time sign-in links and the sessions they start. Both secrets are 32
+ * random bytes shown once (the link in the CLI's output, the session in an HttpOnly cookie); only their
+ * sha256 is stored, so a copy of the database signs nobody in.
+ *
+ *   link: created --redeem (once, before expires_at)--> used
+ *   session: active --expires_at passed | sign-out | a role of its principal revoked after it began--> ended
+ *
+ * A link is redeemed by one conditional UPDATE (`used_at IS NULL AND expires_at > now()`), so two browsers
+ * racing with the same link start one session. A session is read again on every request together with the
+ * principal's current grants (revoked roles left out); a revocation recorded after the session began ends it
+ * there and then, so the next request of that browser is signed out.
+ */
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
+import { bindQueries, type Pool } from '../core/db.js';
+import { ActionLedgerError, asActionLedgerError } from '../core/errors.js';
+import { identifier } from '../core/identifier.js';
+import type { Config } from '../core/config.js';
+import type { AuditWriter } from '../gate/index.js';
+import { audited, mustExist } from './audited.js';
+import { principalQueries } from './queries.js';
+import type { PrincipalKind } from './store.js';
+
+const notRevoked = `AND NOT EXISTS (SELECT 1 FROM @schema.gate_role_revocations v
+                   WHERE v.tenant_id = r.tenant_id AND v.principal_id = r.principal_id AND v.role = r.role)`;
+
+export const consoleSessionQueries = {
+  linkInsert: `
+    INSERT INTO @schema.console_login_links (link_id, principal_id, link_sha256, created_by, expires_at)
+    VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5)) RETURNING expires_at`,
+  /** Redeems a link once: the UPDATE is the check. */
+  linkRedeem: `
+    UPDATE @schema.console_login_links SET used_at = now()
+    WHERE link_sha256 = $1 AND used_at IS NULL AND expires_at > now()
+    RETURNING link_id, principal_id`,
+  linkState: `
+    SELECT used_at IS NOT NULL AS used, expires_at <= now() AS expired
+    FROM @schema.console_login_links WHERE link_sha256 = $1`,
+  sessionInsert: `
+    INSERT INTO @schema.console_sessions (session_id, principal_id, session_sha256, method, expires_at)
+    VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5)) RETURNING expires_at`,
+  /** The session with its principal's grants now, and whether a role was revoked since it began. */
+  sessionSelect: `
+    SELECT s.session_id, s.principal_id, s.method, s.expires_at, s.ended_at IS NOT NULL AS ended,
+           s.expires_at <= now() AS expired, p.kind, p.display_name,
+           EXISTS (SELECT 1 FROM @schema.gate_role_revocations v
+                   WHERE v.principal_id = s.principal_id AND v.revoked_at >= s.created_at) AS role_revoked,
+           COALESCE((SELECT jsonb_agg(jsonb_build_object('tenant_id', r.tenant_id, 'role', r.role)
+                                      ORDER BY r.tenant_id, r.role)
+                     FROM @schema.principal_roles r WHERE r.principal_id = s.principal_id ${notRevoked}),
+                    '[]'::jsonb) AS grants
+    FROM @schema.console_sessions s JOIN @schema.principals p ON p.principal_id = s.principal_id
+    WHERE s.session_sha256 = $1`,
+  sessionEnd: `
+    UPDATE @schema.console_sessions SET ended_at = now(), ended_reason = $2
+    WHERE session_id = $1 AND ended_at IS NULL RETURNING session_id`,
+} as const;
+
+/** A signed-in person: who, and the roles held in each tenant now. */
+export interface ConsoleSession {
+  session_id: string;
+  principal_id: string;
+  display_name: string;
+  kind: PrincipalKind;
+  method: 'link' | 'trusted_header';
+  expires_at: Date;
+  /** Tenant -> the roles held there (revoked ones left out), tenants in order. */
+  grants: ReadonlyMap<string, readonly string[]>;
+}
+
+export interface CreatedLoginLink {
+  link_id: string;
+  /** Shown once; only its sha256 is stored. */
+  secret: string;
+  principal_id: string;
+  expires_at: string;
+}
+
+const SECRET = /^[A-Za-z0-9_-]{43}$/;
+const sha = (s: string) => createHash('sha256').update(s, 'utf8').digest('hex');
+
+function signedOut(reason: string, message: string): ActionLedgerError {
+  return new ActionLedgerError('unauthenticated', message, { details: { reason } });
+}
+
+export class ConsoleSessions {
+  readonly #pool: Pool;
+  readonly #q: Readonly<typeof consoleSessionQueries>;
+  readonly #pq: Readonly<typeof principalQueries>;
+  readonly #audit: AuditWriter;
+  readonly #config: Config;
+
+  constructor(config: Config, pool: Pool, audit: AuditWriter) {
+    this.#config = config;
+    this.#pool = pool;
+    this.#audit = audit;
+    this.#q = bindQueries(consoleSessionQueries, config.schemaQuoted);
+    this.#pq = bindQueries(principalQueries, config.schemaQuoted);
+  }
+
+  /**
+   * A one-time sign-in link secret for a principal that holds at least one role, valid
+   * `api.console.login_link_ttl_s`. Audited (action `token`, outcome `login_link`). Throws `not_found`,
+   * `permission_denied` (no role anywhere), `invalid_context`, and the database's coded errors.
+   */
+  async createLoginLink(principalId: string, actor: string): Promise<CreatedLoginLink> {
+    const id = identifier('principal_id', principalId);
+    const linkId = randomUUID();
+    const secret = randomBytes(32).toString('base64url');
+    let expires = '';
+    await audited(
+      this.#pool,
+      this.#audit,
+      { action: 'token', outcome: 'login_link', context: { principal_id: id }, subjectId: linkId },
+      actor,
+      async (c) => {
+        await mustExist(c, this.#pq, id);
+        const grants = await c.query(this.#pq.principalList, [null]);
+        const mine = (grants.rows as { principal_id: string; roles: unknown[] }[]).find((p) => p.principal_id === id);
+        if (mine === undefined || mine.roles.length === 0)
+          throw new ActionLedgerError('permission_denied', `${id} holds no role in any tenant: grant one first`, {
+            details: { principal_id: id },
+          });
+        const { rows } = await c.query<{ expires_at: Date }>(this.#q.linkInsert, [
+          linkId,
+          id,
+          sha(secret),
+          identifier('actor', actor),
+          this.#config.api.console.loginLinkTtlS,
+        ]);
+        expires = rows[0]?.expires_at.toISOString() ?? '';
+      },
+      () => ({ expires_at: expires }),
+    );
+    return { link_id: linkId, secret, principal_id: id, expires_at: expires };
+  }
+
+  /**
+   * Exchanges a link secret for a new session (once). Throws `unauthenticated` with details.reason
+   * `malformed`, `unknown`, `used` or `expired`.
+   */
+  async redeemLink(secret: string): Promise<{ token: string; session_id: string; principal_id: string }> {
+    if (!SECRET.test(secret)) throw signedOut('malformed', 'this sign-in link is malformed');
+    try {
+      const { rows } = await this.#pool.query<{ link_id: string; principal_id: string }>(this.#q.linkRedeem, [
+        sha(secret),
+      ]);
+      const row = rows[0];
+      if (row === undefined) {
+        const state = (await this.#pool.query<{ used: boolean; expired: boolean }>(this.#q.linkState, [sha(secret)]))
+          .rows[0];
+        if (state === undefined) throw signedOut('unknown', 'this sign-in link is not known');
+        if (state.used) throw signedOut('used', 'this sign-in link was used already: ask for a new one');
+        throw signedOut('expired', 'this sign-in link has expired: ask for a new one');
+      }
+      return { ...(await this.#start(row.principal_id, 'link', row.link_id)), principal_id: row.principal_id };
+    } catch (err) {
+      throw asActionLedgerError(err);
+    }
+  }
+
+  /** A session for the principal an authenticating proxy vouched for. Throws `unauthenticated` (unknown principal). */
+  async startTrusted(principalId: string): Promise<{ token: string; session_id: string }> {
+    const id = identifier('principal_id', principalId);
+    const found = await this.#pool.query(this.#pq.principalSelect, [id]).catch((err: unknown) => {
+      throw asActionLedgerError(err);
+    });
+    if (found.rowCount === 0) throw signedOut('unknown_principal', 'the proxy named a principal that is not known');
+    return this.#start(id, 'trusted_header', null);
+  }
+
+  async #start(
+    principalId: string,
+    method: 'link' | 'trusted_header',
+    linkId: string | null,
+  ): Promise<{ token: string; session_id: string }> {
+    const token = randomBytes(32).toString('base64url');
+    const sessionId = randomUUID();
+    await audited(
+      this.#pool,
+      this.#audit,
+      {
+        action: 'token',
+        outcome: 'console_signed_in',
+        context: { principal_id: principalId },
+        subjectId: sessionId,
+        detail: { method, link_id: linkId },
+      },
+      principalId,
+      async (c) => {
+        await c.query(this.#q.sessionInsert, [
+          sessionId,
+          principalId,
+          sha(token),
+          method,
+          this.#config.api.console.sessionTtlS,
+        ]);
+      },
+    );
+    return { token, session_id: sessionId };
+  }
+
+  /**
+   * The session a cookie stands for, with the principal's grants read now. A session past its time, or one
+   * whose principal lost a role after it began, is ended here. Throws `unauthenticated` (details.reason
+   * `malformed`, `unknown`, `ended`, `expired`, `role_revoked`).
+   */
+  async authenticate(token: string): Promise<ConsoleSession> {
+    if (!SECRET.test(token)) throw signedOut('malformed', 'you are not signed in');
+    type Row = Omit<ConsoleSession, 'grants'> & {
+      ended: boolean;
+      expired: boolean;
+      role_revoked: boolean;
+      grants: { tenant_id: string; role: string }[];
+    };
+    const row = (await this.#pool.query<Row>(this.#q.sessionSelect, [sha(token)])).rows[0];
+    if (row === undefined) throw signedOut('unknown', 'you are not signed in');
+    if (row.ended) throw signedOut('ended', 'this session has ended: sign in again');
+    for (const [cause, message] of [
+      ['expired', 'your session has expired: sign in again'],
+      ['role_revoked', 'a role of yours was revoked, which ends your session: sign in again'],
+    ] as const) {
+      if (cause === 'expired' ? row.expired : row.role_revoked) {
+        await this.#pool.query(this.#q.sessionEnd, [row.session_id, cause]);
+        throw signedOut(cause, message);
+      }
+    }
+    const grants = new Map<string, string[]>();
+    for (const g of row.grants) grants.set(g.tenant_id, [...(grants.get(g.tenant_id) ?? []), g.role]);
+    return {
+      session_id: row.session_id,
+      principal_id: row.principal_id,
+      display_name: row.display_name,
+      kind: row.kind,
+      method: row.method,
+      expires_at: row.expires_at,
+      grants,
+    };
+  }
+
+  /** Signs a session out; false when it had ended already. */
+  async end(sessionId: string, reason = 'signed_out'): Promise<boolean> {
+    const { rowCount } = await this.#pool.query(this.#q.sessionEnd, [sessionId, reason]);
+    return rowCount === 1;
+  }
+}

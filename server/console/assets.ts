@@ -1,0 +1,65 @@
+/**
+ * The console's two static files, served from memory under /console/static/ (so a packaged install needs no
+ * extra files): the stylesheet and one small ES module. The pages work without the module; with it, every
+ * element marked `data-live` is refreshed in place every few seconds from the same URL the page came from
+ * (the server renders and escapes it; the module only moves parsed nodes, it never builds markup from data).
+ */
+export const CONSOLE_JS = `// actionledger console: live regions (no inline script: the page's CSP is default-src 'self').
+const regions = [...document.querySelectorAll('[data-live]')];
+async function refresh() {
+  try {
+    const res = await fetch(location.href, { credentials: 'same-origin', headers: { 'x-console-live': '1' } });
+    if (res.status === 401 || res.redirected) { location.reload(); return; }
+    if (!res.ok) return;
+    const doc = new DOMParser().parseFromString(await res.text(), 'text/html');
+    for (const region of regions) {
+      const fresh = doc.getElementById(region.id);
+      if (fresh === null) continue;
+      const active = document.activeElement;
+      if (active !== null && active !== document.body && region.contains(active)) continue;
+      region.replaceChildren(...[...fresh.childNodes].map((n) => document.importNode(n, true)));
+    }
+  } catch {
+    // offline for a moment: the next tick tries again
+  }
+}
+if (regions.length > 0) setInterval(refresh, 4000);
+`;
+
+export const CONSOLE_CSS = `
+:root { --fg: #1b1f24; --muted: #57606a; --line: #d0d7de; --bad: #a40e26; --ok: #116329; --warn: #7d4e00; }
+* { box-sizing: border-box; }
+body { margin: 0; font: 15px/1.45 system-ui, sans-serif; color: var(--fg); }
+header { display: flex; flex-wrap: wrap; gap: .5rem 1rem; align-items: center; padding: .6rem 1rem;
+  border-bottom: 1px solid var(--line); }
+header nav { display: flex; flex-wrap: wrap; gap: .25rem .9rem; }
+header .who { margin-left: auto; display: flex; gap: .5rem; align-items: center; }
+main { padding: 1rem; max-width: 72rem; overflow-wrap: break-word; }
+a { color: #0550ae; }
+a:focus, button:focus, input:focus, select:focus, textarea:focus { outline: 3px solid #0969da; outline-offset: 2px; }
+table { border-collapse: collapse; width: 100%; }
+th, td { text-align: left; padding: .35rem .5rem; border-bottom: 1px solid var(--line); vertical-align: top; }
+pre { white-space: pre-wrap; overflow-wrap: anywhere; background: #f6f8fa; padding: .75rem; border: 1px solid var(--line); }
+.hash { font-family: ui-monospace, monospace; overflow-wrap: anywhere; }
+.notice { padding: .6rem .8rem; border: 1px solid var(--line); border-left-width: 5px; margin: .8rem 0; }
+.notice.bad { border-left-color: var(--bad); } .notice.ok { border-left-color: var(--ok); }
+.notice.warn { border-left-color: var(--warn); }
+.code { font-family: ui-monospace, monospace; font-weight: 600; }
+form.inline { display: inline; }
+form.filters { display: flex; flex-wrap: wrap; gap: .5rem; align-items: end; margin-bottom: 1rem; }
+label { display: flex; flex-direction: column; gap: .15rem; font-size: .9rem; }
+input, select, textarea, button { font: inherit; padding: .3rem .5rem; }
+button { cursor: pointer; }
+dl { display: grid; grid-template-columns: max-content 1fr; gap: .25rem 1rem; }
+dt { color: var(--muted); } dd { margin: 0; overflow-wrap: anywhere; }
+ol.timeline li { margin-bottom: .4rem; }
+@media (max-width: 40rem) {
+  header, td, th, dd, li, p { overflow-wrap: anywhere; }
+  table, thead, tbody, tr, th, td { display: block; }
+  thead { display: none; }
+  tr { border-bottom: 2px solid var(--line); padding: .4rem 0; }
+  td { border: 0; padding: .15rem 0; }
+  td[data-label]::before { content: attr(data-label) ": "; color: var(--muted); }
+  dl { grid-template-columns: 1fr; }
+}
+`;

@@ -1,0 +1,391 @@
+/**
+ * Approvals: the pending list of every tenant the person may see approvals in (newest first, refreshed in
+ * place), one approval with its exact stored envelope, and the decisions. "Approve" posts the sha256 of the
+ * envelope rendered on the page (computed from the very object displayed, and checked equal to the stored
+ * hash before the button is offered); the gate approves only when it matches what is stored. Whether the
+ * person may decide, and whether the approval still holds today, is shown before they try.
+ */
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { ActionLedgerError } from '../../../core/errors.js';
+import { canonicalJson, sha256Hex, type JsonObject } from '../../../core/json.js';
+import { listApprovals, type ApprovalSummary, type GateResult } from '../../../gate/index.js';
+import { TenantLedgerView } from '../../../ledger/index.js';
+import { holds } from '../../api/auth.js';
+import { httpStatus } from '../../api/errors.js';
+import type { ApiDeps, Caller } from '../../api/types.js';
+import { explain } from '../explain.js';
+import { href, html, text, type SafeHtml } from '../html.js';
+import { ago, csrfField, notice, page, send } from '../layout.js';
+import { form } from '../plugin.js';
+import { callerIn, tenantsOf } from '../session.js';
+
+type Params = { tenant: string; id: string };
+
+/** The tools whose approvals the caller may see in its tenant: null for all (`read`). */
+function visibleTools(deps: ApiDeps, caller: Caller): string[] | null {
+  if (holds(deps, caller, 'read')) return null;
+  return decidable(deps, caller);
+}
+
+function decidable(deps: ApiDeps, caller: Caller): string[] {
+  return [...deps.config.gate.tools.values()]
+    .filter((t) => caller.roles.some((r) => t.approverRoles.has(r)))
+    .map((t) => t.name);
+}
+
+/** The role the person decides a tool's approvals with: the first they hold among its approver roles. */
+function approverRole(deps: ApiDeps, caller: Caller, tool: string): string | undefined {
+  const t = deps.config.gate.tools.get(tool);
+  return t === undefined ? undefined : caller.roles.find((r) => t.approverRoles.has(r));
+}
+
+function timeLeft(expires: string | Date): string {
+  const s = Math.round((new Date(expires).getTime() - Date.now()) / 1000);
+  if (s <= 0) return 'expired';
+  return s >= 3600
+    ? `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`
+    : `${Math.floor(s / 60)} min ${s % 60} s`;
+}
+
+export function registerApprovalPages(app: FastifyInstance, deps: ApiDeps): void {
+  registerPendingList(app, deps);
+  registerApprovalShow(app, deps);
+  registerApprove(app, deps);
+  registerReject(app, deps);
+}
+
+function registerPendingList(app: FastifyInstance, deps: ApiDeps): void {
+  app.get('/approvals', { config: { console: 'session' } }, async (request, reply) => {
+    const rows: (ApprovalSummary & { tenant: string; amount: string })[] = [];
+    for (const tenant of tenantsOf(request)) {
+      const caller = callerIn(request, tenant);
+      const tools = visibleTools(deps, caller);
+      if (tools !== null && tools.length === 0) continue;
+      const listed = await listApprovals(deps.pool, deps.config.schemaQuoted, {
+        tenant_id: tenant,
+        status: 'pending',
+        tools,
+        limit: 200,
+      });
+      for (const a of listed.approvals) {
+        const view = await deps.gate.approvals.show(a.approval_id, caller);
+        const value = deps.config.gate.tools.get(a.tool_name)?.value;
+        const args = (view.envelope.arguments ?? {}) as JsonObject;
+        const amount =
+          value == null
+            ? ''
+            : `${text(args[value.argument] ?? '')} ${value.currencyArgument === null ? (value.currency ?? '') : text(args[value.currencyArgument] ?? '')}`.trim();
+        rows.push({ ...a, tenant, amount });
+      }
+    }
+    rows.sort((a, b) => b.created_at.localeCompare(a.created_at));
+    const table =
+      rows.length === 0
+        ? html`<p>Nothing waits for your decision.</p>`
+        : html`<table>
+            <thead>
+              <tr>
+                <th>Asked</th>
+                <th>Tenant</th>
+                <th>Who asked</th>
+                <th>Tool</th>
+                <th>Effect</th>
+                <th>Amount</th>
+                <th>Time left</th>
+              </tr>
+            </thead>
+            <tbody>
+              ${rows.map(
+                (a) =>
+                  html`<tr>
+                    <td data-label="Asked">
+                      <a href="${href(['approvals', a.tenant, a.approval_id])}">${ago(a.created_at)}</a>
+                    </td>
+                    <td data-label="Tenant">${a.tenant}</td>
+                    <td data-label="Who asked">${a.requester_id} (${a.requester_role})</td>
+                    <td data-label="Tool">${a.tool_name}</td>
+                    <td data-label="Effect">${a.effect}</td>
+                    <td data-label="Amount">${a.amount}</td>
+                    <td data-label="Time left">${a.past_ttl ? 'expired' : timeLeft(a.expires_at)}</td>
+                  </tr>`,
+              )}
+            </tbody>
+          </table>`;
+    return send(
+      reply,
+      200,
+      page(request, 'Pending approvals', html`<section id="approvals" data-live aria-live="polite">${table}</section>`),
+    );
+  });
+}
+
+function registerApprovalShow(app: FastifyInstance, deps: ApiDeps): void {
+  app.get<{ Params: Params; Querystring: { done?: string } }>(
+    '/approvals/:tenant/:id',
+    { config: { console: 'session' } },
+    async (request, reply) => send(reply, 200, await approvalPage(deps, request, request.params, request.query.done)),
+  );
+}
+
+function registerApprove(app: FastifyInstance, deps: ApiDeps): void {
+  app.post<{ Params: Params }>(
+    '/approvals/:tenant/:id/approve',
+    { config: { console: 'session' } },
+    async (request, reply) => {
+      const f = form(request);
+      const { caller, role } = await decider(deps, request, request.params);
+      const hash = f.envelope_sha256 ?? '';
+      if (!/^[0-9a-f]{64}$/.test(hash))
+        throw new ActionLedgerError('invalid_request', 'the approval form carries no envelope hash', {
+          details: { field: 'envelope_sha256' },
+        });
+      const r = await deps.gate.approve(request.params.id, hash, {
+        tenant_id: caller.tenant_id,
+        principal_id: caller.principal_id,
+        role,
+      });
+      return decided(deps, request, reply, r);
+    },
+  );
+}
+
+function registerReject(app: FastifyInstance, deps: ApiDeps): void {
+  app.post<{ Params: Params }>(
+    '/approvals/:tenant/:id/reject',
+    { config: { console: 'session' } },
+    async (request, reply) => {
+      const f = form(request);
+      const { caller, role } = await decider(deps, request, request.params);
+      const reason = (f.reason ?? '').trim();
+      if (reason === '')
+        throw new ActionLedgerError('invalid_request', 'a rejection needs a reason', { details: { field: 'reason' } });
+      const r = await deps.gate.reject(
+        request.params.id,
+        { tenant_id: caller.tenant_id, principal_id: caller.principal_id, role },
+        reason,
+      );
+      return decided(deps, request, reply, r);
+    },
+  );
+}
+
+/** The caller and the approver role it decides this approval's tool with; `permission_denied` without one. */
+async function decider(deps: ApiDeps, request: FastifyRequest, p: Params): Promise<{ caller: Caller; role: string }> {
+  const caller = callerIn(request, p.tenant);
+  request.caller = caller; // the API's audit hook records this request with its principal
+  // The tool is read with the approval (same tenant only); the gate checks the role again under its lock.
+  const view = await deps.gate.approvals.show(p.id, caller);
+  const role = approverRole(deps, caller, text(view.envelope.tool));
+  if (role === undefined)
+    throw new ActionLedgerError('permission_denied', `none of your roles here may decide ${text(view.envelope.tool)}`, {
+      details: { reason: 'no_approver_role' },
+    });
+  return { caller, role };
+}
+
+async function decided(deps: ApiDeps, request: FastifyRequest<{ Params: Params }>, reply: FastifyReply, r: GateResult) {
+  if (r.ok)
+    return reply.redirect(href(['approvals', request.params.tenant, request.params.id], { done: r.status }), 303);
+  const status = httpStatus(r.error);
+  return send(
+    reply,
+    status,
+    await approvalPage(
+      deps,
+      request,
+      request.params,
+      undefined,
+      explain({ code: r.error, message: r.message, details: r.details }),
+    ),
+  );
+}
+
+const DONE: Record<string, string> = {
+  reserved: 'Approved: the operation is reserved and will be dispatched.',
+  pending_approvals: 'Your approval is recorded; more approvers are needed.',
+  approved: 'Approved.',
+  rejected: 'Rejected.',
+};
+
+async function approvalPage(
+  deps: ApiDeps,
+  request: FastifyRequest,
+  p: Params,
+  done?: string,
+  refusal?: SafeHtml,
+): Promise<SafeHtml> {
+  const caller = callerIn(request, p.tenant);
+  const view = await deps.gate.approvals.show(p.id, caller);
+  const env = view.envelope as JsonObject & {
+    tool: string;
+    requester: { principal_id: string; role: string };
+    subject: { account_id: string; conversation_id: string };
+    identity: { task_id: string; workflow_step_id: string };
+    resources: { type: string; id: string; version: string }[];
+  };
+  const tools = visibleTools(deps, caller);
+  if (tools !== null && !tools.includes(env.tool)) throw new ActionLedgerError('not_found', 'no such approval');
+  const displayedHash = sha256Hex(canonicalJson(view.envelope));
+  const fresh = await deps.gate.approvals.freshness(p.id, caller);
+  const role = approverRole(deps, caller, env.tool);
+  const self = env.requester.principal_id === caller.principal_id;
+  const voted = view.approvers.includes(caller.principal_id);
+  const approverRoles = [...(deps.config.gate.tools.get(env.tool)?.approverRoles ?? [])];
+
+  const blockers = blockersOf(deps, { p, env, caller, view, fresh, role, self, voted, approverRoles, displayedHash });
+  const decide = blockers.length > 0 || view.status !== 'pending' ? html`` : decideForms(request, p, displayedHash);
+  const op = view.operation_id === null ? null : await operationStatus(deps, caller, view.operation_id);
+  const body = html` ${done !== undefined && DONE[done] !== undefined ? notice('ok', html`<p id="done">${DONE[done]}</p>`) : ''}
+    ${refusal ?? ''}
+    <dl>
+      <dt>Status</dt>
+      <dd id="status">${view.status}${view.reason === null ? '' : ` (${view.reason})`}</dd>
+      <dt>Tool</dt>
+      <dd>${env.tool}</dd>
+      <dt>Effect</dt>
+      <dd>${text(env.effect ?? '')}</dd>
+      <dt>Who asked</dt>
+      <dd>${env.requester.principal_id} as ${env.requester.role}</dd>
+      <dt>Conversation</dt>
+      <dd>${env.subject.conversation_id} (account ${env.subject.account_id})</dd>
+      <dt>Task / step</dt>
+      <dd>${env.identity.task_id} / ${env.identity.workflow_step_id}</dd>
+      <dt>Plan version</dt>
+      <dd>${text(env.plan_version ?? '')}</dd>
+      <dt>Policy version</dt>
+      <dd>${text(env.policy_version ?? '')}</dd>
+      <dt>Bound resources</dt>
+      <dd>
+        ${env.resources.length === 0 ? 'none' : env.resources.map((r) => html`${r.type} ${r.id} at version ${r.version}<br />`)}
+      </dd>
+      <dt>Approvers</dt>
+      <dd>${view.approvers.join(', ') || 'none yet'} (needs ${text(env.required_approvals ?? 1)})</dd>
+      <dt>Expires</dt>
+      <dd>${text(env.expires_at ?? '')} (${timeLeft(text(env.expires_at))})</dd>
+      <dt>Envelope sha256</dt>
+      <dd class="hash" id="hash">${view.envelope_sha256}</dd>
+      ${
+        op === null
+          ? ''
+          : html`<dt>Operation</dt>
+              <dd>
+                <a href="${href(['operations', p.tenant, view.operation_id ?? ''])}">${view.operation_id}</a>:
+                <span id="operation-status">${op}</span>
+              </dd>`
+      }
+    </dl>
+    <h2>Arguments, exactly as stored</h2>
+    <pre id="arguments">${JSON.stringify(env.arguments, null, 2)}</pre>
+    ${blockers} ${decide}
+    <details>
+      <summary>The whole envelope (what the hash covers)</summary>
+      <pre id="envelope">${JSON.stringify(view.envelope, null, 2)}</pre>
+    </details>`;
+  return page(request, `Approval ${p.id}`, html`<section id="approval" data-live>${body}</section>`);
+}
+
+async function operationStatus(deps: ApiDeps, caller: Caller, id: string): Promise<string | null> {
+  const found = await new TenantLedgerView(deps.pool, deps.config.schemaQuoted)
+    .show(caller.tenant_id, id)
+    .catch(() => null);
+  return found === null ? null : text(found.operation.status);
+}
+
+interface BlockerInput {
+  p: Params;
+  env: { tool: string; requester: { principal_id: string } };
+  caller: Caller;
+  view: { approvers: string[]; envelope_sha256: string };
+  fresh: { error: string; details: Record<string, unknown> } | null;
+  role: string | undefined;
+  self: boolean;
+  voted: boolean;
+  approverRoles: string[];
+  displayedHash: string;
+}
+
+/** Why the person cannot approve this now, each explained (empty: they can). */
+function blockersOf(_deps: ApiDeps, i: BlockerInput): SafeHtml[] {
+  const { p, env, caller, view, fresh, role, self, voted, approverRoles, displayedHash } = i;
+  const blockers: SafeHtml[] = [];
+  if (fresh?.error === 'reapproval_required') {
+    const d = fresh.details as {
+      reason?: string;
+      resources?: { type: string; id: string; approved_version: string; current_version: string | null }[];
+    };
+    blockers.push(
+      notice(
+        'bad',
+        html`<p>
+            <span class="code" id="freshness">reapproval_required</span>: what this approval binds no longer holds
+            (<span class="code">${d.reason ?? ''}</span>). Approving is not possible; the requester must ask again.
+          </p>
+          ${(d.resources ?? []).map((r) => html`<p>${r.type} ${r.id}: approved at version ${r.approved_version}, now ${r.current_version ?? 'gone'}.</p>`)}`,
+      ),
+    );
+  } else if (fresh !== null) {
+    blockers.push(
+      notice(
+        'bad',
+        html`<p>
+          <span class="code" id="freshness">${fresh.error}</span>:
+          ${fresh.error === 'invalid_state_transition' ? `this approval is ${text(fresh.details.status)}` : fresh.error === 'tool_disabled' ? `a kill switch holds ${env.tool} (${text(fresh.details.reason)})` : 'this approval is past its time to live'}.
+        </p>`,
+      ),
+    );
+  }
+  if (self)
+    blockers.push(
+      notice(
+        'warn',
+        html`<p id="self">
+          <span class="code">self_approval_forbidden</span>: you asked for this yourself (as
+          ${env.requester.principal_id}). The person who asks never approves their own request; another approver must
+          decide it.
+        </p>`,
+      ),
+    );
+  else if (voted)
+    blockers.push(
+      notice(
+        'warn',
+        html`<p>
+          <span class="code">self_approval_forbidden</span>: you approved this already; nobody counts twice. It waits
+          for another approver.
+        </p>`,
+      ),
+    );
+  if (role === undefined)
+    blockers.push(
+      notice(
+        'warn',
+        html`<p id="role">
+          <span class="code">permission_denied</span>: your roles in ${p.tenant} (${caller.roles.join(', ')}) may not
+          decide ${env.tool}; it needs one of: ${approverRoles.join(', ') || 'nobody (no approver role is configured)'}.
+        </p>`,
+      ),
+    );
+  if (displayedHash !== view.envelope_sha256)
+    blockers.push(
+      notice('bad', html`<p>The stored envelope does not hash to its recorded sha256; it cannot be approved.</p>`),
+    );
+
+  return blockers;
+}
+
+/** The approve form (carrying the hash of the envelope displayed) and the reject form (a reason required). */
+function decideForms(request: FastifyRequest, p: Params, displayedHash: string): SafeHtml {
+  return html`<section aria-label="Decide">
+    <h2>Decide</h2>
+    <form method="post" action="${href(['approvals', p.tenant, p.id, 'approve'])}">
+      ${csrfField(request)}
+      <input type="hidden" name="envelope_sha256" value="${displayedHash}" />
+      <button type="submit" id="approve">Approve exactly this (sha256 ${displayedHash.slice(0, 12)}…)</button>
+    </form>
+    <form method="post" action="${href(['approvals', p.tenant, p.id, 'reject'])}">
+      ${csrfField(request)}
+      <label>Reason for rejecting <textarea name="reason" required maxlength="1000" rows="2"></textarea></label>
+      <button type="submit" id="reject">Reject</button>
+    </form>
+  </section>`;
+}

@@ -1,0 +1,216 @@
+/**
+ * The review queue of one tenant, grouped by reason, with the actions each operation's state allows: retry
+ * only when its recorded provider contact proves it safe (and only if nothing moved since the page was
+ * rendered: the attempt and reason shown are sent back as the expectation), resolve as succeeded with the
+ * provider's receipt, resolve as failed, compensate; each with a reason. A bulk retry for one reason retries
+ * every safe operation with that reason, one by one through the same `Review` calls, and leaves the rest.
+ */
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { ActionLedgerError } from '../../../core/errors.js';
+import { listInReview, type InReview, type Review } from '../../../reconciler/index.js';
+import { holds } from '../../api/auth.js';
+import type { ApiDeps, Caller } from '../../api/types.js';
+import { href, html } from '../html.js';
+import { csrfField, notice, page, send, tenantPicker } from '../layout.js';
+import { form } from '../plugin.js';
+import { callerIn, tenantsOf } from '../session.js';
+import { pickTenant } from './operations.js';
+
+const ACTIONS = ['retry', 'resolve-succeeded', 'resolve-failed', 'compensate'] as const;
+type Action = (typeof ACTIONS)[number];
+
+function reviewOf(deps: ApiDeps): Review {
+  if (deps.review === undefined) throw new ActionLedgerError('internal', 'review actions are not configured here');
+  return deps.review;
+}
+
+function reviewer(deps: ApiDeps, request: FastifyRequest, tenant: string): Caller {
+  const caller = callerIn(request, tenant);
+  if (!holds(deps, caller, 'review'))
+    throw new ActionLedgerError('permission_denied', 'none of your roles may review', {
+      details: { capability: 'review' },
+    });
+  request.caller = caller;
+  return caller;
+}
+
+function row(request: FastifyRequest, tenant: string, o: InReview, mayReview: boolean) {
+  const act = (a: Action, label: string, extra: ReturnType<typeof html> | string = '') =>
+    html`<form method="post" action="${href(['review', tenant, o.operation_id, a])}">
+      ${csrfField(request)}${extra}
+      <label>Reason <input name="reason" required maxlength="2000" /></label>
+      <button type="submit">${label}</button>
+    </form>`;
+  const actions = !mayReview
+    ? html``
+    : html`${
+          o.retry_safe
+            ? act(
+                'retry',
+                'Retry',
+                html`<input type="hidden" name="attempt" value="${o.attempt}" /><input
+                    type="hidden"
+                    name="review_reason"
+                    value="${o.review_reason}"
+                  />`,
+              )
+            : html`<p>Retry is not safe: the provider may have received it.</p>`
+        }
+        <details>
+          <summary>Resolve or compensate</summary>
+          ${act('resolve-succeeded', 'Resolve succeeded', html`<label>Provider receipt <input name="receipt" required maxlength="256" /></label>`)}
+          ${act('resolve-failed', 'Resolve failed')} ${act('compensate', 'Compensate')}
+        </details>`;
+  return html`<tr>
+    <td data-label="Operation"><a href="${href(['operations', tenant, o.operation_id])}">${o.operation_id}</a></td>
+    <td data-label="Tool">${o.tool_name}</td>
+    <td data-label="In review since">${o.entered_review_at} (attempt ${o.attempt})</td>
+    <td data-label="Provider contact">${o.provider_contact}</td>
+    <td data-label="Actions">${actions}</td>
+  </tr>`;
+}
+
+export function registerReviewPages(app: FastifyInstance, deps: ApiDeps): void {
+  registerQueue(app, deps);
+  registerBulkRetry(app, deps);
+  registerAction(app, deps);
+}
+
+function registerQueue(app: FastifyInstance, deps: ApiDeps): void {
+  app.get<{ Querystring: { tenant?: string; done?: string } }>(
+    '/review',
+    { config: { console: 'session' } },
+    async (request, reply) => {
+      const caller = pickTenant(
+        deps,
+        request,
+        request.query.tenant,
+        (c) => holds(deps, c, 'read') || holds(deps, c, 'review'),
+      );
+      const mayReview = holds(deps, caller, 'review');
+      const listing = await listInReview(deps.config, deps.pool, { tenant: caller.tenant_id, limit: 500 });
+      const groups = new Map<string, InReview[]>();
+      for (const o of listing.operations) groups.set(o.review_reason, [...(groups.get(o.review_reason) ?? []), o]);
+      const sections = [...groups].map(
+        ([reason, ops]) =>
+          html`<section class="group">
+            <h2>${reason} <small>(${ops.length})</small></h2>
+            ${
+              mayReview && ops.some((o) => o.retry_safe)
+                ? html`<form method="post" action="${href(['review', caller.tenant_id, 'bulk-retry'])}">
+                    ${csrfField(request)}<input type="hidden" name="review_reason" value="${reason}" />
+                    <label>Reason <input name="reason" required maxlength="2000" /></label>
+                    <button type="submit">
+                      Retry every safe one with this reason (${ops.filter((o) => o.retry_safe).length})
+                    </button>
+                  </form>`
+                : ''
+            }
+            <table>
+              <thead>
+                <tr>
+                  <th>Operation</th>
+                  <th>Tool</th>
+                  <th>In review since</th>
+                  <th>Provider contact</th>
+                  <th>Actions</th>
+                </tr>
+              </thead>
+              <tbody>
+                ${ops.map((o) => row(request, caller.tenant_id, o, mayReview))}
+              </tbody>
+            </table>
+          </section>`,
+      );
+      const done = request.query.done;
+      const body = html`${tenantPicker(tenantsOf(request), caller.tenant_id, 'review')}
+        ${done === undefined || done === '' ? '' : notice('ok', html`<p id="done">${done}</p>`)}
+        <section id="review" data-live>
+          ${sections.length === 0 ? html`<p>Nothing is in review.</p>` : sections}
+          ${listing.truncated ? html`<p>Only the first ${listing.operations.length} of ${listing.total} are shown.</p>` : ''}
+        </section>`;
+      return send(reply, 200, page(request, 'Review', body));
+    },
+  );
+}
+
+function registerBulkRetry(app: FastifyInstance, deps: ApiDeps): void {
+  app.post<{ Params: { tenant: string } }>(
+    '/review/:tenant/bulk-retry',
+    { config: { console: 'session' } },
+    async (request, reply) => {
+      const f = form(request);
+      const caller = reviewer(deps, request, request.params.tenant);
+      const reason = (f.reason ?? '').trim();
+      const which = f.review_reason ?? '';
+      if (reason === '' || which === '')
+        throw new ActionLedgerError('invalid_request', 'a bulk retry needs the review reason and your reason', {
+          details: { field: 'reason' },
+        });
+      const listing = await listInReview(deps.config, deps.pool, { tenant: caller.tenant_id, limit: 500 });
+      let retried = 0;
+      let left = 0;
+      for (const o of listing.operations.filter((x) => x.review_reason === which)) {
+        if (!o.retry_safe) {
+          left++;
+          continue;
+        }
+        try {
+          await reviewOf(deps).retry(o.operation_id, {
+            actor: caller.principal_id,
+            tenant: caller.tenant_id,
+            requestId: request.id,
+            reason,
+            expect: { attempt: o.attempt, reviewReason: o.review_reason },
+          });
+          retried++;
+        } catch {
+          left++; // moved on since it was listed, or refused: it stays for a person to look at
+        }
+      }
+      return reply.redirect(
+        href(['review'], {
+          tenant: caller.tenant_id,
+          done: `Retried ${retried} with reason ${which}; ${left} left in review.`,
+        }),
+        303,
+      );
+    },
+  );
+}
+
+function registerAction(app: FastifyInstance, deps: ApiDeps): void {
+  app.post<{ Params: { tenant: string; id: string; action: string } }>(
+    '/review/:tenant/:id/:action',
+    { config: { console: 'session' } },
+    async (request, reply) => {
+      const f = form(request);
+      const caller = reviewer(deps, request, request.params.tenant);
+      const action = request.params.action as Action;
+      if (!ACTIONS.includes(action)) throw new ActionLedgerError('not_found', 'no such review action');
+      const input = {
+        actor: caller.principal_id,
+        tenant: caller.tenant_id,
+        requestId: request.id,
+        reason: f.reason ?? '',
+      };
+      const r = reviewOf(deps);
+      const id = request.params.id;
+      const result =
+        action === 'retry'
+          ? await r.retry(id, { ...input, expect: { attempt: Number(f.attempt), reviewReason: f.review_reason ?? '' } })
+          : action === 'resolve-succeeded'
+            ? await r.resolveSucceeded(id, { ...input, receipt: f.receipt ?? '' })
+            : action === 'resolve-failed'
+              ? await r.resolveFailed(id, input)
+              : await r.compensate(id, input);
+      return reply.redirect(
+        href(['review'], {
+          tenant: caller.tenant_id,
+          done: `${action}: ${id} moved from ${result.from} to ${result.to}.`,
+        }),
+        303,
+      );
+    },
+  );
+}

@@ -1,0 +1,137 @@
+/**
+ * The operator console, registered on the API's fastify instance as one encapsulated plugin under /console:
+ * server-rendered pages (every interpolation escaped by html.ts), a stylesheet and one small ES module, HTML
+ * forms posted as application/x-www-form-urlencoded (parsed strictly: a repeated field is refused). Its pages
+ * call the same library functions the /v1 routes call, with the signed-in person as the caller, so every
+ * decision is checked, refused and audited exactly as over the API.
+ */
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { ActionLedgerError, asActionLedgerError } from '../../core/errors.js';
+import { ConsoleSessions } from '../../principals/index.js';
+import { httpStatus } from '../api/errors.js';
+import type { ApiDeps } from '../api/types.js';
+import { CONSOLE_CSS, CONSOLE_JS } from './assets.js';
+import { html } from './html.js';
+import { notice, page, send } from './layout.js';
+import { registerApprovalPages } from './pages/approvals.js';
+import { registerAuditPages } from './pages/audit.js';
+import { registerKillSwitchPages } from './pages/kill-switches.js';
+import { registerOperationPages } from './pages/operations.js';
+import { registerReviewPages } from './pages/review.js';
+import { checkCsrf, clearSessionCookie, sessionHook, setSessionCookie } from './session.js';
+import { explain } from './explain.js';
+
+export type Form = Record<string, string>;
+
+/** Registers the console on the API's app (before it is ready). */
+export function registerConsole(app: FastifyInstance, deps: ApiDeps): void {
+  const sessions = new ConsoleSessions(deps.config, deps.pool, deps.audit);
+  void app.register(
+    (child, _opts, done) => {
+      child.addContentTypeParser(
+        'application/x-www-form-urlencoded',
+        { parseAs: 'string', bodyLimit: 65536 },
+        (_request, body, next) => {
+          try {
+            next(null, parseForm(body as string));
+          } catch (err) {
+            next(err as Error, undefined);
+          }
+        },
+      );
+      child.addHook('onRequest', sessionHook(deps, sessions));
+      child.setErrorHandler((err: FastifyError, request, reply) => errorPage(deps, request, reply, err));
+      child.setNotFoundHandler((request, reply) =>
+        send(reply, 404, page(request, 'Not found', notice('bad', 'There is no such console page.'))),
+      );
+      registerEntry(child, deps, sessions);
+      registerApprovalPages(child, deps);
+      registerOperationPages(child, deps);
+      registerReviewPages(child, deps);
+      registerKillSwitchPages(child, deps);
+      registerAuditPages(child, deps);
+      done();
+    },
+    { prefix: '/console' },
+  );
+}
+
+/** A form body: each field once, text only. Throws `invalid_request`. */
+export function parseForm(body: string): Form {
+  const out: Form = {};
+  for (const [k, v] of new URLSearchParams(body)) {
+    if (Object.hasOwn(out, k))
+      throw new ActionLedgerError('invalid_request', `the field ${k} was sent twice`, { details: { field: k } });
+    out[k] = v;
+  }
+  return out;
+}
+
+/** The form of a POST, with its CSRF token checked first. */
+export function form(request: FastifyRequest): Form {
+  const type = (request.headers['content-type'] ?? '').split(';')[0]?.trim().toLowerCase();
+  if (type !== 'application/x-www-form-urlencoded')
+    throw new ActionLedgerError('unsupported_media_type', 'the console takes HTML forms only');
+  const body = (request.body ?? {}) as Form;
+  checkCsrf(request, body.csrf);
+  return body;
+}
+
+function registerEntry(app: FastifyInstance, deps: ApiDeps, sessions: ConsoleSessions): void {
+  app.get('/static/console.js', { config: { console: 'public' } }, (_request, reply) =>
+    reply.header('content-type', 'text/javascript; charset=utf-8').header('cache-control', 'no-cache').send(CONSOLE_JS),
+  );
+  app.get('/static/console.css', { config: { console: 'public' } }, (_request, reply) =>
+    reply.header('content-type', 'text/css; charset=utf-8').header('cache-control', 'no-cache').send(CONSOLE_CSS),
+  );
+  app.get('/', { config: { console: 'session' } }, (_request, reply) => reply.redirect('/console/approvals', 303));
+  // Opening the link shows a button; only the POST uses it, so a link preview or prefetch cannot spend it.
+  app.get<{ Querystring: { link?: string } }>('/login', { config: { console: 'public' } }, (request, reply) => {
+    const link = typeof request.query.link === 'string' ? request.query.link : '';
+    const body =
+      link === ''
+        ? html`<p>Ask an operator for a sign-in link: <code>actionledger principal login-link NAME</code>.</p>`
+        : html`<form method="post" action="/console/login">
+            <input type="hidden" name="link" value="${link}" />
+            <p>This link signs you in once.</p>
+            <button type="submit">Sign in</button>
+          </form>`;
+    return send(reply, 200, page(request, 'Sign in', body));
+  });
+  app.post('/login', { config: { console: 'public' } }, async (request, reply) => {
+    const link = ((request.body ?? {}) as Form).link ?? '';
+    const started = await sessions.redeemLink(link);
+    setSessionCookie(request, reply, started.token, deps.config.api.console.sessionTtlS);
+    return reply.redirect('/console/approvals', 303);
+  });
+  app.post('/logout', { config: { console: 'session' } }, async (request, reply) => {
+    form(request);
+    const s = request.signedIn?.session;
+    if (s !== undefined) await sessions.end(s.session_id);
+    clearSessionCookie(request, reply);
+    request.signedIn = undefined;
+    return send(reply, 200, page(request, 'Signed out', notice('ok', 'You are signed out.')));
+  });
+}
+
+function errorPage(deps: ApiDeps, request: FastifyRequest, reply: FastifyReply, raw: FastifyError): FastifyReply {
+  const err =
+    raw instanceof ActionLedgerError
+      ? raw
+      : raw.statusCode === 413
+        ? new ActionLedgerError('body_too_large', 'the form is over the cap')
+        : raw.statusCode === 415
+          ? new ActionLedgerError('unsupported_media_type', 'send the form as application/x-www-form-urlencoded')
+          : raw.statusCode !== undefined && raw.statusCode < 500
+            ? new ActionLedgerError('invalid_request', 'the request is malformed')
+            : asActionLedgerError(raw);
+  const status = httpStatus(err.code);
+  if (status >= 500) deps.log.error({ err: raw, code: err.code, request_id: request.id }, 'console request failed');
+  if (err.code === 'unauthenticated') {
+    const body = html`${notice('bad', html`<span class="code">unauthenticated</span>: ${err.message}`)}
+      <p>Sign in with a link from <code>actionledger principal login-link NAME</code>.</p>`;
+    request.signedIn = undefined;
+    return send(reply, 401, page(request, 'Sign in', body));
+  }
+  return send(reply, status, page(request, 'Refused', explain(err, status)));
+}

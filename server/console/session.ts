@@ -1,0 +1,153 @@
+/**
+ * Who is using the console, for every /console route but sign-in and the static files: the session cookie
+ * (HttpOnly, SameSite=Strict, Secure over TLS, Path=/console), read again on every request with the
+ * principal's grants; or, when `api.console.trusted_header` is set, the header an authenticating proxy adds,
+ * believed only when the peer address is one of the configured proxies (from any other peer the header is
+ * ignored and logged). Every state change carries the session's CSRF token in its form: a keyed hash of the
+ * session secret, compared in constant time, so it needs no storage and a page of one session is useless in
+ * another. Cross-site requests are refused besides (Sec-Fetch-Site, then Origin), as a second line.
+ */
+import { createHash, timingSafeEqual } from 'node:crypto';
+import type { TLSSocket } from 'node:tls';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import { ActionLedgerError } from '../../core/errors.js';
+import type { ConsoleSession, ConsoleSessions } from '../../principals/index.js';
+import type { ApiDeps, Caller } from '../api/types.js';
+
+export const COOKIE = 'al_console';
+
+export interface SignedIn {
+  session: ConsoleSession;
+  csrf: string;
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /** The console's signed-in person (console routes only). */
+    signedIn?: SignedIn;
+  }
+}
+
+/** The CSRF token of a session secret. */
+export function csrfOf(sessionSecret: string): string {
+  return createHash('sha256').update(`actionledger-console-csrf\0${sessionSecret}`, 'utf8').digest('base64url');
+}
+
+export function cookieOf(request: FastifyRequest): string | undefined {
+  const header = request.headers.cookie;
+  if (typeof header !== 'string') return undefined;
+  for (const part of header.split(';')) {
+    const eq = part.indexOf('=');
+    if (eq > 0 && part.slice(0, eq).trim() === COOKIE) return part.slice(eq + 1).trim();
+  }
+  return undefined;
+}
+
+function overTls(request: FastifyRequest): boolean {
+  return (request.raw.socket as Partial<TLSSocket>).encrypted === true;
+}
+
+export function setSessionCookie(request: FastifyRequest, reply: FastifyReply, token: string, maxAgeS: number): void {
+  const secure = overTls(request) ? '; Secure' : '';
+  reply.header(
+    'set-cookie',
+    `${COOKIE}=${token}; Path=/console; HttpOnly; SameSite=Strict; Max-Age=${maxAgeS}${secure}`,
+  );
+}
+
+export function clearSessionCookie(request: FastifyRequest, reply: FastifyReply): void {
+  const secure = overTls(request) ? '; Secure' : '';
+  reply.header('set-cookie', `${COOKIE}=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0${secure}`);
+}
+
+/** The `onRequest` hook of the console's signed-in routes. Throws `unauthenticated`. */
+export function sessionHook(deps: ApiDeps, sessions: ConsoleSessions) {
+  return async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
+    if (request.routeOptions.config.console !== 'session') return;
+    const trusted = deps.config.api.console.trustedHeader;
+    let token = cookieOf(request);
+    if (trusted !== null) {
+      const named = request.headers[trusted.name];
+      if (typeof named === 'string' && named !== '') {
+        const peer = request.raw.socket.remoteAddress ?? '';
+        if (!trusted.proxies.has(peer)) {
+          deps.log.warn(
+            { peer, header: trusted.name, request_id: request.id },
+            'console: trusted header from a peer that is not a configured proxy, ignored',
+          );
+        } else {
+          const current = token === undefined ? undefined : await sessions.authenticate(token).catch(() => undefined);
+          if (current === undefined || current.principal_id !== named) {
+            const started = await sessions.startTrusted(named);
+            token = started.token;
+            setSessionCookie(request, reply, token, deps.config.api.console.sessionTtlS);
+          }
+        }
+      }
+    }
+    if (token === undefined)
+      throw new ActionLedgerError('unauthenticated', 'you are not signed in', { details: { reason: 'missing' } });
+    try {
+      request.signedIn = { session: await sessions.authenticate(token), csrf: csrfOf(token) };
+    } catch (err) {
+      clearSessionCookie(request, reply);
+      throw err;
+    }
+  };
+}
+
+/** The host of an Origin header; null for one that is not a URL. */
+function originHost(origin: string): string | null {
+  try {
+    return new URL(origin).host;
+  } catch {
+    return null;
+  }
+}
+
+/** Refuses a state change without this session's CSRF token, or one sent from another site: `csrf_token_invalid`. */
+export function checkCsrf(request: FastifyRequest, sent: string | undefined): void {
+  const expected = request.signedIn?.csrf;
+  const site = request.headers['sec-fetch-site'];
+  const origin = request.headers.origin;
+  const host = request.headers.host;
+  const crossSite =
+    (typeof site === 'string' && site !== 'same-origin' && site !== 'none') ||
+    (typeof origin === 'string' && origin !== 'null' && host !== undefined && originHost(origin) !== host);
+  const ok =
+    !crossSite &&
+    expected !== undefined &&
+    typeof sent === 'string' &&
+    sent.length === expected.length &&
+    timingSafeEqual(Buffer.from(sent), Buffer.from(expected));
+  if (!ok)
+    throw new ActionLedgerError(
+      'csrf_token_invalid',
+      'this change did not come from a console page of your session: reload the page and try again',
+      {
+        details: { reason: crossSite ? 'cross_site' : 'token' },
+      },
+    );
+}
+
+/** The signed-in person acting in one tenant, as the API's caller type; a tenant they hold no role in is `not_found`. */
+export function callerIn(request: FastifyRequest, tenant: string): Caller {
+  const s = request.signedIn?.session;
+  if (s === undefined) throw new ActionLedgerError('unauthenticated', 'you are not signed in');
+  const roles = s.grants.get(tenant);
+  if (roles === undefined) throw new ActionLedgerError('not_found', 'you hold no role in that tenant');
+  return {
+    token_id: `console:${s.session_id}`,
+    principal_id: s.principal_id,
+    tenant_id: tenant,
+    kind: s.kind,
+    roles,
+    requests: 0,
+    window_left_s: 0,
+  };
+}
+
+/** The tenants the person holds roles in, in order. */
+export function tenantsOf(request: FastifyRequest): string[] {
+  return [...(request.signedIn?.session.grants.keys() ?? [])];
+}

@@ -1,0 +1,37 @@
+/**
+ * The console's one escaping function: every interpolation of the `html` template is escaped, in text and in
+ * double-quoted attributes, unless it is itself an `html` result; nothing else can make a SafeHtml; `href`
+ * percent-encodes every path segment and query value.
+ */
+import t from 'tap';
+import { escapeHtml, href, html, SafeHtml, text } from '../../server/console/html.js';
+
+t.test('every interpolation is escaped', (t) => {
+  const hostile = `<script>alert(1)</script><img src=x onerror="alert('2')">\`&`;
+  const out = html`<p title="${hostile}">${hostile}</p>`.toString();
+  t.equal(
+    out,
+    '<p title="&lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=&quot;alert(&#39;2&#39;)&quot;&gt;&#96;&amp;">' +
+      '&lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=&quot;alert(&#39;2&#39;)&quot;&gt;&#96;&amp;</p>',
+  );
+  t.notMatch(escapeHtml(hostile), /[<>"'`]/, 'no markup character survives');
+  t.equal(
+    html`${[hostile, html`<b>${'&'}</b>`, null, undefined, false, 3]}`.toString(),
+    `${escapeHtml(hostile)}<b>&amp;</b>3`,
+  );
+  t.equal(html`${new Date(0)}`.toString(), '1970-01-01T00:00:00.000Z');
+  t.end();
+});
+
+t.test('only html`` makes markup', (t) => {
+  t.throws(() => new SafeHtml('<b>', Symbol('safe-html')), /made by html/);
+  t.equal(text({ a: '<b>' }), '{"a":"<b>"}', 'JSON values become text to be escaped');
+  t.equal(text(null), '');
+  t.end();
+});
+
+t.test('href encodes every part', (t) => {
+  t.equal(href(['approvals', 'tenant a', 'x/../y']), '/console/approvals/tenant%20a/x%2F..%2Fy');
+  t.equal(href(['audit'], { tool: 'javascript:alert(1)', empty: '' }), '/console/audit?tool=javascript%3Aalert%281%29');
+  t.end();
+});
