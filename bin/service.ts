@@ -265,6 +265,7 @@ class Service {
     const http = new HttpServer({
       runtime: rt,
       ledger,
+      env: this.#options.env,
       health: () => ({
         error:
           embeddedState() === 'failed'

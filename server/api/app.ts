@@ -23,6 +23,7 @@ import { registerAuditRoutes } from './routes/audit.js';
 import { registerCallRoutes } from './routes/calls.js';
 import { registerProposalRoutes } from './routes/proposals.js';
 import { registerOperationRoutes } from './routes/operations.js';
+import { registerSlackRoutes } from './routes/slack.js';
 
 /** The route groups, in the order they are registered (each adds its routes to the OpenAPI document). */
 const ROUTE_GROUPS: readonly ((app: FastifyInstance, deps: ApiDeps) => void)[] = [
@@ -34,6 +35,7 @@ const ROUTE_GROUPS: readonly ((app: FastifyInstance, deps: ApiDeps) => void)[] =
   registerReviewRoutes,
   registerKillSwitchRoutes,
   registerAuditRoutes,
+  registerSlackRoutes,
 ];
 
 export interface Api {
