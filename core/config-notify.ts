@@ -64,7 +64,8 @@ export const notificationsSchema = {
               team_id: { type: 'string', minLength: 1, maxLength: 40 },
               bot_token_env: envName,
               signing_secret_env: envName,
-              api_base_url: { type: 'string', pattern: '^https://', default: 'https://slack.com/api' },
+              /** Default https://slack.com/api; tests point it at a local server. */
+              api_base_url: { type: 'string', pattern: '^https://' },
               ...tlsFiles,
             },
           },

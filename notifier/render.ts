@@ -1,13 +1,13 @@
 /**
  * What a notification says: the event as the JSON a webhook receives, and as the Slack message a person reads.
  * Both show what the console shows: the envelope with the tool's `redact` keys replaced (the same copy the
- * audit log keeps), never a credential. Arguments the tool no longer declares (the tool was removed from the
+ * audit log keeps, the effect in words said again from that copy), never a credential. Arguments the tool no longer declares (the tool was removed from the
  * configuration) are left out whole: without a redaction policy nothing of them is shown.
  */
 import type { Config } from '../core/config.js';
 import type { NotificationEventType } from '../core/config-notify.js';
 import type { JsonObject } from '../core/json.js';
-import { auditArguments } from '../gate/index.js';
+import { auditArguments, describeEffect } from '../gate/index.js';
 
 /** A JSON value as text: strings as they are, anything else as its JSON. */
 export function txt(v: unknown): string {
@@ -35,8 +35,10 @@ export function eventData(config: Config, e: ClaimedEvent): JsonObject {
   const envelope = data.envelope;
   if (envelope !== null && typeof envelope === 'object' && !Array.isArray(envelope)) {
     const tool = config.gate.tools.get(txt(envelope.tool));
-    const shown = auditArguments(tool, envelope.arguments, config.argumentBounds);
-    data.envelope = { ...envelope, arguments: shown.value as JsonObject | null };
+    const shown = auditArguments(tool, envelope.arguments, config.argumentBounds).value as JsonObject | null;
+    // The effect in words quotes arguments too: said again from the redacted copy (or not at all).
+    const effect = tool === undefined || shown === null ? null : describeEffect(tool, shown);
+    data.envelope = { ...envelope, arguments: shown, effect };
   }
   if (e.event_type === 'approval.requested' && typeof data.expires_at === 'string')
     data.time_left_s = Math.max(0, Math.floor(Date.parse(data.expires_at) / 1000 - e.now_s));
