@@ -284,6 +284,10 @@ export class NotificationDelivery {
     }
     if (e.event_type === 'approval.decided' || e.event_type === 'approval.expired') {
       const approvalId = txt(e.payload.approval_id);
+      // Deliveries run in parallel: only the event that states the approval's current status writes the
+      // message, so a late `approved` never overwrites the `executed` or `invalidated` that followed it.
+      const now = await this.#pool.query<{ status: string }>(this.#q.approvalStatusNow, [approvalId]);
+      if (now.rows[0]?.status !== e.payload.status) return { kind: 'delivered' };
       const m = (
         await this.#pool.query<{ channel: string; message_ts: string }>(this.#q.slackMessageByApproval, [
           d.name,

@@ -46,6 +46,8 @@ export const notifierQueries = {
   requestDeliveryPending: `
     SELECT 1 FROM @schema.notification_deliveries d JOIN @schema.notification_events e USING (event_id)
     WHERE e.event_type = 'approval.requested' AND e.subject_id = $1 AND d.destination = $2 AND d.status = 'pending'`,
+  /** The approval's status now: a decision event older than the latest one does not update the message. */
+  approvalStatusNow: `SELECT status FROM @schema.gate_approvals WHERE approval_id = $1`,
   slackMessageInsert: `
     INSERT INTO @schema.notification_slack_messages
       (destination, channel, message_ts, approval_id, tenant_id, envelope_sha256)
