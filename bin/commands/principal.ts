@@ -22,6 +22,7 @@ import {
   type Parsed,
 } from '../cli-util.js';
 import { load } from './load.js';
+import { slackLink, slackUnlink } from './principal-slack.js';
 import {
   actingAudit,
   actingRequest,
@@ -199,7 +200,8 @@ const list: Command = {
 
 export const principalCommand: Command = {
   name: 'principal',
-  summary: 'principals and their roles per tenant (services and people): add, grant, revoke, list (audited)',
+  summary:
+    'principals and their roles per tenant (services and people): add, grant, revoke, list, Slack user links (audited)',
   notes: `Who acts is the principal of the token in ACTIONLEDGER_TOKEN (in its own tenant), or without a token the
 operator named by --break-glass NAME (recorded as break-glass:NAME; the first principal is added that way).`,
   options: {},
@@ -214,6 +216,8 @@ operator named by --break-glass NAME (recorded as break-glass:NAME; the first pr
     ['grant', roleChange('grant')],
     ['revoke', roleChange('revoke')],
     ['list', list],
+    ['slack-link', slackLink],
+    ['slack-unlink', slackUnlink],
   ]),
   run(argv) {
     return runSubcommand(this, argv);
