@@ -5,7 +5,7 @@
  */
 import { resolve } from 'node:path';
 import type { ConfigProblems } from './config-problems.js';
-import { pointer } from './config-problems.js';
+import { isObject, pointer } from './config-problems.js';
 
 export const NOTIFICATION_EVENTS = [
   'approval.requested',
@@ -192,8 +192,9 @@ export function compileNotifications(
   problems: ConfigProblems,
 ): NotificationsConfig {
   const destinations = new Map<string, NotificationDestination>();
-  if (!problems.malformed('/notifications/destinations')) {
-    for (const [name, d] of Object.entries(raw.destinations ?? {})) {
+  const declared = isObject(raw.destinations) ? raw.destinations : {};
+  {
+    for (const [name, d] of Object.entries(declared)) {
       const at = pointer('notifications', 'destinations', name);
       if (problems.malformed(at)) continue;
       if ((d.cert_file === undefined) !== (d.key_file === undefined))
@@ -223,13 +224,14 @@ export function compileNotifications(
     }
   }
   const routes: NotificationRoute[] = [];
-  if (!problems.malformed('/notifications/routes')) {
-    (raw.routes ?? []).forEach((r, i) => {
+  if (Array.isArray(raw.routes)) {
+    raw.routes.forEach((r, i) => {
+      if (problems.malformed(pointer('notifications', 'routes', i))) return;
       for (const d of r.destinations)
-        if (!destinations.has(d) && !problems.malformed('/notifications/destinations'))
+        if (!Object.hasOwn(declared, d))
           problems.add(pointer('notifications', 'routes', i, 'destinations'), `names no declared destination`, {
             got: d,
-            allowed: [...destinations.keys()],
+            allowed: Object.keys(declared),
           });
       for (const t of r.tools ?? [])
         if (!toolNames.has(t))

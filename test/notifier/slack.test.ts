@@ -159,7 +159,7 @@ async function click(env: Env, m: { approvalId: string; ts: string }, o: ClickOp
   const body = new URLSearchParams({ payload: JSON.stringify(payload) }).toString();
   const timestamp = String(o.timestamp ?? Math.floor(Date.now() / 1000));
   const signature = slackSignature(new Secret(Buffer.from(o.secret ?? SIGNING)), timestamp, body);
-  return env.api.call('POST', `/v1/slack/${DEST}/interactions`, {
+  return env.api.call('POST', `/integrations/slack/${DEST}/interactions`, {
     raw: body,
     headers: {
       'content-type': 'application/x-www-form-urlencoded',

@@ -16,7 +16,7 @@ export function registerSlackRoutes(app: FastifyInstance, deps: ApiDeps): void {
       next(null, body),
     );
     child.post<{ Params: { destination: string }; Body: Buffer }>(
-      '/v1/slack/:destination/interactions',
+      '/integrations/slack/:destination/interactions',
       {
         config: { public: true, operationId: 'slackInteraction', errors: [400, 401, 404, 415] },
         schema: {
