@@ -368,3 +368,44 @@ t.test('reject from Slack is final and updates the message', async (t) => {
   t.match(JSON.stringify(env.slack.of('chat.update').at(-1)?.body), /rejected[\s\S]*rejected in Slack by sup-1/);
   t.equal(await operations(env), 0);
 });
+
+t.test('hostile bodies, correctly signed, are refused before anything is read', async (t) => {
+  const env = await setup(t);
+  const m = await requested(env, 'hostile');
+  const send = (body: string, contentType = 'application/x-www-form-urlencoded') => {
+    const timestamp = String(Math.floor(Date.now() / 1000));
+    return env.api.call('POST', `/integrations/slack/${DEST}/interactions`, {
+      raw: body,
+      headers: {
+        'content-type': contentType,
+        'x-slack-request-timestamp': timestamp,
+        'x-slack-signature': slackSignature(new Secret(Buffer.from(SIGNING)), timestamp, body),
+      },
+    });
+  };
+  const dup = `payload=${encodeURIComponent(`{"type":"block_actions","type":"view_submission"}`)}`;
+  const cases: [string, string, number, string][] = [
+    ['duplicate keys', dup, 400, 'invalid_request'],
+    ['no payload field', 'other=1', 400, 'invalid_request'],
+    ['not JSON', 'payload=%7Bnope', 400, 'invalid_request'],
+    [
+      'an unknown action',
+      `payload=${encodeURIComponent(JSON.stringify({ type: 'block_actions', actions: [{ action_id: 'x' }] }))}`,
+      400,
+      'invalid_request',
+    ],
+  ];
+  for (const [what, body, status, error] of cases) {
+    const r = await send(body);
+    t.same([r.status, r.body.error], [status, error], what);
+  }
+  const json = await send('{"payload":"x"}', 'application/json');
+  t.equal(json.status, 415, 'only the form encoding Slack uses');
+  const unknown = await env.api.call('POST', '/integrations/slack/nope/interactions', {
+    raw: 'payload=%7B%7D',
+    headers: { 'content-type': 'application/x-www-form-urlencoded' },
+  });
+  t.same([unknown.status, unknown.body.error], [404, 'not_found'], 'an unconfigured destination');
+  t.equal(await approvalStatus(env, m.approvalId), 'pending');
+  t.equal(await operations(env), 0);
+});
