@@ -75,6 +75,8 @@ export class WebhookReceiver extends HttpsStub {
   hangFirst = 0;
   /** Answer with this status once past the failures and hangs (default 204). */
   finalStatus = 204;
+  /** With a 3xx final status: the Location sent (a sender must never follow it). */
+  location: string | undefined;
   readonly #secrets: string[];
 
   constructor(pki: DevPki, secrets: string[]) {
@@ -119,6 +121,7 @@ export class WebhookReceiver extends HttpsStub {
     if (answer === 'hung') return;
     // A receiver that verifies nothing it cannot check: any signature failure is a 401.
     res.statusCode = verified.some((v) => v) ? answer : 401;
+    if (this.location !== undefined) res.setHeader('location', this.location);
     res.end(answer < 300 ? 'ok' : 'try again');
   }
 }

@@ -21,10 +21,18 @@ const ENV = { WH_NEW: NEW, WH_OLD: OLD };
 
 async function setup(
   t: Test,
-  over: { routes?: unknown[]; delivery?: Record<string, unknown>; receiverSecrets?: string[] } = {},
+  over: {
+    routes?: unknown[];
+    delivery?: Record<string, unknown>;
+    receiverSecrets?: string[];
+    strangerCa?: boolean;
+  } = {},
 ): Promise<{ g: GateFixture; receiver: WebhookReceiver; delivery: NotificationDelivery }> {
   const pki = await receiverPki();
-  const receiver = await new WebhookReceiver(pki, over.receiverSecrets ?? [NEW, OLD]).start(t);
+  const receiver = await new WebhookReceiver(
+    over.strangerCa === true ? await receiverPki() : pki,
+    over.receiverSecrets ?? [NEW, OLD],
+  ).start(t);
   const g = await gateFixture(t, {
     gate: { tools: { update_document: { redact: ['status'] } } },
     extra: {
@@ -210,4 +218,37 @@ t.test('a secret that is missing or too short refuses to start the loop', async 
       }),
     { code: 'config_invalid' },
   );
+});
+
+t.test('the client rules of providers: a redirect is never followed, an unknown CA is never trusted', async (t) => {
+  const pki = await receiverPki();
+  const elsewhere = await new WebhookReceiver(pki, [NEW]).start(t);
+  const { g, receiver, delivery } = await setup(t, { delivery: { max_attempts: 2 } });
+  receiver.finalStatus = 307;
+  receiver.location = `${elsewhere.url}/stolen`;
+  await requestApproval(g, 'wh-redirect');
+  await drain(g, delivery);
+  t.equal(receiver.received.length, 2, 'each attempt went to the configured URL');
+  t.equal(elsewhere.received.length, 0, 'the Location was never followed');
+  const redirected = (
+    await g.pool.query<{ status: string; last_error: string }>(
+      'SELECT status, last_error FROM actionledger.notification_deliveries',
+    )
+  ).rows;
+  t.same(redirected, [{ status: 'failed', last_error: 'attempts_spent:unknown:redirect:307' }]);
+
+  const other = await setup(t, { strangerCa: true, delivery: { max_attempts: 2 } });
+  await requestApproval(other.g, 'wh-stranger');
+  await drain(other.g, other.delivery);
+  t.equal(
+    other.receiver.received.length,
+    0,
+    'no request reached a server whose certificate the CA file does not vouch for',
+  );
+  const refused = (
+    await other.g.pool.query<{ status: string; last_error: string }>(
+      'SELECT status, last_error FROM actionledger.notification_deliveries',
+    )
+  ).rows;
+  t.same(refused, [{ status: 'failed', last_error: 'attempts_spent:not_sent:tls' }]);
 });
