@@ -69,6 +69,7 @@ export async function runWorker(env: NodeJS.ProcessEnv, concurrency: number | un
       audit: new AuditWriter({ config: rt.config, pool: rt.pool, log: rt.log, metrics: rt.metrics }),
       log: rt.log,
       env,
+      registry: rt.metrics.registry,
     });
     await dispatcher.start();
     notifier.start();

@@ -19,6 +19,7 @@
  * a Slack message was not posted twice when a post's answer was lost (Slack has no idempotency key).
  */
 import { randomUUID } from 'node:crypto';
+import { Counter, type Registry } from 'prom-client';
 import type { Config } from '../core/config.js';
 import type { NotificationEventType, NotificationRoute } from '../core/config-notify.js';
 import { bindQueries, withTransaction, type Pool, type Queryable } from '../core/db.js';
@@ -42,6 +43,8 @@ export interface NotificationDeliveryOptions {
   audit: AuditWriter;
   log: Logger;
   env: NodeJS.ProcessEnv;
+  /** Where `actionledger_notification_attempts_total{destination,outcome}` is registered (else unexposed). */
+  registry?: Registry;
 }
 
 /** Whether `route` sends events of this type, tenant and tool ('*' and a null tool concern every one). */
@@ -64,6 +67,7 @@ export class NotificationDelivery {
   readonly #log: Logger;
   readonly #q: Readonly<typeof notifierQueries>;
   readonly #clients: ReadonlyMap<string, DestinationClient>;
+  readonly #attempts: Counter<'destination' | 'outcome'>;
   #timer: NodeJS.Timeout | undefined;
   #running: Promise<void> | undefined;
   #stopped = true;
@@ -76,6 +80,12 @@ export class NotificationDelivery {
     this.#log = options.log;
     this.#q = bindQueries(notifierQueries, options.config.schemaQuoted);
     this.#clients = destinationClients(options.config.notifications, options.env);
+    this.#attempts = new Counter({
+      name: 'actionledger_notification_attempts_total',
+      help: 'Notification delivery attempts by destination and outcome (delivered, retry, failed)',
+      labelNames: ['destination', 'outcome'],
+      registers: options.registry === undefined ? [] : [options.registry],
+    });
   }
 
   /** Whether any destination is configured (without one, start() does nothing). */
@@ -165,6 +175,8 @@ export class NotificationDelivery {
     }
     if (outcome.kind === 'retry' && e.attempts >= this.#config.notifications.delivery.maxAttempts)
       outcome = { kind: 'failed', error: `attempts_spent:${outcome.error}` };
+    // Labelled by configured destination names only: a removed destination counts as 'removed'.
+    this.#attempts.inc({ destination: client === undefined ? 'removed' : e.destination, outcome: outcome.kind });
     try {
       await this.#record(e, token, outcome);
     } catch (err) {

@@ -7,6 +7,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import t, { type Test } from 'tap';
+import { Registry } from 'prom-client';
 import { Webhook } from 'standardwebhooks';
 import { AuditWriter } from '../../gate/index.js';
 import { createLogger } from '../../core/log.js';
@@ -27,7 +28,7 @@ async function setup(
     receiverSecrets?: string[];
     strangerCa?: boolean;
   } = {},
-): Promise<{ g: GateFixture; receiver: WebhookReceiver; delivery: NotificationDelivery }> {
+): Promise<{ g: GateFixture; receiver: WebhookReceiver; delivery: NotificationDelivery; registry: Registry }> {
   const pki = await receiverPki();
   const receiver = await new WebhookReceiver(
     over.strangerCa === true ? await receiverPki() : pki,
@@ -51,15 +52,17 @@ async function setup(
     },
   });
   const log = createLogger({ level: 'silent', name: 'notify-test' });
+  const registry = new Registry();
   const delivery = new NotificationDelivery({
     config: g.config,
     pool: g.pool,
     audit: new AuditWriter({ config: g.config, pool: g.pool, log }),
     log,
     env: ENV,
+    registry,
   });
   t.teardown(() => delivery.stop());
-  return { g, receiver, delivery };
+  return { g, receiver, delivery, registry };
 }
 
 /** Ticks until no delivery is pending (backoff waits included), at most `max` ticks. */
@@ -90,7 +93,7 @@ async function requestApproval(g: GateFixture, step: string): Promise<string> {
 }
 
 t.test('a receiver failing twice gets one webhook-id three times, every copy signed and in its window', async (t) => {
-  const { g, receiver, delivery } = await setup(t);
+  const { g, receiver, delivery, registry } = await setup(t);
   receiver.failFirst = 2;
   const approvalId = await requestApproval(g, 'wh-1');
   await drain(g, delivery);
@@ -150,6 +153,15 @@ t.test('a receiver failing twice gets one webhook-id three times, every copy sig
   t.equal(audit.length, 1, 'the delivery is audited once, at its end');
   t.equal(audit[0]?.outcome, 'delivered');
   t.equal(audit[0]?.subject_id, event?.event_id);
+  const attempts = await registry.getSingleMetric('actionledger_notification_attempts_total')?.get();
+  t.same(
+    attempts?.values.map((v) => [v.labels.outcome, v.value]).sort(),
+    [
+      ['delivered', 1],
+      ['retry', 2],
+    ],
+    'attempts counted by outcome',
+  );
 });
 
 t.test('decisions, expiries and kill switches are events too; attempts spent end failed and audited', async (t) => {
