@@ -113,23 +113,31 @@ async function drain(env: Env): Promise<void> {
   throw new Error('deliveries still pending');
 }
 
-/** editor-1 asks to publish DOC-1; the request is posted to Slack. Returns the approval id and the message's ts. */
-async function requested(env: Env, step: string): Promise<{ approvalId: string; ts: string }> {
+/** editor-1 asks to publish DOC-1 (or `call` is made); the request is posted to Slack. Returns the approval id and the message's ts. */
+async function requested(
+  env: Env,
+  step: string,
+  call: { principal: string; role: string; tool: string; args: Record<string, unknown> } = {
+    principal: 'editor-1',
+    role: 'editor',
+    tool: 'update_document',
+    args: { document_id: 'DOC-1', status: 'published' },
+  },
+): Promise<{ approvalId: string; ts: string }> {
   const held = await env.api.gate.call(
-    gctx({ principal_id: 'editor-1', role: 'editor', workflow_step_id: step }),
-    'update_document',
-    { document_id: 'DOC-1', status: 'published' },
+    gctx({ principal_id: call.principal, role: call.role, workflow_step_id: step }),
+    call.tool,
+    call.args,
   );
   if (held.ok || held.request_id === undefined) throw new Error(JSON.stringify(held));
   await drain(env);
-  const post = env.slack.of('chat.postMessage').find((c) => JSON.stringify(c.body).includes(held.request_id ?? '-'));
   const ts = (
     await env.api.pool.query<{ message_ts: string }>(
       'SELECT message_ts FROM actionledger.notification_slack_messages WHERE approval_id = $1',
       [held.request_id],
     )
   ).rows[0]?.message_ts;
-  if (post === undefined || ts === undefined) throw new Error('not posted');
+  if (ts === undefined) throw new Error('not posted');
   return { approvalId: held.request_id, ts };
 }
 
@@ -408,4 +416,43 @@ t.test('hostile bodies, correctly signed, are refused before anything is read', 
   t.same([unknown.status, unknown.body.error], [404, 'not_found'], 'an unconfigured destination');
   t.equal(await approvalStatus(env, m.approvalId), 'pending');
   t.equal(await operations(env), 0);
+});
+
+t.test('four eyes and revocation apply to Slack clicks as to the console', async (t) => {
+  const env = await setup(t);
+  await env.api.token('admin-1', ['admin']);
+  for (const [principal, user] of [
+    ['sup-2', 'U0SUP2'],
+    ['sup-3', 'U0SUP3'],
+  ] as const) {
+    await env.api.token(principal, ['supervisor']);
+    await linkSlackUser(env.api.config, env.api.pool, env.api.deps.audit, {
+      tenant_id: 'tenant-a',
+      team_id: TEAM,
+      slack_user_id: user,
+      principal_id: principal,
+      actor: 'op-1',
+    });
+  }
+  const m = await requested(env, 'two-approvers', {
+    principal: 'admin-1',
+    role: 'admin',
+    tool: 'delete_customer',
+    args: { customer_id: 'C-1' },
+  });
+  const first = await click(env, m);
+  t.same([first.body.ok, first.body.outcome], [true, 'pending_approvals'], 'one vote of two');
+  const twice = await click(env, m);
+  t.same([twice.body.ok, twice.body.error], [false, 'self_approval_forbidden'], 'nobody counts twice');
+  await env.api.store.revoke('sup-2', 'tenant-a', 'supervisor', 'op-1');
+  const revoked = await click(env, m, { user: 'U0SUP2' });
+  t.same([revoked.body.ok, revoked.body.error], [false, 'permission_denied'], 'a revoked role decides nothing');
+  t.equal(await operations(env), 0, 'still one vote: nothing reserved');
+  const second = await click(env, m, { user: 'U0SUP3' });
+  t.same([second.body.ok, second.body.outcome], [true, 'reserved'], 'the second person reserves it');
+  t.equal(await operations(env), 1);
+  const view = await env.api.gate.approvals.show(m.approvalId, { tenant_id: 'tenant-a' });
+  t.same([...view.approvers].sort(), ['sup-1', 'sup-3']);
+  await drain(env);
+  t.match(JSON.stringify(env.slack.of('chat.update').at(-1)?.body), /approved and reserved[\s\S]*sup-1[\s\S]*sup-3/);
 });
