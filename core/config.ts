@@ -14,7 +14,7 @@ import { configSchema, type RawConfig } from './config-schema.js';
 import { compileApi, compileHttp, type ApiConfig, type HttpConfig } from './config-api.js';
 import { compileRoutes } from './config-routes.js';
 import { compileGate } from './config-gate.js';
-import { compileNotifications, type NotificationsConfig, type RawNotifications } from './config-notify.js';
+import { compileNotifications, type NotificationsConfig } from './config-notify.js';
 import { ConfigProblems, isObject, nearest } from './config-problems.js';
 import { reportSchemaErrors } from './config-schema-errors.js';
 
@@ -224,7 +224,7 @@ export function compileConfig(
   const cwd = options.cwd ?? process.cwd();
   const http = compileHttp(cfg.http, environment.port, cwd, problems);
   const notifications = compileNotifications(
-    cfg.notifications as RawNotifications,
+    cfg.notifications,
     new Set(Object.keys(isObject(cfg.tools) ? cfg.tools : {})),
     cwd,
     problems,
