@@ -284,6 +284,9 @@ export class NotificationDelivery {
       const approvalId = txt(e.payload.approval_id);
       const posted = await this.#pool.query(this.#q.slackMessageByApproval, [d.name, approvalId]);
       if (posted.rowCount === 1) return { kind: 'delivered' };
+      // Decided or expired before this delivery: nothing to ask any more (its own event posts the outcome).
+      const now = await this.#pool.query<{ status: string }>(this.#q.approvalStatusNow, [approvalId]);
+      if (now.rows[0]?.status !== 'pending') return { kind: 'delivered' };
       const r = await post(slackApprovalRequest(this.#config, e));
       if (!r.ok) return ended(r);
       const channel = typeof r.json.channel === 'string' ? r.json.channel : d.channel;

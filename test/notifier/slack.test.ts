@@ -456,3 +456,24 @@ t.test('four eyes and revocation apply to Slack clicks as to the console', async
   await drain(env);
   t.match(JSON.stringify(env.slack.of('chat.update').at(-1)?.body), /approved and reserved[\s\S]*sup-1[\s\S]*sup-3/);
 });
+
+t.test('a request decided before its message went out is not asked in Slack; its outcome is posted', async (t) => {
+  const env = await setup(t);
+  const held = await env.api.gate.call(
+    gctx({ principal_id: 'editor-1', role: 'editor', workflow_step_id: 'late' }),
+    'update_document',
+    { document_id: 'DOC-1', status: 'draft' },
+  );
+  if (held.ok || held.request_id === undefined) throw new Error(JSON.stringify(held));
+  await env.api.gate.reject(
+    held.request_id,
+    { tenant_id: 'tenant-a', principal_id: 'sup-1', role: 'supervisor' },
+    'no',
+  );
+  await drain(env);
+  const posts = env.slack.of('chat.postMessage');
+  t.equal(posts.length, 1, 'one message');
+  t.notMatch(JSON.stringify(posts[0]?.body), new RegExp(APPROVE_ACTION), 'without buttons');
+  t.match(JSON.stringify(posts[0]?.body), /rejected/, 'saying what happened');
+  t.equal(env.slack.of('chat.update').length, 0);
+});
