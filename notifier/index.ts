@@ -19,3 +19,4 @@ export {
   SLACK_WINDOW_S,
 } from './signing.js';
 export { APPROVE_ACTION, REJECT_ACTION } from './render.js';
+export { checkDestinations } from './transport.js';

@@ -38,6 +38,38 @@ function envSecret(env: NodeJS.ProcessEnv, name: string, what: string): Secret {
   return new Secret(Buffer.from(v, 'utf8'));
 }
 
+type Secrets = Pick<DestinationClient, 'webhookSecrets' | 'slack'>;
+
+/** A destination's secrets from the environment. Throws `secret_missing` or `config_invalid`. */
+function secretsOf(d: NotificationDestination, env: NodeJS.ProcessEnv): Secrets {
+  return {
+    webhookSecrets: d.type === 'webhook' ? d.secretEnvs.map((n) => webhookSecret(n, env[n])) : [],
+    slack:
+      d.type === 'slack'
+        ? {
+            botToken: envSecret(env, d.botTokenEnv, `Slack bot token of ${d.name}`),
+            signingSecret: envSecret(env, d.signingSecretEnv, `Slack signing secret of ${d.name}`),
+          }
+        : null,
+  };
+}
+
+/**
+ * Checks what every destination needs before anything starts (the service, ahead of forking its workers):
+ * each secret set and well formed, each certificate file readable. Throws `secret_missing` or `config_invalid`.
+ */
+export function checkDestinations(config: NotificationsConfig, env: NodeJS.ProcessEnv): void {
+  for (const d of config.destinations.values()) {
+    secretsOf(d, env);
+    for (const [path, what] of [
+      [d.caFile, 'ca_file'],
+      [d.certFile, 'cert_file'],
+      [d.keyFile, 'key_file'],
+    ] as const)
+      read(path, what);
+  }
+}
+
 /**
  * A client per configured destination. Throws `secret_missing` (an environment variable is unset) or
  * `config_invalid` (a malformed webhook secret, an unreadable certificate file): a process refuses to start
@@ -49,6 +81,7 @@ export function destinationClients(
 ): ReadonlyMap<string, DestinationClient> {
   const out = new Map<string, DestinationClient>();
   for (const d of config.destinations.values()) {
+    const secrets = secretsOf(d, env);
     const ca = read(d.caFile, 'ca_file');
     const cert = read(d.certFile, 'cert_file');
     const key = read(d.keyFile, 'key_file');
@@ -57,18 +90,7 @@ export function destinationClients(
       ...(cert === undefined || key === undefined ? {} : { cert, key: new Secret(Buffer.from(key)) }),
       connectTimeoutMs: Math.min(5000, config.delivery.timeoutMs),
     });
-    out.set(d.name, {
-      destination: d,
-      agent,
-      webhookSecrets: d.type === 'webhook' ? d.secretEnvs.map((n) => webhookSecret(n, env[n])) : [],
-      slack:
-        d.type === 'slack'
-          ? {
-              botToken: envSecret(env, d.botTokenEnv, `Slack bot token of ${d.name}`),
-              signingSecret: envSecret(env, d.signingSecretEnv, `Slack signing secret of ${d.name}`),
-            }
-          : null,
-    });
+    out.set(d.name, { destination: d, agent, ...secrets });
   }
   return out;
 }

@@ -3,6 +3,10 @@
  * with the signing secret read from the variable the configuration names, and refuses to start without it.
  */
 import t, { type Test } from 'tap';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { runCli } from '../helpers/cli.js';
 import { compileConfig } from '../../core/config.js';
 import { openRuntime } from '../../core/runtime.js';
 import { Secret } from '../../core/secret.js';
@@ -66,4 +70,27 @@ t.test('the endpoint checks signatures with the configured secret', async (t) =>
 t.test('without the signing secret in the environment the listener does not start', async (t) => {
   const { server } = await service(t, { SLACK_BOT_TOKEN: 'xoxb-1' });
   await t.rejects(server.start(), { code: 'secret_missing' });
+});
+
+t.test('`actionledger start` refuses a webhook secret it cannot read before it opens anything', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'al-notify-start-'));
+  const cfg = join(dir, 'config.json');
+  writeFileSync(
+    cfg,
+    JSON.stringify({
+      tools: baseToolConfig,
+      http: { port: 0 },
+      notifications: {
+        destinations: { hooks: { type: 'webhook', url: 'https://127.0.0.1:9/x', secret_envs: ['HOOKS_SECRET'] } },
+      },
+    }),
+  );
+  const r = await runCli(['start'], {
+    ACTIONLEDGER_CONFIG: cfg,
+    ACTIONLEDGER_DATA_DIR: join(dir, 'data'),
+    DATABASE_URL: 'postgres://nobody@127.0.0.1:9/none',
+    ACTIONLEDGER_EFFECT_KEY_SECRET: TEST_SECRET,
+  });
+  t.equal(r.code, 1, 'refused');
+  t.match(r.stdout + r.stderr, /secret_missing[\s\S]*HOOKS_SECRET|HOOKS_SECRET[\s\S]*secret_missing/);
 });
