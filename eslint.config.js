@@ -13,6 +13,7 @@ const COMPONENTS = new Set([
   'compensator',
   'gate',
   'principals',
+  'notifier',
   'sandbox',
   'server',
   'bin',

@@ -8,6 +8,8 @@ import { loadConfig } from '../core/config.js';
 import { asActionLedgerError } from '../core/errors.js';
 import { openRuntime, type Runtime } from '../core/runtime.js';
 import { openDispatcher } from '../dispatcher/index.js';
+import { AuditWriter } from '../gate/index.js';
+import { NotificationDelivery } from '../notifier/index.js';
 import { printRefusal } from './cli-util.js';
 
 /**
@@ -60,11 +62,21 @@ export async function runWorker(env: NodeJS.ProcessEnv, concurrency: number | un
       new AggregatorRegistry();
       AggregatorRegistry.setRegistries([rt.metrics.registry]);
     }
+    // Notifications ride in the same worker processes: their delivery loop claims from its own outbox.
+    const notifier = new NotificationDelivery({
+      config: rt.config,
+      pool: rt.pool,
+      audit: new AuditWriter({ config: rt.config, pool: rt.pool, log: rt.log, metrics: rt.metrics }),
+      log: rt.log,
+      env,
+      registry: rt.metrics.registry,
+    });
     await dispatcher.start();
+    notifier.start();
     rt.log.info({ concurrency: concurrency ?? rt.config.dispatcher.concurrency }, 'dispatcher running');
     const signal = await waitForSignal();
     rt.log.info({ signal, in_flight: dispatcher.inFlight }, 'dispatcher stopping');
-    await dispatcher.stop(rt.config.dispatcher.shutdownDeadlineMs);
+    await Promise.all([dispatcher.stop(rt.config.dispatcher.shutdownDeadlineMs), notifier.stop()]);
     return 0;
   } catch (err) {
     return printRefusal(err);

@@ -28,6 +28,7 @@ import { HttpServer } from '../server/index.js';
 import { printRefusal } from './cli-util.js';
 import { SERVICE_QUERIES } from './queries.js';
 import { WorkerSet, type StopResult } from './workers.js';
+import { checkDestinations } from '../notifier/index.js';
 
 /** How often a repeating database failure in this process is logged (with the count of the ones between). */
 const REPEAT_LOG_INTERVAL_MS = 30_000;
@@ -188,6 +189,8 @@ class Service {
         return Promise.resolve();
       },
     });
+    // Notification secrets first: the workers would otherwise each fail on a missing one, and be replaced.
+    checkDestinations(this.#config.notifications, this.#options.env);
     const rt = await this.#openRuntime();
     const ledger = new Ledger(rt.config, rt.pool, new EffectKeyer(rt.effectKeys));
     this.#stops.push({
@@ -265,6 +268,7 @@ class Service {
     const http = new HttpServer({
       runtime: rt,
       ledger,
+      env: this.#options.env,
       health: () => ({
         error:
           embeddedState() === 'failed'

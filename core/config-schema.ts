@@ -1,5 +1,6 @@
 import type { FromSchema } from 'json-schema-to-ts';
 import { apiSchema, httpSchema } from './config-api.js';
+import { notificationsSchema } from './config-notify.js';
 
 /** The JSON Schema of `actionledger.config.json`; every object closed, defaults filled in by ajv. */
 export const configSchema = {
@@ -22,6 +23,7 @@ export const configSchema = {
     schema: { type: 'string', default: 'actionledger' },
     http: httpSchema,
     api: apiSchema,
+    notifications: notificationsSchema,
     database: {
       type: 'object',
       additionalProperties: false,

@@ -14,6 +14,7 @@ import { configSchema, type RawConfig } from './config-schema.js';
 import { compileApi, compileHttp, type ApiConfig, type HttpConfig } from './config-api.js';
 import { compileRoutes } from './config-routes.js';
 import { compileGate } from './config-gate.js';
+import { compileNotifications, type NotificationsConfig } from './config-notify.js';
 import { ConfigProblems, isObject, nearest } from './config-problems.js';
 import { reportSchemaErrors } from './config-schema-errors.js';
 
@@ -79,6 +80,8 @@ export interface Config {
   readonly reconciler: ReconcilerConfig;
   readonly sandbox: { readonly enabled: boolean; readonly providerPort: number; readonly authorizerPort: number };
   readonly gate: GateConfig;
+  /** Where notification events go (config-notify.ts). */
+  readonly notifications: NotificationsConfig;
   readonly logLevel: string;
 }
 
@@ -220,6 +223,12 @@ export function compileConfig(
   const environment = fromEnvironment(cfg, env, problems);
   const cwd = options.cwd ?? process.cwd();
   const http = compileHttp(cfg.http, environment.port, cwd, problems);
+  const notifications = compileNotifications(
+    cfg.notifications,
+    new Set(Object.keys(isObject(cfg.tools) ? cfg.tools : {})),
+    cwd,
+    problems,
+  );
   if (problems.length > 0 || gate === null) throw problems.error(file);
   const dataDir = resolve(cwd, env.ACTIONLEDGER_DATA_DIR ?? '.actionledger');
   const d = cfg.dispatcher;
@@ -267,6 +276,7 @@ export function compileConfig(
       authorizerPort: cfg.sandbox.authorizer_port,
     }),
     gate,
+    notifications,
     logLevel: env.LOG_LEVEL ?? 'info',
   });
 }

@@ -65,6 +65,7 @@ export interface AuditEntry {
     | 'principal'
     | 'token'
     | 'api'
+    | 'notification'
     | `review:${string}`;
   outcome: string;
   context?: Partial<GateContext> | undefined;

@@ -26,7 +26,7 @@ export {
 } from './authorization-service.js';
 export { type GateDeps } from './core.js';
 export { checkGateContext } from './checks.js';
-export { REDACTED } from './redaction.js';
+export { REDACTED, auditArguments } from './redaction.js';
 export { AuditWriter, type AuditEntry, type AuditWriterOptions } from './audit.js';
 export {
   GATE_CONTEXT_FIELDS,

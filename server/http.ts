@@ -16,6 +16,7 @@ import type { Ledger } from '../ledger/index.js';
 import { PrincipalStore } from '../principals/index.js';
 import { Review } from '../reconciler/index.js';
 import { buildApi } from './api/app.js';
+import { SlackInteractions } from '../notifier/index.js';
 import type { ApiDeps } from './api/types.js';
 
 export interface HttpServerOptions {
@@ -33,6 +34,8 @@ export interface HttpServerOptions {
   beforeScrape?: () => Promise<void>;
   /** See {@link ApiDeps.health}. */
   health?: () => { error: string | null; stopping: boolean };
+  /** Where the Slack destinations' secrets are read (their variable names are in the configuration). */
+  env?: NodeJS.ProcessEnv;
 }
 
 export class HttpServer {
@@ -66,13 +69,28 @@ export class HttpServer {
       log: rt.log,
       actor: `api:${hostname()}:${process.pid}`,
     });
+    const principals = new PrincipalStore(rt.config, rt.pool, audit);
+    const slackConfigured = [...rt.config.notifications.destinations.values()].some((d) => d.type === 'slack');
     return {
       config: rt.config,
       pool: rt.pool,
       log: rt.log,
       gate,
       ledger,
-      principals: new PrincipalStore(rt.config, rt.pool, audit),
+      principals,
+      ...(slackConfigured
+        ? {
+            slack: new SlackInteractions({
+              config: rt.config,
+              pool: rt.pool,
+              gate,
+              principals,
+              audit,
+              log: rt.log,
+              env: this.#options.env ?? {},
+            }),
+          }
+        : {}),
       audit,
       review: new Review(rt.config, rt.pool, compensator),
       metrics: rt.metrics,

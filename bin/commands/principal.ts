@@ -22,6 +22,7 @@ import {
   type Parsed,
 } from '../cli-util.js';
 import { load } from './load.js';
+import { slackLink, slackUnlink } from './principal-slack.js';
 import {
   actingAudit,
   actingRequest,
@@ -246,7 +247,8 @@ const loginLink: Command = {
 
 export const principalCommand: Command = {
   name: 'principal',
-  summary: 'principals and their roles per tenant (services and people): add, grant, revoke, list (audited)',
+  summary:
+    'principals and their roles per tenant (services and people): add, grant, revoke, list, Slack user links (audited)',
   notes: `Who acts is the principal of the token in ACTIONLEDGER_TOKEN (in its own tenant), or without a token the
 operator named by --break-glass NAME (recorded as break-glass:NAME; the first principal is added that way).`,
   options: {},
@@ -262,6 +264,8 @@ operator named by --break-glass NAME (recorded as break-glass:NAME; the first pr
     ['revoke', roleChange('revoke')],
     ['list', list],
     ['login-link', loginLink],
+    ['slack-link', slackLink],
+    ['slack-unlink', slackUnlink],
   ]),
   run(argv) {
     return runSubcommand(this, argv);

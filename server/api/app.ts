@@ -25,6 +25,7 @@ import { registerProposalRoutes } from './routes/proposals.js';
 import { registerOperationRoutes } from './routes/operations.js';
 import { registerMcpRoutes } from '../mcp/http.js';
 import { registerConsole } from '../console/plugin.js';
+import { registerSlackRoutes } from './routes/slack.js';
 
 /** The route groups, in the order they are registered (each adds its routes to the OpenAPI document). */
 const ROUTE_GROUPS: readonly ((app: FastifyInstance, deps: ApiDeps) => void)[] = [
@@ -37,6 +38,7 @@ const ROUTE_GROUPS: readonly ((app: FastifyInstance, deps: ApiDeps) => void)[] =
   registerKillSwitchRoutes,
   registerAuditRoutes,
   registerMcpRoutes,
+  registerSlackRoutes,
 ];
 
 export interface Api {

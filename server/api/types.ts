@@ -8,6 +8,7 @@ import type { AuditWriter, Gate } from '../../gate/index.js';
 import type { Ledger } from '../../ledger/index.js';
 import type { Authenticated, PrincipalStore } from '../../principals/index.js';
 import type { Review } from '../../reconciler/index.js';
+import type { SlackInteractions } from '../../notifier/index.js';
 
 export interface ApiDeps {
   config: Config;
@@ -19,6 +20,8 @@ export interface ApiDeps {
   audit: AuditWriter;
   /** The review actions (retry, resolve, compensate); without it those routes answer `internal`. */
   review?: Review;
+  /** Slack's button clicks (notifier); without it the interactivity route answers `not_found`. */
+  slack?: SlackInteractions;
   /** This process's metrics (the audit-lost counter; the API's request counters). */
   metrics?: Metrics;
   /** The exposition `/metrics` serves (the fleet aggregates its workers'); defaults to `metrics`'. */

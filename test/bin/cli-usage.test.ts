@@ -108,7 +108,7 @@ const BAD_HERE: [string[], RegExp][] = [
   [['gate', 'kill-switch', 'lift', '--tenant', 't', '--tool', '*', '--actor', 'a', '--reason', 'r'], /--reason/],
   [['gate', 'kill-switch', 'list', 'extra'], /extra/],
   [['gate', 'revoke-role', '--tenant', 't'], /missing --principal, --role$/],
-  [['principal'], /missing subcommand \(expected add, grant, revoke, list, login-link\)/],
+  [['principal'], /missing subcommand \(expected add, grant, revoke, list, login-link, slack-link, slack-unlink\)/],
   [['principal', 'add', '--kind', 'person'], /expected one PRINCIPAL_ID/],
   [['principal', 'add', 'p', '--kind', 'robot'], /--kind must be service or person/],
   [['principal', 'grant', 'p', '--role', 'r'], /missing --tenant/],
@@ -229,6 +229,8 @@ t.test('required options are never shown as optional, and leaving one out is a u
     'principal add': ['id'],
     'principal grant': ['id'],
     'principal revoke': ['id'],
+    'principal slack-link': ['id', 'U0SLACK'],
+    'principal slack-unlink': ['U0SLACK'],
     'token create': ['id'],
   };
   for (const cmd of allCommands().filter((c) => c.subcommands === undefined)) {

@@ -29,6 +29,7 @@ export type Checks = [
       | 'reconciler'
       | 'sandbox'
       | 'gate'
+      | 'notifications'
       | '$comment'
     >
   >,
@@ -85,6 +86,7 @@ t.test('ajv fills in every field the derived type says is present', (t) => {
     reconciler: cfg.reconciler,
     sandbox: cfg.sandbox,
     gate: cfg.gate,
+    notifications: cfg.notifications,
   };
   for (const [name, value] of Object.entries(sections)) t.not(value, undefined, `${name} is filled in`);
   t.type(cfg.http.port, 'number');

@@ -49,6 +49,9 @@ export interface DispatchEnvOptions {
   issueRefund?: Record<string, unknown>;
   /** Replaces keys of the `void_refund` tool, issue_refund's declared compensation. */
   voidRefund?: Record<string, unknown>;
+  /** More top-level configuration sections (e.g. `notifications`), and environment variables beside it. */
+  extra?: Record<string, unknown>;
+  extraEnv?: Record<string, string>;
 }
 
 export async function dispatchEnv(
@@ -114,6 +117,7 @@ export async function dispatchEnv(
       max_attempts: 3,
       ...options.reconciler,
     },
+    ...options.extra,
   };
   for (const tool of Object.values(raw.tools) as Record<string, unknown>[])
     for (const [k, v] of Object.entries(tool)) if (v === null) delete tool[k];
@@ -125,6 +129,7 @@ export async function dispatchEnv(
     ACTIONLEDGER_EFFECT_KEY_SECRET: TEST_SECRET,
     TEST_BILLING_TOKEN: PROVIDER_TOKEN,
     LOG_LEVEL: 'warn',
+    ...options.extraEnv,
   };
   const config = compileConfig(raw, env);
   const pool = createPool(url, { max: 40, statementTimeoutMs: 30_000, applicationName: 'test' });

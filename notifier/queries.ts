@@ -1,0 +1,71 @@
+/** The notifier's SQL: fixed texts with `$n` parameters; `@schema.` is bound once at start (core/db.ts). */
+export const notifierQueries = {
+  /** Takes up to $1 events no worker has routed yet (oldest first), marking them routed. */
+  eventsClaimUnrouted: `
+    UPDATE @schema.notification_events e SET fanned_out_at = now()
+    WHERE e.event_id IN (
+      SELECT event_id FROM @schema.notification_events WHERE fanned_out_at IS NULL
+      ORDER BY created_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+    RETURNING e.event_id, e.event_type, e.tenant_id, e.tool_name`,
+  /** One delivery per (event, destination): $1 event ids, $2 destinations, in pairs. */
+  deliveriesInsert: `
+    INSERT INTO @schema.notification_deliveries (event_id, destination)
+    SELECT * FROM unnest($1::uuid[], $2::text[]) ON CONFLICT DO NOTHING`,
+  /**
+   * Claims up to $1 due deliveries with a lease of $2 ms and a new claim token $3: pending, due, and not held
+   * by a live lease (a worker that died lets its lease run out; its delivery is sent again, same event id).
+   */
+  deliveriesClaim: `
+    UPDATE @schema.notification_deliveries d
+    SET claim_token = $3, claimed_until = now() + make_interval(secs => $2::double precision / 1000),
+        attempts = d.attempts + 1
+    FROM @schema.notification_events e
+    WHERE e.event_id = d.event_id AND (d.event_id, d.destination) IN (
+      SELECT event_id, destination FROM @schema.notification_deliveries
+      WHERE status = 'pending' AND next_attempt_at <= now() AND (claimed_until IS NULL OR claimed_until < now())
+      ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+    RETURNING d.event_id, d.destination, d.attempts, e.event_type, e.tenant_id, e.tool_name, e.subject_id,
+              e.payload, e.created_at, extract(epoch FROM now())::double precision AS now_s`,
+  /** Delivered, fenced on the claim. */
+  deliveryDelivered: `
+    UPDATE @schema.notification_deliveries
+    SET status = 'delivered', ended_at = now(), claim_token = NULL, claimed_until = NULL, last_error = NULL
+    WHERE event_id = $1 AND destination = $2 AND claim_token = $3 AND status = 'pending'`,
+  /** Another attempt after $4 ms (the claim released), fenced on the claim. */
+  deliveryRetry: `
+    UPDATE @schema.notification_deliveries
+    SET next_attempt_at = now() + make_interval(secs => $4::double precision / 1000), claim_token = NULL,
+        claimed_until = NULL, last_error = $5
+    WHERE event_id = $1 AND destination = $2 AND claim_token = $3 AND status = 'pending'`,
+  /** Given up (attempts spent, or refused for good), fenced on the claim. */
+  deliveryFailed: `
+    UPDATE @schema.notification_deliveries
+    SET status = 'failed', ended_at = now(), claim_token = NULL, claimed_until = NULL, last_error = $4
+    WHERE event_id = $1 AND destination = $2 AND claim_token = $3 AND status = 'pending'`,
+  /** Whether the approval request's own delivery to this destination is still to come. */
+  requestDeliveryPending: `
+    SELECT 1 FROM @schema.notification_deliveries d JOIN @schema.notification_events e USING (event_id)
+    WHERE e.event_type = 'approval.requested' AND e.subject_id = $1 AND d.destination = $2 AND d.status = 'pending'`,
+  /** The approval's status now: a decision event older than the latest one does not update the message. */
+  approvalStatusNow: `SELECT status FROM @schema.gate_approvals WHERE approval_id = $1`,
+  slackMessageInsert: `
+    INSERT INTO @schema.notification_slack_messages
+      (destination, channel, message_ts, approval_id, tenant_id, envelope_sha256)
+    VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`,
+  slackMessageByApproval: `
+    SELECT channel, message_ts, envelope_sha256 FROM @schema.notification_slack_messages
+    WHERE destination = $1 AND approval_id = $2`,
+  slackMessageAt: `
+    SELECT approval_id::text AS approval_id, tenant_id, envelope_sha256 FROM @schema.notification_slack_messages
+    WHERE destination = $1 AND channel = $2 AND message_ts = $3`,
+  slackUserLink: `
+    INSERT INTO @schema.notification_slack_users (tenant_id, slack_team_id, slack_user_id, principal_id, linked_by)
+    VALUES ($1, $2, $3, $4, $5)
+    ON CONFLICT (tenant_id, slack_team_id, slack_user_id)
+    DO UPDATE SET principal_id = EXCLUDED.principal_id, linked_by = EXCLUDED.linked_by, linked_at = now()`,
+  slackUserUnlink: `
+    DELETE FROM @schema.notification_slack_users WHERE tenant_id = $1 AND slack_team_id = $2 AND slack_user_id = $3`,
+  slackUserPrincipal: `
+    SELECT principal_id FROM @schema.notification_slack_users
+    WHERE tenant_id = $1 AND slack_team_id = $2 AND slack_user_id = $3`,
+} as const;

@@ -1,0 +1,175 @@
+/**
+ * What a notification says: the event as the JSON a webhook receives, and as the Slack message a person reads.
+ * Both show what the console shows: the envelope with the tool's `redact` keys replaced (the same copy the
+ * audit log keeps, the effect in words said again from that copy), never a credential. Arguments the tool no longer declares (the tool was removed from the
+ * configuration) are left out whole: without a redaction policy nothing of them is shown.
+ */
+import type { Config } from '../core/config.js';
+import type { NotificationEventType } from '../core/config-notify.js';
+import type { JsonObject } from '../core/json.js';
+import { auditArguments, describeEffect } from '../gate/index.js';
+
+/** A JSON value as text: strings as they are, anything else as its JSON. */
+export function txt(v: unknown): string {
+  return typeof v === 'string' ? v : (JSON.stringify(v) ?? 'null');
+}
+
+/** One event as claimed for delivery. */
+export interface ClaimedEvent {
+  event_id: string;
+  destination: string;
+  attempts: number;
+  event_type: NotificationEventType;
+  tenant_id: string;
+  tool_name: string | null;
+  subject_id: string;
+  payload: JsonObject;
+  created_at: Date;
+  /** The database clock when the delivery was claimed (seconds), for time left. */
+  now_s: number;
+}
+
+/** The event's data as a receiver sees it: envelope arguments redacted, time left added to open approvals. */
+export function eventData(config: Config, e: ClaimedEvent): JsonObject {
+  const data: JsonObject = { ...e.payload };
+  const envelope = data.envelope;
+  if (envelope !== null && typeof envelope === 'object' && !Array.isArray(envelope)) {
+    const tool = config.gate.tools.get(txt(envelope.tool));
+    const shown = auditArguments(tool, envelope.arguments, config.argumentBounds).value as JsonObject | null;
+    // The effect in words quotes arguments too: said again from the redacted copy (or not at all).
+    const effect = tool === undefined || shown === null ? null : describeEffect(tool, shown);
+    data.envelope = { ...envelope, arguments: shown, effect };
+  }
+  if (e.event_type === 'approval.requested' && typeof data.expires_at === 'string')
+    data.time_left_s = Math.max(0, Math.floor(Date.parse(data.expires_at) / 1000 - e.now_s));
+  return data;
+}
+
+/** The webhook body (Standard Webhooks' recommended shape: type, timestamp, data). */
+export function webhookBody(config: Config, e: ClaimedEvent): string {
+  return JSON.stringify({
+    type: e.event_type,
+    timestamp: e.created_at.toISOString(),
+    tenant_id: e.tenant_id,
+    data: eventData(config, e),
+  });
+}
+
+/** Slack mrkdwn text: `&`, `<` and `>` escaped as Slack asks, so nothing in it becomes a link or mention. */
+export function slackText(s: string): string {
+  return s.replaceAll('&', '&amp;').replaceAll('<', '&lt;').replaceAll('>', '&gt;');
+}
+
+/** JSON for a Slack code block: pretty, and no backtick can end the block early (written as its escape). */
+function codeJson(v: unknown): string {
+  return slackText(JSON.stringify(v, null, 2).replaceAll('`', '\\u0060'));
+}
+
+/** Slack section texts are capped at 3000 characters; longer arguments are not shown, and not approvable here. */
+const MAX_CODE = 2800;
+
+export const APPROVE_ACTION = 'actionledger_approve';
+export const REJECT_ACTION = 'actionledger_reject';
+
+type Block = Record<string, unknown>;
+const section = (text: string): Block => ({ type: 'section', text: { type: 'mrkdwn', text } });
+
+/** The approval request as a Slack message: effect, requester, exact arguments, resources, time left, buttons. */
+export function slackApprovalRequest(config: Config, e: ClaimedEvent): { text: string; blocks: Block[] } {
+  const data = eventData(config, e);
+  const env = (data.envelope ?? {}) as JsonObject;
+  const tool = txt(data.tool);
+  const approvalId = txt(data.approval_id);
+  const hash = txt(data.envelope_sha256);
+  const minutes = Math.ceil(Number(data.time_left_s ?? 0) / 60);
+  const code = codeJson(env.arguments ?? null);
+  const resources = Array.isArray(env.resources) ? (env.resources as JsonObject[]) : [];
+  const text = `Approval needed: ${tool} requested by ${txt(data.requester_id)} (${minutes} min left)`;
+  const blocks: Block[] = [
+    { type: 'header', text: { type: 'plain_text', text: `Approval needed: ${tool}`.slice(0, 150) } },
+    section(
+      [
+        typeof env.effect === 'string' ? `*${slackText(env.effect)}*` : null,
+        `Requested by \`${slackText(txt(data.requester_id))}\` (role \`${slackText(txt(data.requester_role))}\`)`,
+        `Approvers needed: ${txt(data.required_approvals)} · Time left: *${minutes} min* (expires ${slackText(txt(data.expires_at))})`,
+      ]
+        .filter((l) => l !== null)
+        .join('\n'),
+    ),
+    code.length <= MAX_CODE
+      ? section(`*Arguments*\n\`\`\`${code}\`\`\``)
+      : section('*Arguments* are too long to show here: review and decide in the console.'),
+    section(
+      `*Resources*\n${
+        resources.length === 0
+          ? 'none bound'
+          : resources
+              .map(
+                (r) =>
+                  `• ${slackText(txt(r.type))} \`${slackText(txt(r.id))}\` at version \`${slackText(txt(r.version))}\``,
+              )
+              .join('\n')
+      }`,
+    ),
+    {
+      type: 'context',
+      elements: [{ type: 'mrkdwn', text: `Envelope sha256 \`${hash}\` · approval \`${approvalId}\`` }],
+    },
+  ];
+  const value = JSON.stringify({ approval_id: approvalId, envelope_sha256: hash });
+  const buttons: Block[] = [];
+  if (code.length <= MAX_CODE)
+    buttons.push({
+      type: 'button',
+      action_id: APPROVE_ACTION,
+      style: 'primary',
+      text: { type: 'plain_text', text: 'Approve' },
+      value,
+    });
+  buttons.push({
+    type: 'button',
+    action_id: REJECT_ACTION,
+    style: 'danger',
+    text: { type: 'plain_text', text: 'Reject' },
+    value,
+  });
+  blocks.push({ type: 'actions', block_id: `approval:${approvalId}`, elements: buttons });
+  return { text, blocks };
+}
+
+const DECISION_WORDS: Record<string, string> = {
+  approved: 'approved',
+  executed: 'approved and reserved',
+  rejected: 'rejected',
+  expired: 'expired before anyone decided',
+  invalidated: 'no longer valid: what it showed changed (reapproval required)',
+};
+
+/** The line that replaces an approval request's buttons once it is decided, expired or invalidated. */
+export function slackDecision(e: ClaimedEvent): { text: string; blocks: Block[] } {
+  const p = e.payload;
+  const status = txt(p.status);
+  const approvers = Array.isArray(p.approvers) ? p.approvers.map(String) : [];
+  const lines = [
+    `Approval \`${slackText(txt(p.approval_id))}\` for \`${slackText(txt(p.tool))}\`: *${DECISION_WORDS[status] ?? slackText(status)}*`,
+    approvers.length > 0 ? `Approved by ${approvers.map((a) => `\`${slackText(a)}\``).join(', ')}` : null,
+    typeof p.reason === 'string' ? `Reason: ${slackText(p.reason)}` : null,
+    typeof p.operation_id === 'string' ? `Operation \`${p.operation_id}\`` : null,
+  ].filter((l) => l !== null);
+  return { text: lines[0] ?? status, blocks: [section(lines.join('\n'))] };
+}
+
+/** Any other event as one Slack message. */
+export function slackNotice(e: ClaimedEvent): { text: string; blocks: Block[] } {
+  const p = e.payload;
+  const tool = p.tool === undefined || p.tool === null ? 'every tool' : `\`${slackText(txt(p.tool))}\``;
+  const reason = typeof p.reason === 'string' ? `: ${slackText(p.reason)}` : '';
+  const headline: Record<string, string> = {
+    'operation.review': `Operation \`${txt(p.operation_id)}\` (${tool}) needs review${reason}`,
+    'compensation.escalated': `Compensation of operation \`${txt(p.operation_id)}\` (${tool}) needs a person${reason}`,
+    'kill_switch.engaged': `Kill switch engaged for ${tool} in tenant \`${slackText(txt(p.tenant_id))}\` by \`${slackText(txt(p.engaged_by))}\`${reason}`,
+    'kill_switch.lifted': `Kill switch lifted for ${tool} in tenant \`${slackText(txt(p.tenant_id))}\``,
+  };
+  const text = headline[e.event_type] ?? `${e.event_type} ${slackText(e.subject_id)}`;
+  return { text, blocks: [section(text)] };
+}
