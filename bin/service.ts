@@ -24,6 +24,7 @@ import { acquireServiceLock } from '../core/service-lock.js';
 import { isConnectionError } from '../core/sqlstate.js';
 import { EffectKeyer, Ledger } from '../ledger/index.js';
 import { readGateStatus } from '../gate/index.js';
+import { readFleetHealth } from '../reconciler/index.js';
 import { HttpServer } from '../server/index.js';
 import { printRefusal } from './cli-util.js';
 import { SERVICE_QUERIES } from './queries.js';
@@ -283,6 +284,7 @@ class Service {
         rt.metrics.readLedger(async () => ({
           ...(await ledger.status()),
           gate: await readGateStatus(rt.pool, rt.config.schemaQuoted),
+          fleet: await readFleetHealth(rt.pool, rt.config.schema, rt.config.schemaQuoted),
         })),
     });
     const addr = await http.start();
