@@ -109,7 +109,12 @@ class Service {
   constructor(config: Config, options: ServiceOptions) {
     this.#config = config;
     this.#options = options;
-    this.#log = createLogger({ level: config.logLevel, name: 'service', destination: this.#destination });
+    this.#log = createLogger({
+      level: config.logLevel,
+      name: 'service',
+      destination: this.#destination,
+      cluster: config.cluster,
+    });
     this.#repeated = new RepeatedFailureLog(this.#log, 'database unreachable', { intervalMs: REPEAT_LOG_INTERVAL_MS });
     this.#quietLog = quietConnectionErrors(this.#log, this.#repeated);
     this.#q = bindQueries(SERVICE_QUERIES, config.schemaQuoted);

@@ -60,7 +60,12 @@ export class Metrics {
    * `ledger: false` (dispatcher workers) registers no ledger-wide metrics: in the fleet only the parent
    * exposes those, so the aggregated exposition never holds one name twice.
    */
-  constructor(options: { defaultMetrics?: boolean; ledger?: boolean } = {}) {
+  constructor(options: { defaultMetrics?: boolean; ledger?: boolean; cluster?: string | null } = {}) {
+    // The deployment's cluster on every series (tenants partitioned across PostgreSQL clusters, one fleet each).
+    if (options.cluster !== undefined && options.cluster !== null) {
+      this.registry.setDefaultLabels({ cluster: options.cluster });
+      this.ledgerGauges.setDefaultLabels({ cluster: options.cluster });
+    }
     if (options.defaultMetrics !== false)
       // prom-client's names begin with process_ or nodejs_ already: actionledger_process_cpu_seconds_total.
       collectDefaultMetrics({ register: this.registry, prefix: 'actionledger_' });

@@ -2,6 +2,7 @@
  * `reserve`: turns "do this side effect" into one immutable, durable operation.
  */
 import { randomUUID } from 'node:crypto';
+import { checkTenantCluster } from '../core/cluster.js';
 import type { Config, ToolRoute } from '../core/config.js';
 import { bindQueries, type Pool, type Queryable } from '../core/db.js';
 import { ActionLedgerError, asActionLedgerError } from '../core/errors.js';
@@ -139,6 +140,7 @@ export class Ledger {
     options: ReserveOptions = {},
   ): Promise<Reservation> {
     const ctx = checkTrustedContext(context);
+    checkTenantCluster(this.#config, ctx.tenant_id);
     const route = this.resolveRoute(tool, ctx.tenant_id);
     const canonical = canonicalArguments(args, this.#config.argumentBounds);
     const argsSha256 = sha256Hex(canonical);

@@ -11,6 +11,8 @@ const STATUS: Partial<Record<ErrorCode, number>> = {
   permission_denied: 403,
   self_approval_forbidden: 403,
   not_found: 404,
+  // Misdirected Request: the tenant's calls belong to another cluster's service.
+  tenant_wrong_cluster: 421,
   proposal_not_found: 404,
   operation_conflict: 409,
   invalid_state_transition: 409,
