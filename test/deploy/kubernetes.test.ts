@@ -3,7 +3,8 @@
  * one inside kubectl; `.ci/run` installs Debian's kubectl where none is found), every object validated offline
  * against its schema (the Kubernetes API's, and the CRDs' of prometheus-operator and KEDA), then the references
  * between them and to the service itself checked: selectors, named ports, probe routes, the commands the
- * containers run, the environment and files the configuration names, the grace period, the egress.
+ * containers run, the environment and files the configuration names, the grace period, the egress; and the
+ * CloudNativePG cluster (deploy/kubernetes/cloudnative-pg) against the fleet that uses it.
  */
 import t from 'tap';
 import { spawnSync } from 'node:child_process';
@@ -399,3 +400,50 @@ function secretEnv(raw: RawConfig): Record<string, string> {
   for (const tool of Object.values(raw.tools)) if (tool.credential_env !== undefined) env[tool.credential_env] = 'x';
   return env;
 }
+
+/** The parts of a CloudNativePG Cluster these checks read; no schema is vendored for it (see docs/scaling.md). */
+interface CnpgCluster {
+  metadata: { name: string; namespace?: string };
+  spec: {
+    instances: number;
+    postgresql: {
+      parameters: Record<string, string>;
+      synchronous?: { method: string; number: number; dataDurability?: string };
+    };
+  };
+}
+
+t.test('the CloudNativePG cluster: reachable by the fleet, replicated synchronously, enough connections', (t) => {
+  const objs = render(join(k8s, 'cloudnative-pg'));
+  const cluster = one<CnpgCluster>(objs, 'Cluster');
+  t.equal(objs[0]?.apiVersion, 'postgresql.cnpg.io/v1');
+  t.equal(
+    cluster.metadata.namespace,
+    overlay.find((o) => o.kind === 'Namespace')?.metadata.name,
+    'the fleet’s namespace',
+  );
+  // The NetworkPolicy lets the fleet reach exactly this cluster's pods, and the database URL names its -rw Service.
+  const np = one<INetworkPolicy>(overlay, 'NetworkPolicy');
+  const pgRule = (np.spec!.egress ?? []).find((r) => (r.ports ?? []).some((p) => Number(p.port) === 5432));
+  t.equal(pgRule?.to?.[0]?.podSelector?.matchLabels?.['cnpg.io/cluster'], cluster.metadata.name);
+  const dbSecret = overlay.find((o) => o.kind === 'Secret' && o.metadata.name.startsWith('actionledger-database'));
+  const url = new URL(Buffer.from(dbSecret?.data?.url ?? '', 'base64').toString('utf8'));
+  t.equal(url.hostname, `${cluster.metadata.name}-rw`, 'the URL names the primary’s Service');
+  // A commit waits for a standby: a failover to it loses no acknowledged write.
+  const sync = cluster.spec.postgresql.synchronous;
+  t.ok(sync !== undefined && sync.number >= 1 && cluster.spec.instances >= sync.number + 1, 'synchronous standbys');
+  t.equal(sync?.dataDurability, 'required');
+  // Connections: every fleet pod at KEDA's maximum (its pool, pg-boss's 3, each worker's pool) and a CronJob pass.
+  const raw = baseConfig as RawConfig & {
+    database?: { pool_max?: number };
+    dispatcher: { workers?: number; concurrency?: number };
+  };
+  const poolMax = raw.database?.pool_max ?? 10;
+  const perWorker = Math.max(poolMax, (raw.dispatcher.concurrency ?? 16) + 4);
+  const perPod = poolMax + 3 + (raw.dispatcher.workers ?? 2) * perWorker;
+  const maxPods = one<IScaledObject>(overlay, 'ScaledObject').spec.maxReplicaCount ?? 100;
+  const needed = maxPods * perPod + poolMax + 3;
+  const max = Number(cluster.spec.postgresql.parameters.max_connections);
+  t.ok(max >= needed + 10, `max_connections ${max} >= ${needed} + superuser reserve`);
+  t.end();
+});
