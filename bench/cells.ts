@@ -322,6 +322,7 @@ export async function floorCell(
           current_policy_version: context.policy_version,
           claim_token: randomUUID(),
           attempt: 1,
+          queued_s: 0,
         };
         await fetchAuthorization(authorizer, identity.profile, authorizationRequest(op));
         const outcome = classify(await callProvider(provider, identity.profile, op, credential), route);

@@ -7,7 +7,8 @@
  *   - reserve: reservations at 1, 4 and 16 clients against plain INSERTs (bench/reserve.ts),
  *   - dispatch: end to end with CPU per operation, connections in use and the row lock's SQL model
  *     (bench/dispatch.ts),
- *   - http: reservations and gate calls over the HTTP API against the library's (bench/http.ts).
+ *   - http: reservations and gate calls over the HTTP API against the library's (bench/http.ts),
+ *   - fleet: a backlog drained by 1, 2 and 4 dispatcher processes against one PostgreSQL (bench/fleet.ts).
  * Each part runs on one PostgreSQL server (DATABASE_URL, or a fresh embedded cluster).
  *
  * At N = 1, 8 and 32 (closed loops: N callers, each starting its next operation when the previous one is
@@ -67,6 +68,7 @@ import { createBenchPki } from './dispatch-env.js';
 import { runDispatchBench } from './dispatch.js';
 import { runReserveBench } from './reserve.js';
 import { runHttpBench } from './http.js';
+import { runFleetBench } from './fleet.js';
 import { openBenchDatabase, stopOnSignal, printTable, saveResults, writeLastRun, type ResultEntry } from './harness.js';
 
 const { values: flags } = parseArgs({
@@ -82,7 +84,7 @@ const { values: flags } = parseArgs({
     'cap-seconds': { type: 'string' },
   },
 });
-const PARTS = ['table', 'scaling', 'backlog', 'reserve', 'dispatch', 'http'] as const;
+const PARTS = ['table', 'scaling', 'backlog', 'reserve', 'dispatch', 'http', 'fleet'] as const;
 /** The parts whose tables make up bench/results.md's last run. */
 const MAIN_PARTS = ['table', 'scaling', 'backlog'] as const;
 const ONLY = new Set((flags.only ?? MAIN_PARTS.join(',')).split(',').map((p) => p.trim()));
@@ -180,6 +182,23 @@ async function main(): Promise<void> {
         levels: LEVELS,
         rounds: ROUNDS,
         seconds: Number(flags.seconds ?? (QUICK ? 0.5 : 3)),
+        save: SAVE,
+      });
+    } finally {
+      await db.close();
+    }
+  }
+  if (ONLY.has('fleet')) {
+    const db = await openBenchDatabase();
+    try {
+      await runFleetBench({
+        adminUrl: db.adminUrl,
+        postgres: db.version,
+        processes: [1, 2, 4],
+        queued: Number(flags.ops ?? (QUICK ? 400 : 6000)),
+        concurrency: 16,
+        rounds: Number(flags.rounds ?? (QUICK ? 1 : 3)),
+        quietMaxSeconds: QUIET_MAX_MS / 1000,
         save: SAVE,
       });
     } finally {

@@ -24,6 +24,7 @@ import { acquireServiceLock } from '../core/service-lock.js';
 import { isConnectionError } from '../core/sqlstate.js';
 import { EffectKeyer, Ledger } from '../ledger/index.js';
 import { readGateStatus } from '../gate/index.js';
+import { readFleetHealth } from '../reconciler/index.js';
 import { HttpServer } from '../server/index.js';
 import { printRefusal } from './cli-util.js';
 import { SERVICE_QUERIES } from './queries.js';
@@ -109,7 +110,12 @@ class Service {
   constructor(config: Config, options: ServiceOptions) {
     this.#config = config;
     this.#options = options;
-    this.#log = createLogger({ level: config.logLevel, name: 'service', destination: this.#destination });
+    this.#log = createLogger({
+      level: config.logLevel,
+      name: 'service',
+      destination: this.#destination,
+      cluster: config.cluster,
+    });
     this.#repeated = new RepeatedFailureLog(this.#log, 'database unreachable', { intervalMs: REPEAT_LOG_INTERVAL_MS });
     this.#quietLog = quietConnectionErrors(this.#log, this.#repeated);
     this.#q = bindQueries(SERVICE_QUERIES, config.schemaQuoted);
@@ -287,6 +293,7 @@ class Service {
         rt.metrics.readLedger(async () => ({
           ...(await ledger.status()),
           gate: await readGateStatus(rt.pool, rt.config.schemaQuoted),
+          fleet: await readFleetHealth(rt.pool, rt.config.schema, rt.config.schemaQuoted),
         })),
     });
     const addr = await http.start();

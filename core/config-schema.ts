@@ -21,6 +21,14 @@ export const configSchema = {
   properties: {
     $comment: { type: 'string' },
     schema: { type: 'string', default: 'actionledger' },
+    /** This deployment's PostgreSQL cluster: a label on every metric, a field on every log line (ACTIONLEDGER_CLUSTER overrides). */
+    cluster: { type: 'string', pattern: '^[a-z0-9][a-z0-9-]{0,62}$' },
+    /** Tenants served by a named cluster; a call here for a tenant mapped to another cluster is refused. */
+    tenant_clusters: {
+      type: 'object',
+      default: {},
+      additionalProperties: { type: 'string', pattern: '^[a-z0-9][a-z0-9-]{0,62}$' },
+    },
     http: httpSchema,
     api: apiSchema,
     notifications: notificationsSchema,

@@ -83,6 +83,10 @@ export interface Config {
   /** Where notification events go (config-notify.ts). */
   readonly notifications: NotificationsConfig;
   readonly logLevel: string;
+  /** This deployment's cluster name (config `cluster`, or ACTIONLEDGER_CLUSTER), or null when none is named. */
+  readonly cluster: string | null;
+  /** Tenant -> the cluster that serves it (config `tenant_clusters`); see core/cluster.ts. */
+  readonly tenantClusters: ReadonlyMap<string, string>;
 }
 
 export type ApprovalMode = 'auto' | 'threshold' | 'always' | 'confirm';
@@ -229,6 +233,7 @@ export function compileConfig(
     cwd,
     problems,
   );
+  const cluster = compileCluster(cfg, env, problems);
   if (problems.length > 0 || gate === null) throw problems.error(file);
   const dataDir = resolve(cwd, env.ACTIONLEDGER_DATA_DIR ?? '.actionledger');
   const d = cfg.dispatcher;
@@ -278,6 +283,8 @@ export function compileConfig(
     gate,
     notifications,
     logLevel: env.LOG_LEVEL ?? 'info',
+    cluster,
+    tenantClusters: new Map(Object.entries(cfg.tenant_clusters)),
   });
 }
 
@@ -374,4 +381,19 @@ function dispatchPaths(cfg: RawConfig, cwd: string, sandboxDir: string): Pick<Di
             })
           : null,
   };
+}
+
+/** The cluster name from ACTIONLEDGER_CLUSTER or the file; a tenant map needs one to compare against. */
+function compileCluster(
+  cfg: { cluster?: string; tenant_clusters: Record<string, string> },
+  env: NodeJS.ProcessEnv,
+  problems: ConfigProblems,
+): string | null {
+  const fromEnv = env.ACTIONLEDGER_CLUSTER;
+  if (fromEnv !== undefined && fromEnv !== '' && !/^[a-z0-9][a-z0-9-]{0,62}$/.test(fromEnv))
+    problems.add('ACTIONLEDGER_CLUSTER', '(environment) must match ^[a-z0-9][a-z0-9-]{0,62}$', { got: fromEnv });
+  const cluster = fromEnv !== undefined && fromEnv !== '' ? fromEnv : (cfg.cluster ?? null);
+  if (cluster === null && Object.keys(cfg.tenant_clusters ?? {}).length > 0)
+    problems.add('/cluster', 'must name this cluster when /tenant_clusters maps tenants (or set ACTIONLEDGER_CLUSTER)');
+  return cluster;
 }

@@ -48,6 +48,7 @@ export const ERROR_CODES = {
   // the gate: refusals an agent reads and answers from; nothing was reserved
   unknown_tool: 'refused',
   unknown_tenant: 'refused',
+  tenant_wrong_cluster: 'refused',
   permission_denied: 'refused',
   tool_disabled: 'refused',
   rate_limited: 'refused',

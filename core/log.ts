@@ -6,12 +6,18 @@ export type { Logger };
  * Structured JSON logs. Arguments, credentials and authenticated bodies are redacted by path, so a log line
  * can name an operation, tool, tenant and outcome without carrying what was sent.
  */
-export function createLogger(options: { level: string; name: string; destination?: pino.DestinationStream }): Logger {
+export function createLogger(options: {
+  level: string;
+  name: string;
+  destination?: pino.DestinationStream;
+  /** The deployment's cluster, a field on every line when named. */
+  cluster?: string | null;
+}): Logger {
   return pino(
     {
       name: options.name,
       level: options.level,
-      base: { pid: process.pid },
+      base: { pid: process.pid, ...(options.cluster == null ? {} : { cluster: options.cluster }) },
       redact: {
         paths: [
           'arguments',

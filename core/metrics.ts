@@ -20,6 +20,19 @@ export interface LedgerReading {
     kill_switches_engaged: number;
     oldest_kill_switch_age_s: number | null;
   };
+  /** The reconciliation passes and worker heartbeats (reconciler/health.ts), when this process reads them. */
+  fleet?: FleetReading;
+}
+
+/** The fleet's health as recorded in the database: see reconciler/health.ts. */
+export interface FleetReading {
+  /**
+   * Unix time the schedule's queue last completed a pass (before the first, when the schedule was created);
+   * null when no fleet has started the schedule in this database.
+   */
+  schedule: { queue: string; last_completed_at_s: number } | null;
+  /** Workers that have not said they stopped and heartbeated within the last hour. */
+  workers: readonly { worker: string; heartbeat_age_s: number }[];
 }
 
 export class Metrics {
@@ -41,12 +54,18 @@ export class Metrics {
   readonly gateCalls: Counter<'tool' | 'outcome'>;
   readonly gateGauges: Readonly<Record<keyof NonNullable<LedgerReading['gate']>, Gauge>>;
   readonly apiSeconds: Histogram<'route' | 'method'>;
+  readonly fleetGauges: { scheduleCompleted: Gauge<'queue'>; heartbeatAge: Gauge<'worker'> };
 
   /**
    * `ledger: false` (dispatcher workers) registers no ledger-wide metrics: in the fleet only the parent
    * exposes those, so the aggregated exposition never holds one name twice.
    */
-  constructor(options: { defaultMetrics?: boolean; ledger?: boolean } = {}) {
+  constructor(options: { defaultMetrics?: boolean; ledger?: boolean; cluster?: string | null } = {}) {
+    // The deployment's cluster on every series (tenants partitioned across PostgreSQL clusters, one fleet each).
+    if (options.cluster !== undefined && options.cluster !== null) {
+      this.registry.setDefaultLabels({ cluster: options.cluster });
+      this.ledgerGauges.setDefaultLabels({ cluster: options.cluster });
+    }
     if (options.defaultMetrics !== false)
       // prom-client's names begin with process_ or nodejs_ already: actionledger_process_cpu_seconds_total.
       collectDefaultMetrics({ register: this.registry, prefix: 'actionledger_' });
@@ -92,6 +111,7 @@ export class Metrics {
       registers,
     });
     this.gateGauges = gateGauges(gauges);
+    this.fleetGauges = fleetGauges(gauges);
     this.apiRequests = new Counter({
       name: 'actionledger_api_requests_total',
       help: 'HTTP API requests answered, by route pattern (never the raw path), method and status.',
@@ -127,6 +147,13 @@ export class Metrics {
     if (s.gate !== undefined)
       for (const [name, gauge] of Object.entries(this.gateGauges))
         gauge.set(s.gate[name as keyof typeof this.gateGauges] ?? 0);
+    if (s.fleet !== undefined) {
+      this.fleetGauges.scheduleCompleted.reset();
+      if (s.fleet.schedule !== null)
+        this.fleetGauges.scheduleCompleted.set({ queue: s.fleet.schedule.queue }, s.fleet.schedule.last_completed_at_s);
+      this.fleetGauges.heartbeatAge.reset();
+      for (const w of s.fleet.workers) this.fleetGauges.heartbeatAge.set({ worker: w.worker }, w.heartbeat_age_s);
+    }
     this.databaseUp.set(1);
     this.#ledgerRead = true;
   }
@@ -154,5 +181,23 @@ function gateGauges(registers: Registry[]): Metrics['gateGauges'] {
       'oldest_kill_switch_age_seconds',
       'Age of the oldest engaged kill switch (0 when none is engaged).',
     ),
+  };
+}
+
+/** The reconciliation passes' and workers' gauges, read from the database at scrape time beside the ledger's. */
+function fleetGauges(registers: Registry[]): Metrics['fleetGauges'] {
+  return {
+    scheduleCompleted: new Gauge({
+      name: 'actionledger_reconcile_schedule_last_completed_timestamp_seconds',
+      help: "Unix time the reconciliation schedule's queue last completed a pass, by any fleet (before the first: when the schedule was created); absent where no fleet runs the schedule.",
+      labelNames: ['queue'],
+      registers,
+    }),
+    heartbeatAge: new Gauge({
+      name: 'actionledger_worker_heartbeat_age_seconds',
+      help: 'Seconds since each dispatcher worker last heartbeated, for workers not stopped that heartbeated within the last hour.',
+      labelNames: ['worker'],
+      registers,
+    }),
   };
 }

@@ -50,7 +50,12 @@ export interface OpenOptions {
 export async function openRuntime(options: OpenOptions): Promise<Runtime> {
   const env = options.env ?? process.env;
   const config = options.config ?? loadConfig(env);
-  const log = createLogger({ level: config.logLevel, name: options.name, destination: options.logDestination });
+  const log = createLogger({
+    level: config.logLevel,
+    name: options.name,
+    destination: options.logDestination,
+    cluster: config.cluster,
+  });
   let url = options.databaseUrl ?? config.databaseUrl;
   const isEmbedded = url === null;
   const wantKeys = options.effectKeys !== false;
@@ -126,7 +131,11 @@ export async function openRuntime(options: OpenOptions): Promise<Runtime> {
     await close();
     throw err;
   }
-  const metrics = new Metrics({ defaultMetrics: options.defaultMetrics, ledger: options.ledgerMetrics });
+  const metrics = new Metrics({
+    defaultMetrics: options.defaultMetrics,
+    ledger: options.ledgerMetrics,
+    cluster: config.cluster,
+  });
   // A fleet worker's series carry its slot (set by the service), so the parent's aggregate keeps them apart.
   const slot = env.ACTIONLEDGER_WORKER_SLOT;
   if (slot !== undefined && /^[1-9][0-9]{0,3}$/.test(slot)) metrics.registry.setDefaultLabels({ worker: slot });

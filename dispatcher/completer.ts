@@ -71,6 +71,7 @@ export class Completer {
       provider: op.provider_id,
       outcome: wrote ? (sent ? 'unknown' : 'needs_review') : 'lost',
     });
+    if (wrote) this.#observeOutcome(op, sent ? 'unknown' : 'needs_review');
   }
 
   /** Gives a never-sent claim back to the queue (see {@link dispatcherQueries.operationRelease}). */
@@ -136,6 +137,7 @@ export class Completer {
         provider: op.provider_id,
         outcome: outcome.status,
       });
+      this.#observeOutcome(op, outcome.status);
       o.log.info(
         {
           operation_id: op.operation_id,
@@ -189,6 +191,7 @@ export class Completer {
       `predispatch_refused:${stage}:${code}`,
       'not_called',
     );
+    if (wrote) this.#observeOutcome(op, 'needs_review');
     o.log.warn(
       {
         operation_id: op.operation_id,
@@ -200,6 +203,12 @@ export class Completer {
       },
       'pre-dispatch refusal; provider not called',
     );
+  }
+
+  /** The attempt's enqueue-to-outcome time: its queue wait (database clock) plus this worker's time since the claim. */
+  #observeOutcome(op: ClaimedOperation, outcome: string): void {
+    const since = op.claimed_at_ms === undefined ? 0 : (performance.now() - op.claimed_at_ms) / 1000;
+    this.#ctx.o.metrics.enqueueToOutcome.observe({ provider: op.provider_id, outcome }, op.queued_s + since);
   }
 
   lost(op: ClaimedOperation, stage: DispatchStage): void {

@@ -27,6 +27,7 @@ export class DispatchMetrics {
   readonly inFlight: Gauge;
   readonly ungated: Counter;
   readonly batchOperations: Histogram<'stage'>;
+  readonly enqueueToOutcome: Histogram<'provider' | 'outcome'>;
 
   /** Registers the metrics on `registry`; throws if they are registered there already (see {@link DispatchMetrics.on}). */
   constructor(registry: Registry) {
@@ -87,6 +88,13 @@ export class DispatchMetrics {
       help: 'Operations per batch: evidence (one statement records their authorization evidence) and dispatch (one transaction holds their row locks across the provider calls).',
       labelNames: ['stage'],
       buckets: [1, 2, 4, 8, 16, 32, 64, 128],
+      registers,
+    });
+    this.enqueueToOutcome = new Histogram({
+      name: 'actionledger_dispatch_enqueue_to_outcome_seconds',
+      help: "From an attempt's entry into the outbox to the outcome this worker wrote (the queue wait by the database's clock, then the dispatch by the worker's), by provider and outcome.",
+      labelNames: ['provider', 'outcome'],
+      buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900],
       registers,
     });
   }

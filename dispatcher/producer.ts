@@ -138,7 +138,8 @@ export class Producer {
           o.metrics.claims.inc(rows.length);
           o.metrics.claimBatches.inc();
         }
-        for (const op of rows) this.#track(op);
+        const claimedAt = performance.now();
+        for (const op of rows) this.#track({ ...op, claimed_at_ms: claimedAt });
         if (rows.length < limit && !this.#wakeAgain) break;
       }
     } catch (err) {

@@ -40,7 +40,7 @@ export const dispatcherQueries = {
     ), taken AS (
       DELETE FROM @schema.outbox o USING picked p
       WHERE o.operation_id = p.operation_id AND o.attempt = p.attempt
-      RETURNING o.operation_id, o.attempt
+      RETURNING o.operation_id, o.attempt, o.available_at
     ), ${transitionCte({
       name: 'claimed',
       input: 'taken i',
@@ -57,7 +57,9 @@ export const dispatcherQueries = {
     })}
     SELECT operation_id, effect_key, principal_id, task_id, workflow_step_id, tool_name, tenant_id, provider_id,
            provider_endpoint, idempotency_header, canonical_args_sha256, arguments_json, current_approval_id,
-           current_policy_version, claim_token, attempt
+           current_policy_version, claim_token, attempt,
+           greatest(extract(epoch FROM now() - (SELECT t.available_at FROM taken t
+                                                WHERE t.operation_id = claimed.operation_id)), 0)::float8 AS queued_s
     FROM claimed`,
 
   /**

@@ -21,6 +21,10 @@ export interface ClaimedOperation {
   current_policy_version: string;
   claim_token: string;
   attempt: number;
+  /** Seconds from this attempt's entry into the outbox (its available_at) to the claim, by the database's clock. */
+  queued_s: number;
+  /** performance.now() when this worker received the claim. */
+  claimed_at_ms?: number;
 }
 
 /** Where a pre-dispatch refusal happened (a metric label and the review reason's prefix). */

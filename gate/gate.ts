@@ -16,6 +16,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { sqlState, SQLSTATE, withTransaction, type Queryable } from '../core/db.js';
 import { asActionLedgerError, type ErrorCode } from '../core/errors.js';
+import { tenantClusterRefusal } from '../core/cluster.js';
 import { identifier } from '../core/identifier.js';
 import { canonicalJson, sha256Hex, type JsonObject } from '../core/json.js';
 import type { GateTool } from '../core/config.js';
@@ -87,6 +88,8 @@ export class Gate {
     let audited = false;
     try {
       const ctx = checkGateContext(context);
+      const elsewhere = tenantClusterRefusal(core.config, ctx.tenant_id);
+      if (elsewhere !== null) throw refuse('tenant_wrong_cluster', elsewhere.message, { details: elsewhere.details });
       if (typeof tool !== 'string') throw refuse('invalid_request', 'the tool name must be a string');
       const t = core.tool(tool);
       if (t === undefined) throw refuse('unknown_tool', `there is no tool named ${JSON.stringify(tool.slice(0, 64))}`);

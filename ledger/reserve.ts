@@ -2,6 +2,7 @@
  * `reserve`: turns "do this side effect" into one immutable, durable operation.
  */
 import { randomUUID } from 'node:crypto';
+import { checkTenantCluster } from '../core/cluster.js';
 import type { Config, ToolRoute } from '../core/config.js';
 import { bindQueries, type Pool, type Queryable } from '../core/db.js';
 import { ActionLedgerError, asActionLedgerError } from '../core/errors.js';
@@ -183,6 +184,7 @@ export class Ledger {
   /** Everything a reservation needs before its statement: checks, route, canonical form, ids and key. */
   #prepare(context: TrustedContext, tool: string, args: unknown, options: ReserveOptions): Attempt {
     const ctx = checkTrustedContext(context);
+    checkTenantCluster(this.#config, ctx.tenant_id);
     const route = this.resolveRoute(tool, ctx.tenant_id);
     const canonical = canonicalArguments(args, this.#config.argumentBounds);
     const operationId = randomUUID();

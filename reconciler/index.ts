@@ -18,3 +18,4 @@ export {
 } from './schedule.js';
 export { openReconciler, openReview, type PassSummary, type ReconcileKit, type ReviewKit } from './open.js';
 export { ReconcileMetrics } from './metrics.js';
+export { readFleetHealth, SILENT_WORKER_WINDOW_S } from './health.js';

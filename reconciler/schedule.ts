@@ -34,7 +34,7 @@ const POLL_MS = 2000;
  * waits on it any more (the queue is standard); it only keeps the job table honest about a dead pass.
  */
 const JOB_EXPIRE_SECONDS = 5 * 60;
-const STOP_DEADLINE_MS = 30_000;
+export const STOP_DEADLINE_MS = 30_000;
 
 export interface ReconcileScheduleOptions {
   databaseUrl: string;

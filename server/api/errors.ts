@@ -12,6 +12,8 @@ const STATUS: Partial<Record<ErrorCode, number>> = {
   self_approval_forbidden: 403,
   csrf_token_invalid: 403,
   not_found: 404,
+  // Misdirected Request: the tenant's calls belong to another cluster's service.
+  tenant_wrong_cluster: 421,
   proposal_not_found: 404,
   operation_conflict: 409,
   invalid_state_transition: 409,

@@ -19,6 +19,8 @@ export type Checks = [
     Equal<
       keyof RawConfig,
       | 'schema'
+      | 'cluster'
+      | 'tenant_clusters'
       | 'http'
       | 'api'
       | 'database'
@@ -74,8 +76,9 @@ t.test('ajv fills in every field the derived type says is present', (t) => {
   const raw: unknown = { tools: {} };
   t.ok(validate(raw), 'the smallest configuration is valid');
   const cfg = raw as RawConfig;
-  const sections: Record<Exclude<keyof RawConfig, '$comment'>, unknown> = {
+  const sections: Record<Exclude<keyof RawConfig, '$comment' | 'cluster'>, unknown> = {
     schema: cfg.schema,
+    tenant_clusters: cfg.tenant_clusters,
     http: cfg.http,
     api: cfg.api,
     database: cfg.database,

@@ -45,3 +45,25 @@ t.test("promtool's unit tests pass, and every alert is tested firing and not fir
   );
   t.end();
 });
+
+t.test("promtool accepts the recording rules, and its unit tests check every one's value", (t) => {
+  const check = promtool('check', 'rules', 'rules.yml');
+  t.equal(check.code, 0, check.out);
+  const r = promtool('test', 'rules', 'rules.test.yml');
+  t.equal(r.code, 0, r.out);
+  t.match(r.out, /SUCCESS/);
+  const records = [...readFileSync(join(dir, 'rules.yml'), 'utf8').matchAll(/- record: (\S+)/g)].map((m) => m[1] ?? '');
+  t.ok(records.length >= 4, `${records.length} recording rules`);
+  const tested = [
+    ...readFileSync(join(dir, 'rules.test.yml'), 'utf8').matchAll(
+      /- expr: (.+)\n\s+eval_time: \S+\n\s+exp_samples:\n\s+- labels/g,
+    ),
+  ].map((m) => m[1] ?? '');
+  for (const record of records)
+    if (!record.endsWith('_bucket:rate5m'))
+      t.ok(
+        tested.some((e) => new RegExp(`(^|[^:\\w])${record.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\\b`).test(e)),
+        `${record}: a test with the value it records`,
+      );
+  t.end();
+});

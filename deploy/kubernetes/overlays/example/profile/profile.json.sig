@@ -1,0 +1,1 @@
+MEQCIHozSxen4MFH7QoVBYTZOumlCLDpGlmPtXE6ejhvEPagAiACaipYjzDcAhsAnJJYaxOS5ItJ8CdwwNu6P2Hrn6Gdqg==
