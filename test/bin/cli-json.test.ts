@@ -69,6 +69,7 @@ t.test('--json: one JSON document on stdout and nothing else, for every command 
     'principal grant': grant,
     'principal revoke': grant,
     'principal list': [],
+    'principal login-link': ['p-json', ...root],
     'principal slack-link': ['p-json', 'U0JSON', '--tenant', 'tenant-a', '--team', 'T0JSON', ...root],
     'principal slack-unlink': ['U0JSON', '--tenant', 'tenant-a', '--team', 'T0JSON', ...root],
     'token create': ['p-json', '--tenant', 'tenant-a', ...root],
