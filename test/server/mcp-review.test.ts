@@ -34,3 +34,29 @@ t.test('a host that sets no turn_id: the model cannot confirm its own proposal i
   t.equal(self.isError, true, 'a confirmation with no user turn between must be refused');
   t.equal(await count(f.pool, 'actionledger.operations'), 0, 'nothing reserved without the user');
 });
+
+t.test('act_for_users taken from the runtime while the user is asked: the answer must not execute', async (t) => {
+  const f = await apiFixture(t);
+  const token = await f.token('runtime-1', ['agent-runtime']);
+  let revoked = false;
+  const client = await mcpClient(t, f.base, token, {
+    elicit: async (params) => {
+      // While the form is open, the operator takes act_for_users away from the runtime.
+      await f.store.revoke('runtime-1', 'tenant-a', 'agent-runtime', 'test');
+      revoked = true;
+      const schema = (params as { requestedSchema?: { properties: Record<string, { default?: unknown }> } })
+        .requestedSchema;
+      const shown = Object.fromEntries(Object.entries(schema?.properties ?? {}).map(([k, v]) => [k, v.default]));
+      return { action: 'accept', content: { ...shown, confirm: true } };
+    },
+  });
+  const user = { principal_id: 'user-1', role: 'agent', account_id: 'acct-1', conversation_id: 'c-1', turn_id: 'u1' };
+  const r = await call(client, 'send_email', EMAIL, meta('e-1', { user }));
+  t.ok(revoked, 'the user was asked');
+  // The very next request of the runtime is refused permission_denied...
+  const next = await call(client, 'send_email', EMAIL, meta('e-2', { user: { ...user, turn_id: 'u2' } }));
+  t.match(next, { isError: true, body: { error: 'permission_denied' } }, 'the next call is refused');
+  // ...but the call that was waiting for the answer acted for the user with the capability it no longer has.
+  t.equal(r.isError, true, 'the waiting call must be refused too');
+  t.equal(await count(f.pool, 'actionledger.operations'), 0, 'nothing reserved for a runtime without act_for_users');
+});
