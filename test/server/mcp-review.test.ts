@@ -60,3 +60,29 @@ t.test('act_for_users taken from the runtime while the user is asked: the answer
   t.equal(r.isError, true, 'the waiting call must be refused too');
   t.equal(await count(f.pool, 'actionledger.operations'), 0, 'nothing reserved for a runtime without act_for_users');
 });
+
+t.test('a JSON-RPC batch of tool calls is counted once in the API rate window', async (t) => {
+  const f = await apiFixture(t, { api: { rate_limit: { requests: 10, window_s: 3600 } } });
+  const token = await f.token('agent-1', ['agent']);
+  const client = await mcpClient(t, f.base, token);
+  const batch = Array.from({ length: 60 }, (_, i) => ({
+    jsonrpc: '2.0',
+    id: 1000 + i,
+    method: 'tools/call',
+    params: {
+      name: 'transfer_funds',
+      arguments: { to_account: 'ACC0000000001', amount: 1 },
+      _meta: meta(`b-${i}`),
+    },
+  }));
+  const res = await fetch(`${f.base}/mcp`, {
+    method: 'POST',
+    headers: { ...HEADERS, authorization: `Bearer ${token}`, 'mcp-session-id': sessionOf(client) },
+    body: JSON.stringify(batch),
+  });
+  const text = await res.text();
+  t.ok(res.status === 200 || res.status === 429, `answered ${res.status}`);
+  t.ok(text.length > 0);
+  const reserved = await count(f.pool, 'actionledger.operations');
+  t.ok(reserved <= 10, `at most the window's 10 requests reach the gate (reserved ${reserved})`);
+});
