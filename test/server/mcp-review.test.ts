@@ -86,3 +86,21 @@ t.test('a JSON-RPC batch of tool calls is counted once in the API rate window', 
   const reserved = await count(f.pool, 'actionledger.operations');
   t.ok(reserved <= 10, `at most the window's 10 requests reach the gate (reserved ${reserved})`);
 });
+
+t.test('parallel initializes of one principal keep its sessions at the cap', async (t) => {
+  const f = await apiFixture(t);
+  const token = await f.token('agent-1', ['agent']);
+  const n = MAX_SESSIONS_PER_PRINCIPAL * 3;
+  const settled = await Promise.allSettled(Array.from({ length: n }, () => mcpClient(t, f.base, token)));
+  const clients = settled.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
+  const alive = await Promise.all(
+    clients.map((c) =>
+      c.listTools().then(
+        () => 1,
+        () => 0,
+      ),
+    ),
+  );
+  const open = alive.reduce<number>((a, b) => a + b, 0);
+  t.ok(open <= MAX_SESSIONS_PER_PRINCIPAL, `${open} sessions open for one principal`);
+});
