@@ -104,3 +104,38 @@ t.test('parallel initializes of one principal keep its sessions at the cap', asy
   const open = alive.reduce<number>((a, b) => a + b, 0);
   t.ok(open <= MAX_SESSIONS_PER_PRINCIPAL, `${open} sessions open for one principal`);
 });
+
+t.test('an argument named confirm: the value the user left in the form is the one executed', async (t) => {
+  const schema = {
+    type: 'object',
+    additionalProperties: false,
+    required: ['to', 'subject', 'body'],
+    properties: {
+      to: { type: 'string', pattern: '^[^@\\s]+@[^@\\s]+$' },
+      subject: { type: 'string', maxLength: 200 },
+      body: { type: 'string', maxLength: 5000 },
+      confirm: { type: 'boolean' },
+    },
+  };
+  const f = await apiFixture(t, { gate: { tools: { send_email: { schema } } } });
+  const seen: Record<string, unknown>[] = [];
+  const client = await mcpClient(t, f.base, await f.token('agent-1', ['agent']), {
+    elicit: (params) => {
+      const props = (params as { requestedSchema?: { properties: Record<string, Record<string, unknown>> } })
+        .requestedSchema?.properties;
+      seen.push(props ?? {});
+      const shown = Object.fromEntries(Object.entries(props ?? {}).map(([k, v]) => [k, v.default]));
+      // The form the user sees has one "confirm" field: the tool's argument, preset to false. The user ticks it.
+      return { action: 'accept', content: { ...shown, confirm: true } };
+    },
+  });
+  const r = await call(client, 'send_email', { ...EMAIL, confirm: false }, meta('e-1', { turn_id: 't-1' }));
+  t.match(seen[0]?.confirm, { title: 'Carry this out' }, 'the form still asks whether to carry it out');
+  const ran = await f.pool.query<{ arguments_json: Record<string, unknown> }>(
+    'SELECT arguments_json FROM actionledger.gate_proposals',
+  );
+  t.ok(
+    r.isError || ran.rows[0]?.arguments_json.confirm === true,
+    `the user left confirm=true; executed with ${JSON.stringify(ran.rows[0]?.arguments_json.confirm)}`,
+  );
+});
