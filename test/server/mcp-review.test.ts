@@ -4,7 +4,7 @@
  */
 import t from 'tap';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { MAX_SESSIONS_PER_PRINCIPAL } from '../../server/mcp/http.js';
+import { MAX_SESSIONS, MAX_SESSIONS_PER_PRINCIPAL } from '../../server/mcp/http.js';
 import { apiFixture } from '../helpers/api.js';
 import { count } from '../helpers/gate.js';
 import { call, mcpClient, meta } from '../helpers/mcp.js';
@@ -138,4 +138,32 @@ t.test('an argument named confirm: the value the user left in the form is the on
     r.isError || ran.rows[0]?.arguments_json.confirm === true,
     `the user left confirm=true; executed with ${JSON.stringify(ran.rows[0]?.arguments_json.confirm)}`,
   );
+});
+
+t.test('one tenant cannot fill every MCP session of the process and lock the others out', async (t) => {
+  const f = await apiFixture(t);
+  const init = {
+    jsonrpc: '2.0',
+    id: 1,
+    method: 'initialize',
+    params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'flood', version: '1' } },
+  };
+  const open = async (token: string): Promise<number> => {
+    const res = await fetch(`${f.base}/mcp`, {
+      method: 'POST',
+      headers: { ...HEADERS, authorization: `Bearer ${token}` },
+      body: JSON.stringify(init),
+    });
+    await res.text();
+    return res.status;
+  };
+  // Tenant A's principals, each within its own per-principal cap.
+  const principals = Math.ceil(MAX_SESSIONS / MAX_SESSIONS_PER_PRINCIPAL);
+  const tokens: string[] = [];
+  for (let p = 0; p < principals; p++) tokens.push(await f.token(`flood-${p}`, ['agent']));
+  for (const token of tokens)
+    await Promise.all(Array.from({ length: MAX_SESSIONS_PER_PRINCIPAL }, () => open(token)));
+  // A principal of tenant B, which has opened nothing, cannot start a session.
+  const other = await f.token('agent-b', ['agent'], { tenant: 'tenant-b' });
+  t.equal(await open(other), 200, 'another tenant still gets a session');
 });
