@@ -167,3 +167,39 @@ t.test('one tenant cannot fill every MCP session of the process and lock the oth
   const other = await f.token('agent-b', ['agent'], { tenant: 'tenant-b' });
   t.equal(await open(other), 200, 'another tenant still gets a session');
 });
+
+t.test('two confirmed emails for one step: each user-confirmed proposal is what happens, or is refused', async (t) => {
+  const f = await apiFixture(t);
+  const client = await mcpClient(t, f.base, await f.token('agent-1', ['agent']), {
+    elicit: (params) => {
+      const props = (params as { requestedSchema?: { properties: Record<string, { default?: unknown }> } })
+        .requestedSchema?.properties;
+      const shown = Object.fromEntries(Object.entries(props ?? {}).map(([k, v]) => [k, v.default]));
+      return { action: 'accept', content: { ...shown, confirm: true } };
+    },
+  });
+  const a = await call(client, 'send_email', EMAIL, meta('e-1', { turn_id: 't-1' }));
+  const b = await call(client, 'send_email', { ...EMAIL, to: 'other@example.com' }, meta('e-1', { turn_id: 't-2' }));
+  t.match(a, { isError: false, body: { ok: true, status: 'reserved' } });
+  const ops = await f.pool.query<{ operation_id: string }>('SELECT operation_id FROM actionledger.operations');
+  // The user confirmed an email to other@example.com; an answer of success must be that email.
+  if (!b.isError)
+    t.not(b.body.operation_id, a.body.operation_id, 'the second confirmed email is not the first one’s operation');
+  t.ok(ops.rows.length >= 1);
+});
+
+t.test('an agent’s own role revoked while the user is asked: the answer does not execute', async (t) => {
+  const f = await apiFixture(t);
+  const client = await mcpClient(t, f.base, await f.token('agent-1', ['agent']), {
+    elicit: async (params) => {
+      await f.store.revoke('agent-1', 'tenant-a', 'agent', 'test');
+      const props = (params as { requestedSchema?: { properties: Record<string, { default?: unknown }> } })
+        .requestedSchema?.properties;
+      const shown = Object.fromEntries(Object.entries(props ?? {}).map(([k, v]) => [k, v.default]));
+      return { action: 'accept', content: { ...shown, confirm: true } };
+    },
+  });
+  const r = await call(client, 'send_email', EMAIL, meta('e-1', { turn_id: 't-1' }));
+  t.match(r, { isError: true, body: { error: 'permission_denied' } });
+  t.equal(await count(f.pool, 'actionledger.operations'), 0);
+});
