@@ -167,7 +167,10 @@ async function callTool(
     const id = args.operation_id;
     return (await readOperation(deps, caller, typeof id === 'string' ? id : '', meta)) ?? unknownTool(name);
   }
-  const context = callContext(deps.config, caller, meta, trace);
+  // The built-in confirm needs the host's turn: defaulting to the request id would make every request a turn
+  // of its own, so the model could confirm its own proposal in its next call without the user.
+  const confirming = name === BUILTIN.confirm && !deps.config.gate.tools.has(name);
+  const context = callContext(deps.config, caller, meta, trace, { hostTurn: confirming });
   if ((name === BUILTIN.confirm || name === BUILTIN.cancel) && !deps.config.gate.tools.has(name)) {
     if (!roleVisible([context.role])) return unknownTool(name);
     if (name === BUILTIN.cancel)
