@@ -35,10 +35,19 @@ export function authenticateHook(deps: ApiDeps) {
 }
 
 /**
+ * The caller of a request authenticated once more, by the same credential (token or certificate), with the
+ * look-up counted in its window: for a request that waits on something (an MCP elicitation) and must not act
+ * on what was true when it arrived. Throws `unauthenticated`.
+ */
+export function authenticateAgain(deps: ApiDeps, request: FastifyRequest): Promise<Caller> {
+  return credentialOf(deps, request, undefined);
+}
+
+/**
  * The caller of a request: by its bearer token, or, with none and a listener that asks for client
  * certificates, by the verified certificate's mapping. Throws `unauthenticated`.
  */
-async function credentialOf(deps: ApiDeps, request: FastifyRequest, reply: FastifyReply): Promise<Caller> {
+async function credentialOf(deps: ApiDeps, request: FastifyRequest, reply: FastifyReply | undefined): Promise<Caller> {
   const header = request.headers.authorization;
   if (header === undefined) {
     const socket = request.raw.socket as Partial<TLSSocket>;
@@ -50,7 +59,7 @@ async function credentialOf(deps: ApiDeps, request: FastifyRequest, reply: Fasti
   }
   const match = typeof header === 'string' ? /^Bearer ([^\s]+)$/i.exec(header) : null;
   if (match === null) {
-    reply.header('www-authenticate', 'Bearer');
+    reply?.header('www-authenticate', 'Bearer');
     throw new ActionLedgerError('unauthenticated', 'send Authorization: Bearer <token>', {
       details: { reason: 'missing' },
     });
@@ -58,7 +67,7 @@ async function credentialOf(deps: ApiDeps, request: FastifyRequest, reply: Fasti
   try {
     return await deps.principals.authenticate(match[1] ?? '');
   } catch (err) {
-    reply.header('www-authenticate', 'Bearer error="invalid_token"');
+    reply?.header('www-authenticate', 'Bearer error="invalid_token"');
     throw err;
   }
 }

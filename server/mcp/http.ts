@@ -20,7 +20,7 @@ import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ActionLedgerError } from '../../core/errors.js';
 import type { Authenticated } from '../../principals/index.js';
-import { callerOf } from '../api/auth.js';
+import { authenticateAgain, callerOf } from '../api/auth.js';
 import type { ApiDeps } from '../api/types.js';
 import { createMcpServer, type Extra } from './server.js';
 
@@ -43,11 +43,17 @@ interface Session {
 
 const ownerOf = (c: Authenticated): string => JSON.stringify([c.tenant_id, c.principal_id]);
 
-/** The caller the route authenticated for this very request (set on the raw request as the SDK's `auth`). */
-function requestCaller(extra: Extra): Promise<Authenticated> {
-  const caller = extra.authInfo?.extra?.caller as Authenticated | undefined;
-  if (caller === undefined) return Promise.reject(new ActionLedgerError('unauthenticated', 'no authenticated caller'));
-  return Promise.resolve(caller);
+/**
+ * The caller the route authenticated for this very request (set on the raw request as the SDK's `auth`), or,
+ * `again`, the same credential authenticated once more now.
+ */
+function requestCaller(extra: Extra, again = false): Promise<Authenticated> {
+  const auth = extra.authInfo?.extra;
+  const caller = auth?.caller as Authenticated | undefined;
+  const reauthenticate = auth?.again as (() => Promise<Authenticated>) | undefined;
+  if (caller === undefined || reauthenticate === undefined)
+    return Promise.reject(new ActionLedgerError('unauthenticated', 'no authenticated caller'));
+  return again ? reauthenticate() : Promise.resolve(caller);
 }
 
 const noSession = () =>
@@ -98,7 +104,7 @@ export function registerMcpRoutes(app: FastifyInstance, deps: ApiDeps): void {
       token: '',
       clientId: caller.principal_id,
       scopes: [...caller.roles],
-      extra: { caller, request_id: request.id },
+      extra: { caller, again: () => authenticateAgain(deps, request), request_id: request.id },
     };
     reply.hijack();
     try {

@@ -26,7 +26,7 @@ import {
   type ServerNotification,
   type ServerRequest,
 } from '@modelcontextprotocol/sdk/types.js';
-import { asActionLedgerError } from '../../core/errors.js';
+import { ActionLedgerError, asActionLedgerError } from '../../core/errors.js';
 import type { JsonObject } from '../../core/json.js';
 import type { GateContext, GateResult } from '../../gate/index.js';
 import { describeEffect } from '../../gate/index.js';
@@ -48,8 +48,11 @@ export type Extra = RequestHandlerExtra<ServerRequest, ServerNotification>;
 
 /** What the MCP server needs: the API's dependencies, and who is calling on this request. */
 export interface McpDeps extends Pick<ApiDeps, 'config' | 'pool' | 'gate' | 'audit' | 'log' | 'metrics'> {
-  /** The caller of this request, authenticated now; throws `unauthenticated`. */
-  caller(extra: Extra): Promise<Authenticated>;
+  /**
+   * The caller of this request, authenticated when it arrived; with `again`, authenticated once more now (for a
+   * request that waited on the user). Throws `unauthenticated`.
+   */
+  caller(extra: Extra, again?: boolean): Promise<Authenticated>;
 }
 
 export const SERVER_INFO = { name: 'actionledger', version: '1' } as const;
@@ -194,7 +197,17 @@ async function callTool(
     return { ...result, envelope_sha256: view.envelope_sha256, approval: { shown_to_approvers: view.envelope } };
   }
   if (result.error === 'confirmation_required' && server.getClientCapabilities()?.elicitation !== undefined) {
-    return elicitConfirmation(deps, context, name, args, result, extra);
+    // The user may answer long after the call arrived: the caller is authenticated again and the context rebuilt
+    // from what holds then (a revoked token, role or act_for_users stops the confirmation).
+    const recheck = async (): Promise<GateContext> => {
+      const now = callContext(deps.config, await deps.caller(extra, true), meta, trace);
+      if (now.principal_id !== context.principal_id || now.role !== context.role)
+        throw new ActionLedgerError('permission_denied', 'the caller no longer acts with the role it called with', {
+          details: { role: context.role },
+        });
+      return now;
+    };
+    return elicitConfirmation(deps, context, recheck, name, args, result, extra);
   }
   return result;
 }
@@ -234,11 +247,13 @@ const isPrimitive = (v: unknown): v is Primitive =>
  * Asks the user, through the client, to confirm the exact arguments (each top-level argument a field preset to
  * the proposed value, when they are all plain values). The answer is the user's own turn: accepted, it goes
  * through Gate.confirm in a turn id of its own (never the call's) and Gate.executeProposal with the arguments
- * as the user left them; declined or cancelled, the proposal is cancelled (`confirmation_declined`).
+ * as the user left them, in the context `recheck` rebuilds once the answer is in; declined or cancelled, the
+ * proposal is cancelled (`confirmation_declined`).
  */
 async function elicitConfirmation(
   deps: McpDeps,
   context: GateContext,
+  recheck: () => Promise<GateContext>,
   name: string,
   args: Record<string, unknown>,
   proposal: GateResult & { ok: false },
@@ -286,7 +301,9 @@ async function elicitConfirmation(
   }
   const shown: JsonObject = { ...(args as JsonObject) };
   for (const [k, v] of Object.entries(content)) if (k !== 'confirm') shown[k] = v;
-  return confirmAndExecute(deps, token, elicited, shown);
+  // Throws (a tool error; the proposal stays unconfirmed until it expires) when the caller lost its standing.
+  const now = await recheck();
+  return confirmAndExecute(deps, token, { ...now, turn_id: elicited.turn_id }, shown);
 }
 
 /** An operation of the caller's tenant, if it may read it: capability read, or its own principal's. */
