@@ -20,18 +20,27 @@ export function authenticateHook(deps: ApiDeps) {
     if (config.public === true) return;
     const caller = await credentialOf(deps, request, reply);
     request.caller = caller;
-    const limit = deps.config.api.rateLimit;
-    if (caller.requests > limit.requests) {
+    const over = overWindow(deps, caller);
+    if (over !== null) {
       reply.header('retry-after', String(caller.window_left_s));
-      const err = new ActionLedgerError(
-        'rate_limited',
-        `more than ${limit.requests} requests in ${limit.windowS} s; retry in ${caller.window_left_s} s`,
-        { details: { retry_after_s: caller.window_left_s } },
-      );
-      throw err;
+      throw over;
     }
     if (config.capability !== undefined) requireCapability(deps, caller, config.capability);
   };
+}
+
+/** The `rate_limited` refusal of a caller whose window holds more requests than the limit; null within it. */
+export function overWindow(
+  deps: Pick<ApiDeps, 'config'>,
+  counted: { requests: number; window_left_s: number },
+): ActionLedgerError | null {
+  const limit = deps.config.api.rateLimit;
+  if (counted.requests <= limit.requests) return null;
+  return new ActionLedgerError(
+    'rate_limited',
+    `more than ${limit.requests} requests in ${limit.windowS} s; retry in ${counted.window_left_s} s`,
+    { details: { retry_after_s: counted.window_left_s } },
+  );
 }
 
 /**

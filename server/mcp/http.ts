@@ -3,7 +3,8 @@
  * every `/v1` route: the bearer token is authenticated (and counted in the rate window) before the request
  * reaches the SDK's transport, so a request without a valid token is refused 401 before any MCP message is
  * read, `initialize` and `tools/list` included. The body has already been parsed by the API's strict JSON
- * parser and is handed to the transport as it is.
+ * parser and is handed to the transport as it is; a JSON-RPC batch (an array) counts one request per message
+ * in the window, and is refused 429 `rate_limited` as a whole when that takes the window over its limit.
  *
  * Sessions are stateful (the SDK's `mcp-session-id`), because a confirmation asked through the client
  * (elicitation) is a request from the server answered in a later HTTP request of the same session. A session
@@ -20,7 +21,7 @@ import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ActionLedgerError } from '../../core/errors.js';
 import type { Authenticated } from '../../principals/index.js';
-import { authenticateAgain, callerOf } from '../api/auth.js';
+import { authenticateAgain, callerOf, overWindow } from '../api/auth.js';
 import type { ApiDeps } from '../api/types.js';
 import { createMcpServer, type Extra } from './server.js';
 
@@ -80,6 +81,7 @@ export function registerMcpRoutes(app: FastifyInstance, deps: ApiDeps): void {
 
   const handle = async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
     const caller = callerOf(request);
+    await countBatch(deps, request, reply, caller);
     const header = request.headers['mcp-session-id'];
     const id = typeof header === 'string' ? header : undefined;
     let session: Session | undefined;
@@ -147,6 +149,24 @@ export function registerMcpRoutes(app: FastifyInstance, deps: ApiDeps): void {
     { config: { ...config, operationId: 'mcpClose' }, schema: { summary: 'MCP: end the session', tags } },
     handle,
   );
+}
+
+/**
+ * A JSON-RPC batch is as many requests as it has messages: the hook counted one, the rest count here, so a
+ * batch cannot carry more tool calls than the window allows. Throws `rate_limited` over the window.
+ */
+async function countBatch(
+  deps: ApiDeps,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  caller: Authenticated,
+): Promise<void> {
+  if (!Array.isArray(request.body) || request.body.length < 2) return;
+  const counted = await deps.principals.countMore(caller, request.body.length - 1);
+  const over = overWindow(deps, counted);
+  if (over === null) return;
+  void reply.header('retry-after', String(counted.window_left_s));
+  throw over;
 }
 
 async function openSession(deps: ApiDeps, sessions: Map<string, Session>, caller: Authenticated): Promise<Session> {
