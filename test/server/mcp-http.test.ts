@@ -277,3 +277,14 @@ t.test('without elicitation, the next-turn confirmation: the same turn is refuse
   t.match(replay, { isError: true, body: { error: 'invalid_state_transition' } }, 'a token counts once');
   t.equal(await count(f.pool, 'actionledger.operations'), 1);
 });
+
+t.test('the built-in confirm without the host’s turn is refused invalid_context, nothing confirmed', async (t) => {
+  const f = await apiFixture(t);
+  const client = await mcpClient(t, f.base, await f.token('agent-1', ['agent']));
+  const held = await call(client, 'send_email', EMAIL, meta('e-1'));
+  const confirm = { confirm_token: held.body.confirm_token };
+  const unturned = await call(client, 'actionledger_confirm_proposal', confirm, meta('e-1'));
+  t.match(unturned, { isError: true, body: { error: 'invalid_context', details: { problem: 'required' } } });
+  const turned = await call(client, 'actionledger_confirm_proposal', confirm, meta('e-1', { turn_id: 'turn-2' }));
+  t.match(turned, { isError: false, body: { ok: true, status: 'reserved' } }, 'the token was not spent');
+});
