@@ -239,6 +239,28 @@ async function confirmAndExecute(
   return executed;
 }
 
+/** The form field that carries the user's yes. */
+export const CONFIRM_FIELD = 'confirm';
+/** The prefix of every argument's form field when an argument is itself named {@link CONFIRM_FIELD}. */
+export const ARGUMENT_FIELD_PREFIX = 'argument:';
+
+/**
+ * How arguments are named in the form, and back: by their own names, or, when one argument is named like the
+ * confirmation field, each under {@link ARGUMENT_FIELD_PREFIX} (a namespace `confirm` is not in), so the user's
+ * yes and an argument's value never share a field. A field of the answer that is not an argument's field is
+ * taken as an argument of its own name: an added argument, refused params_mismatch like any change.
+ */
+function formFields(args: Record<string, unknown>): {
+  field: (name: string) => string;
+  argument: (field: string) => string;
+} {
+  if (!Object.hasOwn(args, CONFIRM_FIELD)) return { field: (name) => name, argument: (field) => field };
+  return {
+    field: (name) => ARGUMENT_FIELD_PREFIX + name,
+    argument: (field) => (field.startsWith(ARGUMENT_FIELD_PREFIX) ? field.slice(ARGUMENT_FIELD_PREFIX.length) : field),
+  };
+}
+
 type Primitive = string | number | boolean;
 const isPrimitive = (v: unknown): v is Primitive =>
   typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean';
@@ -264,12 +286,13 @@ async function elicitConfirmation(
   const id = proposal.request_id;
   if (tool === undefined || token === undefined || id === undefined) return proposal;
   const flat = Object.values(args).every(isPrimitive);
+  const form = formFields(args);
   const properties: Record<string, Record<string, unknown>> = {
-    confirm: { type: 'boolean', title: 'Carry this out', description: 'yes: do exactly this, once' },
+    [CONFIRM_FIELD]: { type: 'boolean', title: 'Carry this out', description: 'yes: do exactly this, once' },
   };
   if (flat)
     for (const [k, v] of Object.entries(args))
-      properties[k] = { type: typeof v === 'boolean' ? 'boolean' : typeof v, title: k, default: v };
+      properties[form.field(k)] = { type: typeof v === 'boolean' ? 'boolean' : typeof v, title: k, default: v };
   const message = `Confirm ${name}: ${describeEffect(tool, args as JsonObject)}\nExact arguments: ${JSON.stringify(args)}`;
   let answer;
   try {
@@ -290,7 +313,7 @@ async function elicitConfirmation(
   }
   const content = answer.content ?? {};
   const elicited: GateContext = { ...context, turn_id: `elicitation:${randomUUID()}` };
-  if (answer.action !== 'accept' || content.confirm !== true) {
+  if (answer.action !== 'accept' || content[CONFIRM_FIELD] !== true) {
     await deps.gate.cancelProposal(id, elicited);
     return {
       ok: false,
@@ -300,7 +323,7 @@ async function elicitConfirmation(
     };
   }
   const shown: JsonObject = { ...(args as JsonObject) };
-  for (const [k, v] of Object.entries(content)) if (k !== 'confirm') shown[k] = v;
+  for (const [k, v] of Object.entries(content)) if (k !== CONFIRM_FIELD) shown[form.argument(k)] = v;
   // Throws (a tool error; the proposal stays unconfirmed until it expires) when the caller lost its standing.
   const now = await recheck();
   return confirmAndExecute(deps, token, { ...now, turn_id: elicited.turn_id }, shown);

@@ -125,8 +125,13 @@ t.test('an argument named confirm: the value the user left in the form is the on
         .requestedSchema?.properties;
       seen.push(props ?? {});
       const shown = Object.fromEntries(Object.entries(props ?? {}).map(([k, v]) => [k, v.default]));
-      // The form the user sees has one "confirm" field: the tool's argument, preset to false. The user ticks it.
-      return { action: 'accept', content: { ...shown, confirm: true } };
+      // The user ticks the tool's confirm argument, preset to false (the field titled with its name, wherever the
+      // form keeps it), and says yes to carrying it out.
+      const argument = Object.entries(props ?? {}).find(([k, v]) => k !== 'confirm' && v.title === 'confirm')?.[0];
+      return {
+        action: 'accept',
+        content: { ...shown, ...(argument === undefined ? {} : { [argument]: true }), confirm: true },
+      };
     },
   });
   const r = await call(client, 'send_email', { ...EMAIL, confirm: false }, meta('e-1', { turn_id: 't-1' }));
@@ -161,8 +166,7 @@ t.test('one tenant cannot fill every MCP session of the process and lock the oth
   const principals = Math.ceil(MAX_SESSIONS / MAX_SESSIONS_PER_PRINCIPAL);
   const tokens: string[] = [];
   for (let p = 0; p < principals; p++) tokens.push(await f.token(`flood-${p}`, ['agent']));
-  for (const token of tokens)
-    await Promise.all(Array.from({ length: MAX_SESSIONS_PER_PRINCIPAL }, () => open(token)));
+  for (const token of tokens) await Promise.all(Array.from({ length: MAX_SESSIONS_PER_PRINCIPAL }, () => open(token)));
   // A principal of tenant B, which has opened nothing, cannot start a session.
   const other = await f.token('agent-b', ['agent'], { tenant: 'tenant-b' });
   t.equal(await open(other), 200, 'another tenant still gets a session');
