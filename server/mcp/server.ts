@@ -32,6 +32,7 @@ import type { GateContext, GateResult } from '../../gate/index.js';
 import { describeEffect } from '../../gate/index.js';
 import { TenantLedgerView } from '../../ledger/index.js';
 import type { Authenticated } from '../../principals/index.js';
+import { overWindow } from '../api/auth.js';
 import type { ApiDeps } from '../api/types.js';
 import { actingPrincipal, callContext, listingRoles, type Meta } from './context.js';
 import {
@@ -70,6 +71,7 @@ export function createMcpServer(deps: McpDeps): Server {
     const caller = await deps.caller(extra).catch(protocolError);
     let roles: string[];
     try {
+      withinWindow(deps, caller);
       roles = listingRoles(deps.config, caller, request.params?._meta);
     } catch (err) {
       protocolError(err);
@@ -90,6 +92,7 @@ export function createMcpServer(deps: McpDeps): Server {
     // Not authenticated now (the token expired or was revoked mid-session): the request itself is refused.
     const caller = await deps.caller(extra).catch(protocolError);
     try {
+      withinWindow(deps, caller);
       const r = await callTool(server, deps, caller, name, args ?? {}, meta, trace, extra);
       return toolResult(r);
     } catch (err) {
@@ -124,6 +127,7 @@ export function createMcpServer(deps: McpDeps): Server {
     const m = /^actionledger:\/\/operations\/([^/?#]+)$/.exec(request.params.uri);
     let found: Record<string, unknown> | null = null;
     try {
+      withinWindow(deps, caller);
       if (m !== null) found = await readOperation(deps, caller, m[1] ?? '', request.params._meta);
     } catch (err) {
       protocolError(err);
@@ -138,14 +142,28 @@ export function createMcpServer(deps: McpDeps): Server {
 }
 
 /**
+ * Throws `rate_limited` (with `retry_after_s`) when the caller's request window holds more than the API's
+ * limit. Over HTTP the API's hook has refused such a request already; over stdio this is the one check, so a
+ * model looping on the stdio server is held to the same window as the token's HTTP requests.
+ */
+function withinWindow(deps: McpDeps, caller: Authenticated): void {
+  const over = overWindow(deps, caller);
+  if (over !== null) throw over;
+}
+
+/**
  * A caller's error outside a tool's result (listing, reading, authenticating): a JSON-RPC error whose message
- * starts with the stable code, which is also its `data.error`.
+ * starts with the stable code, which is also its `data.error` (and its details, `retry_after_s` for one, in
+ * `data.details`).
  */
 function protocolError(err: unknown): never {
   const e = asActionLedgerError(err);
   if (e.code === 'internal')
     throw new McpError(McpErrorCode.InternalError, 'internal: internal error', { error: e.code });
-  throw new McpError(McpErrorCode.InvalidParams, `${e.code}: ${e.message}`, { error: e.code });
+  throw new McpError(McpErrorCode.InvalidParams, `${e.code}: ${e.message}`, {
+    error: e.code,
+    ...(e.details === undefined ? {} : { details: e.details }),
+  });
 }
 
 function detailsOf(details: Record<string, unknown> | undefined): { details?: Record<string, unknown> } {
