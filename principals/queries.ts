@@ -99,6 +99,17 @@ export const principalQueries = {
            ${windowCount}
     FROM tok LEFT JOIN counted ON true`,
 
+  /**
+   * $4 more requests counted in the current window ($3 window seconds) of tenant $1, principal $2: the
+   * messages of one request beyond the first, which authentication counted.
+   */
+  countMore: `
+    INSERT INTO @schema.api_rate_windows AS w (tenant_id, principal_id, window_start, requests)
+    VALUES ($1, $2, to_timestamp(floor(extract(epoch FROM now()) / $3) * $3), $4)
+    ON CONFLICT (tenant_id, principal_id, window_start) DO UPDATE SET requests = w.requests + $4
+    RETURNING requests,
+              ceil(extract(epoch FROM w.window_start + make_interval(secs => $3) - now()))::int AS window_left_s`,
+
   /** Request windows that ended over a minute ago. */
   rateWindowPrune: `
     DELETE FROM @schema.api_rate_windows WHERE window_start < now() - make_interval(secs => $1) - interval '1 minute'`,

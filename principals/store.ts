@@ -289,6 +289,25 @@ export class PrincipalStore {
     };
   }
 
+  /**
+   * Counts `more` requests of an authenticated caller in its current window besides the one authentication
+   * counted (the further messages of one HTTP request); returns the window's count and seconds left, as
+   * {@link authenticate} does.
+   */
+  async countMore(
+    caller: Pick<Authenticated, 'tenant_id' | 'principal_id'>,
+    more: number,
+  ): Promise<Pick<Authenticated, 'requests' | 'window_left_s'>> {
+    const { rows } = await this.#pool.query<{ requests: number; window_left_s: number }>(this.#q.countMore, [
+      caller.tenant_id,
+      caller.principal_id,
+      this.#config.api.rateLimit.windowS,
+      more,
+    ]);
+    const row = rows[0];
+    return { requests: row?.requests ?? 0, window_left_s: Math.max(1, row?.window_left_s ?? 1) };
+  }
+
   /** Deletes request windows that ended; returns how many. */
   async pruneRateWindows(): Promise<number> {
     const { rowCount } = await this.#pool.query(this.#q.rateWindowPrune, [this.#config.api.rateLimit.windowS]);

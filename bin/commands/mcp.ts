@@ -2,7 +2,8 @@
  * `mcp --stdio`: the gate as a Model Context Protocol server on stdin and stdout, for an agent host that starts
  * its tools as local processes. It acts with the API token in `ACTIONLEDGER_TOKEN` (there is no break-glass
  * here: an agent is never the operator), authenticated again on every request, so an expired or revoked token
- * or a revoked role stops the next call. Like the rest of the command line it runs no business validators or
+ * or a revoked role stops the next call, and counted in the token's request window, which the server holds it
+ * to (`rate_limited` beyond the limit, as over HTTP). Like the rest of the command line it runs no business validators or
  * resource resolvers: a tool that needs one is refused `config_invalid` (use the service's `/mcp` for those).
  * stdout carries only the protocol; logs go to stderr. It runs until stdin closes or it is signalled.
  */

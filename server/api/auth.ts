@@ -20,25 +20,43 @@ export function authenticateHook(deps: ApiDeps) {
     if (config.public === true || config.console !== undefined) return;
     const caller = await credentialOf(deps, request, reply);
     request.caller = caller;
-    const limit = deps.config.api.rateLimit;
-    if (caller.requests > limit.requests) {
+    const over = overWindow(deps, caller);
+    if (over !== null) {
       reply.header('retry-after', String(caller.window_left_s));
-      const err = new ActionLedgerError(
-        'rate_limited',
-        `more than ${limit.requests} requests in ${limit.windowS} s; retry in ${caller.window_left_s} s`,
-        { details: { retry_after_s: caller.window_left_s } },
-      );
-      throw err;
+      throw over;
     }
     if (config.capability !== undefined) requireCapability(deps, caller, config.capability);
   };
+}
+
+/** The `rate_limited` refusal of a caller whose window holds more requests than the limit; null within it. */
+export function overWindow(
+  deps: Pick<ApiDeps, 'config'>,
+  counted: { requests: number; window_left_s: number },
+): ActionLedgerError | null {
+  const limit = deps.config.api.rateLimit;
+  if (counted.requests <= limit.requests) return null;
+  return new ActionLedgerError(
+    'rate_limited',
+    `more than ${limit.requests} requests in ${limit.windowS} s; retry in ${counted.window_left_s} s`,
+    { details: { retry_after_s: counted.window_left_s } },
+  );
+}
+
+/**
+ * The caller of a request authenticated once more, by the same credential (token or certificate), with the
+ * look-up counted in its window: for a request that waits on something (an MCP elicitation) and must not act
+ * on what was true when it arrived. Throws `unauthenticated`.
+ */
+export function authenticateAgain(deps: ApiDeps, request: FastifyRequest): Promise<Caller> {
+  return credentialOf(deps, request, undefined);
 }
 
 /**
  * The caller of a request: by its bearer token, or, with none and a listener that asks for client
  * certificates, by the verified certificate's mapping. Throws `unauthenticated`.
  */
-async function credentialOf(deps: ApiDeps, request: FastifyRequest, reply: FastifyReply): Promise<Caller> {
+async function credentialOf(deps: ApiDeps, request: FastifyRequest, reply: FastifyReply | undefined): Promise<Caller> {
   const header = request.headers.authorization;
   if (header === undefined) {
     const socket = request.raw.socket as Partial<TLSSocket>;
@@ -50,7 +68,7 @@ async function credentialOf(deps: ApiDeps, request: FastifyRequest, reply: Fasti
   }
   const match = typeof header === 'string' ? /^Bearer ([^\s]+)$/i.exec(header) : null;
   if (match === null) {
-    reply.header('www-authenticate', 'Bearer');
+    reply?.header('www-authenticate', 'Bearer');
     throw new ActionLedgerError('unauthenticated', 'send Authorization: Bearer <token>', {
       details: { reason: 'missing' },
     });
@@ -58,7 +76,7 @@ async function credentialOf(deps: ApiDeps, request: FastifyRequest, reply: Fasti
   try {
     return await deps.principals.authenticate(match[1] ?? '');
   } catch (err) {
-    reply.header('www-authenticate', 'Bearer error="invalid_token"');
+    reply?.header('www-authenticate', 'Bearer error="invalid_token"');
     throw err;
   }
 }

@@ -21,7 +21,8 @@ export const META_KEYS = {
   workflow_step_id: 'the step: tenant, principal, task and step are the operation (required on tools/call)',
   plan_version: "the task's current plan version (a new one invalidates approvals bound to the old)",
   conversation_id: 'the conversation (per-conversation caps count here); default: the task',
-  turn_id: 'the user turn the call is made in (a confirmation must come in a later one); default: the request',
+  turn_id:
+    'the user turn the call is made in (a confirmation must come in a later one); default: the request, except when confirming a proposal',
   role: 'the role to act with, one the caller holds (optional when it holds one)',
   user: 'the end user a service acts for (capability act_for_users): principal_id, role, account_id, conversation_id, turn_id',
 } as const;
@@ -120,10 +121,18 @@ export function listingRoles(config: Config, caller: Authenticated, meta: Meta):
 /**
  * The gate context of a tool call: the tenant is the caller's; with `user` (act_for_users) the principal,
  * role, account, conversation and turn are the user's; otherwise the caller acts as itself (its account is its
- * principal id; the conversation defaults to the task, the turn to `traceId`). Throws `invalid_context`
- * (missing or malformed metadata), `permission_denied` (a role not held, `user` without act_for_users).
+ * principal id; the conversation defaults to the task, the turn to `traceId`). With `hostTurn` the turn must
+ * come from the host (`turn_id`, or the user's): a confirmation must not default to a turn the model's own
+ * request made up. Throws `invalid_context` (missing or malformed metadata), `permission_denied` (a role not
+ * held, `user` without act_for_users).
  */
-export function callContext(config: Config, caller: Authenticated, meta: Meta, traceId: string): GateContext {
+export function callContext(
+  config: Config,
+  caller: Authenticated,
+  meta: Meta,
+  traceId: string,
+  options: { hostTurn?: boolean } = {},
+): GateContext {
   const task = metaString(meta, 'task_id', true) as string;
   const plan = metaString(meta, 'plan_version', false);
   const base = {
@@ -144,7 +153,7 @@ export function callContext(config: Config, caller: Authenticated, meta: Meta, t
     role: ownRole(caller, metaString(meta, 'role', false)),
     account_id: caller.principal_id,
     conversation_id: metaString(meta, 'conversation_id', false) ?? task,
-    turn_id: metaString(meta, 'turn_id', false) ?? traceId,
+    turn_id: metaString(meta, 'turn_id', options.hostTurn === true) ?? traceId,
   };
 }
 

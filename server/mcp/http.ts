@@ -3,14 +3,17 @@
  * every `/v1` route: the bearer token is authenticated (and counted in the rate window) before the request
  * reaches the SDK's transport, so a request without a valid token is refused 401 before any MCP message is
  * read, `initialize` and `tools/list` included. The body has already been parsed by the API's strict JSON
- * parser and is handed to the transport as it is.
+ * parser and is handed to the transport as it is; a JSON-RPC batch (an array) counts one request per message
+ * in the window, and is refused 429 `rate_limited` as a whole when that takes the window over its limit.
  *
  * Sessions are stateful (the SDK's `mcp-session-id`), because a confirmation asked through the client
  * (elicitation) is a request from the server answered in a later HTTP request of the same session. A session
  * belongs to the tenant and principal that opened it: any other caller naming its id gets exactly what an
- * unknown id gets (404). Idle sessions are closed after {@link IDLE_MS}; a principal keeps at most
- * {@link MAX_SESSIONS_PER_PRINCIPAL} (its oldest is closed for a new one), and at most {@link MAX_SESSIONS}
- * are open at once (the next `initialize` is refused 429 `rate_limited`).
+ * unknown id gets (404). Idle sessions are closed after {@link IDLE_MS}. A new session makes room by closing
+ * least recently used ones, never by refusing: a principal keeps at most {@link MAX_SESSIONS_PER_PRINCIPAL}
+ * (its own oldest closes), a tenant at most {@link MAX_SESSIONS_PER_TENANT} (the tenant's oldest closes), and
+ * the process at most {@link MAX_SESSIONS} (the oldest of the tenant holding the most closes), so no tenant can
+ * lock the others out of the process.
  */
 import { randomUUID } from 'node:crypto';
 import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js';
@@ -20,7 +23,7 @@ import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ActionLedgerError } from '../../core/errors.js';
 import type { Authenticated } from '../../principals/index.js';
-import { callerOf } from '../api/auth.js';
+import { authenticateAgain, callerOf, overWindow } from '../api/auth.js';
 import type { ApiDeps } from '../api/types.js';
 import { createMcpServer, type Extra } from './server.js';
 
@@ -33,21 +36,34 @@ export const MAX_SESSIONS = 1000;
  * session, so a host that never ends its sessions cannot fill the process's {@link MAX_SESSIONS} for others.
  */
 export const MAX_SESSIONS_PER_PRINCIPAL = 16;
+/**
+ * Sessions one tenant keeps open on one process (a quarter of {@link MAX_SESSIONS}): its principals' next
+ * `initialize` closes the tenant's least recently used session, so one tenant never holds the whole process.
+ */
+export const MAX_SESSIONS_PER_TENANT = MAX_SESSIONS / 4;
 
 interface Session {
+  id: string;
   transport: StreamableHTTPServerTransport;
   server: Server;
+  tenant: string;
   owner: string;
   lastUsed: number;
 }
 
 const ownerOf = (c: Authenticated): string => JSON.stringify([c.tenant_id, c.principal_id]);
 
-/** The caller the route authenticated for this very request (set on the raw request as the SDK's `auth`). */
-function requestCaller(extra: Extra): Promise<Authenticated> {
-  const caller = extra.authInfo?.extra?.caller as Authenticated | undefined;
-  if (caller === undefined) return Promise.reject(new ActionLedgerError('unauthenticated', 'no authenticated caller'));
-  return Promise.resolve(caller);
+/**
+ * The caller the route authenticated for this very request (set on the raw request as the SDK's `auth`), or,
+ * `again`, the same credential authenticated once more now.
+ */
+function requestCaller(extra: Extra, again = false): Promise<Authenticated> {
+  const auth = extra.authInfo?.extra;
+  const caller = auth?.caller as Authenticated | undefined;
+  const reauthenticate = auth?.again as (() => Promise<Authenticated>) | undefined;
+  if (caller === undefined || reauthenticate === undefined)
+    return Promise.reject(new ActionLedgerError('unauthenticated', 'no authenticated caller'));
+  return again ? reauthenticate() : Promise.resolve(caller);
 }
 
 const noSession = () =>
@@ -74,19 +90,21 @@ export function registerMcpRoutes(app: FastifyInstance, deps: ApiDeps): void {
 
   const handle = async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
     const caller = callerOf(request);
+    await countBatch(deps, request, reply, caller);
     const header = request.headers['mcp-session-id'];
     const id = typeof header === 'string' ? header : undefined;
     let session: Session | undefined;
+    let opened: Session | undefined;
     if (id !== undefined) {
       session = sessions.get(id);
       if (session === undefined || session.owner !== ownerOf(caller)) throw noSession();
     } else if (request.method === 'POST' && isInitializeRequest(request.body)) {
-      await evictOldest(sessions, ownerOf(caller));
-      if (sessions.size >= MAX_SESSIONS)
-        throw new ActionLedgerError('rate_limited', 'too many open MCP sessions; retry later', {
-          details: { retry_after_s: 60 },
-        });
-      session = await openSession(deps, sessions, caller);
+      // Room is made and the new session registered with no await between, so parallel initializes each see
+      // the others and the caps hold.
+      const closing = makeRoom(sessions, caller);
+      session = openSession(deps, sessions, caller);
+      await Promise.all([...closing, session.server.connect(session.transport)]);
+      opened = session;
     } else {
       throw new ActionLedgerError('invalid_request', 'send mcp-session-id, or initialize a session first', {
         details: { field: 'mcp-session-id' },
@@ -98,7 +116,7 @@ export function registerMcpRoutes(app: FastifyInstance, deps: ApiDeps): void {
       token: '',
       clientId: caller.principal_id,
       scopes: [...caller.roles],
-      extra: { caller, request_id: request.id },
+      extra: { caller, again: () => authenticateAgain(deps, request), request_id: request.id },
     };
     reply.hijack();
     try {
@@ -112,6 +130,8 @@ export function registerMcpRoutes(app: FastifyInstance, deps: ApiDeps): void {
           .end(JSON.stringify({ ok: false, error: 'internal', message: 'internal error' }));
       else reply.raw.end();
     }
+    // An initialize the transport refused leaves a session no client knows: it gives its room back.
+    if (opened !== undefined && opened.transport.sessionId === undefined) await closeSession(sessions, opened.id);
   };
 
   const config = { gateAudited: true } as const;
@@ -143,33 +163,83 @@ export function registerMcpRoutes(app: FastifyInstance, deps: ApiDeps): void {
   );
 }
 
-async function openSession(deps: ApiDeps, sessions: Map<string, Session>, caller: Authenticated): Promise<Session> {
+/**
+ * A JSON-RPC batch is as many requests as it has messages: the hook counted one, the rest count here, so a
+ * batch cannot carry more tool calls than the window allows. Throws `rate_limited` over the window.
+ */
+async function countBatch(
+  deps: ApiDeps,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  caller: Authenticated,
+): Promise<void> {
+  if (!Array.isArray(request.body) || request.body.length < 2) return;
+  const counted = await deps.principals.countMore(caller, request.body.length - 1);
+  const over = overWindow(deps, counted);
+  if (over === null) return;
+  void reply.header('retry-after', String(counted.window_left_s));
+  throw over;
+}
+
+/**
+ * A new session of the caller, registered at once under the id its transport will announce (so it counts
+ * against every cap before any await); connect it to its server before use.
+ */
+function openSession(deps: ApiDeps, sessions: Map<string, Session>, caller: Authenticated): Session {
   const server = createMcpServer({ ...deps, caller: requestCaller });
+  const id = randomUUID();
   const session: Session = {
+    id,
     server,
+    tenant: caller.tenant_id,
     owner: ownerOf(caller),
     lastUsed: Date.now(),
-    transport: new StreamableHTTPServerTransport({
-      sessionIdGenerator: () => randomUUID(),
-      onsessioninitialized: (id) => {
-        sessions.set(id, session);
-      },
-    }),
+    transport: new StreamableHTTPServerTransport({ sessionIdGenerator: () => id }),
   };
   session.transport.onclose = () => {
-    const id = session.transport.sessionId;
-    if (id !== undefined) sessions.delete(id);
+    if (sessions.get(id) === session) sessions.delete(id);
   };
-  await server.connect(session.transport);
+  sessions.set(id, session);
   return session;
 }
 
-/** Closes the owner's least recently used session when it holds {@link MAX_SESSIONS_PER_PRINCIPAL}. */
-async function evictOldest(sessions: Map<string, Session>, owner: string): Promise<void> {
+/** The id of the least recently used of `entries`. */
+function leastRecent(entries: [string, Session][]): string | undefined {
+  if (entries.length === 0) return undefined;
+  return entries.reduce((a, b) => (b[1].lastUsed < a[1].lastUsed ? b : a))[0];
+}
+
+/**
+ * Makes room for one more session of `caller`, synchronously (the closes it starts are returned): the
+ * principal's oldest at {@link MAX_SESSIONS_PER_PRINCIPAL}, the tenant's oldest at
+ * {@link MAX_SESSIONS_PER_TENANT}, and with the process at {@link MAX_SESSIONS} the oldest of the tenant that
+ * holds the most sessions (a tenant within its share is never refused because others filled the process).
+ */
+function makeRoom(sessions: Map<string, Session>, caller: Authenticated): Promise<void>[] {
+  const closing: Promise<void>[] = [];
+  const close = (id: string | undefined) => {
+    if (id !== undefined) closing.push(closeSession(sessions, id));
+  };
+  const owner = ownerOf(caller);
   const own = [...sessions].filter(([, s]) => s.owner === owner);
-  if (own.length < MAX_SESSIONS_PER_PRINCIPAL) return;
-  const [id] = own.reduce((a, b) => (b[1].lastUsed < a[1].lastUsed ? b : a));
-  await closeSession(sessions, id);
+  if (own.length >= MAX_SESSIONS_PER_PRINCIPAL) close(leastRecent(own));
+  const tenants = new Map<string, [string, Session][]>();
+  for (const entry of sessions) {
+    const list = tenants.get(entry[1].tenant);
+    if (list === undefined) tenants.set(entry[1].tenant, [entry]);
+    else list.push(entry);
+  }
+  const tenant = (tenants.get(caller.tenant_id) ?? []).filter(([id]) => sessions.has(id));
+  if (tenant.length >= MAX_SESSIONS_PER_TENANT) close(leastRecent(tenant));
+  if (sessions.size >= MAX_SESSIONS) {
+    let busiest: [string, Session][] = [];
+    for (const list of tenants.values()) {
+      const open = list.filter(([id]) => sessions.has(id));
+      if (open.length > busiest.length) busiest = open;
+    }
+    close(leastRecent(busiest));
+  }
+  return closing;
 }
 
 async function closeSession(sessions: Map<string, Session>, id: string): Promise<void> {

@@ -26,12 +26,13 @@ import {
   type ServerNotification,
   type ServerRequest,
 } from '@modelcontextprotocol/sdk/types.js';
-import { asActionLedgerError } from '../../core/errors.js';
+import { ActionLedgerError, asActionLedgerError } from '../../core/errors.js';
 import type { JsonObject } from '../../core/json.js';
 import type { GateContext, GateResult } from '../../gate/index.js';
 import { describeEffect } from '../../gate/index.js';
 import { TenantLedgerView } from '../../ledger/index.js';
 import type { Authenticated } from '../../principals/index.js';
+import { overWindow } from '../api/auth.js';
 import type { ApiDeps } from '../api/types.js';
 import { actingPrincipal, callContext, listingRoles, type Meta } from './context.js';
 import {
@@ -48,8 +49,11 @@ export type Extra = RequestHandlerExtra<ServerRequest, ServerNotification>;
 
 /** What the MCP server needs: the API's dependencies, and who is calling on this request. */
 export interface McpDeps extends Pick<ApiDeps, 'config' | 'pool' | 'gate' | 'audit' | 'log' | 'metrics'> {
-  /** The caller of this request, authenticated now; throws `unauthenticated`. */
-  caller(extra: Extra): Promise<Authenticated>;
+  /**
+   * The caller of this request, authenticated when it arrived; with `again`, authenticated once more now (for a
+   * request that waited on the user). Throws `unauthenticated`.
+   */
+  caller(extra: Extra, again?: boolean): Promise<Authenticated>;
 }
 
 export const SERVER_INFO = { name: 'actionledger', version: '1' } as const;
@@ -67,6 +71,7 @@ export function createMcpServer(deps: McpDeps): Server {
     const caller = await deps.caller(extra).catch(protocolError);
     let roles: string[];
     try {
+      withinWindow(deps, caller);
       roles = listingRoles(deps.config, caller, request.params?._meta);
     } catch (err) {
       protocolError(err);
@@ -87,6 +92,7 @@ export function createMcpServer(deps: McpDeps): Server {
     // Not authenticated now (the token expired or was revoked mid-session): the request itself is refused.
     const caller = await deps.caller(extra).catch(protocolError);
     try {
+      withinWindow(deps, caller);
       const r = await callTool(server, deps, caller, name, args ?? {}, meta, trace, extra);
       return toolResult(r);
     } catch (err) {
@@ -121,6 +127,7 @@ export function createMcpServer(deps: McpDeps): Server {
     const m = /^actionledger:\/\/operations\/([^/?#]+)$/.exec(request.params.uri);
     let found: Record<string, unknown> | null = null;
     try {
+      withinWindow(deps, caller);
       if (m !== null) found = await readOperation(deps, caller, m[1] ?? '', request.params._meta);
     } catch (err) {
       protocolError(err);
@@ -135,14 +142,28 @@ export function createMcpServer(deps: McpDeps): Server {
 }
 
 /**
+ * Throws `rate_limited` (with `retry_after_s`) when the caller's request window holds more than the API's
+ * limit. Over HTTP the API's hook has refused such a request already; over stdio this is the one check, so a
+ * model looping on the stdio server is held to the same window as the token's HTTP requests.
+ */
+function withinWindow(deps: McpDeps, caller: Authenticated): void {
+  const over = overWindow(deps, caller);
+  if (over !== null) throw over;
+}
+
+/**
  * A caller's error outside a tool's result (listing, reading, authenticating): a JSON-RPC error whose message
- * starts with the stable code, which is also its `data.error`.
+ * starts with the stable code, which is also its `data.error` (and its details, `retry_after_s` for one, in
+ * `data.details`).
  */
 function protocolError(err: unknown): never {
   const e = asActionLedgerError(err);
   if (e.code === 'internal')
     throw new McpError(McpErrorCode.InternalError, 'internal: internal error', { error: e.code });
-  throw new McpError(McpErrorCode.InvalidParams, `${e.code}: ${e.message}`, { error: e.code });
+  throw new McpError(McpErrorCode.InvalidParams, `${e.code}: ${e.message}`, {
+    error: e.code,
+    ...(e.details === undefined ? {} : { details: e.details }),
+  });
 }
 
 function detailsOf(details: Record<string, unknown> | undefined): { details?: Record<string, unknown> } {
@@ -167,7 +188,10 @@ async function callTool(
     const id = args.operation_id;
     return (await readOperation(deps, caller, typeof id === 'string' ? id : '', meta)) ?? unknownTool(name);
   }
-  const context = callContext(deps.config, caller, meta, trace);
+  // The built-in confirm needs the host's turn: defaulting to the request id would make every request a turn
+  // of its own, so the model could confirm its own proposal in its next call without the user.
+  const confirming = name === BUILTIN.confirm && !deps.config.gate.tools.has(name);
+  const context = callContext(deps.config, caller, meta, trace, { hostTurn: confirming });
   if ((name === BUILTIN.confirm || name === BUILTIN.cancel) && !deps.config.gate.tools.has(name)) {
     if (!roleVisible([context.role])) return unknownTool(name);
     if (name === BUILTIN.cancel)
@@ -191,7 +215,17 @@ async function callTool(
     return { ...result, envelope_sha256: view.envelope_sha256, approval: { shown_to_approvers: view.envelope } };
   }
   if (result.error === 'confirmation_required' && server.getClientCapabilities()?.elicitation !== undefined) {
-    return elicitConfirmation(deps, context, name, args, result, extra);
+    // The user may answer long after the call arrived: the caller is authenticated again and the context rebuilt
+    // from what holds then (a revoked token, role or act_for_users stops the confirmation).
+    const recheck = async (): Promise<GateContext> => {
+      const now = callContext(deps.config, await deps.caller(extra, true), meta, trace);
+      if (now.principal_id !== context.principal_id || now.role !== context.role)
+        throw new ActionLedgerError('permission_denied', 'the caller no longer acts with the role it called with', {
+          details: { role: context.role },
+        });
+      return now;
+    };
+    return elicitConfirmation(deps, context, recheck, name, args, result, extra);
   }
   return result;
 }
@@ -223,6 +257,28 @@ async function confirmAndExecute(
   return executed;
 }
 
+/** The form field that carries the user's yes. */
+export const CONFIRM_FIELD = 'confirm';
+/** The prefix of every argument's form field when an argument is itself named {@link CONFIRM_FIELD}. */
+export const ARGUMENT_FIELD_PREFIX = 'argument:';
+
+/**
+ * How arguments are named in the form, and back: by their own names, or, when one argument is named like the
+ * confirmation field, each under {@link ARGUMENT_FIELD_PREFIX} (a namespace `confirm` is not in), so the user's
+ * yes and an argument's value never share a field. A field of the answer that is not an argument's field is
+ * taken as an argument of its own name: an added argument, refused params_mismatch like any change.
+ */
+function formFields(args: Record<string, unknown>): {
+  field: (name: string) => string;
+  argument: (field: string) => string;
+} {
+  if (!Object.hasOwn(args, CONFIRM_FIELD)) return { field: (name) => name, argument: (field) => field };
+  return {
+    field: (name) => ARGUMENT_FIELD_PREFIX + name,
+    argument: (field) => (field.startsWith(ARGUMENT_FIELD_PREFIX) ? field.slice(ARGUMENT_FIELD_PREFIX.length) : field),
+  };
+}
+
 type Primitive = string | number | boolean;
 const isPrimitive = (v: unknown): v is Primitive =>
   typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean';
@@ -231,11 +287,13 @@ const isPrimitive = (v: unknown): v is Primitive =>
  * Asks the user, through the client, to confirm the exact arguments (each top-level argument a field preset to
  * the proposed value, when they are all plain values). The answer is the user's own turn: accepted, it goes
  * through Gate.confirm in a turn id of its own (never the call's) and Gate.executeProposal with the arguments
- * as the user left them; declined or cancelled, the proposal is cancelled (`confirmation_declined`).
+ * as the user left them, in the context `recheck` rebuilds once the answer is in; declined or cancelled, the
+ * proposal is cancelled (`confirmation_declined`).
  */
 async function elicitConfirmation(
   deps: McpDeps,
   context: GateContext,
+  recheck: () => Promise<GateContext>,
   name: string,
   args: Record<string, unknown>,
   proposal: GateResult & { ok: false },
@@ -246,12 +304,13 @@ async function elicitConfirmation(
   const id = proposal.request_id;
   if (tool === undefined || token === undefined || id === undefined) return proposal;
   const flat = Object.values(args).every(isPrimitive);
+  const form = formFields(args);
   const properties: Record<string, Record<string, unknown>> = {
-    confirm: { type: 'boolean', title: 'Carry this out', description: 'yes: do exactly this, once' },
+    [CONFIRM_FIELD]: { type: 'boolean', title: 'Carry this out', description: 'yes: do exactly this, once' },
   };
   if (flat)
     for (const [k, v] of Object.entries(args))
-      properties[k] = { type: typeof v === 'boolean' ? 'boolean' : typeof v, title: k, default: v };
+      properties[form.field(k)] = { type: typeof v === 'boolean' ? 'boolean' : typeof v, title: k, default: v };
   const message = `Confirm ${name}: ${describeEffect(tool, args as JsonObject)}\nExact arguments: ${JSON.stringify(args)}`;
   let answer;
   try {
@@ -272,7 +331,7 @@ async function elicitConfirmation(
   }
   const content = answer.content ?? {};
   const elicited: GateContext = { ...context, turn_id: `elicitation:${randomUUID()}` };
-  if (answer.action !== 'accept' || content.confirm !== true) {
+  if (answer.action !== 'accept' || content[CONFIRM_FIELD] !== true) {
     await deps.gate.cancelProposal(id, elicited);
     return {
       ok: false,
@@ -282,8 +341,10 @@ async function elicitConfirmation(
     };
   }
   const shown: JsonObject = { ...(args as JsonObject) };
-  for (const [k, v] of Object.entries(content)) if (k !== 'confirm') shown[k] = v;
-  return confirmAndExecute(deps, token, elicited, shown);
+  for (const [k, v] of Object.entries(content)) if (k !== CONFIRM_FIELD) shown[form.argument(k)] = v;
+  // Throws (a tool error; the proposal stays unconfirmed until it expires) when the caller lost its standing.
+  const now = await recheck();
+  return confirmAndExecute(deps, token, { ...now, turn_id: elicited.turn_id }, shown);
 }
 
 /** An operation of the caller's tenant, if it may read it: capability read, or its own principal's. */

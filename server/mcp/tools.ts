@@ -98,7 +98,7 @@ export function builtinTools(config: Config, tenant: string, roles: readonly str
   const tools: McpTool[] = [
     {
       name: BUILTIN.confirm,
-      description: `Carries out a proposal the user confirmed: use the confirm_token of a confirmation_required answer, only after the user said yes in a later turn (the same turn is refused, proposal_same_turn_confirm). It runs the stored arguments, never new ones. ${proposalIdentity}`,
+      description: `Carries out a proposal the user confirmed: use the confirm_token of a confirmation_required answer, only after the user said yes in a later turn (the same turn is refused, proposal_same_turn_confirm; a call without the host's turn is refused, invalid_context). It runs the stored arguments, never new ones. ${proposalIdentity}`,
       inputSchema: strict({ confirm_token: id }, ['confirm_token']),
       annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: true, openWorldHint: true },
     },

@@ -277,3 +277,65 @@ t.test('without elicitation, the next-turn confirmation: the same turn is refuse
   t.match(replay, { isError: true, body: { error: 'invalid_state_transition' } }, 'a token counts once');
   t.equal(await count(f.pool, 'actionledger.operations'), 1);
 });
+
+t.test('the built-in confirm without the host’s turn is refused invalid_context, nothing confirmed', async (t) => {
+  const f = await apiFixture(t);
+  const client = await mcpClient(t, f.base, await f.token('agent-1', ['agent']));
+  const held = await call(client, 'send_email', EMAIL, meta('e-1'));
+  const confirm = { confirm_token: held.body.confirm_token };
+  const unturned = await call(client, 'actionledger_confirm_proposal', confirm, meta('e-1'));
+  t.match(unturned, { isError: true, body: { error: 'invalid_context', details: { problem: 'required' } } });
+  const turned = await call(client, 'actionledger_confirm_proposal', confirm, meta('e-1', { turn_id: 'turn-2' }));
+  t.match(turned, { isError: false, body: { ok: true, status: 'reserved' } }, 'the token was not spent');
+});
+
+t.test('an argument named like the confirmation field: the form keeps the two apart', async (t) => {
+  const schema = {
+    type: 'object',
+    additionalProperties: false,
+    required: ['to', 'subject', 'body'],
+    properties: {
+      to: { type: 'string', pattern: '^[^@\\s]+@[^@\\s]+$' },
+      subject: { type: 'string', maxLength: 200 },
+      body: { type: 'string', maxLength: 5000 },
+      confirm: { type: 'boolean' },
+    },
+  };
+  const f = await apiFixture(t, { gate: { tools: { send_email: { schema } } } });
+  const forms: Record<string, Record<string, unknown>>[] = [];
+  let tick: string | undefined;
+  const client = await mcpClient(t, f.base, await f.token('agent-1', ['agent']), {
+    elicit: (params) => {
+      const props =
+        (params as { requestedSchema?: { properties: Record<string, Record<string, unknown>> } }).requestedSchema
+          ?.properties ?? {};
+      forms.push(props);
+      const shown = Object.fromEntries(Object.entries(props).map(([k, v]) => [k, v.default]));
+      return {
+        action: 'accept',
+        content: { ...shown, confirm: true, ...(tick === undefined ? {} : { [tick]: true }) },
+      };
+    },
+  });
+  // With the argument: its field is argument:confirm, every other argument's too; `confirm` is the yes.
+  const asShown = await call(client, 'send_email', { ...EMAIL, confirm: false }, meta('e-1', { turn_id: 't-1' }));
+  t.same(Object.keys(forms[0] ?? {}).sort(), [
+    'argument:body',
+    'argument:confirm',
+    'argument:subject',
+    'argument:to',
+    'confirm',
+  ]);
+  t.match(forms[0]?.confirm, { title: 'Carry this out' });
+  t.match(forms[0]?.['argument:confirm'], { type: 'boolean', title: 'confirm', default: false });
+  t.match(asShown, { isError: false, body: { ok: true, status: 'reserved' } }, 'the yes alone runs the proposal');
+  tick = 'argument:confirm';
+  const changed = await call(client, 'send_email', { ...EMAIL, confirm: false }, meta('e-2', { turn_id: 't-2' }));
+  t.match(changed, { isError: true, body: { error: 'params_mismatch' } }, 'the user’s changed value is not dropped');
+  // Without it: the fields are the arguments' own names.
+  tick = undefined;
+  const plain = await call(client, 'send_email', EMAIL, meta('e-3', { turn_id: 't-3' }));
+  t.same(Object.keys(forms[2] ?? {}).sort(), ['body', 'confirm', 'subject', 'to']);
+  t.match(plain, { isError: false, body: { ok: true, status: 'reserved' } });
+  t.equal(await count(f.pool, 'actionledger.operations'), 2);
+});
