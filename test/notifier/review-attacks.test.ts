@@ -8,8 +8,10 @@ import t, { type Test } from 'tap';
 import { AuditWriter } from '../../gate/index.js';
 import { createLogger } from '../../core/log.js';
 import { canonicalJson, sha256Hex, type JsonObject, type JsonValue } from '../../core/json.js';
+import { compileConfig } from '../../core/config.js';
 import { NotificationDelivery } from '../../notifier/index.js';
-import { count, gateFixture, gctx, type GateFixture } from '../helpers/gate.js';
+import { slackApprovalRequest } from '../../notifier/render.js';
+import { count, gateFixture, gateRoutes, gateSection, gctx, type GateFixture } from '../helpers/gate.js';
 import { receiverPki, WebhookReceiver } from '../helpers/notify-receivers.js';
 
 const SECRET = `whsec_${randomBytes(32).toString('base64')}`;
@@ -105,4 +107,38 @@ t.test('a redacted argument that binds a resource is not sent as the resource id
   const body = JSON.parse(raw) as { data: { envelope: JsonObject } };
   t.same(body.data.envelope.arguments, { document_id: '[redacted]', status: 'published' }, 'redacted in arguments');
   t.notOk(raw.includes('DOC-1'), 'the redacted document id appears nowhere in the webhook body');
+});
+
+t.test('the Slack message does not show a redacted argument as a resource id', (t) => {
+  const config = compileConfig(
+    { tools: gateRoutes(), gate: gateSection({ tools: { update_document: { redact: ['document_id'] } } }) },
+    {},
+  );
+  const msg = slackApprovalRequest(config, {
+    event_id: '00000000-0000-4000-8000-000000000002',
+    destination: 'chat',
+    attempts: 1,
+    event_type: 'approval.requested',
+    tenant_id: 'tenant-a',
+    tool_name: 'update_document',
+    subject_id: 'a-2',
+    created_at: new Date(),
+    now_s: Date.parse('2026-01-01T00:00:00Z') / 1000,
+    payload: {
+      approval_id: 'a-2',
+      tool: 'update_document',
+      requester_id: 'editor-1',
+      requester_role: 'editor',
+      required_approvals: 1,
+      envelope_sha256: 'f'.repeat(64),
+      expires_at: '2026-01-01T00:10:00Z',
+      envelope: {
+        tool: 'update_document',
+        arguments: { document_id: 'DOC-424242', status: 'published' },
+        resources: [{ type: 'document', id: 'DOC-424242', version: '7' }],
+      },
+    },
+  });
+  t.notMatch(JSON.stringify(msg), /DOC-424242/, 'the redacted id appears nowhere in the message');
+  t.end();
 });
