@@ -11,7 +11,7 @@ import { canonicalJson, sha256Hex, type JsonObject, type JsonValue } from '../..
 import { compileConfig } from '../../core/config.js';
 import { NotificationDelivery } from '../../notifier/index.js';
 import { slackApprovalRequest } from '../../notifier/render.js';
-import { count, gateFixture, gateRoutes, gateSection, gctx, type GateFixture } from '../helpers/gate.js';
+import { count, gateConfig, gateFixture, gateRoutes, gateSection, gctx, type GateFixture } from '../helpers/gate.js';
 import { receiverPki, WebhookReceiver } from '../helpers/notify-receivers.js';
 
 const SECRET = `whsec_${randomBytes(32).toString('base64')}`;
@@ -141,4 +141,45 @@ t.test('the Slack message does not show a redacted argument as a resource id', (
   });
   t.notMatch(JSON.stringify(msg), /DOC-424242/, 'the redacted id appears nowhere in the message');
   t.end();
+});
+
+t.test('a worker whose configuration does not yet name a destination does not end its deliveries', async (t) => {
+  // A rolling deploy adds the destination `ops`: the new worker routes an event to it, a worker still on the
+  // previous configuration (another destination only) claims the delivery first.
+  const { g, receiver, delivery } = await setup(t, ['status']);
+  const pki = await receiverPki();
+  const other = await new WebhookReceiver(pki, [SECRET]).start(t);
+  const oldConfig = gateConfig(g.url, {
+    extra: {
+      notifications: {
+        destinations: {
+          audit: { type: 'webhook', url: `${other.url}/hooks`, secret_envs: ['WH'], ca_file: pki.paths.caCert },
+        },
+        routes: [{ destinations: ['audit'], events: ['kill_switch.engaged'] }],
+        delivery: { backoff_initial_ms: 10, backoff_max_ms: 20, timeout_ms: 2000, lease_ms: 3000 },
+      },
+    },
+  });
+  const log = createLogger({ level: 'silent', name: 'review-attacks-old' });
+  const oldWorker = new NotificationDelivery({
+    config: oldConfig,
+    pool: g.pool,
+    audit: new AuditWriter({ config: oldConfig, pool: g.pool, log }),
+    log,
+    env: { WH: SECRET },
+  });
+  t.teardown(() => oldWorker.stop());
+  receiver.failFirst = 1;
+  await requestApproval(g, 'rolling-1', 'published');
+  await delivery.tick(); // the new worker routes the event to ops; its first attempt fails, a retry is due soon
+  await new Promise((r) => setTimeout(r, 100));
+  await oldWorker.tick(); // the old worker claims the retry first
+  await drain(g, delivery);
+  const rows = (
+    await g.pool.query<{ status: string; last_error: string | null }>(
+      'SELECT status, last_error FROM actionledger.notification_deliveries',
+    )
+  ).rows;
+  t.same(rows.map((r) => r.status), ['delivered'], `the delivery is not ended by a worker that does not know it (${JSON.stringify(rows)})`);
+  t.equal(receiver.accepted().size, 1, 'the receiver got the event');
 });
