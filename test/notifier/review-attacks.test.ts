@@ -183,3 +183,13 @@ t.test('a worker whose configuration does not yet name a destination does not en
   t.same(rows.map((r) => r.status), ['delivered'], `the delivery is not ended by a worker that does not know it (${JSON.stringify(rows)})`);
   t.equal(receiver.accepted().size, 1, 'the receiver got the event');
 });
+
+t.test('without any destination, approvals leave no unredacted copy in an outbox nothing drains', async (t) => {
+  const g = await gateFixture(t, { gate: { tools: { update_document: { redact: ['status'] } } } });
+  await requestApproval(g, 'no-dest-1', 'published');
+  const rows = (
+    await g.pool.query<{ payload: JsonObject }>('SELECT payload FROM actionledger.notification_events')
+  ).rows;
+  t.equal(rows.length, 0, 'no event is written when no destination can ever take it (nothing prunes them)');
+  t.notMatch(JSON.stringify(rows), /published/, 'no copy of the redacted argument kept outside the approval row');
+});
