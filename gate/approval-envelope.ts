@@ -2,7 +2,7 @@
  * The approval envelope: built, hashed and stored when a call needs approval, and checked again against
  * today's state when an approved one is executed (see approvals.ts for the lifecycle).
  */
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import type { Queryable } from '../core/db.js';
 import { canonicalJson, sha256Hex, type JsonObject } from '../core/json.js';
 import type { GateTool } from '../core/config.js';
@@ -92,6 +92,9 @@ export async function requestApproval(core: GateCore, c: Queryable, call: Approv
     required_approvals: t.approval.approvers,
     created_at: created.toISOString(),
     expires_at: expires.toISOString(),
+    // 128 random bits that only the full envelope carries: copies with redacted arguments (notifications)
+    // leave it out, so nobody holding such a copy can confirm a guess of a redacted value against the hash.
+    salt: randomBytes(16).toString('hex'),
   };
   const envelopeSha = sha256Hex(canonicalJson(envelope));
   await c.query(core.q.approvalInsert, [

@@ -38,7 +38,12 @@ export function eventData(config: Config, e: ClaimedEvent): JsonObject {
     const shown = auditArguments(tool, envelope.arguments, config.argumentBounds).value as JsonObject | null;
     // The effect in words quotes arguments too: said again from the redacted copy (or not at all).
     const effect = tool === undefined || shown === null ? null : describeEffect(tool, shown);
-    data.envelope = { ...envelope, arguments: shown, effect };
+    // Left out: the arguments' own hash and the envelope's salt, with which a guess of a redacted value could
+    // be confirmed (the envelope hash alone cannot be recomputed without the salt).
+    const rest: JsonObject = { ...envelope };
+    delete rest.args_sha256;
+    delete rest.salt;
+    data.envelope = { ...rest, arguments: shown, effect };
   }
   if (e.event_type === 'approval.requested' && typeof data.expires_at === 'string')
     data.time_left_s = Math.max(0, Math.floor(Date.parse(data.expires_at) / 1000 - e.now_s));
