@@ -35,7 +35,8 @@ import { closeClients, destinationClients, slackCall, type DestinationClient } f
 type Outcome =
   | { kind: 'delivered'; slackMessage?: { channel: string; ts: string; approvalId: string; hash: string } }
   | { kind: 'retry'; error: string }
-  | { kind: 'failed'; error: string };
+  | { kind: 'failed'; error: string }
+  | { kind: 'released' };
 
 export interface NotificationDeliveryOptions {
   config: Config;
@@ -131,7 +132,12 @@ export class NotificationDelivery {
     await this.#route();
     const d = this.#config.notifications.delivery;
     const token = randomUUID();
-    const { rows } = await this.#pool.query<ClaimedEvent>(this.#q.deliveriesClaim, [d.batchSize, d.leaseMs, token]);
+    const { rows } = await this.#pool.query<ClaimedEvent>(this.#q.deliveriesClaim, [
+      d.batchSize,
+      d.leaseMs,
+      token,
+      [...this.#clients.keys()],
+    ]);
     await Promise.all(rows.map((row) => this.#deliver(row, token)));
     return rows.length;
   }
@@ -164,9 +170,11 @@ export class NotificationDelivery {
     const client = this.#clients.get(e.destination);
     let outcome: Outcome;
     try {
+      // A destination this configuration does not name may be one a newer configuration added (a rolling
+      // deploy): the claim is handed back untouched for a worker that knows it, never ended here.
       outcome =
         client === undefined
-          ? { kind: 'failed', error: 'destination_removed' }
+          ? { kind: 'released' }
           : client.destination.type === 'webhook'
             ? await this.#webhook(client, e)
             : await this.#slack(client, e);
@@ -175,8 +183,8 @@ export class NotificationDelivery {
     }
     if (outcome.kind === 'retry' && e.attempts >= this.#config.notifications.delivery.maxAttempts)
       outcome = { kind: 'failed', error: `attempts_spent:${outcome.error}` };
-    // Labelled by configured destination names only: a removed destination counts as 'removed'.
-    this.#attempts.inc({ destination: client === undefined ? 'removed' : e.destination, outcome: outcome.kind });
+    // Labelled by configured destination names only: a released claim is no attempt.
+    if (client !== undefined) this.#attempts.inc({ destination: e.destination, outcome: outcome.kind });
     try {
       await this.#record(e, token, outcome);
     } catch (err) {
@@ -204,6 +212,9 @@ export class NotificationDelivery {
             e.tenant_id,
             m.hash,
           ]);
+      } else if (outcome.kind === 'released') {
+        await c.query(this.#q.deliveryRelease, [e.event_id, e.destination, token, d.backoffInitialMs]);
+        return;
       } else if (outcome.kind === 'retry') {
         const backoff = Math.min(d.backoffMaxMs, d.backoffInitialMs * 2 ** Math.min(30, e.attempts - 1));
         const jittered = Math.round(backoff * (0.75 + Math.random() * 0.25));

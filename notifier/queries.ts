@@ -13,7 +13,9 @@ export const notifierQueries = {
     SELECT * FROM unnest($1::uuid[], $2::text[]) ON CONFLICT DO NOTHING`,
   /**
    * Claims up to $1 due deliveries with a lease of $2 ms and a new claim token $3: pending, due, and not held
-   * by a live lease (a worker that died lets its lease run out; its delivery is sent again, same event id).
+   * by a live lease (a worker that died lets its lease run out; its delivery is sent again, same event id),
+   * to one of the destinations $4 this worker's configuration names (during a rolling deploy a worker on the
+   * previous configuration leaves a new destination's deliveries to the workers that know it).
    */
   deliveriesClaim: `
     UPDATE @schema.notification_deliveries d
@@ -23,6 +25,7 @@ export const notifierQueries = {
     WHERE e.event_id = d.event_id AND (d.event_id, d.destination) IN (
       SELECT event_id, destination FROM @schema.notification_deliveries
       WHERE status = 'pending' AND next_attempt_at <= now() AND (claimed_until IS NULL OR claimed_until < now())
+        AND destination = ANY($4::text[])
       ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED)
     RETURNING d.event_id, d.destination, d.attempts, e.event_type, e.tenant_id, e.tool_name, e.subject_id,
               e.payload, e.created_at, extract(epoch FROM now())::double precision AS now_s`,
@@ -36,6 +39,12 @@ export const notifierQueries = {
     UPDATE @schema.notification_deliveries
     SET next_attempt_at = now() + make_interval(secs => $4::double precision / 1000), claim_token = NULL,
         claimed_until = NULL, last_error = $5
+    WHERE event_id = $1 AND destination = $2 AND claim_token = $3 AND status = 'pending'`,
+  /** Handed back untouched after $4 ms: the attempt is not counted, fenced on the claim. */
+  deliveryRelease: `
+    UPDATE @schema.notification_deliveries
+    SET next_attempt_at = now() + make_interval(secs => $4::double precision / 1000), claim_token = NULL,
+        claimed_until = NULL, attempts = greatest(attempts - 1, 0)
     WHERE event_id = $1 AND destination = $2 AND claim_token = $3 AND status = 'pending'`,
   /** Given up (attempts spent, or refused for good), fenced on the claim. */
   deliveryFailed: `
