@@ -4,9 +4,9 @@
  *
  *   1. the destination must be a configured Slack app; the request's signature and timestamp are checked with
  *      its signing secret (notifier/signing.ts): otherwise 401 `unauthenticated`, nothing read further
- *   2. the payload must be a `block_actions` from the destination's workspace, on a message this system
- *      posted (looked up by channel and message ts): the approval and the envelope hash come from that
- *      record, never from the click
+ *   2. the payload must be a `block_actions` from the destination's workspace (the payload's team and, when
+ *      given, the user's own team), on a message this system posted (looked up by channel and message ts):
+ *      the approval and the envelope hash come from that record, never from the click
  *   3. the Slack user must be linked to a principal of the approval's tenant (`actionledger principal
  *      slack-link`); an unlinked user is refused and told why, privately
  *   4. the gate decides, exactly as for the console and the API: `approve(id, hash the message showed,
@@ -51,6 +51,8 @@ interface Click {
   action: 'approve' | 'reject';
   userId: string;
   teamId: string;
+  /** The clicking user's own workspace, when Slack says (a guest from another one, in a shared channel). */
+  userTeamId: string | null;
   channel: string;
   messageTs: string;
   approvalId: string | null;
@@ -72,7 +74,8 @@ function clickOf(payload: JsonObject): Click {
   const user = obj(payload.user);
   const container = obj(payload.container);
   const userId = str(user.id);
-  const teamId = str(obj(payload.team).id) ?? str(user.team_id);
+  const userTeamId = str(user.team_id);
+  const teamId = str(obj(payload.team).id) ?? userTeamId;
   const channel = str(container.channel_id) ?? str(obj(payload.channel).id);
   const messageTs = str(container.message_ts) ?? str(obj(payload.message).ts);
   if (userId === null || teamId === null) throw bad('user or team');
@@ -83,7 +86,7 @@ function clickOf(payload: JsonObject): Click {
   } catch {
     approvalId = null;
   }
-  return { action, userId, teamId, channel, messageTs, approvalId };
+  return { action, userId, teamId, userTeamId, channel, messageTs, approvalId };
 }
 
 export class SlackInteractions {
@@ -142,13 +145,21 @@ export class SlackInteractions {
 
   async #decide(client: DestinationClient, click: Click): Promise<SlackAnswer> {
     const d = client.destination;
-    const detail = { destination: d.name, slack_user: click.userId, slack_team: click.teamId, action: click.action };
+    const detail = {
+      destination: d.name,
+      slack_user: click.userId,
+      slack_team: click.teamId,
+      ...(click.userTeamId === null || click.userTeamId === click.teamId ? {} : { slack_user_team: click.userTeamId }),
+      action: click.action,
+    };
     const refuse = async (error: ErrorCode, message: string, tenant: string | null): Promise<SlackAnswer> => {
       await this.#audit(error, tenant === null ? null : { tenant_id: tenant }, detail);
       await this.#tell(client, click, message);
       return { status: 200, body: { ok: false, error, message } };
     };
-    if (d.type !== 'slack' || click.teamId !== d.teamId)
+    // Both the workspace the click came through and the user's own must be the destination's: a user id is
+    // only unique within its workspace, so a guest from another one could carry a linked user's id.
+    if (d.type !== 'slack' || click.teamId !== d.teamId || (click.userTeamId !== null && click.userTeamId !== d.teamId))
       return refuse('permission_denied', 'This Slack workspace is not the one this approval channel belongs to.', null);
     const m = (
       await this.#o.pool.query<{ approval_id: string; tenant_id: string; envelope_sha256: string }>(
