@@ -14,9 +14,10 @@
  *      gate's. The person is told the outcome privately; the message itself is updated through the
  *      notification outbox (the approval's status change writes the event)
  *
- * Every click, refused or not, is an audit row (`notification`, `slack_click:<outcome>`); the gate writes its
- * own decision row as well.
+ * Every signed click, refused or not, is an audit row (`notification`, `slack_click:<outcome>`); the gate
+ * writes its own decision row as well. A request whose signature does not hold is logged and counted only.
  */
+import { Counter, type Registry } from 'prom-client';
 import type { Config } from '../core/config.js';
 import { bindQueries, withTransaction, type Pool } from '../core/db.js';
 import { ActionLedgerError, asActionLedgerError, type ErrorCode } from '../core/errors.js';
@@ -37,6 +38,8 @@ export interface SlackInteractionsOptions {
   audit: AuditWriter;
   log: Logger;
   env: NodeJS.ProcessEnv;
+  /** Where `actionledger_slack_requests_unauthenticated_total{destination,reason}` is registered (else unexposed). */
+  registry?: Registry;
   /** Seconds since the epoch; tests never need it, it exists so the window is the one clock read. */
   now?: () => number;
 }
@@ -93,10 +96,17 @@ export class SlackInteractions {
   readonly #o: SlackInteractionsOptions;
   readonly #q: Readonly<typeof notifierQueries>;
   readonly #clients: ReadonlyMap<string, DestinationClient>;
+  readonly #unauthenticated: Counter<'destination' | 'reason'>;
 
   /** Reads the Slack destinations' secrets now: throws `secret_missing` or `config_invalid`. */
   constructor(options: SlackInteractionsOptions) {
     this.#o = options;
+    this.#unauthenticated = new Counter({
+      name: 'actionledger_slack_requests_unauthenticated_total',
+      help: 'Requests to the Slack interactivity endpoint refused before their signature held, by destination and reason',
+      labelNames: ['destination', 'reason'],
+      registers: options.registry === undefined ? [] : [options.registry],
+    });
     this.#q = bindQueries(notifierQueries, options.config.schemaQuoted);
     const slackOnly = {
       ...options.config.notifications,
@@ -117,7 +127,10 @@ export class SlackInteractions {
     const now = this.#o.now?.() ?? Math.floor(Date.now() / 1000);
     const verdict = verifySlackRequest(client.slack.signingSecret, headers, rawBody, now);
     if (!verdict.ok) {
-      await this.#audit('refused', null, { destination, reason: verdict.reason });
+      // Anyone can send these: a log line and a counter, never an audit row (which an unauthenticated sender
+      // could otherwise add without bound).
+      this.#unauthenticated.inc({ destination, reason: verdict.reason });
+      this.#o.log.warn({ destination, reason: verdict.reason }, 'unauthenticated Slack request refused');
       return {
         status: 401,
         body: { ok: false, error: 'unauthenticated', message: `the Slack request was refused (${verdict.reason})` },
