@@ -49,6 +49,9 @@ export interface ApprovalView {
   operation_id: string | null;
 }
 
+/** Turns the notification triggers off for the rest of the transaction (sql/0014). */
+const NOTIFICATIONS_OFF = "SELECT set_config('actionledger.notifications', 'off', true)";
+
 export const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 export const NOT_FOUND = 'no such approval';
 const DEFAULT_PLAN = '-';
@@ -97,6 +100,9 @@ export async function requestApproval(core: GateCore, c: Queryable, call: Approv
     salt: randomBytes(16).toString('hex'),
   };
   const envelopeSha = sha256Hex(canonicalJson(envelope));
+  // Without a notification destination nothing would ever deliver or remove the event the insert writes (a
+  // copy of the unredacted envelope): this transaction writes none (sql/0014).
+  if (core.config.notifications.destinations.size === 0) await c.query(NOTIFICATIONS_OFF);
   await c.query(core.q.approvalInsert, [
     id,
     ctx.tenant_id,

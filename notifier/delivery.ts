@@ -10,6 +10,7 @@
  *   send:    a signed webhook (Standard Webhooks, webhook-id = the event id on every attempt) or a Slack call
  *   outcome: delivered | retry after backoff | failed (attempts spent or refused for good), fenced on the claim
  *            token, with its audit row in the same transaction
+ *   prune:   at most once a minute, events older than retention_days with no pending delivery are removed
  *
  * A worker that dies mid-send leaves its lease to run out; another worker sends the delivery again with the
  * same webhook-id, so a receiver sees at least one copy and drops the rest by id. A worker that outlives its
@@ -37,6 +38,9 @@ type Outcome =
   | { kind: 'retry'; error: string }
   | { kind: 'failed'; error: string }
   | { kind: 'released' };
+
+/** How often one worker sweeps expired events (every worker does; SKIP LOCKED keeps them apart). */
+const PRUNE_EVERY_MS = 60_000;
 
 export interface NotificationDeliveryOptions {
   config: Config;
@@ -72,6 +76,7 @@ export class NotificationDelivery {
   #timer: NodeJS.Timeout | undefined;
   #running: Promise<void> | undefined;
   #stopped = true;
+  #nextPrune = 0;
 
   /** Reads the destinations' secrets and certificates now: throws `secret_missing` or `config_invalid`. */
   constructor(options: NotificationDeliveryOptions) {
@@ -127,8 +132,41 @@ export class NotificationDelivery {
     return this.#config.notifications.delivery.pollIntervalMs;
   }
 
-  /** One pass: route new events, then claim and send due deliveries. Returns how many deliveries it claimed. */
+  /**
+   * Removes what the outbox no longer needs: events (with their deliveries) older than `retention_days` none
+   * of whose deliveries is pending, first ending as failed (audited) the pending deliveries of such old events
+   * to a destination this configuration does not name. Up to `batch` events per call; returns how many.
+   */
+  async prune(batch = 1000): Promise<number> {
+    const d = this.#config.notifications.delivery;
+    await withTransaction(this.#pool, async (c) => {
+      const { rows } = await c.query<ClaimedEvent>(this.#q.deliveriesAbandon, [
+        d.retentionDays,
+        [...this.#clients.keys()],
+        batch,
+      ]);
+      for (const e of rows) await this.#auditEnd(c, e, { kind: 'failed', error: 'destination_removed' });
+    });
+    return withTransaction(this.#pool, async (c) => {
+      const ids = (await c.query<{ event_id: string }>(this.#q.eventsExpired, [d.retentionDays, batch])).rows.map(
+        (r) => r.event_id,
+      );
+      if (ids.length === 0) return 0;
+      await c.query(this.#q.deliveriesDeleteOf, [ids]);
+      await c.query(this.#q.eventsDelete, [ids]);
+      return ids.length;
+    });
+  }
+
+  /**
+   * One pass: route new events, then claim and send due deliveries, and (at most once a minute) prune.
+   * Returns how many deliveries it claimed.
+   */
   async tick(): Promise<number> {
+    if (Date.now() >= this.#nextPrune) {
+      this.#nextPrune = Date.now() + PRUNE_EVERY_MS;
+      await this.prune();
+    }
     await this.#route();
     const d = this.#config.notifications.delivery;
     const token = randomUUID();

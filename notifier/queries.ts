@@ -51,6 +51,32 @@ export const notifierQueries = {
     UPDATE @schema.notification_deliveries
     SET status = 'failed', ended_at = now(), claim_token = NULL, claimed_until = NULL, last_error = $4
     WHERE event_id = $1 AND destination = $2 AND claim_token = $3 AND status = 'pending'`,
+  /**
+   * Ends as failed up to $3 deliveries still pending, to a destination none of $2 (this worker's) names, whose
+   * event is older than $1 days: a destination removed from every configuration (a rolling deploy ends long
+   * before that), so their events can be removed.
+   */
+  deliveriesAbandon: `
+    UPDATE @schema.notification_deliveries d
+    SET status = 'failed', ended_at = now(), claim_token = NULL, claimed_until = NULL,
+        last_error = 'destination_removed'
+    FROM @schema.notification_events e
+    WHERE e.event_id = d.event_id AND (d.event_id, d.destination) IN (
+      SELECT dd.event_id, dd.destination FROM @schema.notification_deliveries dd
+      JOIN @schema.notification_events ee USING (event_id)
+      WHERE dd.status = 'pending' AND NOT (dd.destination = ANY($2::text[]))
+        AND ee.created_at < now() - make_interval(days => $1)
+      LIMIT $3 FOR UPDATE OF dd SKIP LOCKED)
+    RETURNING d.event_id, d.destination, d.attempts, e.event_type, e.tenant_id, e.tool_name, e.subject_id`,
+  /** Locks up to $2 events older than $1 days none of whose deliveries is pending (oldest first). */
+  eventsExpired: `
+    SELECT e.event_id FROM @schema.notification_events e
+    WHERE e.created_at < now() - make_interval(days => $1)
+      AND NOT EXISTS (SELECT 1 FROM @schema.notification_deliveries d
+                      WHERE d.event_id = e.event_id AND d.status = 'pending')
+    ORDER BY e.created_at LIMIT $2 FOR UPDATE SKIP LOCKED`,
+  deliveriesDeleteOf: `DELETE FROM @schema.notification_deliveries WHERE event_id = ANY($1::uuid[])`,
+  eventsDelete: `DELETE FROM @schema.notification_events WHERE event_id = ANY($1::uuid[])`,
   /** Whether the approval request's own delivery to this destination is still to come. */
   requestDeliveryPending: `
     SELECT 1 FROM @schema.notification_deliveries d JOIN @schema.notification_events e USING (event_id)
