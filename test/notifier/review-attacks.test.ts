@@ -83,7 +83,7 @@ t.test('a redacted argument cannot be recovered from the hashes a webhook carrie
   const byArgs = candidates.find(
     (c) =>
       createHash('sha256')
-        .update(canonicalJson({ ...args, status: c } as JsonValue))
+        .update(canonicalJson({ ...args, status: c }))
         .digest('hex') === env.args_sha256,
   );
   t.equal(byArgs, undefined, 'envelope.args_sha256 does not confirm a guess of the redacted value');
@@ -92,7 +92,7 @@ t.test('a redacted argument cannot be recovered from the hashes a webhook carrie
     const whole = {
       ...env,
       arguments: { ...args, status: c },
-      effect: String(env.effect).replace('[redacted]', c),
+      effect: (typeof env.effect === 'string' ? env.effect : '').replace('[redacted]', c),
     } as JsonValue;
     return sha256Hex(canonicalJson(whole)) === body.data.envelope_sha256;
   });
@@ -180,16 +180,19 @@ t.test('a worker whose configuration does not yet name a destination does not en
       'SELECT status, last_error FROM actionledger.notification_deliveries',
     )
   ).rows;
-  t.same(rows.map((r) => r.status), ['delivered'], `the delivery is not ended by a worker that does not know it (${JSON.stringify(rows)})`);
+  t.same(
+    rows.map((r) => r.status),
+    ['delivered'],
+    `the delivery is not ended by a worker that does not know it (${JSON.stringify(rows)})`,
+  );
   t.equal(receiver.accepted().size, 1, 'the receiver got the event');
 });
 
 t.test('without any destination, approvals leave no unredacted copy in an outbox nothing drains', async (t) => {
   const g = await gateFixture(t, { gate: { tools: { update_document: { redact: ['status'] } } } });
   await requestApproval(g, 'no-dest-1', 'published');
-  const rows = (
-    await g.pool.query<{ payload: JsonObject }>('SELECT payload FROM actionledger.notification_events')
-  ).rows;
+  const rows = (await g.pool.query<{ payload: JsonObject }>('SELECT payload FROM actionledger.notification_events'))
+    .rows;
   t.equal(rows.length, 0, 'no event is written when no destination can ever take it (nothing prunes them)');
   t.notMatch(JSON.stringify(rows), /published/, 'no copy of the redacted argument kept outside the approval row');
 });

@@ -7,7 +7,13 @@ import t, { type Test } from 'tap';
 import { AuditWriter } from '../../gate/index.js';
 import { createLogger } from '../../core/log.js';
 import { Secret } from '../../core/secret.js';
-import { APPROVE_ACTION, NotificationDelivery, SlackInteractions, linkSlackUser, slackSignature } from '../../notifier/index.js';
+import {
+  APPROVE_ACTION,
+  NotificationDelivery,
+  SlackInteractions,
+  linkSlackUser,
+  slackSignature,
+} from '../../notifier/index.js';
 import { apiFixture, type ApiFixture } from '../helpers/api.js';
 import { count, gctx } from '../helpers/gate.js';
 import { FakeSlack, receiverPki } from '../helpers/notify-receivers.js';
@@ -161,9 +167,10 @@ async function click(env: Env, m: { approvalId: string; ts: string }, o: ClickOp
 
 async function approvalStatus(env: Env, id: string): Promise<string | undefined> {
   return (
-    await env.api.pool.query<{ status: string }>('SELECT status FROM actionledger.gate_approvals WHERE approval_id = $1', [
-      id,
-    ])
+    await env.api.pool.query<{ status: string }>(
+      'SELECT status FROM actionledger.gate_approvals WHERE approval_id = $1',
+      [id],
+    )
   ).rows[0]?.status;
 }
 
