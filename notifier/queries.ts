@@ -100,6 +100,17 @@ export const notifierQueries = {
     DO UPDATE SET principal_id = EXCLUDED.principal_id, linked_by = EXCLUDED.linked_by, linked_at = now()`,
   slackUserUnlink: `
     DELETE FROM @schema.notification_slack_users WHERE tenant_id = $1 AND slack_team_id = $2 AND slack_user_id = $3`,
+  /**
+   * Whether principal $1 can still authenticate in tenant $2 by any means but Slack: an API token or a client
+   * certificate of that tenant neither revoked nor expired, or a console session neither ended nor expired.
+   */
+  principalCanAuthenticate: `
+    SELECT EXISTS (SELECT 1 FROM @schema.api_tokens
+                   WHERE principal_id = $1 AND tenant_id = $2 AND revoked_at IS NULL AND expires_at > now())
+        OR EXISTS (SELECT 1 FROM @schema.principal_certificates
+                   WHERE principal_id = $1 AND tenant_id = $2 AND revoked_at IS NULL AND not_after > now())
+        OR EXISTS (SELECT 1 FROM @schema.console_sessions
+                   WHERE principal_id = $1 AND ended_at IS NULL AND expires_at > now()) AS active`,
   slackUserPrincipal: `
     SELECT principal_id FROM @schema.notification_slack_users
     WHERE tenant_id = $1 AND slack_team_id = $2 AND slack_user_id = $3`,

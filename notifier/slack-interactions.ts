@@ -8,7 +8,8 @@
  *      given, the user's own team), on a message this system posted (looked up by channel and message ts):
  *      the approval and the envelope hash come from that record, never from the click
  *   3. the Slack user must be linked to a principal of the approval's tenant (`actionledger principal
- *      slack-link`); an unlinked user is refused and told why, privately
+ *      slack-link`) that still holds an active credential there (an API token or certificate, or an open
+ *      console session); otherwise the click is refused and the user told why, privately
  *   4. the gate decides, exactly as for the console and the API: `approve(id, hash the message showed,
  *      reviewer)` or `reject`; four eyes, approver roles, revocation, expiry and `reapproval_required` are the
  *      gate's. The person is told the outcome privately; the message itself is updated through the
@@ -193,6 +194,17 @@ export class SlackInteractions {
       return refuse(
         'permission_denied',
         `Your Slack account (${click.userId}) is not linked to an actionledger principal in tenant ${m.tenant_id}, so your click was not counted. An operator links it with: actionledger principal slack-link <principal> ${click.userId} --tenant ${m.tenant_id} --team ${click.teamId}`,
+        m.tenant_id,
+      );
+    // A link is not a credential: it speaks only for a principal that could still sign in some other way, so
+    // revoking a principal's last token, certificate and console session ends its Slack clicks too.
+    const active = (
+      await this.#o.pool.query<{ active: boolean }>(this.#q.principalCanAuthenticate, [principal, m.tenant_id])
+    ).rows[0]?.active;
+    if (active !== true)
+      return refuse(
+        'permission_denied',
+        `The principal your Slack account is linked to (${principal}) holds no active credential in tenant ${m.tenant_id} (every API token and certificate is revoked or expired, and no console session is open), so your click was not counted.`,
         m.tenant_id,
       );
     const reviewer = { tenant_id: m.tenant_id, principal_id: principal, role: await this.#role(m, principal) };
