@@ -101,6 +101,8 @@ export const notificationsSchema = {
         /** How long a claimed delivery is a worker's; must exceed timeout_ms. A dead worker's ends with it. */
         lease_ms: { type: 'integer', minimum: 200, maximum: 3600000, default: 30000 },
         max_response_bytes: { type: 'integer', minimum: 256, maximum: 1048576, default: 65536 },
+        /** Events, and their deliveries, are removed this many days after they were written once none is pending. */
+        retention_days: { type: 'integer', minimum: 1, maximum: 3650, default: 7 },
       },
     },
   },
@@ -149,6 +151,7 @@ export interface NotificationsConfig {
     readonly timeoutMs: number;
     readonly leaseMs: number;
     readonly maxResponseBytes: number;
+    readonly retentionDays: number;
   };
 }
 
@@ -179,6 +182,7 @@ export interface RawNotifications {
     timeout_ms?: number;
     lease_ms?: number;
     max_response_bytes?: number;
+    retention_days?: number;
   };
 }
 
@@ -263,6 +267,7 @@ function compileDelivery(
     timeoutMs: d.timeout_ms ?? 10000,
     leaseMs: d.lease_ms ?? 30000,
     maxResponseBytes: d.max_response_bytes ?? 65536,
+    retentionDays: d.retention_days ?? 7,
   });
   if (!problems.malformed('/notifications/delivery')) {
     if (delivery.leaseMs <= delivery.timeoutMs)

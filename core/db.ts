@@ -26,10 +26,20 @@ export {
 
 export function createPool(
   url: string,
-  options: { max: number; statementTimeoutMs: number; applicationName: string },
+  options: {
+    max: number;
+    statementTimeoutMs: number;
+    applicationName: string;
+    /**
+     * False: this process's configuration names no notification destination, so its sessions write no
+     * notification events (sql/0014). Left out: events are written.
+     */
+    notifications?: boolean;
+  },
 ): pg.Pool {
   const pool = new pg.Pool({
     connectionString: url,
+    ...(options.notifications === false ? { options: '-c actionledger.notifications=off' } : {}),
     max: options.max,
     statement_timeout: options.statementTimeoutMs,
     application_name: options.applicationName,

@@ -107,6 +107,7 @@ export async function openRuntime(options: OpenOptions): Promise<Runtime> {
     max: options.poolMax ?? config.database.poolMax,
     statementTimeoutMs: config.database.statementTimeoutMs,
     applicationName: `actionledger:${options.name}`,
+    notifications: config.notifications.destinations.size > 0,
   });
   const close = async (): Promise<void> => {
     await pool.end().catch(() => undefined);

@@ -2,7 +2,7 @@
  * The approval envelope: built, hashed and stored when a call needs approval, and checked again against
  * today's state when an approved one is executed (see approvals.ts for the lifecycle).
  */
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import type { Queryable } from '../core/db.js';
 import { canonicalJson, sha256Hex, type JsonObject } from '../core/json.js';
 import type { GateTool } from '../core/config.js';
@@ -49,6 +49,9 @@ export interface ApprovalView {
   operation_id: string | null;
 }
 
+/** Turns the notification triggers off for the rest of the transaction (sql/0014). */
+const NOTIFICATIONS_OFF = "SELECT set_config('actionledger.notifications', 'off', true)";
+
 export const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 export const NOT_FOUND = 'no such approval';
 const DEFAULT_PLAN = '-';
@@ -92,8 +95,14 @@ export async function requestApproval(core: GateCore, c: Queryable, call: Approv
     required_approvals: t.approval.approvers,
     created_at: created.toISOString(),
     expires_at: expires.toISOString(),
+    // 128 random bits that only the full envelope carries: copies with redacted arguments (notifications)
+    // leave it out, so nobody holding such a copy can confirm a guess of a redacted value against the hash.
+    salt: randomBytes(16).toString('hex'),
   };
   const envelopeSha = sha256Hex(canonicalJson(envelope));
+  // Without a notification destination nothing would ever deliver or remove the event the insert writes (a
+  // copy of the unredacted envelope): this transaction writes none (sql/0014).
+  if (core.config.notifications.destinations.size === 0) await c.query(NOTIFICATIONS_OFF);
   await c.query(core.q.approvalInsert, [
     id,
     ctx.tenant_id,

@@ -10,6 +10,7 @@
  *   send:    a signed webhook (Standard Webhooks, webhook-id = the event id on every attempt) or a Slack call
  *   outcome: delivered | retry after backoff | failed (attempts spent or refused for good), fenced on the claim
  *            token, with its audit row in the same transaction
+ *   prune:   at most once a minute, events older than retention_days with no pending delivery are removed
  *
  * A worker that dies mid-send leaves its lease to run out; another worker sends the delivery again with the
  * same webhook-id, so a receiver sees at least one copy and drops the rest by id. A worker that outlives its
@@ -35,7 +36,11 @@ import { closeClients, destinationClients, slackCall, type DestinationClient } f
 type Outcome =
   | { kind: 'delivered'; slackMessage?: { channel: string; ts: string; approvalId: string; hash: string } }
   | { kind: 'retry'; error: string }
-  | { kind: 'failed'; error: string };
+  | { kind: 'failed'; error: string }
+  | { kind: 'released' };
+
+/** How often one worker sweeps expired events (every worker does; SKIP LOCKED keeps them apart). */
+const PRUNE_EVERY_MS = 60_000;
 
 export interface NotificationDeliveryOptions {
   config: Config;
@@ -71,6 +76,7 @@ export class NotificationDelivery {
   #timer: NodeJS.Timeout | undefined;
   #running: Promise<void> | undefined;
   #stopped = true;
+  #nextPrune = 0;
 
   /** Reads the destinations' secrets and certificates now: throws `secret_missing` or `config_invalid`. */
   constructor(options: NotificationDeliveryOptions) {
@@ -126,12 +132,50 @@ export class NotificationDelivery {
     return this.#config.notifications.delivery.pollIntervalMs;
   }
 
-  /** One pass: route new events, then claim and send due deliveries. Returns how many deliveries it claimed. */
+  /**
+   * Removes what the outbox no longer needs: events (with their deliveries) older than `retention_days` none
+   * of whose deliveries is pending, first ending as failed (audited) the pending deliveries of such old events
+   * to a destination this configuration does not name. Up to `batch` events per call; returns how many.
+   */
+  async prune(batch = 1000): Promise<number> {
+    const d = this.#config.notifications.delivery;
+    await withTransaction(this.#pool, async (c) => {
+      const { rows } = await c.query<ClaimedEvent>(this.#q.deliveriesAbandon, [
+        d.retentionDays,
+        [...this.#clients.keys()],
+        batch,
+      ]);
+      for (const e of rows) await this.#auditEnd(c, e, { kind: 'failed', error: 'destination_removed' });
+    });
+    return withTransaction(this.#pool, async (c) => {
+      const ids = (await c.query<{ event_id: string }>(this.#q.eventsExpired, [d.retentionDays, batch])).rows.map(
+        (r) => r.event_id,
+      );
+      if (ids.length === 0) return 0;
+      await c.query(this.#q.deliveriesDeleteOf, [ids]);
+      await c.query(this.#q.eventsDelete, [ids]);
+      return ids.length;
+    });
+  }
+
+  /**
+   * One pass: route new events, then claim and send due deliveries, and (at most once a minute) prune.
+   * Returns how many deliveries it claimed.
+   */
   async tick(): Promise<number> {
+    if (Date.now() >= this.#nextPrune) {
+      this.#nextPrune = Date.now() + PRUNE_EVERY_MS;
+      await this.prune();
+    }
     await this.#route();
     const d = this.#config.notifications.delivery;
     const token = randomUUID();
-    const { rows } = await this.#pool.query<ClaimedEvent>(this.#q.deliveriesClaim, [d.batchSize, d.leaseMs, token]);
+    const { rows } = await this.#pool.query<ClaimedEvent>(this.#q.deliveriesClaim, [
+      d.batchSize,
+      d.leaseMs,
+      token,
+      [...this.#clients.keys()],
+    ]);
     await Promise.all(rows.map((row) => this.#deliver(row, token)));
     return rows.length;
   }
@@ -164,9 +208,11 @@ export class NotificationDelivery {
     const client = this.#clients.get(e.destination);
     let outcome: Outcome;
     try {
+      // A destination this configuration does not name may be one a newer configuration added (a rolling
+      // deploy): the claim is handed back untouched for a worker that knows it, never ended here.
       outcome =
         client === undefined
-          ? { kind: 'failed', error: 'destination_removed' }
+          ? { kind: 'released' }
           : client.destination.type === 'webhook'
             ? await this.#webhook(client, e)
             : await this.#slack(client, e);
@@ -175,8 +221,8 @@ export class NotificationDelivery {
     }
     if (outcome.kind === 'retry' && e.attempts >= this.#config.notifications.delivery.maxAttempts)
       outcome = { kind: 'failed', error: `attempts_spent:${outcome.error}` };
-    // Labelled by configured destination names only: a removed destination counts as 'removed'.
-    this.#attempts.inc({ destination: client === undefined ? 'removed' : e.destination, outcome: outcome.kind });
+    // Labelled by configured destination names only: a released claim is no attempt.
+    if (client !== undefined) this.#attempts.inc({ destination: e.destination, outcome: outcome.kind });
     try {
       await this.#record(e, token, outcome);
     } catch (err) {
@@ -204,6 +250,9 @@ export class NotificationDelivery {
             e.tenant_id,
             m.hash,
           ]);
+      } else if (outcome.kind === 'released') {
+        await c.query(this.#q.deliveryRelease, [e.event_id, e.destination, token, d.backoffInitialMs]);
+        return;
       } else if (outcome.kind === 'retry') {
         const backoff = Math.min(d.backoffMaxMs, d.backoffInitialMs * 2 ** Math.min(30, e.attempts - 1));
         const jittered = Math.round(backoff * (0.75 + Math.random() * 0.25));

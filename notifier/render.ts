@@ -4,10 +4,10 @@
  * audit log keeps, the effect in words said again from that copy), never a credential. Arguments the tool no longer declares (the tool was removed from the
  * configuration) are left out whole: without a redaction policy nothing of them is shown.
  */
-import type { Config } from '../core/config.js';
+import type { Config, GateTool } from '../core/config.js';
 import type { NotificationEventType } from '../core/config-notify.js';
-import type { JsonObject } from '../core/json.js';
-import { auditArguments, describeEffect } from '../gate/index.js';
+import type { JsonObject, JsonValue } from '../core/json.js';
+import { auditArguments, describeEffect, REDACTED } from '../gate/index.js';
 
 /** A JSON value as text: strings as they are, anything else as its JSON. */
 export function txt(v: unknown): string {
@@ -38,11 +38,30 @@ export function eventData(config: Config, e: ClaimedEvent): JsonObject {
     const shown = auditArguments(tool, envelope.arguments, config.argumentBounds).value as JsonObject | null;
     // The effect in words quotes arguments too: said again from the redacted copy (or not at all).
     const effect = tool === undefined || shown === null ? null : describeEffect(tool, shown);
-    data.envelope = { ...envelope, arguments: shown, effect };
+    // Left out: the arguments' own hash and the envelope's salt, with which a guess of a redacted value could
+    // be confirmed (the envelope hash alone cannot be recomputed without the salt).
+    const rest: JsonObject = { ...envelope };
+    delete rest.args_sha256;
+    delete rest.salt;
+    data.envelope = { ...rest, arguments: shown, effect, resources: shownResources(tool, rest.resources) };
   }
   if (e.event_type === 'approval.requested' && typeof data.expires_at === 'string')
     data.time_left_s = Math.max(0, Math.floor(Date.parse(data.expires_at) / 1000 - e.now_s));
   return data;
+}
+
+/**
+ * The bound resources as a receiver sees them: the id of a resource named by a redacted argument replaced by
+ * "[redacted]" (so is every id when the tool, and with it the redaction policy, is no longer configured).
+ */
+function shownResources(tool: GateTool | undefined, resources: JsonValue | undefined): JsonValue {
+  if (!Array.isArray(resources)) return [];
+  return resources.map((r, i) => {
+    if (r === null || typeof r !== 'object' || Array.isArray(r)) return { id: REDACTED };
+    const bound = tool?.resources[i];
+    const hidden = bound === undefined || bound.type !== r.type || tool?.redact.has(bound.idArgument) !== false;
+    return hidden ? { ...r, id: REDACTED } : r;
+  });
 }
 
 /** The webhook body (Standard Webhooks' recommended shape: type, timestamp, data). */

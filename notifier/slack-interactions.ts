@@ -4,19 +4,21 @@
  *
  *   1. the destination must be a configured Slack app; the request's signature and timestamp are checked with
  *      its signing secret (notifier/signing.ts): otherwise 401 `unauthenticated`, nothing read further
- *   2. the payload must be a `block_actions` from the destination's workspace, on a message this system
- *      posted (looked up by channel and message ts): the approval and the envelope hash come from that
- *      record, never from the click
+ *   2. the payload must be a `block_actions` from the destination's workspace (the payload's team and, when
+ *      given, the user's own team), on a message this system posted (looked up by channel and message ts):
+ *      the approval and the envelope hash come from that record, never from the click
  *   3. the Slack user must be linked to a principal of the approval's tenant (`actionledger principal
- *      slack-link`); an unlinked user is refused and told why, privately
+ *      slack-link`) that still holds an active credential there (an API token or certificate, or an open
+ *      console session); otherwise the click is refused and the user told why, privately
  *   4. the gate decides, exactly as for the console and the API: `approve(id, hash the message showed,
  *      reviewer)` or `reject`; four eyes, approver roles, revocation, expiry and `reapproval_required` are the
  *      gate's. The person is told the outcome privately; the message itself is updated through the
  *      notification outbox (the approval's status change writes the event)
  *
- * Every click, refused or not, is an audit row (`notification`, `slack_click:<outcome>`); the gate writes its
- * own decision row as well.
+ * Every signed click, refused or not, is an audit row (`notification`, `slack_click:<outcome>`); the gate
+ * writes its own decision row as well. A request whose signature does not hold is logged and counted only.
  */
+import { Counter, type Registry } from 'prom-client';
 import type { Config } from '../core/config.js';
 import { bindQueries, withTransaction, type Pool } from '../core/db.js';
 import { ActionLedgerError, asActionLedgerError, type ErrorCode } from '../core/errors.js';
@@ -37,6 +39,8 @@ export interface SlackInteractionsOptions {
   audit: AuditWriter;
   log: Logger;
   env: NodeJS.ProcessEnv;
+  /** Where `actionledger_slack_requests_unauthenticated_total{destination,reason}` is registered (else unexposed). */
+  registry?: Registry;
   /** Seconds since the epoch; tests never need it, it exists so the window is the one clock read. */
   now?: () => number;
 }
@@ -51,6 +55,8 @@ interface Click {
   action: 'approve' | 'reject';
   userId: string;
   teamId: string;
+  /** The clicking user's own workspace, when Slack says (a guest from another one, in a shared channel). */
+  userTeamId: string | null;
   channel: string;
   messageTs: string;
   approvalId: string | null;
@@ -72,7 +78,8 @@ function clickOf(payload: JsonObject): Click {
   const user = obj(payload.user);
   const container = obj(payload.container);
   const userId = str(user.id);
-  const teamId = str(obj(payload.team).id) ?? str(user.team_id);
+  const userTeamId = str(user.team_id);
+  const teamId = str(obj(payload.team).id) ?? userTeamId;
   const channel = str(container.channel_id) ?? str(obj(payload.channel).id);
   const messageTs = str(container.message_ts) ?? str(obj(payload.message).ts);
   if (userId === null || teamId === null) throw bad('user or team');
@@ -83,17 +90,24 @@ function clickOf(payload: JsonObject): Click {
   } catch {
     approvalId = null;
   }
-  return { action, userId, teamId, channel, messageTs, approvalId };
+  return { action, userId, teamId, userTeamId, channel, messageTs, approvalId };
 }
 
 export class SlackInteractions {
   readonly #o: SlackInteractionsOptions;
   readonly #q: Readonly<typeof notifierQueries>;
   readonly #clients: ReadonlyMap<string, DestinationClient>;
+  readonly #unauthenticated: Counter<'destination' | 'reason'>;
 
   /** Reads the Slack destinations' secrets now: throws `secret_missing` or `config_invalid`. */
   constructor(options: SlackInteractionsOptions) {
     this.#o = options;
+    this.#unauthenticated = new Counter({
+      name: 'actionledger_slack_requests_unauthenticated_total',
+      help: 'Requests to the Slack interactivity endpoint refused before their signature held, by destination and reason',
+      labelNames: ['destination', 'reason'],
+      registers: options.registry === undefined ? [] : [options.registry],
+    });
     this.#q = bindQueries(notifierQueries, options.config.schemaQuoted);
     const slackOnly = {
       ...options.config.notifications,
@@ -114,7 +128,10 @@ export class SlackInteractions {
     const now = this.#o.now?.() ?? Math.floor(Date.now() / 1000);
     const verdict = verifySlackRequest(client.slack.signingSecret, headers, rawBody, now);
     if (!verdict.ok) {
-      await this.#audit('refused', null, { destination, reason: verdict.reason });
+      // Anyone can send these: a log line and a counter, never an audit row (which an unauthenticated sender
+      // could otherwise add without bound).
+      this.#unauthenticated.inc({ destination, reason: verdict.reason });
+      this.#o.log.warn({ destination, reason: verdict.reason }, 'unauthenticated Slack request refused');
       return {
         status: 401,
         body: { ok: false, error: 'unauthenticated', message: `the Slack request was refused (${verdict.reason})` },
@@ -142,13 +159,21 @@ export class SlackInteractions {
 
   async #decide(client: DestinationClient, click: Click): Promise<SlackAnswer> {
     const d = client.destination;
-    const detail = { destination: d.name, slack_user: click.userId, slack_team: click.teamId, action: click.action };
+    const detail = {
+      destination: d.name,
+      slack_user: click.userId,
+      slack_team: click.teamId,
+      ...(click.userTeamId === null || click.userTeamId === click.teamId ? {} : { slack_user_team: click.userTeamId }),
+      action: click.action,
+    };
     const refuse = async (error: ErrorCode, message: string, tenant: string | null): Promise<SlackAnswer> => {
       await this.#audit(error, tenant === null ? null : { tenant_id: tenant }, detail);
       await this.#tell(client, click, message);
       return { status: 200, body: { ok: false, error, message } };
     };
-    if (d.type !== 'slack' || click.teamId !== d.teamId)
+    // Both the workspace the click came through and the user's own must be the destination's: a user id is
+    // only unique within its workspace, so a guest from another one could carry a linked user's id.
+    if (d.type !== 'slack' || click.teamId !== d.teamId || (click.userTeamId !== null && click.userTeamId !== d.teamId))
       return refuse('permission_denied', 'This Slack workspace is not the one this approval channel belongs to.', null);
     const m = (
       await this.#o.pool.query<{ approval_id: string; tenant_id: string; envelope_sha256: string }>(
@@ -169,6 +194,17 @@ export class SlackInteractions {
       return refuse(
         'permission_denied',
         `Your Slack account (${click.userId}) is not linked to an actionledger principal in tenant ${m.tenant_id}, so your click was not counted. An operator links it with: actionledger principal slack-link <principal> ${click.userId} --tenant ${m.tenant_id} --team ${click.teamId}`,
+        m.tenant_id,
+      );
+    // A link is not a credential: it speaks only for a principal that could still sign in some other way, so
+    // revoking a principal's last token, certificate and console session ends its Slack clicks too.
+    const active = (
+      await this.#o.pool.query<{ active: boolean }>(this.#q.principalCanAuthenticate, [principal, m.tenant_id])
+    ).rows[0]?.active;
+    if (active !== true)
+      return refuse(
+        'permission_denied',
+        `The principal your Slack account is linked to (${principal}) holds no active credential in tenant ${m.tenant_id} (every API token and certificate is revoked or expired, and no console session is open), so your click was not counted.`,
         m.tenant_id,
       );
     const reviewer = { tenant_id: m.tenant_id, principal_id: principal, role: await this.#role(m, principal) };

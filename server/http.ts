@@ -88,6 +88,7 @@ export class HttpServer {
               audit,
               log: rt.log,
               env: this.#options.env ?? {},
+              registry: rt.metrics.registry,
             }),
           }
         : {}),

@@ -6,6 +6,7 @@
  * a forged signature, a stale timestamp, an unmapped user, the requester's own click, a click after the
  * resource moved and a click after expiry are each refused with nothing dispatched.
  */
+import { Registry } from 'prom-client';
 import t, { type Test } from 'tap';
 import { AuditWriter, AuthorizationService } from '../../gate/index.js';
 import { createLogger } from '../../core/log.js';
@@ -35,6 +36,7 @@ interface Env {
   api: ApiFixture;
   slack: FakeSlack;
   delivery: NotificationDelivery;
+  registry: Registry;
 }
 
 async function setup(t: Test): Promise<Env> {
@@ -65,6 +67,7 @@ async function setup(t: Test): Promise<Env> {
   });
   const env = { SLACK_BOT_TOKEN: BOT, SLACK_SIGNING_SECRET: SIGNING };
   const log = createLogger({ level: 'silent', name: 'slack-test' });
+  const registry = new Registry();
   api.deps.slack = new SlackInteractions({
     config: api.config,
     pool: api.pool,
@@ -73,6 +76,7 @@ async function setup(t: Test): Promise<Env> {
     audit: api.deps.audit,
     log,
     env,
+    registry,
   });
   const delivery = new NotificationDelivery({
     config: api.config,
@@ -98,7 +102,7 @@ async function setup(t: Test): Promise<Env> {
       principal_id: principal,
       actor: 'op-1',
     });
-  return { e, api, slack, delivery };
+  return { e, api, slack, delivery, registry };
 }
 
 async function drain(env: Env): Promise<void> {
@@ -352,15 +356,23 @@ t.test('refused clicks: nothing approved, nothing dispatched, the clicker told w
   t.same(
     refusals.map((a) => a.outcome),
     [
-      'slack_click:refused',
-      'slack_click:refused',
       'slack_click:permission_denied',
       'slack_click:self_approval_forbidden',
       'slack_click:reapproval_required',
       'slack_click:approval_expired',
       'slack_click:not_found',
     ],
-    'every refused click is in the audit log',
+    'every refused signed click is in the audit log',
+  );
+  const unsigned = (await env.registry.getSingleMetric('actionledger_slack_requests_unauthenticated_total')?.get())
+    ?.values;
+  t.same(
+    unsigned?.map((v) => [v.labels.destination, v.labels.reason, v.value]).sort(),
+    [
+      [DEST, 'bad_signature', 1],
+      [DEST, 'stale_timestamp', 1],
+    ],
+    'the two requests whose signature did not hold are counted, not audited',
   );
 });
 
