@@ -1,0 +1,72 @@
+/**
+ * An adversarial review of the operator console over real HTTP and a real PostgreSQL. Each test states what
+ * the console should do and fails while the flaw it names is present.
+ */
+import t, { type Test } from 'tap';
+import { ConsoleSessions } from '../../principals/index.js';
+import { apiFixture, type ApiFixture } from '../helpers/api.js';
+
+const FORM = { 'content-type': 'application/x-www-form-urlencoded' };
+
+interface Signed {
+  cookie: string;
+  csrf: string;
+}
+
+async function person(f: ApiFixture, id: string, roles: string[], tenant = 'tenant-a'): Promise<void> {
+  await f.store.add(id, 'person', id, 'test');
+  for (const r of roles) await f.store.grant(id, tenant, r, 'test');
+}
+
+function sessions(f: ApiFixture): ConsoleSessions {
+  return new ConsoleSessions(f.config, f.pool, f.deps.audit);
+}
+
+function get(f: ApiFixture, path: string, cookie?: string, headers: Record<string, string> = {}): Promise<Response> {
+  return fetch(`${f.base}${path}`, {
+    headers: { ...headers, ...(cookie === undefined ? {} : { cookie }) },
+    redirect: 'manual',
+  });
+}
+
+async function signIn(f: ApiFixture, id: string): Promise<Signed> {
+  const link = await sessions(f).createLoginLink(id, 'test');
+  const res = await fetch(`${f.base}/console/login`, {
+    method: 'POST',
+    headers: FORM,
+    body: `link=${link.secret}`,
+    redirect: 'manual',
+  });
+  if (res.status !== 303) throw new Error(`sign-in answered ${res.status}`);
+  const cookie = (res.headers.get('set-cookie') ?? '').split(';')[0] ?? '';
+  const page = await get(f, '/console/approvals', cookie);
+  const csrf = /name="csrf" value="([^"]+)"/.exec(await page.text())?.[1] ?? '';
+  return { cookie, csrf };
+}
+
+async function setup(t: Test, api: Record<string, unknown> = {}) {
+  const f = await apiFixture(t, { api });
+  await person(f, 'sup-1', ['supervisor']);
+  await person(f, 'op-1', ['operator']);
+  return f;
+}
+
+const countSessions = async (f: ApiFixture): Promise<number> =>
+  (await f.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM actionledger.console_sessions')).rows[0]?.n ?? -1;
+
+t.test('login CSRF: a cross-site POST to /console/login must not sign the browser in', async (t) => {
+  const f = await setup(t);
+  // The attacker holds a console account of their own and makes a link for it.
+  await person(f, 'mallory', ['supervisor']);
+  const link = await sessions(f).createLoginLink('mallory', 'test');
+  // The victim's browser submits the attacker's auto-posting form: a cross-site top-level navigation.
+  const res = await fetch(`${f.base}/console/login`, {
+    method: 'POST',
+    headers: { ...FORM, 'sec-fetch-site': 'cross-site', origin: 'https://evil.example' },
+    body: `link=${link.secret}`,
+    redirect: 'manual',
+  });
+  t.equal(res.status, 403, 'a sign-in posted from another site is refused like every other console POST');
+  t.notMatch(res.headers.get('set-cookie') ?? '', /al_console=[A-Za-z0-9_-]{43}/, 'no session cookie is planted');
+  t.equal(await countSessions(f), 0, 'no session was started for the attacker in the victim’s browser');
+});
