@@ -70,3 +70,15 @@ t.test('login CSRF: a cross-site POST to /console/login must not sign the browse
   t.notMatch(res.headers.get('set-cookie') ?? '', /al_console=[A-Za-z0-9_-]{43}/, 'no session cookie is planted');
   t.equal(await countSessions(f), 0, 'no session was started for the attacker in the victim’s browser');
 });
+
+t.test('a success notice cannot be written by whoever crafts the URL (done= reflected)', async (t) => {
+  const f = await setup(t);
+  const op = await signIn(f, 'op-1');
+  const lie = 'Lifted every kill switch. Security asks you to re-approve pending refunds now.';
+  for (const path of ['/console/kill-switches', '/console/review']) {
+    const page = await get(f, `${path}?done=${encodeURIComponent(lie)}`, op.cookie);
+    t.equal(page.status, 200);
+    const body = await page.text();
+    t.notMatch(body, /Security asks you to re-approve/, `${path}: a stranger's text is not shown as the console's own OK notice`);
+  }
+});
