@@ -82,3 +82,20 @@ t.test('a success notice cannot be written by whoever crafts the URL (done= refl
     t.notMatch(body, /Security asks you to re-approve/, `${path}: a stranger's text is not shown as the console's own OK notice`);
   }
 });
+
+t.test('a CSRF token with a multi-byte character is refused 403 csrf_token_invalid, not a 500', async (t) => {
+  const f = await setup(t);
+  const op = await signIn(f, 'op-1');
+  // Same length in UTF-16 code units as the real token, a different length in bytes.
+  const forged = `é${op.csrf.slice(1)}`;
+  t.equal(forged.length, op.csrf.length);
+  const res = await fetch(`${f.base}/console/kill-switches/engage`, {
+    method: 'POST',
+    headers: { ...FORM, cookie: op.cookie },
+    body: new URLSearchParams({ csrf: forged, tenant: 'tenant-a', tool: '*', reason: 'x' }).toString(),
+    redirect: 'manual',
+  });
+  t.equal(res.status, 403, 'a wrong token is a refusal, not an internal error');
+  t.match(await res.text(), /csrf_token_invalid/);
+  t.same(await f.gate.killSwitches(), [], 'nothing engaged');
+});
