@@ -99,3 +99,18 @@ t.test('a CSRF token with a multi-byte character is refused 403 csrf_token_inval
   t.match(await res.text(), /csrf_token_invalid/);
   t.same(await f.gate.killSwitches(), [], 'nothing engaged');
 });
+
+t.test('trusted header: cookieless requests from the proxy must not start a new session each time', async (t) => {
+  const header = 'x-remote-user';
+  const f = await setup(t, { console: { trusted_header: { name: header, proxies: ['127.0.0.1'] } } });
+  // A cross-site navigation (the SameSite=Strict cookie is not sent) or any cookieless client behind the proxy.
+  for (let i = 0; i < 5; i++) {
+    const r = await get(f, '/console/approvals', undefined, { [header]: 'sup-1', 'sec-fetch-site': 'cross-site' });
+    t.equal(r.status, 200);
+    await r.arrayBuffer();
+  }
+  const live = await f.pool.query<{ n: number }>(
+    'SELECT count(*)::int AS n FROM actionledger.console_sessions WHERE ended_at IS NULL',
+  );
+  t.ok((live.rows[0]?.n ?? 0) <= 1, `at most one live session for one person (found ${live.rows[0]?.n})`);
+});
