@@ -114,3 +114,16 @@ t.test('trusted header: cookieless requests from the proxy must not start a new 
   );
   t.ok((live.rows[0]?.n ?? 0) <= 1, `at most one live session for one person (found ${live.rows[0]?.n})`);
 });
+
+t.test('session fixation by a tossed cookie: two al_console cookies are not resolved in the first one’s favour', async (t) => {
+  const f = await setup(t);
+  await person(f, 'mallory', ['supervisor']);
+  const victim = await signIn(f, 'sup-1');
+  const attacker = await signIn(f, 'mallory');
+  // A cookie set from a sibling host or over plain HTTP with a longer Path is sent first by browsers; the
+  // name carries no __Host- prefix that would forbid it.
+  const both = `${attacker.cookie}; ${victim.cookie}`;
+  const page = await get(f, '/console/approvals', both);
+  const body = await page.text();
+  t.notMatch(body, /Signed in as <strong>mallory<\/strong>/, 'the victim is not silently working as the attacker');
+});
