@@ -127,3 +127,14 @@ t.test('session fixation by a tossed cookie: two al_console cookies are not reso
   const body = await page.text();
   t.notMatch(body, /Signed in as <strong>mallory<\/strong>/, 'the victim is not silently working as the attacker');
 });
+
+t.test('a sign-in link is only for a person, not for a service principal (an agent)', async (t) => {
+  const f = await setup(t);
+  await f.store.add('billing-agent', 'service', 'billing agent', 'test');
+  await f.store.grant('billing-agent', 'tenant-a', 'supervisor', 'test');
+  await t.rejects(
+    sessions(f).createLoginLink('billing-agent', 'test'),
+    { code: 'permission_denied' },
+    'a human cannot be handed an agent’s identity in the console',
+  );
+});
