@@ -3,8 +3,11 @@
  * the console should do and fails while the flaw it names is present.
  */
 import t, { type Test } from 'tap';
+import { bindQueries } from '../../core/db.js';
+import { transitionCte, type ProviderContact } from '../../ledger/index.js';
 import { ConsoleSessions } from '../../principals/index.js';
 import { apiFixture, type ApiFixture } from '../helpers/api.js';
+import { gctx } from '../helpers/gate.js';
 
 const FORM = { 'content-type': 'application/x-www-form-urlencoded' };
 
@@ -137,4 +140,83 @@ t.test('a sign-in link is only for a person, not for a service principal (an age
     { code: 'permission_denied' },
     'a human cannot be handed an agent’s identity in the console',
   );
+});
+
+const Q = {
+  claim: `WITH ${transitionCte({
+    name: 'done',
+    input: '(SELECT $1::uuid AS operation_id) i',
+    from: "'pending'",
+    to: "'executing'",
+    fence: 'TRUE',
+    set: "claim_token = gen_random_uuid(), claimed_by = 'worker-test', claimed_at = now()",
+    actor: "'worker-test'",
+    reason: "'claimed'",
+    detail: "'{}'::jsonb",
+  })} SELECT count(*)::int AS n FROM done`,
+  outboxDone: `DELETE FROM @schema.outbox WHERE operation_id = $1`,
+  toReview: `WITH ${transitionCte({
+    name: 'done',
+    input: '(SELECT $1::uuid AS operation_id) i',
+    from: "'executing'",
+    to: "'needs_review'",
+    fence: 'TRUE',
+    set: "review_reason = 'final_check:tool_disabled', claim_token = NULL",
+    contact: '$2::text',
+    actor: "'worker-test'",
+    reason: "'final_check:tool_disabled'",
+    detail: "'{}'::jsonb",
+  })} SELECT count(*)::int AS n FROM done`,
+} as const;
+
+/** The operation's next attempt claimed by a worker and sent back to review with this provider contact. */
+async function dispatchToReview(f: ApiFixture, id: string, contact: ProviderContact): Promise<void> {
+  const q = bindQueries(Q, f.config.schemaQuoted);
+  await f.pool.query(q.claim, [id]);
+  await f.pool.query(q.outboxDone, [id]);
+  await f.pool.query(q.toReview, [id, contact]);
+}
+
+async function inReview(f: ApiFixture, step: string, contact: ProviderContact): Promise<string> {
+  const r = await f.gate.call(gctx({ workflow_step_id: step }), 'transfer_funds', {
+    to_account: 'ACC0000000001',
+    amount: 10,
+  });
+  if (!r.ok || r.operation_id === undefined) throw new Error(JSON.stringify(r));
+  await dispatchToReview(f, r.operation_id, contact);
+  return r.operation_id;
+}
+
+function post(f: ApiFixture, path: string, s: Signed, fields: Record<string, string>): Promise<Response> {
+  return fetch(`${f.base}${path}`, {
+    method: 'POST',
+    headers: { ...FORM, cookie: s.cookie },
+    body: new URLSearchParams(fields).toString(),
+    redirect: 'manual',
+  });
+}
+
+const statusOf = async (f: ApiFixture, id: string): Promise<string | undefined> =>
+  (
+    await f.pool.query<{ status: string }>('SELECT status FROM actionledger.operations WHERE operation_id = $1', [id])
+  ).rows[0]?.status;
+
+t.test('bulk retry from a stale page retries operations the person was never shown', async (t) => {
+  const f = await setup(t);
+  const shown1 = await inReview(f, 'bs-1', 'not_called');
+  const shown2 = await inReview(f, 'bs-2', 'not_called');
+  const op = await signIn(f, 'op-1');
+  const queue = await (await get(f, '/console/review', op.cookie)).text();
+  t.match(queue, /Retry every safe one with this reason \(2\)/, 'the person is offered a retry of two');
+  // Before they press the button, another operation lands in review with the same reason.
+  const unseen = await inReview(f, 'bs-3', 'not_called');
+  const r = await post(f, '/console/review/tenant-a/bulk-retry', op, {
+    csrf: op.csrf,
+    review_reason: 'final_check:tool_disabled',
+    reason: 'the two I checked never reached the provider',
+  });
+  t.equal(r.status, 303);
+  t.equal(await statusOf(f, shown1), 'pending');
+  t.equal(await statusOf(f, shown2), 'pending');
+  t.equal(await statusOf(f, unseen), 'needs_review', 'an operation not on the page is not retried by it');
 });
