@@ -220,3 +220,31 @@ t.test('bulk retry from a stale page retries operations the person was never sho
   t.equal(await statusOf(f, shown2), 'pending');
   t.equal(await statusOf(f, unseen), 'needs_review', 'an operation not on the page is not retried by it');
 });
+
+t.test('resolve failed from a stale page applies to a later attempt that may have reached the provider', async (t) => {
+  const f = await setup(t);
+  const id = await inReview(f, 'rs-1', 'not_called');
+  const alice = await signIn(f, 'op-1');
+  await person(f, 'op-2', ['operator']);
+  const bob = await signIn(f, 'op-2');
+  // Alice's page: attempt 1, the provider was never called; she prepares to resolve it as failed.
+  const page = (await (await get(f, '/console/review', alice.cookie)).text()).replace(/\s+/g, ' ');
+  t.match(page, /\(attempt 1\)/);
+  t.match(page, /data-label="Provider contact">not_called</);
+  // Meanwhile Bob retries it; attempt 2 is sent and comes back to review: the provider may have applied it.
+  const retried = await post(f, `/console/review/tenant-a/${id}/retry`, bob, {
+    csrf: bob.csrf,
+    attempt: '1',
+    review_reason: 'final_check:tool_disabled',
+    reason: 'never reached the provider',
+  });
+  t.equal(retried.status, 303);
+  await dispatchToReview(f, id, 'maybe_called');
+  // Alice's stale form: it names no attempt, so it is applied to attempt 2.
+  const stale = await post(f, `/console/review/tenant-a/${id}/resolve-failed`, alice, {
+    csrf: alice.csrf,
+    reason: 'the provider was never called',
+  });
+  t.equal(stale.status, 409, 'refused: the operation moved on since the page was rendered');
+  t.equal(await statusOf(f, id), 'needs_review', 'a maybe-applied attempt is not declared failed on stale evidence');
+});
