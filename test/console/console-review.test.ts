@@ -248,3 +248,25 @@ t.test('resolve failed from a stale page applies to a later attempt that may hav
   t.equal(stale.status, 409, 'refused: the operation moved on since the page was rendered');
   t.equal(await statusOf(f, id), 'needs_review', 'a maybe-applied attempt is not declared failed on stale evidence');
 });
+
+t.test('a bidi override in an argument makes the approval page show a value other than the stored one', async (t) => {
+  const f = await apiFixture(t, {
+    gate: { tools: { send_email: { approver_roles: ['supervisor'], approval: { mode: 'always' } } } },
+  });
+  await person(f, 'sup-1', ['supervisor']);
+  // Stored and sent: pay@<RLO>moc.xe-knab — a browser draws it as pay@bank-ex.com.
+  const to = 'pay@\u202Emoc.xe-knab';
+  const r = await f.gate.call(gctx({ workflow_step_id: 'bidi-1' }), 'send_email', {
+    to,
+    subject: 'invoice',
+    body: 'see attached',
+  });
+  t.match(r, { ok: false, error: 'approval_required' });
+  const sup = await signIn(f, 'sup-1');
+  const body = await (await get(f, `/console/approvals/tenant-a/${r.request_id ?? ''}`, sup.cookie)).text();
+  t.match(body, /id="approve"/, 'the approve button is offered');
+  t.notOk(
+    /[\u202A-\u202E\u2066-\u2069\u200E\u200F]/u.test(body),
+    'no bidi control reaches the page raw: the approver sees the characters that are stored, escaped and flagged',
+  );
+});
