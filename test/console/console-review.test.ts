@@ -82,7 +82,11 @@ t.test('a success notice cannot be written by whoever crafts the URL (done= refl
     const page = await get(f, `${path}?done=${encodeURIComponent(lie)}`, op.cookie);
     t.equal(page.status, 200);
     const body = await page.text();
-    t.notMatch(body, /Security asks you to re-approve/, `${path}: a stranger's text is not shown as the console's own OK notice`);
+    t.notMatch(
+      body,
+      /Security asks you to re-approve/,
+      `${path}: a stranger's text is not shown as the console's own OK notice`,
+    );
   }
 });
 
@@ -118,18 +122,21 @@ t.test('trusted header: cookieless requests from the proxy must not start a new 
   t.ok((live.rows[0]?.n ?? 0) <= 1, `at most one live session for one person (found ${live.rows[0]?.n})`);
 });
 
-t.test('session fixation by a tossed cookie: two al_console cookies are not resolved in the first one’s favour', async (t) => {
-  const f = await setup(t);
-  await person(f, 'mallory', ['supervisor']);
-  const victim = await signIn(f, 'sup-1');
-  const attacker = await signIn(f, 'mallory');
-  // A cookie set from a sibling host or over plain HTTP with a longer Path is sent first by browsers; the
-  // name carries no __Host- prefix that would forbid it.
-  const both = `${attacker.cookie}; ${victim.cookie}`;
-  const page = await get(f, '/console/approvals', both);
-  const body = await page.text();
-  t.notMatch(body, /Signed in as <strong>mallory<\/strong>/, 'the victim is not silently working as the attacker');
-});
+t.test(
+  'session fixation by a tossed cookie: two al_console cookies are not resolved in the first one’s favour',
+  async (t) => {
+    const f = await setup(t);
+    await person(f, 'mallory', ['supervisor']);
+    const victim = await signIn(f, 'sup-1');
+    const attacker = await signIn(f, 'mallory');
+    // A cookie set from a sibling host or over plain HTTP with a longer Path is sent first by browsers; the
+    // name carries no __Host- prefix that would forbid it.
+    const both = `${attacker.cookie}; ${victim.cookie}`;
+    const page = await get(f, '/console/approvals', both);
+    const body = await page.text();
+    t.notMatch(body, /Signed in as <strong>mallory<\/strong>/, 'the victim is not silently working as the attacker');
+  },
+);
 
 t.test('a sign-in link is only for a person, not for a service principal (an agent)', async (t) => {
   const f = await setup(t);
@@ -197,9 +204,8 @@ function post(f: ApiFixture, path: string, s: Signed, fields: Record<string, str
 }
 
 const statusOf = async (f: ApiFixture, id: string): Promise<string | undefined> =>
-  (
-    await f.pool.query<{ status: string }>('SELECT status FROM actionledger.operations WHERE operation_id = $1', [id])
-  ).rows[0]?.status;
+  (await f.pool.query<{ status: string }>('SELECT status FROM actionledger.operations WHERE operation_id = $1', [id]))
+    .rows[0]?.status;
 
 t.test('bulk retry from a stale page retries operations the person was never shown', async (t) => {
   const f = await setup(t);
@@ -240,9 +246,11 @@ t.test('resolve failed from a stale page applies to a later attempt that may hav
   });
   t.equal(retried.status, 303);
   await dispatchToReview(f, id, 'maybe_called');
-  // Alice's stale form: it names no attempt, so it is applied to attempt 2.
+  // Alice's stale form, as her page rendered it: attempt 1 with its review reason.
   const stale = await post(f, `/console/review/tenant-a/${id}/resolve-failed`, alice, {
     csrf: alice.csrf,
+    attempt: '1',
+    review_reason: 'final_check:tool_disabled',
     reason: 'the provider was never called',
   });
   t.equal(stale.status, 409, 'refused: the operation moved on since the page was rendered');

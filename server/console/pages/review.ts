@@ -2,12 +2,13 @@
  * The review queue of one tenant, grouped by reason, with the actions each operation's state allows: retry
  * only when its recorded provider contact proves it safe (and only if nothing moved since the page was
  * rendered: the attempt and reason shown are sent back as the expectation), resolve as succeeded with the
- * provider's receipt, resolve as failed, compensate; each with a reason. A bulk retry for one reason retries
+ * provider's receipt, resolve as failed, compensate; each with a reason, and each refused when the attempt or
+ * reason shown no longer holds. A bulk retry for one reason retries
  * every safe operation with that reason, one by one through the same `Review` calls, and leaves the rest.
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { ActionLedgerError } from '../../../core/errors.js';
-import { listInReview, type InReview, type Review } from '../../../reconciler/index.js';
+import { listInReview, type Expectation, type InReview, type Review } from '../../../reconciler/index.js';
 import { holds } from '../../api/auth.js';
 import type { ApiDeps, Caller } from '../../api/types.js';
 import { href, html } from '../html.js';
@@ -35,27 +36,20 @@ function reviewer(deps: ApiDeps, request: FastifyRequest, tenant: string): Calle
 }
 
 function row(request: FastifyRequest, tenant: string, o: InReview, mayReview: boolean) {
+  // Every action carries the attempt and review reason shown, checked again under the row lock.
   const act = (a: Action, label: string, extra: ReturnType<typeof html> | string = '') =>
     html`<form method="post" action="${href(['review', tenant, o.operation_id, a])}">
-      ${csrfField(request)}${extra}
+      ${csrfField(request)}<input type="hidden" name="attempt" value="${o.attempt}" /><input
+        type="hidden"
+        name="review_reason"
+        value="${o.review_reason}"
+      />${extra}
       <label>Reason <input name="reason" required maxlength="2000" /></label>
       <button type="submit">${label}</button>
     </form>`;
   const actions = !mayReview
     ? html``
-    : html`${
-          o.retry_safe
-            ? act(
-                'retry',
-                'Retry',
-                html`<input type="hidden" name="attempt" value="${o.attempt}" /><input
-                    type="hidden"
-                    name="review_reason"
-                    value="${o.review_reason}"
-                  />`,
-              )
-            : html`<p>Retry is not safe: the provider may have received it.</p>`
-        }
+    : html`${o.retry_safe ? act('retry', 'Retry') : html`<p>Retry is not safe: the provider may have received it.</p>`}
         <details>
           <summary>Resolve or compensate</summary>
           ${act('resolve-succeeded', 'Resolve succeeded', html`<label>Provider receipt <input name="receipt" required maxlength="256" /></label>`)}
@@ -179,6 +173,21 @@ function registerBulkRetry(app: FastifyInstance, deps: ApiDeps): void {
   );
 }
 
+/** The attempt and review reason a review form showed. Throws `invalid_request` when either is missing or malformed. */
+function expectationOf(f: Record<string, string>): Expectation {
+  const attempt = f.attempt ?? '';
+  const reviewReason = f.review_reason ?? '';
+  if (!/^[1-9][0-9]{0,8}$/.test(attempt))
+    throw new ActionLedgerError('invalid_request', 'the form must say which attempt it shows', {
+      details: { field: 'attempt' },
+    });
+  if (reviewReason === '')
+    throw new ActionLedgerError('invalid_request', 'the form must say which review reason it shows', {
+      details: { field: 'review_reason' },
+    });
+  return { attempt: Number(attempt), reviewReason };
+}
+
 function registerAction(app: FastifyInstance, deps: ApiDeps): void {
   app.post<{ Params: { tenant: string; id: string; action: string } }>(
     '/review/:tenant/:id/:action',
@@ -196,14 +205,15 @@ function registerAction(app: FastifyInstance, deps: ApiDeps): void {
       };
       const r = reviewOf(deps);
       const id = request.params.id;
+      const expect = expectationOf(f);
       const result =
         action === 'retry'
-          ? await r.retry(id, { ...input, expect: { attempt: Number(f.attempt), reviewReason: f.review_reason ?? '' } })
+          ? await r.retry(id, { ...input, expect })
           : action === 'resolve-succeeded'
-            ? await r.resolveSucceeded(id, { ...input, receipt: f.receipt ?? '' })
+            ? await r.resolveSucceeded(id, { ...input, expect, receipt: f.receipt ?? '' })
             : action === 'resolve-failed'
-              ? await r.resolveFailed(id, input)
-              : await r.compensate(id, input);
+              ? await r.resolveFailed(id, { ...input, expect })
+              : await r.compensate(id, { ...input, expect });
       return reply.redirect(
         href(['review'], {
           tenant: caller.tenant_id,
