@@ -336,6 +336,12 @@ t.test('kill switches: configured tools only, engaged and lifted with reasons', 
     reason: '',
   });
   t.equal(noReason.status, 422);
+  const noList = await post(f, '/console/review/tenant-a/bulk-retry', op, {
+    csrf: op.csrf,
+    review_reason: 'final_check:tool_disabled',
+    reason: 'a form that does not say what it showed',
+  });
+  t.equal(noList.status, 422, 'a bulk retry that names no shown operation is refused');
   const small = await f.gate.call(gctx({ workflow_step_id: 'ks-1' }), 'issue_refund', {
     order_id: 'O-3',
     amount: 10,
@@ -425,9 +431,12 @@ t.test('a bulk retry retries the safe operations of one reason and leaves the re
   const queue = await (await get(f, '/console/review', op.cookie)).text();
   t.match(queue, /Retry every safe one with this reason \(2\)/);
   t.equal((queue.match(/>Retry<\/button>/g) ?? []).length, 2, 'retry offered only where safe');
+  // The form's hidden list of the operations the page showed, sent as the browser would send it.
+  const operations = /name="operations"\s+value="([^"]*)"/.exec(queue)?.[1] ?? '';
   const r = await post(f, '/console/review/tenant-a/bulk-retry', op, {
     csrf: op.csrf,
     review_reason: 'final_check:tool_disabled',
+    operations,
     reason: 'the switch was lifted; none of these reached the provider',
   });
   t.equal(r.status, 303);
@@ -447,6 +456,12 @@ t.test('a bulk retry retries the safe operations of one reason and leaves the re
     reason: '',
   });
   t.equal(noReason.status, 422);
+  const noList = await post(f, '/console/review/tenant-a/bulk-retry', op, {
+    csrf: op.csrf,
+    review_reason: 'final_check:tool_disabled',
+    reason: 'a form that does not say what it showed',
+  });
+  t.equal(noList.status, 422, 'a bulk retry that names no shown operation is refused');
 });
 
 t.test('operations filter by reservation time', async (t) => {

@@ -216,9 +216,12 @@ t.test('bulk retry from a stale page retries operations the person was never sho
   t.match(queue, /Retry every safe one with this reason \(2\)/, 'the person is offered a retry of two');
   // Before they press the button, another operation lands in review with the same reason.
   const unseen = await inReview(f, 'bs-3', 'not_called');
+  // The form's hidden list of the operations the page showed, sent as the browser would send it.
+  const operations = /name="operations"\s+value="([^"]*)"/.exec(queue)?.[1] ?? '';
   const r = await post(f, '/console/review/tenant-a/bulk-retry', op, {
     csrf: op.csrf,
     review_reason: 'final_check:tool_disabled',
+    operations,
     reason: 'the two I checked never reached the provider',
   });
   t.equal(r.status, 303);

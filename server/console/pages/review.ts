@@ -3,8 +3,9 @@
  * only when its recorded provider contact proves it safe (and only if nothing moved since the page was
  * rendered: the attempt and reason shown are sent back as the expectation), resolve as succeeded with the
  * provider's receipt, resolve as failed, compensate; each with a reason, and each refused when the attempt or
- * reason shown no longer holds. A bulk retry for one reason retries
- * every safe operation with that reason, one by one through the same `Review` calls, and leaves the rest.
+ * reason shown no longer holds. A bulk retry for one reason retries the safe operations the page showed with
+ * that reason (their ids and attempts are in the form), one by one through the same `Review` calls, each
+ * checked again under its row lock; anything not shown, or moved since, is left.
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { ActionLedgerError } from '../../../core/errors.js';
@@ -92,7 +93,11 @@ function registerQueue(app: FastifyInstance, deps: ApiDeps): void {
             ${
               mayReview && ops.some((o) => o.retry_safe)
                 ? html`<form method="post" action="${href(['review', caller.tenant_id, 'bulk-retry'])}">
-                    ${csrfField(request)}<input type="hidden" name="review_reason" value="${reason}" />
+                    ${csrfField(request)}<input type="hidden" name="review_reason" value="${reason}" /><input
+                      type="hidden"
+                      name="operations"
+                      value="${ops.map((o) => `${o.operation_id}:${o.attempt}`).join(' ')}"
+                    />
                     <label>Reason <input name="reason" required maxlength="2000" /></label>
                     <button type="submit">
                       Retry every safe one with this reason (${ops.filter((o) => o.retry_safe).length})
@@ -128,6 +133,27 @@ function registerQueue(app: FastifyInstance, deps: ApiDeps): void {
   );
 }
 
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+/**
+ * The operations a bulk-retry form showed, as `ID:ATTEMPT` separated by spaces (at most 500, each once).
+ * Throws `invalid_request` (details.field `operations`).
+ */
+function shownOperations(raw: string | undefined): { id: string; attempt: number }[] {
+  const bad = (why: string) =>
+    new ActionLedgerError('invalid_request', `the operations shown ${why}`, { details: { field: 'operations' } });
+  const parts = (raw ?? '').split(' ').filter((p) => p !== '');
+  if (parts.length === 0) throw bad('are missing: reload the page and try again');
+  if (parts.length > 500) throw bad('are more than 500');
+  const out = new Map<string, number>();
+  for (const p of parts) {
+    const m = /^([0-9a-f-]{36}):([1-9][0-9]{0,8})$/.exec(p);
+    if (m === null || !UUID.test(m[1] ?? '') || out.has(m[1] ?? '')) throw bad('are malformed');
+    out.set(m[1] ?? '', Number(m[2]));
+  }
+  return [...out].map(([id, attempt]) => ({ id, attempt }));
+}
+
 function registerBulkRetry(app: FastifyInstance, deps: ApiDeps): void {
   app.post<{ Params: { tenant: string } }>(
     '/review/:tenant/bulk-retry',
@@ -141,21 +167,25 @@ function registerBulkRetry(app: FastifyInstance, deps: ApiDeps): void {
         throw new ActionLedgerError('invalid_request', 'a bulk retry needs the review reason and your reason', {
           details: { field: 'reason' },
         });
+      const shown = shownOperations(f.operations);
       const listing = await listInReview(deps.config, deps.pool, { tenant: caller.tenant_id, limit: 500 });
+      const now = new Map(listing.operations.map((o) => [o.operation_id, o]));
       let retried = 0;
       let left = 0;
-      for (const o of listing.operations.filter((x) => x.review_reason === which)) {
-        if (!o.retry_safe) {
+      for (const { id, attempt } of shown) {
+        const o = now.get(id);
+        // Only what the page showed, as it showed it; anything that moved since is left for a person.
+        if (o === undefined || !o.retry_safe || o.attempt !== attempt || o.review_reason !== which) {
           left++;
           continue;
         }
         try {
-          await reviewOf(deps).retry(o.operation_id, {
+          await reviewOf(deps).retry(id, {
             actor: caller.principal_id,
             tenant: caller.tenant_id,
             requestId: request.id,
             reason,
-            expect: { attempt: o.attempt, reviewReason: o.review_reason },
+            expect: { attempt, reviewReason: which },
           });
           retried++;
         } catch {
