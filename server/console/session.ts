@@ -105,15 +105,32 @@ function originHost(origin: string): string | null {
   }
 }
 
-/** Refuses a state change without this session's CSRF token, or one sent from another site: `csrf_token_invalid`. */
-export function checkCsrf(request: FastifyRequest, sent: string | undefined): void {
-  const expected = request.signedIn?.csrf;
+/** Whether the browser says the request was sent from another site (Sec-Fetch-Site, then Origin). */
+function isCrossSite(request: FastifyRequest): boolean {
   const site = request.headers['sec-fetch-site'];
   const origin = request.headers.origin;
   const host = request.headers.host;
-  const crossSite =
+  return (
     (typeof site === 'string' && site !== 'same-origin' && site !== 'none') ||
-    (typeof origin === 'string' && origin !== 'null' && host !== undefined && originHost(origin) !== host);
+    (typeof origin === 'string' && origin !== 'null' && host !== undefined && originHost(origin) !== host)
+  );
+}
+
+/**
+ * Refuses a sign-in sent from another site (`csrf_token_invalid`, details.reason `cross_site`), so no other
+ * site can sign a browser in to an account of its choosing.
+ */
+export function checkSameSite(request: FastifyRequest): void {
+  if (isCrossSite(request))
+    throw new ActionLedgerError('csrf_token_invalid', 'a sign-in must be sent from the console’s own page', {
+      details: { reason: 'cross_site' },
+    });
+}
+
+/** Refuses a state change without this session's CSRF token, or one sent from another site: `csrf_token_invalid`. */
+export function checkCsrf(request: FastifyRequest, sent: string | undefined): void {
+  const expected = request.signedIn?.csrf;
+  const crossSite = isCrossSite(request);
   const ok =
     !crossSite &&
     expected !== undefined &&

@@ -173,6 +173,24 @@ t.test('the cookie, the CSP, and pages with no inline script or style', async (t
   t.match(secure.headers.get('set-cookie') ?? '', /; HttpOnly; SameSite=Strict; Max-Age=\d+; Secure$/);
 });
 
+t.test('a new sign-in in a browser ends the session that browser had', async (t) => {
+  const f = await setup(t);
+  const first = await signIn(f, 'sup-1');
+  const link = await sessions(f).createLoginLink('sup-1', 'test');
+  const again = await fetch(`${f.base}/console/login`, {
+    method: 'POST',
+    headers: { ...FORM, cookie: first.cookie },
+    body: `link=${link.secret}`,
+    redirect: 'manual',
+  });
+  t.equal(again.status, 303);
+  const cookie = (again.headers.get('set-cookie') ?? '').split(';')[0] ?? '';
+  t.equal((await get(f, '/console/approvals', cookie)).status, 200, 'the new session works');
+  const old = await get(f, '/console/approvals', first.cookie);
+  t.equal(old.status, 401, 'the old one has ended');
+  t.match(await old.text(), /ended/);
+});
+
 t.test('sessions expire, sign out, and end with a role revocation', async (t) => {
   const f = await setup(t);
   const a = await signIn(f, 'sup-1');
