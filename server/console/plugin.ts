@@ -103,7 +103,12 @@ function registerEntry(app: FastifyInstance, deps: ApiDeps, sessions: ConsoleSes
     const link = ((request.body ?? {}) as Form).link ?? '';
     const started = await sessions.redeemLink(link);
     // A new sign-in replaces whatever session this browser had: the old one ends, it is not left usable.
-    const previous = cookieOf(request);
+    let previous: string | undefined;
+    try {
+      previous = cookieOf(request);
+    } catch {
+      previous = undefined; // several cookies: none is trusted, and the new one replaces the console's own
+    }
     if (previous !== undefined) {
       const old = await sessions.authenticate(previous).catch(() => undefined);
       if (old !== undefined) await sessions.end(old.session_id, 'replaced');

@@ -1,6 +1,7 @@
 /**
  * Who is using the console, for every /console route but sign-in and the static files: the session cookie
- * (HttpOnly, SameSite=Strict, Secure over TLS, Path=/console), read again on every request with the
+ * (HttpOnly, SameSite=Strict; over TLS named `__Host-al_console`, Secure, Path=/; over plain HTTP `al_console`,
+ * Path=/console; a request carrying more than one is refused), read again on every request with the
  * principal's grants; or, when `api.console.trusted_header` is set, the header an authenticating proxy adds,
  * believed only when the peer address is one of the configured proxies (from any other peer the header is
  * ignored and logged). Every state change carries the session's CSRF token in its form: a keyed hash of the
@@ -14,7 +15,13 @@ import { ActionLedgerError } from '../../core/errors.js';
 import type { ConsoleSession, ConsoleSessions } from '../../principals/index.js';
 import type { ApiDeps, Caller } from '../api/types.js';
 
+/** The session cookie's name over plain HTTP (Path=/console). */
 export const COOKIE = 'al_console';
+/**
+ * Its name over TLS: the `__Host-` prefix makes a browser accept it only when Secure, with Path=/ and no
+ * Domain, so a sibling host or a plain-HTTP page cannot plant one the console would read.
+ */
+export const TLS_COOKIE = `__Host-${COOKIE}`;
 
 export interface SignedIn {
   session: ConsoleSession;
@@ -33,31 +40,49 @@ export function csrfOf(sessionSecret: string): string {
   return createHash('sha256').update(`actionledger-console-csrf\0${sessionSecret}`, 'utf8').digest('base64url');
 }
 
+/**
+ * The session cookie the request carries, if any. More than one (a cookie planted from a sibling host or
+ * another path besides the console's own) is refused, never resolved in favour of one of them: throws
+ * `unauthenticated` (details.reason `duplicate_cookie`).
+ */
 export function cookieOf(request: FastifyRequest): string | undefined {
   const header = request.headers.cookie;
   if (typeof header !== 'string') return undefined;
+  const name = cookieName(request);
+  const found: string[] = [];
   for (const part of header.split(';')) {
     const eq = part.indexOf('=');
-    if (eq > 0 && part.slice(0, eq).trim() === COOKIE) return part.slice(eq + 1).trim();
+    if (eq > 0 && part.slice(0, eq).trim() === name) found.push(part.slice(eq + 1).trim());
   }
-  return undefined;
+  if (found.length > 1)
+    throw new ActionLedgerError(
+      'unauthenticated',
+      'this browser sent more than one console session cookie, so which one is yours is unclear: sign in again',
+      { details: { reason: 'duplicate_cookie' } },
+    );
+  return found[0];
 }
 
 function overTls(request: FastifyRequest): boolean {
   return (request.raw.socket as Partial<TLSSocket>).encrypted === true;
 }
 
+function cookieName(request: FastifyRequest): string {
+  return overTls(request) ? TLS_COOKIE : COOKIE;
+}
+
+/** The cookie's attributes: `__Host-` rules under TLS (Secure, Path=/), Path=/console over plain HTTP. */
+function attributes(request: FastifyRequest, maxAgeS: number): string {
+  const where = overTls(request) ? 'Path=/' : 'Path=/console';
+  return `${where}; HttpOnly; SameSite=Strict; Max-Age=${maxAgeS}${overTls(request) ? '; Secure' : ''}`;
+}
+
 export function setSessionCookie(request: FastifyRequest, reply: FastifyReply, token: string, maxAgeS: number): void {
-  const secure = overTls(request) ? '; Secure' : '';
-  reply.header(
-    'set-cookie',
-    `${COOKIE}=${token}; Path=/console; HttpOnly; SameSite=Strict; Max-Age=${maxAgeS}${secure}`,
-  );
+  reply.header('set-cookie', `${cookieName(request)}=${token}; ${attributes(request, maxAgeS)}`);
 }
 
 export function clearSessionCookie(request: FastifyRequest, reply: FastifyReply): void {
-  const secure = overTls(request) ? '; Secure' : '';
-  reply.header('set-cookie', `${COOKIE}=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0${secure}`);
+  reply.header('set-cookie', `${cookieName(request)}=; ${attributes(request, 0)}`);
 }
 
 /** The `onRequest` hook of the console's signed-in routes. Throws `unauthenticated`. */
@@ -65,7 +90,13 @@ export function sessionHook(deps: ApiDeps, sessions: ConsoleSessions) {
   return async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
     if (request.routeOptions.config.console !== 'session') return;
     const trusted = deps.config.api.console.trustedHeader;
-    let token = cookieOf(request);
+    let token: string | undefined;
+    try {
+      token = cookieOf(request);
+    } catch (err) {
+      clearSessionCookie(request, reply);
+      throw err;
+    }
     if (trusted !== null) {
       const named = request.headers[trusted.name];
       if (typeof named === 'string' && named !== '') {

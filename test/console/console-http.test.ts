@@ -171,6 +171,11 @@ t.test('the cookie, the CSP, and pages with no inline script or style', async (t
   });
   t.equal(secure.status, 303);
   t.match(secure.headers.get('set-cookie') ?? '', /; HttpOnly; SameSite=Strict; Max-Age=\d+; Secure$/);
+  t.match(
+    secure.headers.get('set-cookie') ?? '',
+    /^__Host-al_console=[A-Za-z0-9_-]{43}; Path=\/;/,
+    'over TLS the name carries the __Host- prefix, whose rules (Secure, Path=/, no Domain) it follows',
+  );
 });
 
 t.test('a new sign-in in a browser ends the session that browser had', async (t) => {
