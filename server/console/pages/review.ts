@@ -13,7 +13,7 @@ import { listInReview, type Expectation, type InReview, type Review } from '../.
 import { holds } from '../../api/auth.js';
 import type { ApiDeps, Caller } from '../../api/types.js';
 import { href, html } from '../html.js';
-import { csrfField, notice, page, send, tenantPicker } from '../layout.js';
+import { csrfField, doneNotice, page, send, tenantPicker } from '../layout.js';
 import { form } from '../plugin.js';
 import { callerIn, tenantsOf } from '../session.js';
 import { pickTenant } from './operations.js';
@@ -71,6 +71,24 @@ export function registerReviewPages(app: FastifyInstance, deps: ApiDeps): void {
   registerAction(app, deps);
 }
 
+/** The notices a review action may leave on the queue, by code. */
+const DONE: Readonly<Record<string, string>> = {
+  retried: 'retry: the operation moved from needs_review to pending; it will be dispatched again.',
+  succeeded: 'resolve-succeeded: the operation is recorded as succeeded.',
+  failed: 'resolve-failed: the operation is recorded as failed; earlier steps of its task are compensated.',
+  compensating: 'compensate: a compensation operation was started; the operation is compensating.',
+  escalated: 'compensate: no compensation could be started; the operation is back in review with the cause.',
+  bulk_retried:
+    'Bulk retry: every shown operation still safe and unchanged was retried; anything else stays in review below.',
+  bulk_none: 'Bulk retry: nothing was retried (each shown operation had moved on or was not safe).',
+};
+
+function doneCode(action: Action, to: string): string {
+  if (action === 'retry') return 'retried';
+  if (action === 'compensate') return to === 'compensating' ? 'compensating' : 'escalated';
+  return action === 'resolve-succeeded' ? 'succeeded' : 'failed';
+}
+
 function registerQueue(app: FastifyInstance, deps: ApiDeps): void {
   app.get<{ Querystring: { tenant?: string; done?: string } }>(
     '/review',
@@ -121,9 +139,8 @@ function registerQueue(app: FastifyInstance, deps: ApiDeps): void {
             </table>
           </section>`,
       );
-      const done = request.query.done;
       const body = html`${tenantPicker(tenantsOf(request), caller.tenant_id, 'review')}
-        ${done === undefined || done === '' ? '' : notice('ok', html`<p id="done">${done}</p>`)}
+        ${doneNotice(DONE, request.query.done)}
         <section id="review" data-live>
           ${sections.length === 0 ? html`<p>Nothing is in review.</p>` : sections}
           ${listing.truncated ? html`<p>Only the first ${listing.operations.length} of ${listing.total} are shown.</p>` : ''}
@@ -171,14 +188,10 @@ function registerBulkRetry(app: FastifyInstance, deps: ApiDeps): void {
       const listing = await listInReview(deps.config, deps.pool, { tenant: caller.tenant_id, limit: 500 });
       const now = new Map(listing.operations.map((o) => [o.operation_id, o]));
       let retried = 0;
-      let left = 0;
       for (const { id, attempt } of shown) {
         const o = now.get(id);
         // Only what the page showed, as it showed it; anything that moved since is left for a person.
-        if (o === undefined || !o.retry_safe || o.attempt !== attempt || o.review_reason !== which) {
-          left++;
-          continue;
-        }
+        if (o === undefined || !o.retry_safe || o.attempt !== attempt || o.review_reason !== which) continue;
         try {
           await reviewOf(deps).retry(id, {
             actor: caller.principal_id,
@@ -189,14 +202,11 @@ function registerBulkRetry(app: FastifyInstance, deps: ApiDeps): void {
           });
           retried++;
         } catch {
-          left++; // moved on since it was listed, or refused: it stays for a person to look at
+          // moved on since it was listed, or refused: it stays for a person to look at
         }
       }
       return reply.redirect(
-        href(['review'], {
-          tenant: caller.tenant_id,
-          done: `Retried ${retried} with reason ${which}; ${left} left in review.`,
-        }),
+        href(['review'], { tenant: caller.tenant_id, done: retried > 0 ? 'bulk_retried' : 'bulk_none' }),
         303,
       );
     },
@@ -244,13 +254,7 @@ function registerAction(app: FastifyInstance, deps: ApiDeps): void {
             : action === 'resolve-failed'
               ? await r.resolveFailed(id, { ...input, expect })
               : await r.compensate(id, { ...input, expect });
-      return reply.redirect(
-        href(['review'], {
-          tenant: caller.tenant_id,
-          done: `${action}: ${id} moved from ${result.from} to ${result.to}.`,
-        }),
-        303,
-      );
+      return reply.redirect(href(['review'], { tenant: caller.tenant_id, done: doneCode(action, result.to) }), 303);
     },
   );
 }
