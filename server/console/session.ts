@@ -162,12 +162,16 @@ export function checkSameSite(request: FastifyRequest): void {
 export function checkCsrf(request: FastifyRequest, sent: string | undefined): void {
   const expected = request.signedIn?.csrf;
   const crossSite = isCrossSite(request);
+  // timingSafeEqual needs buffers of one length: compare byte lengths, not string lengths (a multi-byte
+  // character keeps the string length and changes the byte length).
+  const sentBytes = typeof sent === 'string' ? Buffer.from(sent, 'utf8') : null;
+  const expectedBytes = expected === undefined ? null : Buffer.from(expected, 'utf8');
   const ok =
     !crossSite &&
-    expected !== undefined &&
-    typeof sent === 'string' &&
-    sent.length === expected.length &&
-    timingSafeEqual(Buffer.from(sent), Buffer.from(expected));
+    sentBytes !== null &&
+    expectedBytes !== null &&
+    sentBytes.length === expectedBytes.length &&
+    timingSafeEqual(sentBytes, expectedBytes);
   if (!ok)
     throw new ActionLedgerError(
       'csrf_token_invalid',
