@@ -109,7 +109,10 @@ export function sessionHook(deps: ApiDeps, sessions: ConsoleSessions) {
         } else {
           const current = token === undefined ? undefined : await sessions.authenticate(token).catch(() => undefined);
           if (current === undefined || current.principal_id !== named) {
-            const started = await sessions.startTrusted(named);
+            // Without any cookie (a cookieless client, or a cross-site navigation that leaves the SameSite cookie
+            // behind) the person's live trusted-header session is reused rather than another one started; a
+            // browser whose cookie no longer works gets a session of its own.
+            const started = await sessions.startTrusted(named, token === undefined);
             token = started.token;
             setSessionCookie(request, reply, token, deps.config.api.console.sessionTtlS);
           }
