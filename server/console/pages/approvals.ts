@@ -236,19 +236,7 @@ async function approvalPage(
   const decide = blockers.length > 0 || view.status !== 'pending' ? html`` : decideForms(request, p, displayedHash);
   const op = view.operation_id === null ? null : await operationStatus(deps, caller, view.operation_id);
   const body = html` ${done !== undefined && DONE[done] !== undefined ? notice('ok', html`<p id="done">${DONE[done]}</p>`) : ''}
-    ${refusal ?? ''}
-    ${
-      hasHidden(JSON.stringify(view.envelope))
-        ? notice(
-            'warn',
-            html`<p id="hidden-chars">
-              <span class="code">hidden_characters</span>: what you are asked to approve holds characters a browser
-              would draw as nothing or that reorder the text around them. Each is shown below as its code in a marked
-              box; the stored value, and what would be sent, contains them exactly there.
-            </p>`,
-          )
-        : ''
-    }
+    ${refusal ?? ''} ${hiddenWarning(view.envelope)}
     <dl>
       <dt>Status</dt>
       <dd id="status">${view.status}${view.reason === null ? '' : ` (${view.reason})`}</dd>
@@ -294,6 +282,19 @@ async function approvalPage(
       <pre id="envelope">${visible(JSON.stringify(view.envelope, null, 2))}</pre>
     </details>`;
   return page(request, `Approval ${p.id}`, html`<section id="approval" data-live>${body}</section>`);
+}
+
+/** A warning when what is to be approved holds characters a browser would hide or reorder (see visible()). */
+function hiddenWarning(envelope: unknown): SafeHtml | '' {
+  if (!hasHidden(JSON.stringify(envelope))) return '';
+  return notice(
+    'warn',
+    html`<p id="hidden-chars">
+      <span class="code">hidden_characters</span>: what you are asked to approve holds characters a browser would draw
+      as nothing or that reorder the text around them. Each is shown below as its code in a marked box; the stored
+      value, and what would be sent, contains them exactly there.
+    </p>`,
+  );
 }
 
 async function operationStatus(deps: ApiDeps, caller: Caller, id: string): Promise<string | null> {
