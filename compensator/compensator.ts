@@ -52,6 +52,8 @@ type OriginalRow = {
   provider_receipt: string | null;
   arguments_json: JsonValue;
   current_policy_version: string;
+  attempt: number;
+  review_reason: string | null;
 };
 
 type StepRow = { operation_id: string; workflow_step_id: string; status: string };
@@ -142,7 +144,8 @@ export class Compensator {
    * Starts the compensation of one operation (from `succeeded`, or `needs_review` when a reviewer asks).
    * Returns 'minted', 'escalated' (no usable mapping: the original is in needs_review), or 'unchanged' when the
    * operation is not in an allowed state any more. Throws `not_found`, `invalid_state_transition` only when
-   * `strict` (the review path).
+   * `strict` (the review path). `check`, when given, runs under the row lock before anything changes and
+   * refuses by throwing (a reviewer's expectation of the attempt and review reason).
    */
   async compensate(
     operationId: string,
@@ -150,6 +153,7 @@ export class Compensator {
     reason: string,
     from: readonly string[] = ['succeeded', 'needs_review'],
     strict = false,
+    check?: (op: { status: string; attempt: number; review_reason: string | null }) => void,
   ): Promise<'minted' | 'escalated' | 'unchanged'> {
     const outcome = await withTransaction(this.#o.pool, async (c) => {
       const { rows } = await c.query<OriginalRow>(this.#q.lockOriginal, [operationId]);
@@ -182,6 +186,7 @@ export class Compensator {
         }
         return 'unchanged' as const;
       }
+      check?.(op);
       return this.#mint(c, op, actor, reason);
     });
     this.#emit(outcome === 'minted' ? 'minted' : outcome === 'escalated' ? 'escalated' : undefined);

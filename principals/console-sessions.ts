@@ -51,6 +51,19 @@ export const consoleSessionQueries = {
                     '[]'::jsonb) AS grants
     FROM @schema.console_sessions s JOIN @schema.principals p ON p.principal_id = s.principal_id
     WHERE s.session_sha256 = $1`,
+  /**
+   * Takes over the principal's newest live trusted-header session with a new secret (its row, id and expiry
+   * stay): a cookieless request from the proxy is served by it instead of starting another.
+   */
+  trustedReuse: `
+    UPDATE @schema.console_sessions s SET session_sha256 = $2
+    WHERE s.session_id = (
+      SELECT x.session_id FROM @schema.console_sessions x
+      WHERE x.principal_id = $1 AND x.method = 'trusted_header' AND x.ended_at IS NULL AND x.expires_at > now()
+        AND NOT EXISTS (SELECT 1 FROM @schema.gate_role_revocations v
+                        WHERE v.principal_id = x.principal_id AND v.revoked_at >= x.created_at)
+      ORDER BY x.created_at DESC LIMIT 1 FOR UPDATE)
+    RETURNING s.session_id`,
   sessionEnd: `
     UPDATE @schema.console_sessions SET ended_at = now(), ended_reason = $2
     WHERE session_id = $1 AND ended_at IS NULL RETURNING session_id`,
@@ -79,6 +92,15 @@ export interface CreatedLoginLink {
 const SECRET = /^[A-Za-z0-9_-]{43}$/;
 const sha = (s: string) => createHash('sha256').update(s, 'utf8').digest('hex');
 
+/** The console is for people: a service principal (an agent) gets no sign-in link. */
+function notAPerson(id: string, kind: string | undefined): ActionLedgerError {
+  return new ActionLedgerError(
+    'permission_denied',
+    `${id} is a ${kind ?? 'principal'} principal, not a person: sign-in links are for people only`,
+    { details: { principal_id: id, reason: 'not_a_person', kind } },
+  );
+}
+
 function signedOut(reason: string, message: string): ActionLedgerError {
   return new ActionLedgerError('unauthenticated', message, { details: { reason } });
 }
@@ -99,9 +121,10 @@ export class ConsoleSessions {
   }
 
   /**
-   * A one-time sign-in link secret for a principal that holds at least one role, valid
+   * A one-time sign-in link secret for a person (kind `person`) that holds at least one role, valid
    * `api.console.login_link_ttl_s`. Audited (action `token`, outcome `login_link`). Throws `not_found`,
-   * `permission_denied` (no role anywhere), `invalid_context`, and the database's coded errors.
+   * `permission_denied` (details.reason `not_a_person` for a service principal, `no_role` without a role
+   * anywhere), `invalid_context`, and the database's coded errors.
    */
   async createLoginLink(principalId: string, actor: string): Promise<CreatedLoginLink> {
     const id = identifier('principal_id', principalId);
@@ -115,11 +138,13 @@ export class ConsoleSessions {
       actor,
       async (c) => {
         await mustExist(c, this.#pq, id);
+        const kind = (await c.query<{ kind: string }>(this.#pq.principalSelect, [id])).rows[0]?.kind;
+        if (kind !== 'person') throw notAPerson(id, kind);
         const grants = await c.query(this.#pq.principalList, [null]);
         const mine = (grants.rows as { principal_id: string; roles: unknown[] }[]).find((p) => p.principal_id === id);
         if (mine === undefined || mine.roles.length === 0)
           throw new ActionLedgerError('permission_denied', `${id} holds no role in any tenant: grant one first`, {
-            details: { principal_id: id },
+            details: { principal_id: id, reason: 'no_role' },
           });
         const { rows } = await c.query<{ expires_at: Date }>(this.#q.linkInsert, [
           linkId,
@@ -159,13 +184,30 @@ export class ConsoleSessions {
     }
   }
 
-  /** A session for the principal an authenticating proxy vouched for. Throws `unauthenticated` (unknown principal). */
-  async startTrusted(principalId: string): Promise<{ token: string; session_id: string }> {
+  /**
+   * A session for the person an authenticating proxy vouched for. Throws `unauthenticated` (details.reason
+   * `unknown_principal`, or `not_a_person` when the header names a service principal). With `reuse`, the
+   * principal's live trusted-header session, if there is one, is taken over under a new secret instead of
+   * starting another (not audited again), so cookieless requests do not pile up sessions.
+   */
+  async startTrusted(principalId: string, reuse = false): Promise<{ token: string; session_id: string }> {
     const id = identifier('principal_id', principalId);
-    const found = await this.#pool.query(this.#pq.principalSelect, [id]).catch((err: unknown) => {
+    const found = await this.#pool.query<{ kind: string }>(this.#pq.principalSelect, [id]).catch((err: unknown) => {
       throw asActionLedgerError(err);
     });
     if (found.rowCount === 0) throw signedOut('unknown_principal', 'the proxy named a principal that is not known');
+    if (found.rows[0]?.kind !== 'person')
+      throw signedOut('not_a_person', 'the proxy named a service principal: only a person signs in to the console');
+    if (reuse) {
+      const token = randomBytes(32).toString('base64url');
+      const { rows } = await this.#pool
+        .query<{ session_id: string }>(this.#q.trustedReuse, [id, sha(token)])
+        .catch((err: unknown) => {
+          throw asActionLedgerError(err);
+        });
+      const taken = rows[0];
+      if (taken !== undefined) return { token, session_id: taken.session_id };
+    }
     return this.#start(id, 'trusted_header', null);
   }
 

@@ -1,6 +1,15 @@
 export { Reconciler, type ReconcileSummary, type ReconcilerOptions } from './reconciler.js';
 export { classifyReadback, readback, readbackUrl, type Readback, type ReadbackOutcome } from './readback.js';
-export { Review, retryIsSafe, type RetryOptions, type ReviewInput, type ReviewResult } from './review.js';
+export {
+  Review,
+  checkExpectation,
+  retryIsSafe,
+  type Expectation,
+  type ExpectOptions,
+  type RetryOptions,
+  type ReviewInput,
+  type ReviewResult,
+} from './review.js';
 export { listInReview, isReasonPrefix, type InReview, type ReviewFilter, type ReviewListing } from './review-list.js';
 export {
   verifyLedger,

@@ -83,16 +83,49 @@ function checkText(field: string, v: unknown, max: number): string {
 
 type Locked = { status: string; review_reason: string | null; provider_contact: ProviderContact; attempt: number };
 
+/**
+ * The attempt and review reason the operation had when the caller chose it (a listing, a console page): when it
+ * has since moved on (retried, back in review for another reason), the action is refused under the row lock,
+ * not applied to a state nobody looked at.
+ */
+export interface Expectation {
+  attempt: number;
+  reviewReason: string;
+}
+
+/** The state a review action may say it saw. */
+export interface ExpectOptions {
+  expect?: Expectation;
+}
+
 /** What a retry may add: a fresh approval, and the state the caller saw when it chose the operation. */
-export interface RetryOptions {
+export interface RetryOptions extends ExpectOptions {
   approvalId?: string;
   policyVersion?: string;
-  /**
-   * The attempt and review reason the operation had when it was selected (a bulk retry's listing): when it has
-   * since moved on (retried, back in review for another reason), the retry is refused, not applied to a state
-   * nobody looked at.
-   */
-  expect?: { attempt: number; reviewReason: string };
+}
+
+/** Refuses an action whose expectation no longer holds: `invalid_state_transition`. */
+export function checkExpectation(
+  action: string,
+  op: { status: string; attempt: number; review_reason: string | null },
+  expect: Expectation | undefined,
+): void {
+  if (expect === undefined) return;
+  if (op.attempt === expect.attempt && op.review_reason === expect.reviewReason) return;
+  throw new ActionLedgerError(
+    'invalid_state_transition',
+    'the operation changed since it was selected: it is in review with another attempt or reason',
+    {
+      details: {
+        status: op.status,
+        action,
+        attempt: op.attempt,
+        review_reason: op.review_reason,
+        expected_attempt: expect.attempt,
+        expected_review_reason: expect.reviewReason,
+      },
+    },
+  );
 }
 
 export class Review {
@@ -118,18 +151,21 @@ export class Review {
     return this.#audited('retry', operationId, input, () => this.#retry(operationId, input));
   }
 
-  /** Throws `invalid_review`, `not_found`, `invalid_state_transition`. */
-  async resolveSucceeded(operationId: string, input: ReviewInput & { receipt: string }): Promise<ReviewResult> {
+  /** Throws `invalid_review`, `not_found`, `invalid_state_transition` (also when `expect` no longer holds). */
+  async resolveSucceeded(
+    operationId: string,
+    input: ReviewInput & ExpectOptions & { receipt: string },
+  ): Promise<ReviewResult> {
     return this.#audited('resolve_succeeded', operationId, input, () => this.#resolveSucceeded(operationId, input));
   }
 
-  /** Throws `invalid_review`, `not_found`, `invalid_state_transition`. */
-  async resolveFailed(operationId: string, input: ReviewInput): Promise<ReviewResult> {
+  /** Throws `invalid_review`, `not_found`, `invalid_state_transition` (also when `expect` no longer holds). */
+  async resolveFailed(operationId: string, input: ReviewInput & ExpectOptions): Promise<ReviewResult> {
     return this.#audited('resolve_failed', operationId, input, () => this.#resolveFailed(operationId, input));
   }
 
-  /** Throws `invalid_review`, `not_found`, `invalid_state_transition`. */
-  async compensate(operationId: string, input: ReviewInput): Promise<ReviewResult> {
+  /** Throws `invalid_review`, `not_found`, `invalid_state_transition` (also when `expect` no longer holds). */
+  async compensate(operationId: string, input: ReviewInput & ExpectOptions): Promise<ReviewResult> {
     return this.#audited('compensate', operationId, input, () => this.#compensate(operationId, input));
   }
 
@@ -190,23 +226,7 @@ export class Review {
     return withTransaction(this.#pool, async (c) => {
       const op = await this.#lock(c, operationId);
       if (op.status !== 'needs_review') throw this.#wrongState('retry', op.status);
-      const expect = input.expect;
-      if (expect !== undefined && (op.attempt !== expect.attempt || op.review_reason !== expect.reviewReason)) {
-        throw new ActionLedgerError(
-          'invalid_state_transition',
-          'the operation changed since it was selected: it is in review with another attempt or reason',
-          {
-            details: {
-              status: op.status,
-              action: 'retry',
-              attempt: op.attempt,
-              review_reason: op.review_reason,
-              expected_attempt: expect.attempt,
-              expected_review_reason: expect.reviewReason,
-            },
-          },
-        );
-      }
+      checkExpectation('retry', op, input.expect);
       if (!retryIsSafe(op.provider_contact)) {
         throw new ActionLedgerError(
           'retry_not_safe',
@@ -238,7 +258,10 @@ export class Review {
     });
   }
 
-  async #resolveSucceeded(operationId: string, input: ReviewInput & { receipt: string }): Promise<ReviewResult> {
+  async #resolveSucceeded(
+    operationId: string,
+    input: ReviewInput & ExpectOptions & { receipt: string },
+  ): Promise<ReviewResult> {
     const { actor, reason } = this.#input(input);
     if (typeof input.receipt !== 'string' || !RECEIPT.test(input.receipt)) {
       throw new ActionLedgerError(
@@ -255,15 +278,25 @@ export class Review {
       actor,
       'review:resolve_succeeded',
       { why: reason, receipt: input.receipt },
+      input.expect,
     );
   }
 
-  async #resolveFailed(operationId: string, input: ReviewInput): Promise<ReviewResult> {
+  async #resolveFailed(operationId: string, input: ReviewInput & ExpectOptions): Promise<ReviewResult> {
     const { actor, reason } = this.#input(input);
-    return this.#move(operationId, ['needs_review'], 'failed', null, actor, 'review:resolve_failed', { why: reason });
+    return this.#move(
+      operationId,
+      ['needs_review'],
+      'failed',
+      null,
+      actor,
+      'review:resolve_failed',
+      { why: reason },
+      input.expect,
+    );
   }
 
-  async #compensate(operationId: string, input: ReviewInput): Promise<ReviewResult> {
+  async #compensate(operationId: string, input: ReviewInput & ExpectOptions): Promise<ReviewResult> {
     const { actor, reason } = this.#input(input);
     if (!UUID.test(operationId)) throw new ActionLedgerError('not_found', 'no such operation');
     const before = await this.#pool.query<{ status: string }>(
@@ -276,6 +309,7 @@ export class Review {
       `review:compensate: ${reason}`,
       ['succeeded', 'needs_review'],
       true,
+      (op) => checkExpectation('compensate', op, input.expect),
     );
     if (r === 'unchanged') throw this.#wrongState('compensate', before.rows[0]?.status ?? 'unknown');
     return {
@@ -320,10 +354,13 @@ export class Review {
     actor: string,
     reason: string,
     detail: Record<string, unknown>,
+    expect?: Expectation,
   ): Promise<ReviewResult> {
     return withTransaction(this.#pool, async (c) => {
       const op = await this.#lock(c, operationId);
-      if (!from.includes(op.status)) throw this.#wrongState(reason.replace('review:', '').replace('_', '-'), op.status);
+      const action = reason.replace('review:', '').replace('_', '-');
+      if (!from.includes(op.status)) throw this.#wrongState(action, op.status);
+      checkExpectation(action, op, expect);
       const { rows } = await c.query(this.#q.move, [
         operationId,
         op.status,

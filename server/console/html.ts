@@ -67,3 +67,38 @@ export function text(v: unknown): string {
   if (v === null || v === undefined) return '';
   return JSON.stringify(v);
 }
+
+/**
+ * Characters a browser draws as nothing, or that reorder or reshape the text around them: format characters
+ * (bidi embeddings, overrides and isolates, zero-width spaces and joiners, the byte-order mark, tag
+ * characters), control characters but the newline, line and paragraph separators, variation selectors and the
+ * Hangul fillers.
+ */
+const HIDDEN =
+  /[\p{Cf}\p{Zl}\p{Zp}\u0000-\u0009\u000b-\u001f\u007f-\u009f\u115f\u1160\u3164\uffa0\ufe00-\ufe0f]|[\u{e0100}-\u{e01ef}]/gu;
+
+/** Whether the text holds a character `visible` would mark. */
+export function hasHidden(value: string): boolean {
+  return new RegExp(HIDDEN.source, 'u').test(value);
+}
+
+/**
+ * Text for reading, escaped like every interpolation, with each hidden character (see HIDDEN) shown as its
+ * code (`\u202E`) in a marked span instead of being drawn, so what the reader sees is what is stored.
+ * For text content only, never for an attribute value.
+ */
+export function visible(raw: string | undefined): SafeHtml {
+  const value = raw ?? '';
+  let out = '';
+  let last = 0;
+  for (const m of value.matchAll(HIDDEN)) {
+    const cp = m[0].codePointAt(0) ?? 0;
+    const code =
+      cp > 0xffff ? `\\u{${cp.toString(16).toUpperCase()}}` : `\\u${cp.toString(16).toUpperCase().padStart(4, '0')}`;
+    out += escapeHtml(value.slice(last, m.index));
+    out += `<span class="hidden-char" title="a hidden character, shown as its code">${code}</span>`;
+    last = m.index + m[0].length;
+  }
+  out += escapeHtml(value.slice(last));
+  return new SafeHtml(out, MINT);
+}

@@ -89,3 +89,12 @@ export function ago(d: Date | string): string {
     .replace('T', ' ')
     .replace(/\.\d+Z$/, 'Z');
 }
+
+/**
+ * The success notice after a change, chosen by a fixed code in `?done=`: only the page's own messages can be
+ * shown, so nobody can put words in the console's mouth with a crafted link. An unknown code shows nothing.
+ */
+export function doneNotice(messages: Readonly<Record<string, string>>, code: string | undefined): SafeHtml | '' {
+  if (code === undefined || !Object.hasOwn(messages, code)) return '';
+  return notice('ok', html`<p id="done">${messages[code]}</p>`);
+}

@@ -18,7 +18,7 @@ import { registerAuditPages } from './pages/audit.js';
 import { registerKillSwitchPages } from './pages/kill-switches.js';
 import { registerOperationPages } from './pages/operations.js';
 import { registerReviewPages } from './pages/review.js';
-import { checkCsrf, clearSessionCookie, sessionHook, setSessionCookie } from './session.js';
+import { checkCsrf, checkSameSite, clearSessionCookie, cookieOf, sessionHook, setSessionCookie } from './session.js';
 import { explain } from './explain.js';
 
 export type Form = Record<string, string>;
@@ -99,8 +99,20 @@ function registerEntry(app: FastifyInstance, deps: ApiDeps, sessions: ConsoleSes
     return send(reply, 200, page(request, 'Sign in', body));
   });
   app.post('/login', { config: { console: 'public' } }, async (request, reply) => {
+    checkSameSite(request);
     const link = ((request.body ?? {}) as Form).link ?? '';
     const started = await sessions.redeemLink(link);
+    // A new sign-in replaces whatever session this browser had: the old one ends, it is not left usable.
+    let previous: string | undefined;
+    try {
+      previous = cookieOf(request);
+    } catch {
+      previous = undefined; // several cookies: none is trusted, and the new one replaces the console's own
+    }
+    if (previous !== undefined) {
+      const old = await sessions.authenticate(previous).catch(() => undefined);
+      if (old !== undefined) await sessions.end(old.session_id, 'replaced');
+    }
     setSessionCookie(request, reply, started.token, deps.config.api.console.sessionTtlS);
     return reply.redirect('/console/approvals', 303);
   });

@@ -171,6 +171,29 @@ t.test('the cookie, the CSP, and pages with no inline script or style', async (t
   });
   t.equal(secure.status, 303);
   t.match(secure.headers.get('set-cookie') ?? '', /; HttpOnly; SameSite=Strict; Max-Age=\d+; Secure$/);
+  t.match(
+    secure.headers.get('set-cookie') ?? '',
+    /^__Host-al_console=[A-Za-z0-9_-]{43}; Path=\/;/,
+    'over TLS the name carries the __Host- prefix, whose rules (Secure, Path=/, no Domain) it follows',
+  );
+});
+
+t.test('a new sign-in in a browser ends the session that browser had', async (t) => {
+  const f = await setup(t);
+  const first = await signIn(f, 'sup-1');
+  const link = await sessions(f).createLoginLink('sup-1', 'test');
+  const again = await fetch(`${f.base}/console/login`, {
+    method: 'POST',
+    headers: { ...FORM, cookie: first.cookie },
+    body: `link=${link.secret}`,
+    redirect: 'manual',
+  });
+  t.equal(again.status, 303);
+  const cookie = (again.headers.get('set-cookie') ?? '').split(';')[0] ?? '';
+  t.equal((await get(f, '/console/approvals', cookie)).status, 200, 'the new session works');
+  const old = await get(f, '/console/approvals', first.cookie);
+  t.equal(old.status, 401, 'the old one has ended');
+  t.match(await old.text(), /ended/);
 });
 
 t.test('sessions expire, sign out, and end with a role revocation', async (t) => {
@@ -336,6 +359,12 @@ t.test('kill switches: configured tools only, engaged and lifted with reasons', 
     reason: '',
   });
   t.equal(noReason.status, 422);
+  const noList = await post(f, '/console/review/tenant-a/bulk-retry', op, {
+    csrf: op.csrf,
+    review_reason: 'final_check:tool_disabled',
+    reason: 'a form that does not say what it showed',
+  });
+  t.equal(noList.status, 422, 'a bulk retry that names no shown operation is refused');
   const small = await f.gate.call(gctx({ workflow_step_id: 'ks-1' }), 'issue_refund', {
     order_id: 'O-3',
     amount: 10,
@@ -425,13 +454,17 @@ t.test('a bulk retry retries the safe operations of one reason and leaves the re
   const queue = await (await get(f, '/console/review', op.cookie)).text();
   t.match(queue, /Retry every safe one with this reason \(2\)/);
   t.equal((queue.match(/>Retry<\/button>/g) ?? []).length, 2, 'retry offered only where safe');
+  // The form's hidden list of the operations the page showed, sent as the browser would send it.
+  const operations = /name="operations"\s+value="([^"]*)"/.exec(queue)?.[1] ?? '';
   const r = await post(f, '/console/review/tenant-a/bulk-retry', op, {
     csrf: op.csrf,
     review_reason: 'final_check:tool_disabled',
+    operations,
     reason: 'the switch was lifted; none of these reached the provider',
   });
   t.equal(r.status, 303);
-  t.match(decodeURIComponent(r.headers.get('location') ?? '').replaceAll('+', ' '), /Retried 2 .* 1 left in review/);
+  t.equal(r.headers.get('location'), '/console/review?tenant=tenant-a&done=bulk_retried', 'a fixed notice code');
+  t.match(await (await get(f, r.headers.get('location') ?? '', op.cookie)).text(), /id="done">Bulk retry: /);
   const { rows } = await f.pool.query<{ operation_id: string; status: string }>(
     'SELECT operation_id, status FROM actionledger.operations WHERE operation_id = ANY($1) ORDER BY operation_id',
     [[safe1, safe2, unsafe]],
@@ -447,6 +480,12 @@ t.test('a bulk retry retries the safe operations of one reason and leaves the re
     reason: '',
   });
   t.equal(noReason.status, 422);
+  const noList = await post(f, '/console/review/tenant-a/bulk-retry', op, {
+    csrf: op.csrf,
+    review_reason: 'final_check:tool_disabled',
+    reason: 'a form that does not say what it showed',
+  });
+  t.equal(noList.status, 422, 'a bulk retry that names no shown operation is refused');
 });
 
 t.test('operations filter by reservation time', async (t) => {

@@ -4,7 +4,7 @@
  * percent-encodes every path segment and query value.
  */
 import t from 'tap';
-import { escapeHtml, href, html, SafeHtml, text } from '../../server/console/html.js';
+import { escapeHtml, hasHidden, href, html, SafeHtml, text, visible } from '../../server/console/html.js';
 
 t.test('every interpolation is escaped', (t) => {
   const hostile = `<script>alert(1)</script><img src=x onerror="alert('2')">\`&`;
@@ -33,5 +33,17 @@ t.test('only html`` makes markup', (t) => {
 t.test('href encodes every part', (t) => {
   t.equal(href(['approvals', 'tenant a', 'x/../y']), '/console/approvals/tenant%20a/x%2F..%2Fy');
   t.equal(href(['audit'], { tool: 'javascript:alert(1)', empty: '' }), '/console/audit?tool=javascript%3Aalert%281%29');
+  t.end();
+});
+
+t.test('visible shows hidden characters as their codes and escapes the rest', (t) => {
+  const out = visible('pay@\u202Emoc.xe-knab <b>\u200B\n\u{E0041}').toString();
+  t.notOk(/[\u202E\u200B]|\u{E0041}/u.test(out), 'no hidden character is drawn raw');
+  t.match(out, /pay@<span class="hidden-char"[^>]*>\\u202E<\/span>moc\.xe-knab &lt;b&gt;/);
+  t.match(out, /\\u200B<\/span>\n<span/, 'a newline stays a newline');
+  t.match(out, /\\u\{E0041\}<\/span>$/);
+  t.ok(hasHidden('a\u2066b'));
+  t.notOk(hasHidden('plain text, ünïcödé and emoji 🙂\n'));
+  t.equal(visible(undefined).toString(), '');
   t.end();
 });

@@ -14,7 +14,7 @@ import { holds } from '../../api/auth.js';
 import { httpStatus } from '../../api/errors.js';
 import type { ApiDeps, Caller } from '../../api/types.js';
 import { explain } from '../explain.js';
-import { href, html, text, type SafeHtml } from '../html.js';
+import { hasHidden, href, html, text, visible, type SafeHtml } from '../html.js';
 import { ago, csrfField, notice, page, send } from '../layout.js';
 import { form } from '../plugin.js';
 import { callerIn, tenantsOf } from '../session.js';
@@ -104,8 +104,8 @@ function registerPendingList(app: FastifyInstance, deps: ApiDeps): void {
                     <td data-label="Tenant">${a.tenant}</td>
                     <td data-label="Who asked">${a.requester_id} (${a.requester_role})</td>
                     <td data-label="Tool">${a.tool_name}</td>
-                    <td data-label="Effect">${a.effect}</td>
-                    <td data-label="Amount">${a.amount}</td>
+                    <td data-label="Effect">${visible(text(a.effect))}</td>
+                    <td data-label="Amount">${visible(a.amount)}</td>
                     <td data-label="Time left">${a.past_ttl ? 'expired' : timeLeft(a.expires_at)}</td>
                   </tr>`,
               )}
@@ -236,14 +236,14 @@ async function approvalPage(
   const decide = blockers.length > 0 || view.status !== 'pending' ? html`` : decideForms(request, p, displayedHash);
   const op = view.operation_id === null ? null : await operationStatus(deps, caller, view.operation_id);
   const body = html` ${done !== undefined && DONE[done] !== undefined ? notice('ok', html`<p id="done">${DONE[done]}</p>`) : ''}
-    ${refusal ?? ''}
+    ${refusal ?? ''} ${hiddenWarning(view.envelope)}
     <dl>
       <dt>Status</dt>
       <dd id="status">${view.status}${view.reason === null ? '' : ` (${view.reason})`}</dd>
       <dt>Tool</dt>
       <dd>${env.tool}</dd>
       <dt>Effect</dt>
-      <dd>${text(env.effect ?? '')}</dd>
+      <dd>${visible(text(env.effect ?? ''))}</dd>
       <dt>Who asked</dt>
       <dd>${env.requester.principal_id} as ${env.requester.role}</dd>
       <dt>Conversation</dt>
@@ -256,7 +256,7 @@ async function approvalPage(
       <dd>${text(env.policy_version ?? '')}</dd>
       <dt>Bound resources</dt>
       <dd>
-        ${env.resources.length === 0 ? 'none' : env.resources.map((r) => html`${r.type} ${r.id} at version ${r.version}<br />`)}
+        ${env.resources.length === 0 ? 'none' : env.resources.map((r) => html`${visible(r.type)} ${visible(r.id)} at version ${visible(r.version)}<br />`)}
       </dd>
       <dt>Approvers</dt>
       <dd>${view.approvers.join(', ') || 'none yet'} (needs ${text(env.required_approvals ?? 1)})</dd>
@@ -275,13 +275,26 @@ async function approvalPage(
       }
     </dl>
     <h2>Arguments, exactly as stored</h2>
-    <pre id="arguments">${JSON.stringify(env.arguments, null, 2)}</pre>
+    <pre id="arguments">${visible(JSON.stringify(env.arguments, null, 2))}</pre>
     ${blockers} ${decide}
     <details>
       <summary>The whole envelope (what the hash covers)</summary>
-      <pre id="envelope">${JSON.stringify(view.envelope, null, 2)}</pre>
+      <pre id="envelope">${visible(JSON.stringify(view.envelope, null, 2))}</pre>
     </details>`;
   return page(request, `Approval ${p.id}`, html`<section id="approval" data-live>${body}</section>`);
+}
+
+/** A warning when what is to be approved holds characters a browser would hide or reorder (see visible()). */
+function hiddenWarning(envelope: unknown): SafeHtml | '' {
+  if (!hasHidden(JSON.stringify(envelope))) return '';
+  return notice(
+    'warn',
+    html`<p id="hidden-chars">
+      <span class="code">hidden_characters</span>: what you are asked to approve holds characters a browser would draw
+      as nothing or that reorder the text around them. Each is shown below as its code in a marked box; the stored
+      value, and what would be sent, contains them exactly there.
+    </p>`,
+  );
 }
 
 async function operationStatus(deps: ApiDeps, caller: Caller, id: string): Promise<string | null> {

@@ -4,7 +4,7 @@ import { ISO_TIME_PATTERN, listAudit } from '../../../gate/index.js';
 import { ActionLedgerError } from '../../../core/errors.js';
 import { holds } from '../../api/auth.js';
 import type { ApiDeps } from '../../api/types.js';
-import { href, html } from '../html.js';
+import { href, html, visible } from '../html.js';
 import { ago, page, send, tenantPicker } from '../layout.js';
 import { tenantsOf } from '../session.js';
 import { pickTenant } from './operations.js';
@@ -48,7 +48,7 @@ export function registerAuditPages(app: FastifyInstance, deps: ApiDeps): void {
           <td data-label="Who">${r.principal_id ?? ''}${r.role === null ? '' : ` (${r.role})`}</td>
           <td data-label="Tool">${r.tool_name ?? ''}</td>
           <td data-label="Subject">${r.subject_id ?? ''}</td>
-          <td data-label="Detail"><pre>${JSON.stringify(r.detail)}</pre></td>
+          <td data-label="Detail"><pre>${visible(JSON.stringify(r.detail))}</pre></td>
         </tr>`,
     );
     const next =

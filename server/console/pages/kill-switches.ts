@@ -12,7 +12,7 @@ import { listInReview } from '../../../reconciler/index.js';
 import { holds } from '../../api/auth.js';
 import type { ApiDeps } from '../../api/types.js';
 import { href, html, type SafeHtml } from '../html.js';
-import { ago, csrfField, notice, page, send } from '../layout.js';
+import { ago, csrfField, doneNotice, page, send } from '../layout.js';
 import { form } from '../plugin.js';
 import { callerIn, tenantsOf } from '../session.js';
 
@@ -25,6 +25,13 @@ export function registerKillSwitchPages(app: FastifyInstance, deps: ApiDeps): vo
   registerSwitchList(app, deps);
   registerSwitchChanges(app, deps);
 }
+
+/** The notices a change may leave on the list, by code. */
+const DONE = {
+  engaged: 'The kill switch is engaged: calls of that tool are refused and its pending operations are held.',
+  lifted: 'The kill switch is lifted.',
+  not_engaged: 'No such kill switch was engaged; nothing changed.',
+} as const;
 
 function registerSwitchList(app: FastifyInstance, deps: ApiDeps): void {
   app.get<{ Querystring: { done?: string } }>(
@@ -46,8 +53,7 @@ function registerSwitchList(app: FastifyInstance, deps: ApiDeps): void {
         held.set(t, l.total);
       }
       const rows = switchRows(request, engaged, await holdings(deps, engaged, tenants));
-      const done = request.query.done;
-      const body = html`${done === undefined || done === '' ? '' : notice('ok', html`<p id="done">${done}</p>`)}
+      const body = html`${doneNotice(DONE, request.query.done)}
         <section id="switches" data-live>
           ${
             rows.length === 0
@@ -116,10 +122,10 @@ function registerSwitchChanges(app: FastifyInstance, deps: ApiDeps): void {
       throw new ActionLedgerError('invalid_request', 'give a reason (no control characters)', {
         details: { field: 'reason' },
       });
-    let done: string;
+    let done: keyof typeof DONE;
     if (verb === 'engage') {
-      const r = await deps.gate.engageKillSwitch(caller.tenant_id, tool, caller.principal_id, reason);
-      done = `Engaged ${tool} in ${caller.tenant_id}: ${r.pending_held} pending held, ${r.executing} were at the provider.`;
+      await deps.gate.engageKillSwitch(caller.tenant_id, tool, caller.principal_id, reason);
+      done = 'engaged';
     } else {
       const lifted = await deps.gate.liftKillSwitch(caller.tenant_id, tool, caller.principal_id);
       await deps.audit.after({
@@ -129,9 +135,7 @@ function registerSwitchChanges(app: FastifyInstance, deps: ApiDeps): void {
         tool,
         detail: { reason },
       });
-      done = lifted
-        ? `Lifted ${tool} in ${caller.tenant_id}.`
-        : `No switch was engaged for ${tool} in ${caller.tenant_id}.`;
+      done = lifted ? 'lifted' : 'not_engaged';
     }
     return reply.redirect(href(['kill-switches'], { done }), 303);
   });

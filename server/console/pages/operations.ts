@@ -11,7 +11,7 @@ import { OPERATION_STATUSES, type OperationStatus } from '../../../core/types.js
 import { operationCursorBefore, TenantLedgerView, type OperationRecords } from '../../../ledger/index.js';
 import { holds } from '../../api/auth.js';
 import type { ApiDeps, Caller } from '../../api/types.js';
-import { href, html, text, type SafeHtml } from '../html.js';
+import { href, html, text, visible, type SafeHtml } from '../html.js';
 import { ago, page, send, tenantPicker } from '../layout.js';
 import { callerIn, tenantsOf } from '../session.js';
 
@@ -192,7 +192,7 @@ function recordsOf(r: OperationRecords): SafeHtml {
               (c) =>
                 html`<li>
                   ${ago(c.at)}, attempt ${c.attempt}, from ${c.from_status}: <strong>${c.outcome}</strong> by ${c.actor}
-                  ${text(c.detail) === '{}' ? '' : html`<pre>${JSON.stringify(c.detail, null, 2)}</pre>`}
+                  ${text(c.detail) === '{}' ? '' : html`<pre>${visible(JSON.stringify(c.detail, null, 2))}</pre>`}
                 </li>`,
             )}
           </ul>`
@@ -234,7 +234,7 @@ function registerShow(app: FastifyInstance, deps: ApiDeps, view: TenantLedgerVie
           <dd id="receipt">${op.provider_receipt == null ? 'none' : text(op.provider_receipt)}</dd>
         </dl>
         <h2>Arguments, as stored and sent</h2>
-        <pre>${JSON.stringify(op.arguments_json, null, 2)}</pre>
+        <pre>${visible(JSON.stringify(op.arguments_json, null, 2))}</pre>
         <h2>Timeline</h2>
         <ol class="timeline">
           ${found.history.map(
@@ -242,13 +242,13 @@ function registerShow(app: FastifyInstance, deps: ApiDeps, view: TenantLedgerVie
               html`<li>
                 <strong>${ago(h.at)}</strong> ${h.from_status ?? 'reserved'} → <strong>${h.to_status}</strong> by
                 ${h.actor}: ${h.reason}
-                ${h.detail === null || (typeof h.detail === 'object' && Object.keys(h.detail).length === 0) ? '' : html`<pre>${JSON.stringify(h.detail, null, 2)}</pre>`}
+                ${h.detail === null || (typeof h.detail === 'object' && Object.keys(h.detail).length === 0) ? '' : html`<pre>${visible(JSON.stringify(h.detail, null, 2))}</pre>`}
               </li>`,
           )}
         </ol>
         ${recordsOf(records)}
         <h2>Result</h2>
-        <pre>${op.result_json == null ? 'none' : JSON.stringify(op.result_json, null, 2)}</pre>
+        <pre>${visible(op.result_json == null ? 'none' : JSON.stringify(op.result_json, null, 2))}</pre>
       </section>`;
       return send(reply, 200, page(request, `Operation ${request.params.id}`, body));
     },

@@ -2,16 +2,18 @@
  * The review queue of one tenant, grouped by reason, with the actions each operation's state allows: retry
  * only when its recorded provider contact proves it safe (and only if nothing moved since the page was
  * rendered: the attempt and reason shown are sent back as the expectation), resolve as succeeded with the
- * provider's receipt, resolve as failed, compensate; each with a reason. A bulk retry for one reason retries
- * every safe operation with that reason, one by one through the same `Review` calls, and leaves the rest.
+ * provider's receipt, resolve as failed, compensate; each with a reason, and each refused when the attempt or
+ * reason shown no longer holds. A bulk retry for one reason retries the safe operations the page showed with
+ * that reason (their ids and attempts are in the form), one by one through the same `Review` calls, each
+ * checked again under its row lock; anything not shown, or moved since, is left.
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { ActionLedgerError } from '../../../core/errors.js';
-import { listInReview, type InReview, type Review } from '../../../reconciler/index.js';
+import { listInReview, type Expectation, type InReview, type Review } from '../../../reconciler/index.js';
 import { holds } from '../../api/auth.js';
 import type { ApiDeps, Caller } from '../../api/types.js';
 import { href, html } from '../html.js';
-import { csrfField, notice, page, send, tenantPicker } from '../layout.js';
+import { csrfField, doneNotice, page, send, tenantPicker } from '../layout.js';
 import { form } from '../plugin.js';
 import { callerIn, tenantsOf } from '../session.js';
 import { pickTenant } from './operations.js';
@@ -35,27 +37,20 @@ function reviewer(deps: ApiDeps, request: FastifyRequest, tenant: string): Calle
 }
 
 function row(request: FastifyRequest, tenant: string, o: InReview, mayReview: boolean) {
+  // Every action carries the attempt and review reason shown, checked again under the row lock.
   const act = (a: Action, label: string, extra: ReturnType<typeof html> | string = '') =>
     html`<form method="post" action="${href(['review', tenant, o.operation_id, a])}">
-      ${csrfField(request)}${extra}
+      ${csrfField(request)}<input type="hidden" name="attempt" value="${o.attempt}" /><input
+        type="hidden"
+        name="review_reason"
+        value="${o.review_reason}"
+      />${extra}
       <label>Reason <input name="reason" required maxlength="2000" /></label>
       <button type="submit">${label}</button>
     </form>`;
   const actions = !mayReview
     ? html``
-    : html`${
-          o.retry_safe
-            ? act(
-                'retry',
-                'Retry',
-                html`<input type="hidden" name="attempt" value="${o.attempt}" /><input
-                    type="hidden"
-                    name="review_reason"
-                    value="${o.review_reason}"
-                  />`,
-              )
-            : html`<p>Retry is not safe: the provider may have received it.</p>`
-        }
+    : html`${o.retry_safe ? act('retry', 'Retry') : html`<p>Retry is not safe: the provider may have received it.</p>`}
         <details>
           <summary>Resolve or compensate</summary>
           ${act('resolve-succeeded', 'Resolve succeeded', html`<label>Provider receipt <input name="receipt" required maxlength="256" /></label>`)}
@@ -74,6 +69,24 @@ export function registerReviewPages(app: FastifyInstance, deps: ApiDeps): void {
   registerQueue(app, deps);
   registerBulkRetry(app, deps);
   registerAction(app, deps);
+}
+
+/** The notices a review action may leave on the queue, by code. */
+const DONE: Readonly<Record<string, string>> = {
+  retried: 'retry: the operation moved from needs_review to pending; it will be dispatched again.',
+  succeeded: 'resolve-succeeded: the operation is recorded as succeeded.',
+  failed: 'resolve-failed: the operation is recorded as failed; earlier steps of its task are compensated.',
+  compensating: 'compensate: a compensation operation was started; the operation is compensating.',
+  escalated: 'compensate: no compensation could be started; the operation is back in review with the cause.',
+  bulk_retried:
+    'Bulk retry: every shown operation still safe and unchanged was retried; anything else stays in review below.',
+  bulk_none: 'Bulk retry: nothing was retried (each shown operation had moved on or was not safe).',
+};
+
+function doneCode(action: Action, to: string): string {
+  if (action === 'retry') return 'retried';
+  if (action === 'compensate') return to === 'compensating' ? 'compensating' : 'escalated';
+  return action === 'resolve-succeeded' ? 'succeeded' : 'failed';
 }
 
 function registerQueue(app: FastifyInstance, deps: ApiDeps): void {
@@ -98,7 +111,11 @@ function registerQueue(app: FastifyInstance, deps: ApiDeps): void {
             ${
               mayReview && ops.some((o) => o.retry_safe)
                 ? html`<form method="post" action="${href(['review', caller.tenant_id, 'bulk-retry'])}">
-                    ${csrfField(request)}<input type="hidden" name="review_reason" value="${reason}" />
+                    ${csrfField(request)}<input type="hidden" name="review_reason" value="${reason}" /><input
+                      type="hidden"
+                      name="operations"
+                      value="${ops.map((o) => `${o.operation_id}:${o.attempt}`).join(' ')}"
+                    />
                     <label>Reason <input name="reason" required maxlength="2000" /></label>
                     <button type="submit">
                       Retry every safe one with this reason (${ops.filter((o) => o.retry_safe).length})
@@ -122,9 +139,8 @@ function registerQueue(app: FastifyInstance, deps: ApiDeps): void {
             </table>
           </section>`,
       );
-      const done = request.query.done;
       const body = html`${tenantPicker(tenantsOf(request), caller.tenant_id, 'review')}
-        ${done === undefined || done === '' ? '' : notice('ok', html`<p id="done">${done}</p>`)}
+        ${doneNotice(DONE, request.query.done)}
         <section id="review" data-live>
           ${sections.length === 0 ? html`<p>Nothing is in review.</p>` : sections}
           ${listing.truncated ? html`<p>Only the first ${listing.operations.length} of ${listing.total} are shown.</p>` : ''}
@@ -132,6 +148,27 @@ function registerQueue(app: FastifyInstance, deps: ApiDeps): void {
       return send(reply, 200, page(request, 'Review', body));
     },
   );
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+/**
+ * The operations a bulk-retry form showed, as `ID:ATTEMPT` separated by spaces (at most 500, each once).
+ * Throws `invalid_request` (details.field `operations`).
+ */
+function shownOperations(raw: string | undefined): { id: string; attempt: number }[] {
+  const bad = (why: string) =>
+    new ActionLedgerError('invalid_request', `the operations shown ${why}`, { details: { field: 'operations' } });
+  const parts = (raw ?? '').split(' ').filter((p) => p !== '');
+  if (parts.length === 0) throw bad('are missing: reload the page and try again');
+  if (parts.length > 500) throw bad('are more than 500');
+  const out = new Map<string, number>();
+  for (const p of parts) {
+    const m = /^([0-9a-f-]{36}):([1-9][0-9]{0,8})$/.exec(p);
+    if (m === null || !UUID.test(m[1] ?? '') || out.has(m[1] ?? '')) throw bad('are malformed');
+    out.set(m[1] ?? '', Number(m[2]));
+  }
+  return [...out].map(([id, attempt]) => ({ id, attempt }));
 }
 
 function registerBulkRetry(app: FastifyInstance, deps: ApiDeps): void {
@@ -147,36 +184,48 @@ function registerBulkRetry(app: FastifyInstance, deps: ApiDeps): void {
         throw new ActionLedgerError('invalid_request', 'a bulk retry needs the review reason and your reason', {
           details: { field: 'reason' },
         });
+      const shown = shownOperations(f.operations);
       const listing = await listInReview(deps.config, deps.pool, { tenant: caller.tenant_id, limit: 500 });
+      const now = new Map(listing.operations.map((o) => [o.operation_id, o]));
       let retried = 0;
-      let left = 0;
-      for (const o of listing.operations.filter((x) => x.review_reason === which)) {
-        if (!o.retry_safe) {
-          left++;
-          continue;
-        }
+      for (const { id, attempt } of shown) {
+        const o = now.get(id);
+        // Only what the page showed, as it showed it; anything that moved since is left for a person.
+        if (o === undefined || !o.retry_safe || o.attempt !== attempt || o.review_reason !== which) continue;
         try {
-          await reviewOf(deps).retry(o.operation_id, {
+          await reviewOf(deps).retry(id, {
             actor: caller.principal_id,
             tenant: caller.tenant_id,
             requestId: request.id,
             reason,
-            expect: { attempt: o.attempt, reviewReason: o.review_reason },
+            expect: { attempt, reviewReason: which },
           });
           retried++;
         } catch {
-          left++; // moved on since it was listed, or refused: it stays for a person to look at
+          // moved on since it was listed, or refused: it stays for a person to look at
         }
       }
       return reply.redirect(
-        href(['review'], {
-          tenant: caller.tenant_id,
-          done: `Retried ${retried} with reason ${which}; ${left} left in review.`,
-        }),
+        href(['review'], { tenant: caller.tenant_id, done: retried > 0 ? 'bulk_retried' : 'bulk_none' }),
         303,
       );
     },
   );
+}
+
+/** The attempt and review reason a review form showed. Throws `invalid_request` when either is missing or malformed. */
+function expectationOf(f: Record<string, string>): Expectation {
+  const attempt = f.attempt ?? '';
+  const reviewReason = f.review_reason ?? '';
+  if (!/^[1-9][0-9]{0,8}$/.test(attempt))
+    throw new ActionLedgerError('invalid_request', 'the form must say which attempt it shows', {
+      details: { field: 'attempt' },
+    });
+  if (reviewReason === '')
+    throw new ActionLedgerError('invalid_request', 'the form must say which review reason it shows', {
+      details: { field: 'review_reason' },
+    });
+  return { attempt: Number(attempt), reviewReason };
 }
 
 function registerAction(app: FastifyInstance, deps: ApiDeps): void {
@@ -196,21 +245,16 @@ function registerAction(app: FastifyInstance, deps: ApiDeps): void {
       };
       const r = reviewOf(deps);
       const id = request.params.id;
+      const expect = expectationOf(f);
       const result =
         action === 'retry'
-          ? await r.retry(id, { ...input, expect: { attempt: Number(f.attempt), reviewReason: f.review_reason ?? '' } })
+          ? await r.retry(id, { ...input, expect })
           : action === 'resolve-succeeded'
-            ? await r.resolveSucceeded(id, { ...input, receipt: f.receipt ?? '' })
+            ? await r.resolveSucceeded(id, { ...input, expect, receipt: f.receipt ?? '' })
             : action === 'resolve-failed'
-              ? await r.resolveFailed(id, input)
-              : await r.compensate(id, input);
-      return reply.redirect(
-        href(['review'], {
-          tenant: caller.tenant_id,
-          done: `${action}: ${id} moved from ${result.from} to ${result.to}.`,
-        }),
-        303,
-      );
+              ? await r.resolveFailed(id, { ...input, expect })
+              : await r.compensate(id, { ...input, expect });
+      return reply.redirect(href(['review'], { tenant: caller.tenant_id, done: doneCode(action, result.to) }), 303);
     },
   );
 }
