@@ -10,8 +10,8 @@
  *                                   row was written, so a caller about to allow something refuses instead
  *   {@link AuditWriter.grouped}  -> as `after`, for rows nothing waits on before answering (the HTTP API's
  *                                   request rows): rows arriving while a write is in flight go together in the
- *                                   next one (one INSERT, one commit), so a busy API writes one row per commit
- *                                   no more; a group the database refuses is written row by row as `after` does
+ *                                   next one (one INSERT, one commit), so a busy API does not pay a commit per
+ *                                   row; a group the database refuses is written row by row as `after` does
  *
  * Arguments are redacted at write time per the tool's configuration and every text is made storable
  * (gate/redaction.ts).
