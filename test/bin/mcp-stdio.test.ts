@@ -15,6 +15,7 @@ import { BIN, runCli, lastJson } from '../helpers/cli.js';
 import { TEST_SECRET } from '../helpers/db.js';
 import { auditRows, count, gateFixture, gateRoutes, gateSection } from '../helpers/gate.js';
 import { call, meta } from '../helpers/mcp.js';
+import { nodeCommand } from '../helpers/node-child.js';
 
 t.test('the stdio server: listing, one reservation, refusals as tool errors, revocation', async (t) => {
   const { pool, url, config } = await gateFixture(t);
@@ -51,8 +52,8 @@ t.test('the stdio server: listing, one reservation, refusals as tool errors, rev
   t.match(JSON.parse(lines[0] ?? '{}'), { jsonrpc: '2.0', id: 1, result: { serverInfo: { name: 'actionledger' } } });
 
   const transport = new StdioClientTransport({
-    command: process.execPath,
-    args: [BIN, 'mcp', '--stdio'],
+    command: nodeCommand([BIN, 'mcp', '--stdio'])[0],
+    args: nodeCommand([BIN, 'mcp', '--stdio'])[1],
     env: { PATH: process.env.PATH ?? '', ...env, ACTIONLEDGER_TOKEN: token },
     stderr: 'pipe',
   });

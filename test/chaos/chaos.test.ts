@@ -5,17 +5,16 @@ import { checkInvariants } from '../../chaos/checker.js';
 import { carriesCommit } from '../../chaos/tcp-proxy.js';
 import { Rng } from '../../chaos/rng.js';
 import { ctx, dispatchEnv, settled } from '../helpers/fleet.js';
+import { nodeCommand } from '../helpers/node-child.js';
 
 const RUN = join(import.meta.dirname, '..', '..', 'chaos', 'run.js');
 
 t.test(
   'the short chaos run: a fleet under crashes, provider, authorizer, network and server faults, kill switches and a revoked role keeps every invariant',
   async (t) => {
-    const child = spawn(
-      process.execPath,
-      [RUN, '--seed', '7', '--ops', '300', '--workers', '3', '--deadline-s', '240'],
-      { stdio: ['ignore', 'pipe', 'pipe'] },
-    );
+    const child = spawn(...nodeCommand([RUN, '--seed', '7', '--ops', '300', '--workers', '3', '--deadline-s', '240']), {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let out = '';
     let err = '';
     child.stdout.on('data', (c: Buffer) => (out += c.toString()));

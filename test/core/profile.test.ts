@@ -14,6 +14,7 @@ import {
   verifyProfile,
   type DispatchProfile,
 } from '../../core/profile.js';
+import { nodeCommand } from '../helpers/node-child.js';
 
 const PROFILE = {
   profile_id: 'prod-dispatch-2025-01',
@@ -358,7 +359,7 @@ t.test('loadVerifiedProfile reads the three files and refuses a missing one', as
 
 t.test('the profile CLI round trips as a child process', (t) => {
   const run = (...args: string[]): { code: number | null; out: string; err: string } => {
-    const r = spawnSync(process.execPath, [BIN, 'profile', ...args], { encoding: 'utf8' });
+    const r = spawnSync(...nodeCommand([BIN, 'profile', ...args]), { encoding: 'utf8' });
     return { code: r.status, out: r.stdout, err: r.stderr };
   };
   const dir = mkdtempSync(join(tmpdir(), 'al-profile-cli-'));

@@ -12,6 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createTestDatabase, TEST_SECRET } from '../helpers/db.js';
 import { freePort } from '../helpers/net.js';
+import { nodeCommand } from '../helpers/node-child.js';
 
 const root = join(import.meta.dirname, '..', '..', '..');
 
@@ -47,7 +48,7 @@ t.test('npm ci --omit=dev of the packed package starts the service against Postg
   example.http = { host: '127.0.0.1', port: http };
   example.sandbox = { enabled: true, provider_port: provider, authorizer_port: authorizer };
   writeFileSync(join(dir, 'config.json'), JSON.stringify(example));
-  const service = spawn(process.execPath, [join(app, 'dist', 'bin', 'actionledger.js'), 'start', '--workers', '1'], {
+  const service = spawn(...nodeCommand([join(app, 'dist', 'bin', 'actionledger.js'), 'start', '--workers', '1']), {
     cwd: dir,
     env: {
       PATH: process.env.PATH,

@@ -10,6 +10,7 @@ import { onRequestSent } from '../../core/request-sent.js';
 import { BIN } from '../helpers/cli.js';
 import { ctx, dispatchEnv, type DispatchEnv } from '../helpers/fleet.js';
 import { startProvider, testAgent, testPki } from '../helpers/sandbox.js';
+import { nodeCommand } from '../helpers/node-child.js';
 
 const body = JSON.stringify({ order_id: 'ord-1', amount: 1000, currency: 'EUR' });
 const call = (key: string) => ({ headers: { 'Idempotency-Key': key }, body, timeoutMs: 3_000, maxBytes: 64 * 1024 });
@@ -85,7 +86,7 @@ async function crashingWorker(t: Test, e: DispatchEnv, crashAt: string, concurre
     ACTIONLEDGER_CRASH_POINTS_ENABLED: '1',
     ACTIONLEDGER_CRASH_AT: crashAt,
   };
-  const child = spawn(process.execPath, [BIN, 'dispatcher', '--concurrency', String(concurrency)], {
+  const child = spawn(...nodeCommand([BIN, 'dispatcher', '--concurrency', String(concurrency)]), {
     env,
     stdio: ['ignore', 'ignore', 'pipe'],
   });

@@ -2,9 +2,10 @@ import t from 'tap';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { BIN } from '../helpers/cli.js';
 import { ctx, dispatchEnv, settled } from '../helpers/fleet.js';
+import { nodeCommand } from '../helpers/node-child.js';
 
 function worker(env: NodeJS.ProcessEnv, concurrency: number): ChildProcess {
-  return spawn(process.execPath, [BIN, 'dispatcher', '--concurrency', String(concurrency)], {
+  return spawn(...nodeCommand([BIN, 'dispatcher', '--concurrency', String(concurrency)]), {
     env: { PATH: process.env.PATH, ...env },
     stdio: ['ignore', 'ignore', 'pipe'],
   });

@@ -2,6 +2,7 @@
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { dirname, join } from 'node:path';
+import { nodeCommand } from './node-child.js';
 
 export const BIN = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'bin', 'actionledger.js');
 
@@ -17,7 +18,7 @@ export function runCli(
   options: { timeoutMs?: number; input?: string } = {},
 ): Promise<CliResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [BIN, ...args], {
+    const child = spawn(...nodeCommand([BIN, ...args]), {
       env: { PATH: process.env.PATH, ...env },
       stdio: [options.input === undefined ? 'ignore' : 'pipe', 'pipe', 'pipe'],
     });

@@ -19,6 +19,7 @@ import { startDispatchKit } from '../../sandbox/kit.js';
 import { createTestDatabase, TEST_SECRET, testKeyer } from './db.js';
 import { Secret } from '../../core/secret.js';
 import { openReconciler, type ReconcileKit } from '../../reconciler/index.js';
+import { nodeCommand } from './node-child.js';
 
 export const PROVIDER_TOKEN = 'provider-token-for-tests';
 
@@ -239,7 +240,7 @@ export interface ServiceProcess {
 }
 
 export function spawnService(bin: string, args: string[], env: NodeJS.ProcessEnv): ServiceProcess {
-  const child = spawn(process.execPath, [bin, 'start', ...args], {
+  const child = spawn(...nodeCommand([bin, 'start', ...args]), {
     env: { PATH: process.env.PATH, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
     detached: true,

@@ -9,11 +9,12 @@ import t from 'tap';
 import { BIN } from '../helpers/cli.js';
 import { dispatchEnv } from '../helpers/fleet.js';
 import { receiverPki, WebhookReceiver } from '../helpers/notify-receivers.js';
+import { nodeCommand } from '../helpers/node-child.js';
 
 const SECRET = `whsec_${randomBytes(32).toString('base64')}`;
 
 function worker(env: NodeJS.ProcessEnv): { child: ChildProcess; exited: Promise<NodeJS.Signals | null> } {
-  const child = spawn(process.execPath, [BIN, 'dispatcher', '--concurrency', '1'], {
+  const child = spawn(...nodeCommand([BIN, 'dispatcher', '--concurrency', '1']), {
     env: { PATH: process.env.PATH, ...env },
     stdio: ['ignore', 'ignore', 'inherit'],
   });

@@ -2,6 +2,7 @@ import t from 'tap';
 import { spawn } from 'node:child_process';
 import { BIN, lastJson, runCli } from '../helpers/cli.js';
 import { ctx, dispatchEnv, settled, type DispatchEnv } from '../helpers/fleet.js';
+import { nodeCommand } from '../helpers/node-child.js';
 
 type Row = {
   status: string;
@@ -41,7 +42,7 @@ async function history(
 
 /** A dispatcher worker process armed to SIGKILL itself at `crashAt`; resolves when it has died. */
 function crashingWorker(e: DispatchEnv, crashAt: string): Promise<{ code: number | null; signal: string | null }> {
-  const child = spawn(process.execPath, [BIN, 'dispatcher', '--concurrency', '1'], {
+  const child = spawn(...nodeCommand([BIN, 'dispatcher', '--concurrency', '1']), {
     env: { PATH: process.env.PATH, ...e.env, ACTIONLEDGER_CRASH_POINTS_ENABLED: '1', ACTIONLEDGER_CRASH_AT: crashAt },
     stdio: ['ignore', 'ignore', 'ignore'],
   });

@@ -3,6 +3,7 @@ import { spawn } from 'node:child_process';
 import { openReconciler, ReconcileSchedule } from '../../reconciler/index.js';
 import { BIN } from '../helpers/cli.js';
 import { ctx, dispatchEnv, settled } from '../helpers/fleet.js';
+import { nodeCommand } from '../helpers/node-child.js';
 
 t.test(
   'a reconciler reopened on the same runtime: metrics registered once and reused, close() repeatable, a closed kit refuses passes',
@@ -26,7 +27,7 @@ t.test(
     // The reopened reconciler, on a schedule stopped and started again, resolves an orphan: a worker SIGKILLed
     // after the provider applied the effect, before its outcome write.
     const r = await e.ledger.reserve(ctx('reopened'), 'issue_refund', { order_id: 'o-r', amount: 5, currency: 'EUR' });
-    const worker = spawn(process.execPath, [BIN, 'dispatcher', '--concurrency', '1'], {
+    const worker = spawn(...nodeCommand([BIN, 'dispatcher', '--concurrency', '1']), {
       env: {
         PATH: process.env.PATH,
         ...e.env,

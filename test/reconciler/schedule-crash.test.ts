@@ -5,6 +5,7 @@ import { createLogger } from '../../core/log.js';
 import { RECONCILE_QUEUE, ReconcileSchedule } from '../../reconciler/index.js';
 import { BIN } from '../helpers/cli.js';
 import { ctx, dispatchEnv, settled, type DispatchEnv } from '../helpers/fleet.js';
+import { nodeCommand } from '../helpers/node-child.js';
 
 function exited(child: ChildProcess): Promise<{ code: number | null; signal: string | null }> {
   return new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
@@ -12,7 +13,7 @@ function exited(child: ChildProcess): Promise<{ code: number | null; signal: str
 
 /** A process armed to SIGKILL itself at `crashAt`, running `actionledger` with `args`. */
 function armed(e: DispatchEnv, args: string[], crashAt: string): ChildProcess {
-  return spawn(process.execPath, [BIN, ...args], {
+  return spawn(...nodeCommand([BIN, ...args]), {
     env: {
       PATH: process.env.PATH,
       ...e.env,

@@ -14,11 +14,12 @@ import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { nodeCommand } from '../helpers/node-child.js';
 
 const SCRIPT = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..', 'bin', 'build-if-stale.mjs');
 
 function build(root: string): { code: number | null; stderr: string } {
-  const r = spawnSync(process.execPath, [SCRIPT, root], { encoding: 'utf8' });
+  const r = spawnSync(...nodeCommand([SCRIPT, root]), { encoding: 'utf8' });
   return { code: r.status, stderr: r.stderr + r.stdout };
 }
 
@@ -87,7 +88,7 @@ t.test('npm start compiles only what changed since the last build', (t) => {
   writeFileSync(join(root, 'src', 'a.ts'), 'export const a: number = 3;\n');
   changed(root, join(root, 'src', 'a.ts'));
   const tsc = createRequire(import.meta.url).resolve('typescript/bin/tsc');
-  t.equal(spawnSync(process.execPath, [tsc, '-p', root, '--noEmit']).status, 0);
+  t.equal(spawnSync(...nodeCommand([tsc, '-p', root, '--noEmit'])).status, 0);
   t.match(build(root).stderr, /src changed/);
   t.match(readFileSync(join(root, 'dist', 'a.js'), 'utf8'), /= 3/, 'and the edit is in dist/');
 
