@@ -3,8 +3,8 @@
  * compiled test files. Each test file clones the template (`CREATE DATABASE ... TEMPLATE`), so files run in
  * parallel without sharing rows (graphile-worker's arrangement).
  *
- * With DATABASE_URL set, that server is used (its role needs CREATEDB); otherwise an embedded PostgreSQL
- * starts in a temporary folder and is removed afterwards.
+ * With DATABASE_URL set, that server is used as it is configured (its role needs CREATEDB); otherwise an
+ * embedded PostgreSQL starts in a temporary folder, without fsync, and is removed afterwards.
  */
 import { spawn } from 'node:child_process';
 import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
@@ -40,6 +40,13 @@ async function main(): Promise<number> {
       rmSync(dir, { recursive: true, force: true });
     };
     process.stdout.write(`# embedded PostgreSQL in ${dir}\n`);
+    // A throwaway cluster: no fsync. Commits still write their WAL before they return, so a PostgreSQL process
+    // killed by a test recovers every committed row; only an operating-system crash could lose them.
+    const c = new pg.Client({ connectionString: adminUrl });
+    await c.connect();
+    await c.query('ALTER SYSTEM SET fsync = off');
+    await c.query('SELECT pg_reload_conf()');
+    await c.end();
   }
   const template = `al_template_${process.pid}`;
   const admin = new pg.Client({ connectionString: adminUrl });
