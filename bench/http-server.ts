@@ -3,6 +3,7 @@
  * runs it beside its callers, so the client's loop does not pay for the server's work (or the reverse).
  * Receives the database URL and the raw configuration; answers with the port it listens on.
  */
+import { readlinkSync } from 'node:fs';
 import { parentPort, workerData } from 'node:worker_threads';
 import { compileConfig } from '../core/config.js';
 import { createPool } from '../core/db.js';
@@ -30,7 +31,9 @@ const { app } = await buildApi({
 });
 await app.listen({ host: '127.0.0.1', port: 0 });
 const address = app.server.address();
-parentPort?.postMessage({ port: typeof address === 'object' && address !== null ? address.port : 0 });
+// This thread's Linux task id (`/proc/thread-self` is `<pid>/task/<tid>`), so the bench can tell its CPU apart.
+const tid = Number(/task\/(\d+)$/.exec(readlinkSync('/proc/thread-self'))?.[1] ?? NaN);
+parentPort?.postMessage({ port: typeof address === 'object' && address !== null ? address.port : 0, tid });
 parentPort?.on('message', (m: unknown) => {
   if (m !== 'stop') return;
   void app.close().then(async () => {

@@ -18,7 +18,7 @@ import { migrate } from '../core/migrate.js';
 import { Gate } from '../gate/index.js';
 import { PrincipalStore } from '../principals/index.js';
 import { dropDatabase } from './cells.js';
-import { waitForQuiet } from './cpu.js';
+import { cpuSplit, waitForQuiet, type CpuSplit } from './cpu.js';
 import {
   closedLoop,
   freshDatabase,
@@ -39,6 +39,11 @@ const CELLS = [
 ] as const;
 type Cell = (typeof CELLS)[number];
 
+/** A cell's load and where the machine's CPU went while it ran (the closed loop only, not its set-up). */
+interface Measured extends LoadResult {
+  cpu: CpuSplit;
+}
+
 interface Options {
   adminUrl: string;
   postgres: string;
@@ -51,8 +56,8 @@ interface Options {
 }
 
 /** One level of one round: every cell on its own fresh database. */
-async function round(o: Options, n: number, r: number): Promise<Record<Cell, LoadResult>> {
-  const out = {} as Record<Cell, LoadResult>;
+async function round(o: Options, n: number, r: number): Promise<Record<Cell, Measured>> {
+  const out = {} as Record<Cell, Measured>;
   for (const cell of CELLS) {
     const name = `al_bench_http_${n}_${r}_${CELLS.indexOf(cell)}`;
     const url = await freshDatabase(o.adminUrl, name);
@@ -62,8 +67,8 @@ async function round(o: Options, n: number, r: number): Promise<Record<Cell, Loa
     client.release();
     try {
       out[cell] = cell.startsWith('HTTP')
-        ? await httpCell(url, pool, cell, n, o.seconds * 1000)
-        : await libraryCell(url, pool, cell, n, o.seconds * 1000);
+        ? await httpCell(url, pool, cell, n, o.seconds * 1000, o.postmaster)
+        : await libraryCell(url, pool, cell, n, o.seconds * 1000, o.postmaster);
     } finally {
       await pool.end();
       await dropDatabase(o.adminUrl, name);
@@ -84,12 +89,32 @@ const context = (w: number, i: number) => ({
   workflow_step_id: 's1',
 });
 
-async function libraryCell(url: string, pool: Pool, cell: Cell, n: number, ms: number): Promise<LoadResult> {
+/** Runs the closed loop and measures the CPU it took. */
+async function measured(
+  postmaster: number | null,
+  n: number,
+  ms: number,
+  fn: (worker: number, i: number) => Promise<void>,
+  apiThread: number | null = null,
+): Promise<Measured> {
+  const split = cpuSplit(postmaster, apiThread);
+  const load = await closedLoop(n, ms, fn);
+  return { ...load, cpu: split() };
+}
+
+async function libraryCell(
+  url: string,
+  pool: Pool,
+  cell: Cell,
+  n: number,
+  ms: number,
+  postmaster: number | null,
+): Promise<Measured> {
   const config = compileConfig(BENCH_RAW_CONFIG, { DATABASE_URL: url });
   const ledger = benchLedgerWith(config, pool);
   const gate = new Gate({ config, pool, ledger });
   try {
-    return await closedLoop(n, ms, async (w, i) => {
+    return await measured(postmaster, n, ms, async (w, i) => {
       if (cell === 'library reserve') {
         await ledger.reserve({ ...context(w, i), approval_id: 'a1', policy_version: 'v1' }, 'issue_refund', BENCH_ARGS);
         return;
@@ -102,7 +127,14 @@ async function libraryCell(url: string, pool: Pool, cell: Cell, n: number, ms: n
   }
 }
 
-async function httpCell(url: string, pool: Pool, cell: Cell, n: number, ms: number): Promise<LoadResult> {
+async function httpCell(
+  url: string,
+  pool: Pool,
+  cell: Cell,
+  n: number,
+  ms: number,
+  postmaster: number | null,
+): Promise<Measured> {
   const config = compileConfig(BENCH_RAW_CONFIG, { DATABASE_URL: url });
   const store = new PrincipalStore(config, pool);
   await store.add('bench-service', 'service', 'bench', 'bench');
@@ -111,44 +143,50 @@ async function httpCell(url: string, pool: Pool, cell: Cell, n: number, ms: numb
   const worker = new Worker(new URL('./http-server.js', import.meta.url), {
     workerData: { url, raw: BENCH_RAW_CONFIG },
   });
-  const port = await new Promise<number>((resolve, reject) => {
-    worker.once('message', (m: { port: number }) => resolve(m.port));
+  const { port, tid } = await new Promise<{ port: number; tid: number }>((resolve, reject) => {
+    worker.once('message', resolve);
     worker.once('error', reject);
   });
   const http = new HttpPool(`http://127.0.0.1:${port}`, { connections: n, pipelining: 1 });
   const headers = { authorization: `Bearer ${token}`, 'content-type': 'application/json' };
   try {
-    return await closedLoop(n, ms, async (_w, i) => {
-      if (cell === 'HTTP authenticated no-op') {
-        // The floor: a request authenticated and counted like the others, then nothing (`GET /v1/status`).
-        const res = await http.request({ method: 'GET', path: '/v1/status', headers });
-        await res.body.text();
-        if (res.statusCode !== 200) throw new Error(`/v1/status answered ${res.statusCode}`);
-        return;
-      }
-      const body =
-        cell === 'HTTP reserve'
-          ? {
-              tool: 'issue_refund',
-              arguments: BENCH_ARGS,
-              task_id: `task-${i}`,
-              workflow_step_id: 's1',
-              approval_id: 'a1',
-              policy_version: 'v1',
-            }
-          : {
-              tool: 'issue_refund',
-              arguments: BENCH_ARGS,
-              task_id: `task-${i}`,
-              workflow_step_id: 's1',
-              role: 'agent',
-            };
-      const path = cell === 'HTTP reserve' ? '/v1/operations' : '/v1/calls';
-      const res = await http.request({ method: 'POST', path, headers, body: JSON.stringify(body) });
-      const answer = (await res.body.json()) as { ok?: boolean; error?: string };
-      if (res.statusCode !== 200 || answer.ok !== true)
-        throw new Error(`${path} answered ${res.statusCode}: ${JSON.stringify(answer)}`);
-    });
+    return await measured(
+      postmaster,
+      n,
+      ms,
+      async (_w, i) => {
+        if (cell === 'HTTP authenticated no-op') {
+          // The floor: a request authenticated and counted like the others, then nothing (`GET /v1/status`).
+          const res = await http.request({ method: 'GET', path: '/v1/status', headers });
+          await res.body.text();
+          if (res.statusCode !== 200) throw new Error(`/v1/status answered ${res.statusCode}`);
+          return;
+        }
+        const body =
+          cell === 'HTTP reserve'
+            ? {
+                tool: 'issue_refund',
+                arguments: BENCH_ARGS,
+                task_id: `task-${i}`,
+                workflow_step_id: 's1',
+                approval_id: 'a1',
+                policy_version: 'v1',
+              }
+            : {
+                tool: 'issue_refund',
+                arguments: BENCH_ARGS,
+                task_id: `task-${i}`,
+                workflow_step_id: 's1',
+                role: 'agent',
+              };
+        const path = cell === 'HTTP reserve' ? '/v1/operations' : '/v1/calls';
+        const res = await http.request({ method: 'POST', path, headers, body: JSON.stringify(body) });
+        const answer = (await res.body.json()) as { ok?: boolean; error?: string };
+        if (res.statusCode !== 200 || answer.ok !== true)
+          throw new Error(`${path} answered ${res.statusCode}: ${JSON.stringify(answer)}`);
+      },
+      tid,
+    );
   } finally {
     await http.close();
     const stopped = new Promise((resolve) => worker.once('message', resolve));
@@ -172,7 +210,7 @@ export async function runHttpBench(o: Options): Promise<void> {
   const rows: (string | number)[][] = [];
   const entries: ResultEntry[] = [];
   for (const n of o.levels) {
-    const rounds: Record<Cell, LoadResult>[] = [];
+    const rounds: Record<Cell, Measured>[] = [];
     for (let r = 0; r < o.rounds; r++) {
       await waitForQuiet(o.postmaster, o.quietMaxSeconds * 1000);
       const got = await round(o, n, r);
@@ -186,7 +224,14 @@ export async function runHttpBench(o: Options): Promise<void> {
       const ratio = median(rounds.map((x) => x[cell].opsPerS / x['library reserve'].opsPerS));
       const p50 = median(rounds.map((x) => x[cell].p50Ms));
       const p99 = median(rounds.map((x) => x[cell].p99Ms));
-      rows.push([String(n), cell, ops, p50, p99, ratio]);
+      // CPU per operation, in microseconds: what each side spends on one answer, whatever the concurrency.
+      const perOp = (pick: (c: CpuSplit) => number): number =>
+        median(rounds.map((x) => (pick(x[cell].cpu) * x[cell].seconds * 1e6) / Math.max(1, x[cell].ops)));
+      const nodeUs = perOp((c) => c.nodeCores);
+      const apiUs = perOp((c) => c.threadCores);
+      const postgresUs = perOp((c) => c.postgresCores);
+      const busy = median(rounds.map((x) => x[cell].cpu.machineCores));
+      rows.push([String(n), cell, ops, p50, p99, ratio, nodeUs, apiUs, postgresUs, busy]);
       entries.push({
         name: cell.replaceAll(' ', '_'),
         concurrency: n,
@@ -194,9 +239,27 @@ export async function runHttpBench(o: Options): Promise<void> {
         p50_ms: p50,
         p99_ms: p99,
         ratio_to_library_reserve: ratio,
+        node_cpu_us_per_op: nodeUs,
+        api_thread_cpu_us_per_op: apiUs,
+        postgres_cpu_us_per_op: postgresUs,
+        machine_busy_cores: busy,
       });
     }
   }
-  printTable(['N', 'measurement', 'ops/s', 'p50 ms', 'p99 ms', '/ library reserve'], rows);
+  printTable(
+    [
+      'N',
+      'measurement',
+      'ops/s',
+      'p50 ms',
+      'p99 ms',
+      '/ library reserve',
+      'node µs/op',
+      'of it API thread',
+      'postgres µs/op',
+      'busy cores',
+    ],
+    rows,
+  );
   if (o.save) saveResults('http', entries, { machine: machine(), postgres: o.postgres });
 }
