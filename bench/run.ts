@@ -25,6 +25,8 @@
  *   - actionledger: `reserve` rate, and reservation to `succeeded` through a real Dispatcher (fresh mTLS
  *     authorization, provider call over mTLS; bench/dispatch-env.ts) with N operations in flight: its rate,
  *     its latency (reservation commit acknowledged -> outcome commit acknowledged) and the latency to the claim.
+ *   - the floor: reserve, then the dispatcher's two mutual-TLS calls with its own client code and nothing else,
+ *     and the transport: the same with a bare undici Agent and `JSON.parse` (bench/transport.ts).
  * Rounds interleave the levels and the systems; the table shows medians over rounds, and ratios are medians of
  * per-round ratios. The machine is shared: a round during which other processes used 0.3 cores or more
  * (bench/cpu.ts) is run again, at most `--rounds` extra times per level, and the load that remained is reported. Then the claim's cost as the queue grows from 1,000 to 100,000 operations, and beside 100,000
