@@ -24,11 +24,13 @@ import { openDispatcher, type Dispatcher } from '../dispatcher/index.js';
 import { dispatcherQueries } from '../dispatcher/queries.js';
 import { EffectKeyer, Ledger } from '../ledger/index.js';
 import type { ServerTls } from '../sandbox/index.js';
-import { createDispatchPki, DispatchFiles, sandboxRoute, type DispatchPki } from '../sandbox/kit.js';
+import { createDispatchPki, DispatchFiles, sandboxRoute, type DispatchPki, type SandboxRoute } from '../sandbox/kit.js';
 import type { SandboxThreadData, SandboxThreadMessage } from './dispatch-sandbox.js';
 
-const PROVIDER_TOKEN = 'bench-provider-token';
-const CREDENTIAL_ENV = 'BENCH_BILLING_TOKEN';
+/** The bearer token the benchmark's sandbox provider requires. */
+export const PROVIDER_TOKEN = 'bench-provider-token';
+/** The environment variable the benchmark's routes name for the provider credential. */
+export const CREDENTIAL_ENV = 'BENCH_BILLING_TOKEN';
 
 export type BenchPki = DispatchPki;
 
@@ -51,9 +53,10 @@ export class SandboxThread {
     this.tid = tid;
   }
 
-  static async start(tls: ServerTls): Promise<SandboxThread> {
+  /** `hang`: the provider applies every request and never answers (until the thread stops). */
+  static async start(tls: ServerTls, options: { hang?: boolean } = {}): Promise<SandboxThread> {
     const worker = new Worker(new URL('./dispatch-sandbox.js', import.meta.url), {
-      workerData: { tls, token: PROVIDER_TOKEN } satisfies SandboxThreadData,
+      workerData: { tls, token: PROVIDER_TOKEN, hang: options.hang === true } satisfies SandboxThreadData,
     });
     const ready = await next(worker, 'ready');
     if (ready.type !== 'ready') throw new Error('sandbox thread did not start');
@@ -339,6 +342,12 @@ export async function openDispatchBench(
   concurrency: number,
   dispatcherPoolMax: number,
   startDispatcher = true,
+  extra: {
+    /** More tools in the configuration (routes to other servers). */
+    tools?: Record<string, SandboxRoute>;
+    /** Profile fields to replace (timeouts). */
+    profile?: Record<string, unknown>;
+  } = {},
 ): Promise<DispatchBench> {
   const dir = mkdtempSync(join(tmpdir(), 'al-bench-dispatch-'));
   tempDirs.add(dir);
@@ -352,6 +361,7 @@ export async function openDispatchBench(
         authorization_url: sandbox.authorizeUrl,
         authorization_http_timeout_seconds: 5,
         provider_http_timeout_seconds: 5,
+        ...extra.profile,
       }),
       tls: files.client(pki.client),
     },
@@ -361,6 +371,7 @@ export async function openDispatchBench(
         endpoint: sandbox.endpoint,
         credential_env: CREDENTIAL_ENV,
       }),
+      ...extra.tools,
     },
   };
   const env: NodeJS.ProcessEnv = { DATABASE_URL: url, [CREDENTIAL_ENV]: PROVIDER_TOKEN, LOG_LEVEL: 'warn' };

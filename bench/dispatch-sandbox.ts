@@ -1,6 +1,6 @@
 /**
  * Worker-thread entry for bench/dispatch-env.ts: the sandbox provider and authorizer (real mutual TLS on
- * loopback), on their own event loop so the dispatcher's thread does only the client side of each request,
+ * loopback; with `hang`, a provider that never answers), on their own event loop so the dispatcher's thread does only the client side of each request,
  * as it would against a remote provider. Messages: `stats` -> request and effect counts; `stop` -> servers
  * stopped, then `stopped`.
  */
@@ -11,6 +11,8 @@ import { SandboxAuthorizer, SandboxProvider, type ServerTls } from '../sandbox/i
 export interface SandboxThreadData {
   tls: ServerTls;
   token: string;
+  /** The provider applies every request and never answers it (a hanging provider), until the thread stops. */
+  hang?: boolean;
 }
 
 export type SandboxThreadMessage =
@@ -25,6 +27,7 @@ async function main(): Promise<void> {
   const data = workerData as SandboxThreadData;
   const provider = new SandboxProvider({ tls: data.tls, token: data.token });
   const authorizer = new SandboxAuthorizer({ tls: data.tls });
+  if (data.hang === true) provider.inject({ kind: 'timeout', commit: true }, { times: Infinity });
   await provider.start();
   await authorizer.start();
   const send = (m: SandboxThreadMessage): void => port.postMessage(m);

@@ -8,7 +8,11 @@
  *   - dispatch: end to end with CPU per operation, connections in use and the row lock's SQL model
  *     (bench/dispatch.ts),
  *   - http: reservations and gate calls over the HTTP API against the library's (bench/http.ts),
- *   - fleet: a backlog drained by 1, 2 and 4 dispatcher processes against one PostgreSQL (bench/fleet.ts).
+ *   - fleet: a backlog drained by 1, 2 and 4 dispatcher processes against one PostgreSQL (bench/fleet.ts),
+ *   - transport: the floor cell beside the transport cell (the same two requests through a bare undici Agent
+ *     and `JSON.parse`, bench/transport.ts) at each level, alone (the table part runs both too),
+ *   - isolation: a healthy provider's latency alone and beside a hanging one, one dispatcher (bench/isolation.ts),
+ *   - rss: one `actionledger dispatcher` process's resident set idle and with 32 in flight (bench/rss.ts).
  * Each part runs on one PostgreSQL server (DATABASE_URL, or a fresh embedded cluster).
  *
  * At N = 1, 8 and 32 (closed loops: N callers, each starting its next operation when the previous one is
@@ -21,6 +25,8 @@
  *   - actionledger: `reserve` rate, and reservation to `succeeded` through a real Dispatcher (fresh mTLS
  *     authorization, provider call over mTLS; bench/dispatch-env.ts) with N operations in flight: its rate,
  *     its latency (reservation commit acknowledged -> outcome commit acknowledged) and the latency to the claim.
+ *   - the floor: reserve, then the dispatcher's two mutual-TLS calls with its own client code and nothing else,
+ *     and the transport: the same with a bare undici Agent and `JSON.parse` (bench/transport.ts).
  * Rounds interleave the levels and the systems; the table shows medians over rounds, and ratios are medians of
  * per-round ratios. The machine is shared: a round during which other processes used 0.3 cores or more
  * (bench/cpu.ts) is run again, at most `--rounds` extra times per level, and the load that remained is reported. Then the claim's cost as the queue grows from 1,000 to 100,000 operations, and beside 100,000
@@ -69,7 +75,18 @@ import { runDispatchBench } from './dispatch.js';
 import { runReserveBench } from './reserve.js';
 import { runHttpBench } from './http.js';
 import { runFleetBench } from './fleet.js';
-import { openBenchDatabase, stopOnSignal, printTable, saveResults, writeLastRun, type ResultEntry } from './harness.js';
+import { runIsolationBench } from './isolation.js';
+import { runRssBench } from './rss.js';
+import { transportCell, type TransportResult } from './transport.js';
+import {
+  machine,
+  openBenchDatabase,
+  stopOnSignal,
+  printTable,
+  saveResults,
+  writeLastRun,
+  type ResultEntry,
+} from './harness.js';
 
 const { values: flags } = parseArgs({
   options: {
@@ -84,7 +101,18 @@ const { values: flags } = parseArgs({
     'cap-seconds': { type: 'string' },
   },
 });
-const PARTS = ['table', 'scaling', 'backlog', 'reserve', 'dispatch', 'http', 'fleet'] as const;
+const PARTS = [
+  'table',
+  'scaling',
+  'backlog',
+  'reserve',
+  'dispatch',
+  'http',
+  'fleet',
+  'transport',
+  'isolation',
+  'rss',
+] as const;
 /** The parts whose tables make up bench/results.md's last run. */
 const MAIN_PARTS = ['table', 'scaling', 'backlog'] as const;
 const ONLY = new Set((flags.only ?? MAIN_PARTS.join(',')).split(',').map((p) => p.trim()));
@@ -126,6 +154,7 @@ interface Round {
   bossLive: BossResult;
   al: AlResult;
   floor: Run;
+  transport: TransportResult;
   /** Most cores other processes used during any cell of the round. */
   otherCores: number;
 }
@@ -205,7 +234,113 @@ async function main(): Promise<void> {
       await db.close();
     }
   }
+  if (ONLY.has('transport')) await transportPart();
+  if (ONLY.has('isolation'))
+    await runIsolationBench({
+      levels: LEVELS,
+      hanging: 8,
+      limits: LIFECYCLE,
+      rounds: ROUNDS,
+      quietMaxSeconds: QUIET_MAX_MS / 1000,
+      save: SAVE,
+    });
+  if (ONLY.has('rss'))
+    await runRssBench({
+      inFlight: 32,
+      samples: QUICK ? 5 : 20,
+      settleMs: QUICK ? 1000 : 5000,
+      rounds: QUICK ? 1 : ROUNDS,
+      save: SAVE,
+    });
   if (MAIN_PARTS.some((p) => ONLY.has(p))) await mainParts();
+}
+
+/**
+ * The transport part: the floor and transport cells at each level, `ROUNDS` rounds interleaved, and
+ * floor / transport per round (the table part measures the same pair beside the rest).
+ */
+async function transportPart(): Promise<void> {
+  const db = await openBenchDatabase();
+  stopOnSignal(db);
+  cellContext.postmaster = await findPostmaster(db.adminUrl).catch(() => null);
+  const pki = await createBenchPki();
+  const byLevel = new Map<number, { floor: Run; transport: TransportResult }[]>();
+  log(`\nFloor and transport (${ROUNDS} round(s) at N = ${LEVELS.join(', ')}):`);
+  try {
+    for (let round = 1; round <= ROUNDS; round++)
+      for (const n of LEVELS) {
+        await waitForQuiet(cellContext.postmaster, QUIET_MAX_MS, NOISY_CORES);
+        const floor = await floorCell(db.adminUrl, pki, n, LIFECYCLE);
+        const transport = await transportCell(db.adminUrl, pki, n, LIFECYCLE);
+        byLevel.set(n, [...(byLevel.get(n) ?? []), { floor, transport }]);
+        log(
+          `  round ${round} N=${n}: floor ${floor.opsPerS.toFixed(0)}/s, transport ${transport.opsPerS.toFixed(0)}/s (floor / transport ${(floor.opsPerS / transport.opsPerS).toFixed(2)})`,
+        );
+      }
+  } finally {
+    await db.close();
+  }
+  const rows: (string | number)[][] = [];
+  const entries: ResultEntry[] = [];
+  for (const n of LEVELS) {
+    const rs = byLevel.get(n) ?? [];
+    if (rs.length === 0) continue;
+    const floor = median(rs.map((r) => r.floor));
+    const transport = median(rs.map((r) => r.transport));
+    const floorToTransport = medianOf(rs.map((r) => r.floor.opsPerS / r.transport.opsPerS));
+    rows.push(
+      [
+        String(n),
+        'transport: reserve + the two requests, bare undici and JSON.parse',
+        transport.opsPerS,
+        transport.p50Ms,
+        transport.p99Ms,
+        1,
+      ],
+      [
+        String(n),
+        "floor: reserve + the two requests, the dispatcher's client code",
+        floor.opsPerS,
+        floor.p50Ms,
+        floor.p99Ms,
+        floorToTransport,
+      ],
+    );
+    entries.push(
+      {
+        name: 'transport_reserve_and_two_bare_requests',
+        concurrency: n,
+        ops_per_s: transport.opsPerS,
+        p50_ms: transport.p50Ms,
+        p99_ms: transport.p99Ms,
+        not_succeeded: transport.notSucceeded,
+        ops_per_s_rounds: list(rs.map((r) => r.transport)),
+        ...common(transport),
+      },
+      {
+        name: 'floor_reserve_and_two_mtls_calls',
+        concurrency: n,
+        ops_per_s: floor.opsPerS,
+        p50_ms: floor.p50Ms,
+        p99_ms: floor.p99Ms,
+        ratio_to_transport: floorToTransport,
+        ops_per_s_rounds: list(rs.map((r) => r.floor)),
+        ...common(floor),
+      },
+    );
+  }
+  log('\nFloor against the bare transport (medians over rounds; ratio: median of per-round ratios; ms per operation):');
+  const table = printTable(['N', 'measurement', 'ops/s', 'p50 ms', 'p99 ms', '/ transport'], rows);
+  if (!SAVE) return;
+  saveResults('transport', entries, {
+    machine: machine(),
+    postgres: db.version,
+    rounds: String(ROUNDS),
+    levels: LEVELS.join(','),
+    lifecycle_cell: `>= ${LIFECYCLE.ops} ops and ${LIFECYCLE.minMs / 1000} s, none started after ${LIFECYCLE.capMs / 1000} s`,
+    tree: gitHead(),
+    tables: table,
+  });
 }
 
 /** The table, scaling and backlog parts, on one database server, and bench/results.md's last run. */
@@ -250,13 +385,14 @@ async function mainParts(): Promise<void> {
         const bossLive = await pgBossCell(db.adminUrl, n, 'notify', LIFECYCLE);
         const al = await actionledgerCell(db.adminUrl, pki, n, LIFECYCLE);
         const floor = await floorCell(db.adminUrl, pki, n, LIFECYCLE);
-        const cells = [insert, reserve, sql, bossSend, bossDrain, bossLive, al, floor];
+        const transport = await transportCell(db.adminUrl, pki, n, LIFECYCLE);
+        const cells = [insert, reserve, sql, bossSend, bossDrain, bossLive, al, floor, transport];
         const otherCores = Math.max(...cells.map((r) => (Number.isNaN(r.cpu.otherCores) ? 0 : r.cpu.otherCores)));
         const keep = otherCores < NOISY_CORES || (discarded.get(n) ?? 0) >= ROUNDS;
         log(
           `  round ${round} N=${n}${keep ? '' : ' DISCARDED'}: INSERT ${insert.opsPerS.toFixed(0)}/s, SQL lifecycle ${sql.opsPerS.toFixed(0)}/s, ` +
             `pg-boss send ${bossSend.opsPerS.toFixed(0)}/s drain ${bossDrain.opsPerS.toFixed(0)}/s in flight ${bossLive.opsPerS.toFixed(0)}/s, ` +
-            `AL reserve ${reserve.opsPerS.toFixed(0)}/s end to end ${al.opsPerS.toFixed(0)}/s (p50 ${al.p50Ms.toFixed(1)} ms), floor ${floor.opsPerS.toFixed(0)}/s; other processes up to ${otherCores.toFixed(2)} cores\n    ${al.check}`,
+            `AL reserve ${reserve.opsPerS.toFixed(0)}/s end to end ${al.opsPerS.toFixed(0)}/s (p50 ${al.p50Ms.toFixed(1)} ms), floor ${floor.opsPerS.toFixed(0)}/s, transport ${transport.opsPerS.toFixed(0)}/s; other processes up to ${otherCores.toFixed(2)} cores\n    ${al.check}`,
         );
         if (!keep) {
           discarded.set(n, (discarded.get(n) ?? 0) + 1);
@@ -264,7 +400,7 @@ async function mainParts(): Promise<void> {
         }
         byLevel.set(n, [
           ...(byLevel.get(n) ?? []),
-          { insert, reserve, sql, bossSend, bossDrain, bossLive, al, floor, otherCores },
+          { insert, reserve, sql, bossSend, bossDrain, bossLive, al, floor, transport, otherCores },
         ]);
       }
     }
@@ -313,6 +449,7 @@ async function mainParts(): Promise<void> {
     const bossLive = m((r) => r.bossLive);
     const al = m((r) => r.al);
     const floor = m((r) => r.floor);
+    const transport = m((r) => r.transport);
     const other = medianOf(rs.map((r) => r.otherCores));
     loads.push(
       `N = ${n}: ${rs.map((r) => r.otherCores.toFixed(2)).join(' / ')} cores (${discarded.get(n) ?? 0} round(s) discarded)`,
@@ -367,6 +504,11 @@ async function mainParts(): Promise<void> {
       (r) => r.al.opsPerS,
       (r) => r.floor.opsPerS,
     );
+    const floorToTransport = ratio(
+      rs,
+      (r) => r.floor.opsPerS,
+      (r) => r.transport.opsPerS,
+    );
     const N = String(n);
     rows.push(
       [N, 'INSERT one row, commit', insert.opsPerS, insert.p50Ms, insert.p99Ms, 1, dash, dash],
@@ -403,6 +545,16 @@ async function mainParts(): Promise<void> {
         floor.p99Ms,
         dash,
         floorToSql,
+        dash,
+      ],
+      [
+        N,
+        `transport: reserve + the same two requests, bare undici and JSON.parse (floor / transport ${floorToTransport.toFixed(2)})`,
+        transport.opsPerS,
+        transport.p50Ms,
+        transport.p99Ms,
+        dash,
+        dash,
         dash,
       ],
     );
@@ -454,7 +606,12 @@ async function mainParts(): Promise<void> {
       }),
       e('floor_reserve_and_two_mtls_calls', floor, {
         ratio_to_sql_lifecycle: floorToSql,
+        ratio_to_transport: floorToTransport,
         ops_per_s_rounds: rounds((r) => r.floor),
+      }),
+      e('transport_reserve_and_two_bare_requests', transport, {
+        not_succeeded: transport.notSucceeded,
+        ops_per_s_rounds: rounds((r) => r.transport),
       }),
     );
   }
@@ -570,6 +727,7 @@ async function mainParts(): Promise<void> {
     '- actionledger: `Ledger.reserve` from N callers; and reservation -> `succeeded` through a real Dispatcher (concurrency N, pool N + 4): fresh authorization and provider call over mutual TLS to sandbox servers on loopback (a worker thread of the same process), latency from the reservation commit acknowledged to the outcome commit acknowledged; "-> claimed" ends when the claim statement returns the operation.',
     '- "/ pg-boss": reserve against pg-boss `send`; end to end against pg-boss send -> completed.',
     '- floor: N callers each reserve and then make the two mutual-TLS calls themselves (the authorization, checked as the dispatcher checks it, and the provider call), with the dispatcher\'s client code, agents and sandbox servers, and nothing else: no claim, evidence, row lock or outcome write. No dispatcher can beat it on this machine; "end to end / floor" is the share of it the dispatcher reaches.',
+    '- transport: the floor with a bare undici Agent (same certificates, servers and requests) and `JSON.parse` instead of the dispatcher\'s client code (byte cap, strict parser, body hash, classification, checked decision); "floor / transport" is the share of the bare transport the floor reaches.',
     `- Other processes on the machine, most cores in any cell of each kept round: ${loads.join('; ')}. A round with 0.3 cores or more was run again, at most ${ROUNDS} times per level.`,
     '',
     ...(t2 === ''
