@@ -1,12 +1,11 @@
 /**
- * `npm test`: one PostgreSQL for the whole run, a template database migrated once, then node-tap over the
- * compiled test files. Each test file clones the template (`CREATE DATABASE ... TEMPLATE`), so files run in
- * parallel without sharing rows (graphile-worker's arrangement).
+ * `npm test`: one PostgreSQL for the whole run, a template database migrated once, then the compiled test files
+ * (node-tap tests), two at a time (test/runner.ts). Each test file clones the template (`CREATE DATABASE ...
+ * TEMPLATE`), so files run in parallel without sharing rows (graphile-worker's arrangement).
  *
  * With DATABASE_URL set, that server is used as it is configured (its role needs CREATEDB); otherwise an
  * embedded PostgreSQL starts in a temporary folder, without fsync, and is removed afterwards.
  */
-import { spawn } from 'node:child_process';
 import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -14,6 +13,7 @@ import { join } from 'node:path';
 import pg from 'pg';
 import { migrate } from '../core/migrate.js';
 import { quoteSchemaName } from '../core/config.js';
+import { runFiles, testFiles } from './runner.js';
 
 async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
@@ -63,21 +63,11 @@ async function main(): Promise<number> {
   await tpl.end();
 
   const args = process.argv.slice(2);
-  const files = args.length > 0 ? args : ['dist/test/**/*.test.js'];
-  const code = await new Promise<number>((resolve) => {
-    const child = spawn(
-      process.execPath,
-      [
-        'node_modules/tap/dist/esm/run.mjs',
-        '--disable-coverage',
-        '--jobs=2',
-        '--timeout=300',
-        `--reporter=${process.stdout.isTTY ? 'base' : 'terse'}`,
-        ...files,
-      ],
-      { stdio: 'inherit', env: { ...process.env, AL_TEST_ADMIN_URL: adminUrl, AL_TEST_TEMPLATE: template } },
-    );
-    child.on('exit', (c, signal) => resolve(c ?? (signal === null ? 1 : 128)));
+  const code = await runFiles({
+    files: args.length > 0 ? args : testFiles('dist/test'),
+    jobs: 2,
+    timeoutS: 300,
+    env: { ...process.env, AL_TEST_ADMIN_URL: adminUrl, AL_TEST_TEMPLATE: template },
   });
   await admin.query(`DROP DATABASE IF EXISTS ${template} WITH (FORCE)`).catch(() => undefined);
   await admin.end();
