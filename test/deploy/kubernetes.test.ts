@@ -4,7 +4,7 @@
  * against its schema (the Kubernetes API's, and the CRDs' of prometheus-operator and KEDA), then the references
  * between them and to the service itself checked: selectors, named ports, probe routes, the commands the
  * containers run, the environment and files the configuration names, the grace period, the egress; and the
- * CloudNativePG cluster (deploy/kubernetes/cloudnative-pg) against the fleet that uses it.
+ * CloudNativePG cluster (deploy/kubernetes/cloudnative-pg) against the operator's schema and the fleet that uses it.
  */
 import t from 'tap';
 import { spawnSync } from 'node:child_process';
@@ -23,6 +23,7 @@ import type { ISecret } from 'kubernetes-models/v1/Secret';
 import type { IService } from 'kubernetes-models/v1/Service';
 import type { IScaledObject } from '@kubernetes-models/keda/keda.sh/v1alpha1/ScaledObject';
 import type { IServiceMonitor } from '@kubernetes-models/prometheus-operator/monitoring.coreos.com/v1/ServiceMonitor';
+import { Cluster, type ICluster } from '@kubernetes-models/cloudnative-pg/postgresql.cnpg.io/v1';
 import { parseAllDocuments } from 'yaml';
 import { COMMANDS } from '../../bin/commands/index.js';
 import { parseCommand } from '../../bin/cli-util.js';
@@ -401,22 +402,17 @@ function secretEnv(raw: RawConfig): Record<string, string> {
   return env;
 }
 
-/** The parts of a CloudNativePG Cluster these checks read; no schema is vendored for it (see docs/scaling.md). */
-interface CnpgCluster {
-  metadata: { name: string; namespace?: string };
-  spec: {
-    instances: number;
-    postgresql: {
-      parameters: Record<string, string>;
-      synchronous?: { method: string; number: number; dataDurability?: string };
-    };
-  };
-}
-
 t.test('the CloudNativePG cluster: reachable by the fleet, replicated synchronously, enough connections', (t) => {
   const objs = render(join(k8s, 'cloudnative-pg'));
-  const cluster = one<CnpgCluster>(objs, 'Cluster');
+  const cluster = one<ICluster & { metadata: { name: string } }>(objs, 'Cluster');
   t.equal(objs[0]?.apiVersion, 'postgresql.cnpg.io/v1');
+  // The operator's own schema for the Cluster resource (ESM only, so not through validateObject's require).
+  t.doesNotThrow(() => new Cluster(cluster).validate(), 'valid against the CloudNativePG Cluster schema');
+  t.throws(
+    () => new Cluster({ ...cluster, spec: { ...cluster.spec, instances: 'three' } } as unknown as ICluster).validate(),
+    /instances must be integer/,
+    'and the schema refuses a wrong type',
+  );
   t.equal(
     cluster.metadata.namespace,
     overlay.find((o) => o.kind === 'Namespace')?.metadata.name,
@@ -430,8 +426,11 @@ t.test('the CloudNativePG cluster: reachable by the fleet, replicated synchronou
   const url = new URL(Buffer.from(dbSecret?.data?.url ?? '', 'base64').toString('utf8'));
   t.equal(url.hostname, `${cluster.metadata.name}-rw`, 'the URL names the primary’s Service');
   // A commit waits for a standby: a failover to it loses no acknowledged write.
-  const sync = cluster.spec.postgresql.synchronous;
-  t.ok(sync !== undefined && sync.number >= 1 && cluster.spec.instances >= sync.number + 1, 'synchronous standbys');
+  const sync = cluster.spec?.postgresql?.synchronous;
+  t.ok(
+    sync !== undefined && sync.number >= 1 && (cluster.spec?.instances ?? 0) >= sync.number + 1,
+    'synchronous standbys',
+  );
   t.equal(sync?.dataDurability, 'required');
   // Connections: every fleet pod at KEDA's maximum (its pool, pg-boss's 3, each worker's pool) and a CronJob pass.
   const raw = baseConfig as RawConfig & {
@@ -443,7 +442,7 @@ t.test('the CloudNativePG cluster: reachable by the fleet, replicated synchronou
   const perPod = poolMax + 3 + (raw.dispatcher.workers ?? 2) * perWorker;
   const maxPods = one<IScaledObject>(overlay, 'ScaledObject').spec.maxReplicaCount ?? 100;
   const needed = maxPods * perPod + poolMax + 3;
-  const max = Number(cluster.spec.postgresql.parameters.max_connections);
+  const max = Number(cluster.spec?.postgresql?.parameters?.max_connections);
   t.ok(max >= needed + 10, `max_connections ${max} >= ${needed} + superuser reserve`);
   t.end();
 });
