@@ -9,6 +9,10 @@
  * The API runs in a worker thread (bench/http-server.ts) with its own pool, as the service runs beside its
  * callers; the client keeps N keep-alive connections (undici). Each HTTP request authenticates its bearer token
  * and is counted in the fleet-wide request window, as in production. Ratios are medians of per-round ratios.
+ *
+ * Beside each cell, the CPU it took per operation (bench/cpu.ts): this process (the client, and the API thread
+ * within it) and PostgreSQL's processes, and the cores the machine had busy. From them, per level, the ceiling
+ * of HTTP reserve / library reserve on saturated cores: library CPU / (library CPU + authenticated no-op CPU).
  */
 import { Worker } from 'node:worker_threads';
 import { Pool as HttpPool } from 'undici';
@@ -38,6 +42,7 @@ const CELLS = [
   'HTTP gate call',
 ] as const;
 type Cell = (typeof CELLS)[number];
+const CEILING = 'ceiling of HTTP reserve on saturated cores: library reserve + no-op CPU';
 
 /** A cell's load and where the machine's CPU went while it ran (the closed loop only, not its set-up). */
 interface Measured extends LoadResult {
@@ -245,6 +250,26 @@ export async function runHttpBench(o: Options): Promise<void> {
         machine_busy_cores: busy,
       });
     }
+    // The ceiling of HTTP reserve / library reserve when the machine's CPU is the limit: an HTTP reservation
+    // costs at least a library reservation (its work moves to the API thread) plus an authenticated request that
+    // does nothing, and on saturated cores throughputs are in inverse proportion to CPU per operation.
+    const cpuOf = (x: Record<Cell, Measured>, cell: Cell): number =>
+      ((x[cell].cpu.nodeCores + x[cell].cpu.postgresCores) * x[cell].seconds) / Math.max(1, x[cell].ops);
+    const ceiling = median(
+      rounds.map((x) => {
+        const library = cpuOf(x, 'library reserve');
+        return library / (library + cpuOf(x, 'HTTP authenticated no-op'));
+      }),
+    );
+    rows.push([String(n), CEILING, '-', '-', '-', ceiling, '-', '-', '-', '-']);
+    entries.push({
+      name: 'HTTP_reserve_cpu_ceiling',
+      concurrency: n,
+      ops_per_s: NaN,
+      p50_ms: null,
+      p99_ms: null,
+      ratio_to_library_reserve: ceiling,
+    });
   }
   printTable(
     [
