@@ -136,15 +136,18 @@ function runOne(file: string, o: RunOptions, running: Set<number>): Promise<File
       },
       (o.timeoutS + 30) * 1000,
     );
-    child.on('close', (code, signal) => {
-      clearTimeout(deadline);
-      running.delete(pid);
-      // Whatever the file left behind in its group (a fleet it did not stop) goes with it.
+    // Whatever the file left behind in its group (a fleet it did not stop) goes with it, and with it any
+    // handle on the output pipes, so 'close' follows at once.
+    child.on('exit', () => {
       try {
         process.kill(-pid, 'SIGKILL');
       } catch {
         // nothing left
       }
+    });
+    child.on('close', (code, signal) => {
+      clearTimeout(deadline);
+      running.delete(pid);
       const out = Buffer.concat(chunks).toString('utf8');
       const path = resultPath(file);
       mkdirSync(dirname(path), { recursive: true });
@@ -152,7 +155,14 @@ function runOne(file: string, o: RunOptions, running: Set<number>): Promise<File
       const asserts = (out.match(/^\s*(?:not )?ok \d+/gm) ?? []).length;
       const failed = (out.match(/^\s*not ok \d+(?!.*# (?:TODO|SKIP))/gm) ?? []).length;
       if (why === null && code !== 0) why = signal !== null ? `signal ${signal}` : `exit ${code}`;
-      resolve({ file, ok: code === 0 && failed === 0, seconds: (Date.now() - t0) / 1000, asserts, failed, why });
+      resolve({
+        file,
+        ok: code === 0 && failed === 0 && why === null,
+        seconds: (Date.now() - t0) / 1000,
+        asserts,
+        failed,
+        why,
+      });
     });
   });
 }
