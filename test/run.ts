@@ -49,30 +49,40 @@ async function main(): Promise<number> {
     await c.end();
   }
   const template = `al_template_${process.pid}`;
+  // Every database a test file creates starts with this run's prefix, so the ones a killed file could not drop
+  // are dropped here.
+  const prefix = `al_t${process.pid}_`;
   const admin = new pg.Client({ connectionString: adminUrl });
-  await admin.connect();
-  const { rows } = await admin.query<{ server_version: string }>('SHOW server_version');
-  process.stdout.write(`# PostgreSQL ${rows[0]?.server_version ?? '?'}\n`);
-  await admin.query(`DROP DATABASE IF EXISTS ${template}`);
-  await admin.query(`CREATE DATABASE ${template}`);
-  const tplUrl = new URL(adminUrl);
-  tplUrl.pathname = `/${template}`;
-  const tpl = new pg.Client({ connectionString: tplUrl.toString() });
-  await tpl.connect();
-  await migrate(tpl, 'actionledger', quoteSchemaName('actionledger'));
-  await tpl.end();
+  try {
+    await admin.connect();
+    const { rows } = await admin.query<{ server_version: string }>('SHOW server_version');
+    process.stdout.write(`# PostgreSQL ${rows[0]?.server_version ?? '?'}\n`);
+    await admin.query(`DROP DATABASE IF EXISTS ${template}`);
+    await admin.query(`CREATE DATABASE ${template}`);
+    const tplUrl = new URL(adminUrl);
+    tplUrl.pathname = `/${template}`;
+    const tpl = new pg.Client({ connectionString: tplUrl.toString() });
+    await tpl.connect();
+    await migrate(tpl, 'actionledger', quoteSchemaName('actionledger'));
+    await tpl.end();
 
-  const args = process.argv.slice(2);
-  const code = await runFiles({
-    files: args.length > 0 ? args : testFiles('dist/test'),
-    jobs: 2,
-    timeoutS: 300,
-    env: { ...process.env, AL_TEST_ADMIN_URL: adminUrl, AL_TEST_TEMPLATE: template },
-  });
-  await admin.query(`DROP DATABASE IF EXISTS ${template} WITH (FORCE)`).catch(() => undefined);
-  await admin.end();
-  await stop();
-  return code;
+    const args = process.argv.slice(2);
+    return await runFiles({
+      files: args.length > 0 ? args : testFiles('dist/test'),
+      jobs: 2,
+      timeoutS: 300,
+      env: { ...process.env, AL_TEST_ADMIN_URL: adminUrl, AL_TEST_TEMPLATE: template, AL_TEST_DB_PREFIX: prefix },
+    });
+  } finally {
+    const { rows: left } = await admin
+      .query<{ datname: string }>('SELECT datname FROM pg_database WHERE starts_with(datname, $1)', [prefix])
+      .catch(() => ({ rows: [] as { datname: string }[] }));
+    for (const { datname } of left)
+      await admin.query(`DROP DATABASE IF EXISTS ${datname} WITH (FORCE)`).catch(() => undefined);
+    await admin.query(`DROP DATABASE IF EXISTS ${template} WITH (FORCE)`).catch(() => undefined);
+    await admin.end().catch(() => undefined);
+    await stop();
+  }
 }
 
 main().then(

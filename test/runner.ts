@@ -1,6 +1,6 @@
 /**
- * Runs compiled test files as plain Node processes, `jobs` at a time, each with its own process group and a
- * deadline. node-tap's own runner starts every file with its process-info loader, which records each module
+ * Runs compiled test files as plain Node processes, `jobs` at a time, each with its own process group, a mark in
+ * its environment (what it leaves running is killed when it exits) and a deadline. node-tap's own runner starts every file with its process-info loader, which records each module
  * the file imports through an off-thread hook: about half a second of CPU per file, with nothing here using what
  * it records. Each file still uses node-tap (`import t from 'tap'`) and prints TAP; the whole output of a file is
  * kept under `.tap/test-results/`, and a failed file's is printed.
@@ -9,6 +9,7 @@
  * clone), so the slowest file does not start last.
  */
 import { spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
 import { mkdirSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
 
@@ -55,25 +56,24 @@ function lastDurations(): Record<string, number> {
 
 /** Runs every file; prints one line per file and the failures' output; resolves to the exit code. */
 export async function runFiles(o: RunOptions): Promise<number> {
+  if (o.files.length === 0) {
+    process.stdout.write('# no test files found (is dist/test built?)\n');
+    return 1;
+  }
   const before = lastDurations();
   const queue = [...o.files].sort((a, b) => (before[b] ?? 0) - (before[a] ?? 0) || a.localeCompare(b));
   const results: FileResult[] = [];
-  const running = new Set<number>();
-  const stopAll = (): void => {
-    for (const pid of running) {
-      try {
-        process.kill(-pid, 'SIGKILL');
-      } catch {
-        // already gone
-      }
-    }
-  };
+  const running = new Map<number, string>(); // pid -> the file's mark
+  let interrupted = false;
+  // Ctrl-C or SIGTERM: no new file starts, the running ones and whatever they started are killed, and the caller
+  // still drops its databases and stops its PostgreSQL.
   const onSignal = (): void => {
-    stopAll();
-    process.exit(130);
+    interrupted = true;
+    queue.length = 0;
+    for (const [pid, mark] of running) killLeftovers(pid, mark);
   };
-  process.once('SIGINT', onSignal);
-  process.once('SIGTERM', onSignal);
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
   const started = Date.now();
   const worker = async (): Promise<void> => {
     for (let file = queue.shift(); file !== undefined; file = queue.shift()) {
@@ -88,6 +88,10 @@ export async function runFiles(o: RunOptions): Promise<number> {
   await Promise.all(Array.from({ length: Math.max(1, o.jobs) }, worker));
   process.off('SIGINT', onSignal);
   process.off('SIGTERM', onSignal);
+  if (interrupted) {
+    process.stdout.write('\n# interrupted: the files still running were killed\n');
+    return 130;
+  }
 
   const durations = { ...before };
   for (const r of results) durations[r.file] = r.seconds;
@@ -111,42 +115,42 @@ function resultPath(file: string): string {
   return join(RESULTS, `${relative('.', file)}.tap`);
 }
 
-function runOne(file: string, o: RunOptions, running: Set<number>): Promise<FileResult> {
+/**
+ * Kills what a test file left behind: its process group, and every process carrying its mark in the environment
+ * (a service or PostgreSQL cluster it started in a session of its own).
+ */
+function killLeftovers(pid: number, mark: string): void {
+  if (pid > 0) {
+    try {
+      process.kill(-pid, 'SIGKILL');
+    } catch {
+      // the group is gone
+    }
+  }
+  const needle = `AL_TEST_RUN_MARK=${mark}\0`;
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if (readFileSync(`/proc/${entry}/environ`, 'latin1').includes(needle)) process.kill(Number(entry), 'SIGKILL');
+    } catch {
+      // exited meanwhile, or not ours to read
+    }
+  }
+}
+
+function runOne(file: string, o: RunOptions, running: Map<number, string>): Promise<FileResult> {
   return new Promise((resolve) => {
     const t0 = Date.now();
-    const child = spawn(process.execPath, ['--enable-source-maps', file], {
-      env: { ...o.env, TAP_TIMEOUT: String(o.timeoutS) },
-      stdio: ['ignore', 'pipe', 'pipe'],
-      detached: true, // its own process group: a deadline kills what it started too
-    });
-    const pid = child.pid ?? 0;
-    running.add(pid);
+    const mark = randomUUID();
     const chunks: Buffer[] = [];
-    child.stdout.on('data', (c: Buffer) => chunks.push(c));
-    child.stderr.on('data', (c: Buffer) => chunks.push(c));
     let why: string | null = null;
-    const deadline = setTimeout(
-      () => {
-        why = `killed after ${o.timeoutS + 30} s`;
-        try {
-          process.kill(-pid, 'SIGKILL');
-        } catch {
-          // gone
-        }
-      },
-      (o.timeoutS + 30) * 1000,
-    );
-    // Whatever the file left behind in its group (a fleet it did not stop) goes with it, and with it any
-    // handle on the output pipes, so 'close' follows at once.
-    child.on('exit', () => {
-      try {
-        process.kill(-pid, 'SIGKILL');
-      } catch {
-        // nothing left
-      }
-    });
-    child.on('close', (code, signal) => {
+    let settled = false;
+    let pid = 0;
+    const finish = (code: number | null, signal: NodeJS.Signals | null): void => {
+      if (settled) return;
+      settled = true;
       clearTimeout(deadline);
+      clearTimeout(drain);
       running.delete(pid);
       const out = Buffer.concat(chunks).toString('utf8');
       const path = resultPath(file);
@@ -154,7 +158,9 @@ function runOne(file: string, o: RunOptions, running: Set<number>): Promise<File
       writeFileSync(path, out);
       const asserts = (out.match(/^\s*(?:not )?ok \d+/gm) ?? []).length;
       const failed = (out.match(/^\s*not ok \d+(?!.*# (?:TODO|SKIP))/gm) ?? []).length;
-      if (why === null && code !== 0) why = signal !== null ? `signal ${signal}` : `exit ${code}`;
+      if (why === null && code !== 0) why = signal !== null ? `signal ${signal}` : `exit ${String(code)}`;
+      // node-tap ends a file's output with its top-level plan; without one the file never ran its tests.
+      if (why === null && !/^1\.\.\d+/m.test(out)) why = 'no TAP plan in its output';
       resolve({
         file,
         ok: code === 0 && failed === 0 && why === null,
@@ -163,7 +169,39 @@ function runOne(file: string, o: RunOptions, running: Set<number>): Promise<File
         failed,
         why,
       });
+    };
+    let drain: NodeJS.Timeout | undefined;
+    const deadline = setTimeout(
+      () => {
+        why = `killed after ${o.timeoutS + 30} s`;
+        killLeftovers(pid, mark);
+      },
+      (o.timeoutS + 30) * 1000,
+    );
+    const child = spawn(process.execPath, ['--enable-source-maps', file], {
+      env: { ...o.env, TAP_TIMEOUT: String(o.timeoutS), AL_TEST_RUN_MARK: mark },
+      stdio: ['ignore', 'pipe', 'pipe'],
+      detached: true, // its own process group
     });
+    pid = child.pid ?? 0;
+    if (pid > 0) running.set(pid, mark);
+    child.stdout.on('data', (c: Buffer) => chunks.push(c));
+    child.stderr.on('data', (c: Buffer) => chunks.push(c));
+    child.on('error', (err) => {
+      why = `could not start: ${err.message}`;
+      finish(null, null);
+    });
+    child.on('exit', (code, signal) => {
+      // What it left behind goes, and with it any copy of the output pipes, so 'close' follows at once; if a
+      // pipe is still held after 5 s, the result is taken from what was read.
+      killLeftovers(pid, mark);
+      drain = setTimeout(() => {
+        child.stdout.destroy();
+        child.stderr.destroy();
+        finish(code, signal);
+      }, 5000);
+    });
+    child.on('close', (code, signal) => finish(code, signal));
   });
 }
 

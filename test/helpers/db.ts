@@ -20,7 +20,7 @@ function adminUrl(): string {
 
 /** Creates a database: cloned from the migrated template, or empty with `empty: true`. Dropped at teardown. */
 export async function createTestDatabase(t: Test, options: { empty?: boolean } = {}): Promise<string> {
-  const name = `al_t_${randomBytes(6).toString('hex')}`;
+  const name = `${process.env.AL_TEST_DB_PREFIX ?? 'al_t_'}${randomBytes(6).toString('hex')}`;
   const admin = new pg.Client({ connectionString: adminUrl() });
   await admin.connect();
   const template = options.empty === true ? 'template0' : (process.env.AL_TEST_TEMPLATE ?? '');
