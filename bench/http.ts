@@ -11,8 +11,8 @@
  * and is counted in the fleet-wide request window, as in production. Ratios are medians of per-round ratios.
  *
  * Beside each cell, the CPU it took per operation (bench/cpu.ts): this process (the client, and the API thread
- * within it) and PostgreSQL's processes, and the cores the machine had busy. From them, per level, the ceiling
- * of HTTP reserve / library reserve on saturated cores: library CPU / (library CPU + authenticated no-op CPU).
+ * within it) and PostgreSQL's processes, and the cores the machine had busy. From them, per level, a bound on
+ * HTTP reserve / library reserve at the library cell's CPU use: library CPU / (library CPU + no-op CPU).
  */
 import { Worker } from 'node:worker_threads';
 import { Pool as HttpPool } from 'undici';
@@ -42,7 +42,7 @@ const CELLS = [
   'HTTP gate call',
 ] as const;
 type Cell = (typeof CELLS)[number];
-const CEILING = 'ceiling of HTTP reserve on saturated cores: library reserve + no-op CPU';
+const CEILING = "bound at the library's CPU use: library / (library + no-op) CPU";
 
 /** A cell's load and where the machine's CPU went while it ran (the closed loop only, not its set-up). */
 interface Measured extends LoadResult {
@@ -250,9 +250,9 @@ export async function runHttpBench(o: Options): Promise<void> {
         machine_busy_cores: busy,
       });
     }
-    // The ceiling of HTTP reserve / library reserve when the machine's CPU is the limit: an HTTP reservation
-    // costs at least a library reservation (its work moves to the API thread) plus an authenticated request that
-    // does nothing, and on saturated cores throughputs are in inverse proportion to CPU per operation.
+    // A bound on HTTP reserve / library reserve: an HTTP reservation costs at least a library reservation (its
+    // work moves to the API thread) plus an authenticated request that does nothing, so at the library cell's CPU
+    // use its rate cannot exceed this share of the library's. A route keeping more cores busy could exceed it.
     const cpuOf = (x: Record<Cell, Measured>, cell: Cell): number =>
       ((x[cell].cpu.nodeCores + x[cell].cpu.postgresCores) * x[cell].seconds) / Math.max(1, x[cell].ops);
     const ceiling = median(

@@ -5,8 +5,8 @@
  * it records. Each file still uses node-tap (`import t from 'tap'`) and prints TAP; the whole output of a file is
  * kept under `.tap/test-results/`, and a failed file's is printed.
  *
- * Files run longest first by the durations the last run kept in `.tap/durations.json` (alphabetically on a fresh
- * clone), so the slowest file does not start last.
+ * Files run longest first by the durations the last run kept in `.tap/durations.json` (on a fresh clone, by the
+ * ones committed in `test/durations.json`), so the slowest file does not start last.
  */
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -31,6 +31,7 @@ interface FileResult {
 
 const RESULTS = '.tap/test-results';
 const DURATIONS = '.tap/durations.json';
+const COMMITTED_DURATIONS = 'test/durations.json';
 
 /** `dist/test/**\/*.test.js` under `root`, sorted. */
 export function testFiles(root: string): string[] {
@@ -46,12 +47,16 @@ export function testFiles(root: string): string[] {
   return out.sort();
 }
 
+/** This checkout's last run's durations, else the ones committed with the tests (a fresh clone has no run). */
 function lastDurations(): Record<string, number> {
-  try {
-    return JSON.parse(readFileSync(DURATIONS, 'utf8')) as Record<string, number>;
-  } catch {
-    return {};
+  for (const path of [DURATIONS, COMMITTED_DURATIONS]) {
+    try {
+      return JSON.parse(readFileSync(path, 'utf8')) as Record<string, number>;
+    } catch {
+      // next
+    }
   }
+  return {};
 }
 
 /** Runs every file; prints one line per file and the failures' output; resolves to the exit code. */
