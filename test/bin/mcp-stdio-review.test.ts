@@ -25,9 +25,10 @@ t.test('the stdio server holds the token to its request window', async (t) => {
   await store.add('agent-1', 'service', 'agent', 'test');
   await store.grant('agent-1', 'tenant-a', 'agent', 'test');
   const { token } = await store.createToken('agent-1', 'tenant-a', 'host', 1, 'test');
+  const [command, commandArgs] = nodeCommand([BIN, 'mcp', '--stdio']);
   const transport = new StdioClientTransport({
-    command: nodeCommand([BIN, 'mcp', '--stdio'])[0],
-    args: nodeCommand([BIN, 'mcp', '--stdio'])[1],
+    command,
+    args: commandArgs,
     env: { PATH: process.env.PATH ?? '', ...env, ACTIONLEDGER_TOKEN: token },
     stderr: 'pipe',
   });

@@ -51,9 +51,10 @@ t.test('the stdio server: listing, one reservation, refusals as tool errors, rev
   t.equal(lines.length, 1, 'stdout carries only the protocol');
   t.match(JSON.parse(lines[0] ?? '{}'), { jsonrpc: '2.0', id: 1, result: { serverInfo: { name: 'actionledger' } } });
 
+  const [command, commandArgs] = nodeCommand([BIN, 'mcp', '--stdio']);
   const transport = new StdioClientTransport({
-    command: nodeCommand([BIN, 'mcp', '--stdio'])[0],
-    args: nodeCommand([BIN, 'mcp', '--stdio'])[1],
+    command,
+    args: commandArgs,
     env: { PATH: process.env.PATH ?? '', ...env, ACTIONLEDGER_TOKEN: token },
     stderr: 'pipe',
   });
