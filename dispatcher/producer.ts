@@ -4,7 +4,8 @@
  *
  * Loop states (graphile-worker style):
  *   idle      - not started, or closed; `start()` makes it running
- *   running   - claims when it has free slots: woken by NOTIFY, a finished slot, or the poll timer; one claim
+ *   running   - claims when it has free slots: woken by NOTIFY, a reservation committed by this process
+ *               (core/local-wake.ts), a finished slot, or the poll timer; one claim
  *               statement in flight at a time, for `free slots` (capped at batchSize) operations; a heartbeat
  *               every interval, skipped while the previous one is still in flight
  *   draining  - no more claims and no more heartbeats; the claim statement in flight lands (its operations run
@@ -16,6 +17,7 @@
  */
 import { hostname } from 'node:os';
 import { isConnectionError, type PoolClient } from '../core/db.js';
+import { localWakeId, onLocalWake } from '../core/local-wake.js';
 import { RepeatedFailureLog } from '../core/log.js';
 import type { DispatchContext } from './context.js';
 import type { ClaimedOperation } from './types.js';
@@ -35,6 +37,8 @@ export class Producer {
   #beating: Promise<void> | undefined;
   #listener: PoolClient | undefined;
   #poll: NodeJS.Timeout | undefined;
+  /** Unsubscribes from this process's wake-ups (reservations committed by this process). */
+  #unsubscribeLocal: (() => void) | undefined;
   #heartbeat: NodeJS.Timeout | undefined;
   readonly #claimFailures: RepeatedFailureLog;
   readonly #heartbeatFailures: RepeatedFailureLog;
@@ -67,6 +71,7 @@ export class Producer {
   async start(): Promise<void> {
     this.#state = 'running';
     this.#heartbeat = setInterval(() => this.#beat(), this.#ctx.o.heartbeatIntervalMs);
+    this.#unsubscribeLocal = onLocalWake(this.#channel, () => this.wake());
     await this.#listen();
     this.#poll = setInterval(() => this.wake(), this.#ctx.o.pollIntervalMs);
     this.wake();
@@ -78,6 +83,8 @@ export class Producer {
    */
   async drain(deadlineMs: number): Promise<boolean> {
     this.#state = 'draining';
+    this.#unsubscribeLocal?.();
+    this.#unsubscribeLocal = undefined;
     clearInterval(this.#poll);
     clearInterval(this.#heartbeat);
     const drained = (async () => {
@@ -98,6 +105,8 @@ export class Producer {
   async close(): Promise<void> {
     const { o, q } = this.#ctx;
     this.#state = 'idle';
+    this.#unsubscribeLocal?.();
+    this.#unsubscribeLocal = undefined;
     const listener = this.#listener;
     this.#listener = undefined;
     listener?.release();
@@ -197,7 +206,10 @@ export class Producer {
     const { o } = this.#ctx;
     try {
       const client = await o.pool.connect();
-      client.on('notification', () => this.wake());
+      // A NOTIFY this process sent follows a wake-up its listeners had already (core/local-wake.ts).
+      client.on('notification', (msg) => {
+        if (msg.payload !== localWakeId) this.wake();
+      });
       client.on('error', (err) => {
         // Released already by close() (or by an earlier error): nothing to give back.
         if (this.#listener !== client) return;

@@ -23,6 +23,16 @@ export const dispatcherQueries = {
    * analyzed, or holds a switch for another tenant), and then reads and sorts the whole queue instead of the
    * first rows of outbox_available_idx: 300-600 ms against 2.4-3.5 ms at 100,000 queued (`npm run bench`). Under the
    * OR it stays a filter, and the uncorrelated test runs once per statement.
+   *
+   * The claim commits asynchronously (`synchronous_commit` off for its own transaction, set by `async_commit`):
+   * it does not wait for its WAL to reach the disk. What may follow a claim before anything else is written is
+   * the authorization request, which changes no effect (the built-in service's audit row of it is a later
+   * commit in this database, so it cannot outlive the claim); the provider request waits for the evidence
+   * statement, fenced on this claim token and committed synchronously, and flushing that commit flushes all
+   * the WAL before it, the claim's included (a synchronous standby receives it in the same order). A server
+   * crash before that flush loses the claim and nothing else: the operation is `pending` again with its
+   * outbox row, no provider request was sent under it, and the evidence write fails on the token. Measured:
+   * see docs/architecture.md "Waking the dispatchers".
    */
   outboxClaimBatch: `
     WITH picked AS (
@@ -54,13 +64,15 @@ export const dispatcherQueries = {
       returning: `l.effect_key, l.principal_id, l.task_id, l.workflow_step_id, l.tool_name, l.tenant_id, l.provider_id,
                 l.provider_endpoint, l.idempotency_header, l.canonical_args_sha256, l.arguments_json,
                 l.current_approval_id, l.current_policy_version, l.claim_token, l.attempt`,
-    })}
+    })}, async_commit AS (
+      SELECT set_config('synchronous_commit', 'off', true) AS setting
+    )
     SELECT operation_id, effect_key, principal_id, task_id, workflow_step_id, tool_name, tenant_id, provider_id,
            provider_endpoint, idempotency_header, canonical_args_sha256, arguments_json, current_approval_id,
            current_policy_version, claim_token, attempt,
            greatest(extract(epoch FROM now() - (SELECT t.available_at FROM taken t
                                                 WHERE t.operation_id = claimed.operation_id)), 0)::float8 AS queued_s
-    FROM claimed`,
+    FROM claimed CROSS JOIN async_commit`,
 
   /**
    * Records a batch of authorization decisions in one statement (its own transaction). Element i of the arrays

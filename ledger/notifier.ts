@@ -5,9 +5,11 @@
  * concurrent reservations (measured: 16 in flight were no faster than one). Reservations made in our
  * own statement call {@link OutboxNotifier.poke} after they commit; the first poke sends at once, later ones
  * within the interval collapse into one trailing NOTIFY, so every commit is followed by a wake-up within
- * `intervalMs`. Dispatchers also poll, so a lost NOTIFY delays work and never loses it.
+ * `intervalMs`. A dispatcher in this process is woken directly on every poke (core/local-wake.ts), without
+ * the NOTIFY's round trip. Dispatchers also poll, so a lost NOTIFY delays work and never loses it.
  */
 import type { Pool } from '../core/db.js';
+import { localWakeId, wakeLocal } from '../core/local-wake.js';
 
 export class OutboxNotifier {
   readonly #pool: Pool;
@@ -25,6 +27,8 @@ export class OutboxNotifier {
 
   poke(): void {
     if (this.#stopped) return;
+    // A dispatcher in this process claims at once; the others hear the NOTIFY below.
+    wakeLocal(this.#channel);
     if (this.#timer !== undefined) {
       this.#trailing = true;
       return;
@@ -44,7 +48,7 @@ export class OutboxNotifier {
 
   #send(): void {
     // Best effort by design: the dispatchers' poll interval covers a NOTIFY that never arrives.
-    this.#pool.query('SELECT pg_notify($1, $2)', [this.#channel, '']).catch(() => undefined);
+    this.#pool.query('SELECT pg_notify($1, $2)', [this.#channel, localWakeId]).catch(() => undefined);
   }
 
   stop(): void {

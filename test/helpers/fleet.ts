@@ -50,6 +50,8 @@ export interface DispatchEnvOptions {
   issueRefund?: Record<string, unknown>;
   /** Replaces keys of the `void_refund` tool, issue_refund's declared compensation. */
   voidRefund?: Record<string, unknown>;
+  /** The dispatcher's poll interval (default 100 ms). */
+  pollIntervalMs?: number;
   /** More top-level configuration sections (e.g. `notifications`), and environment variables beside it. */
   extra?: Record<string, unknown>;
   extraEnv?: Record<string, string>;
@@ -74,7 +76,7 @@ export async function dispatchEnv(
   const url = await createTestDatabase(t);
   const raw = {
     dispatcher: {
-      poll_interval_ms: 100,
+      poll_interval_ms: options.pollIntervalMs ?? 100,
       heartbeat_interval_ms: 500,
       ...kit.dispatcherConfig,
     },

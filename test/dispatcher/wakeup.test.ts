@@ -1,0 +1,80 @@
+import t from 'tap';
+import { bindQueries } from '../../core/db.js';
+import { localWakeId, onLocalWake, wakeLocal } from '../../core/local-wake.js';
+import { dispatcherQueries } from '../../dispatcher/queries.js';
+import { ctx, dispatchEnv, settled } from '../helpers/fleet.js';
+
+const REFUND = { order_id: 'o-1', amount: 5, currency: 'EUR' };
+/** Far longer than any test here waits, so only a wake-up can start a claim. */
+const NO_POLL_MS = 60_000;
+/** How long a woken dispatcher may take to finish the operation, on a loaded machine. */
+const SETTLE_MS = 20_000;
+/** Lets the claim a dispatcher makes as it starts land first, so it cannot be the one that finds the operation. */
+const afterStartClaim = (): Promise<void> => new Promise((r) => setTimeout(r, 1000));
+
+t.test('local wake-ups reach every listener of their channel, and none after it unsubscribes', (t) => {
+  const heard: string[] = [];
+  const offA = onLocalWake('s1_outbox', () => heard.push('a'));
+  const offB = onLocalWake('s1_outbox', () => {
+    heard.push('b');
+    throw new Error('a listener that throws does not stop the others');
+  });
+  const offC = onLocalWake('s2_outbox', () => heard.push('c'));
+  wakeLocal('s1_outbox');
+  t.same(heard, ['a', 'b']);
+  offA();
+  offB();
+  offB();
+  wakeLocal('s1_outbox');
+  t.same(heard, ['a', 'b'], 'nothing after unsubscribing');
+  wakeLocal('s2_outbox');
+  t.same(heard, ['a', 'b', 'c']);
+  offC();
+  t.match(localWakeId, /^[0-9a-f]{16}$/);
+  t.end();
+});
+
+t.test('a reservation committed in this process wakes its dispatcher directly', async (t) => {
+  const e = await dispatchEnv(t, {}, { pollIntervalMs: NO_POLL_MS });
+  await e.dispatcher();
+  await afterStartClaim();
+  // The start's own claim has found nothing; the NOTIFY this reservation sends carries this process's mark,
+  // which its dispatcher skips: only the local wake-up can start the claim before the poll.
+  const op = await e.ledger.reserve(ctx('local-wake'), 'issue_refund', REFUND);
+  t.equal((await settled(e.pool, op.operation_id, SETTLE_MS)).status, 'succeeded');
+});
+
+t.test('a NOTIFY from elsewhere still wakes the dispatcher', async (t) => {
+  const e = await dispatchEnv(t, {}, { pollIntervalMs: NO_POLL_MS });
+  await e.dispatcher();
+  await afterStartClaim();
+  // Reserved in the caller's own transaction: the NOTIFY is sent at its commit (payload ''), with no local
+  // wake-up, as a reservation made by another process reaches this one.
+  const client = await e.pool.connect();
+  let operationId: string;
+  try {
+    await client.query('BEGIN');
+    const op = await e.ledger.reserve(ctx('remote-wake'), 'issue_refund', { ...REFUND, order_id: 'o-2' }, { client });
+    operationId = op.operation_id;
+    await client.query('COMMIT');
+  } finally {
+    client.release();
+  }
+  t.equal((await settled(e.pool, operationId, SETTLE_MS)).status, 'succeeded');
+});
+
+t.test('the claim commits asynchronously, in its own transaction only', async (t) => {
+  const e = await dispatchEnv(t);
+  const q = bindQueries(dispatcherQueries, e.config.schemaQuoted);
+  await e.ledger.reserve(ctx('async-claim'), 'issue_refund', { ...REFUND, order_id: 'o-3' });
+  const client = await e.pool.connect();
+  t.teardown(() => client.release());
+  const setting = async (): Promise<string> =>
+    (await client.query<{ s: string }>("SELECT current_setting('synchronous_commit') AS s")).rows[0]!.s;
+  t.equal(await setting(), 'on', 'the session commits synchronously');
+  await client.query('BEGIN');
+  t.equal((await client.query(q.outboxClaimBatch, [10, 'w-async'])).rowCount, 1);
+  t.equal(await setting(), 'off', "the claim's transaction commits without waiting for its WAL flush");
+  await client.query('ROLLBACK');
+  t.equal(await setting(), 'on', 'for that transaction only');
+});
