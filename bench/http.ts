@@ -3,7 +3,10 @@
  * one run on one PostgreSQL. Per level and round, one after the other on fresh databases:
  *   - the library's reservation (`Ledger#reserve`, in this process): the baseline,
  *   - the library's gate call (`Gate#call`, an auto-approved tool),
- *   - the floor: an authenticated request that does nothing else (`GET /v1/status`),
+ *   - an authenticated request that does nothing else (`GET /v1/status`),
+ *   - the HTTP floor: a bare node:http server (same worker thread, same client) that parses the body with
+ *     `JSON.parse` and makes the library's reservation, with no authentication, request window, schema or
+ *     audit: the least any reservation over HTTP does here, so its ratio caps what HTTP reserve can reach,
  *   - a direct reservation over HTTP (`POST /v1/operations`),
  *   - a gate call over HTTP (`POST /v1/calls`).
  * The API runs in a worker thread (bench/http-server.ts) with its own pool, as the service runs beside its
@@ -38,6 +41,7 @@ const CELLS = [
   'library reserve',
   'library gate call',
   'HTTP authenticated no-op',
+  'HTTP floor: node:http + JSON.parse + library reserve',
   'HTTP reserve',
   'HTTP gate call',
 ] as const;
@@ -145,8 +149,9 @@ async function httpCell(
   await store.add('bench-service', 'service', 'bench', 'bench');
   for (const role of ['service', 'agent']) await store.grant('bench-service', BENCH_TENANT, role, 'bench');
   const { token } = await store.createToken('bench-service', BENCH_TENANT, 'bench', 1, 'bench');
+  const bare = cell === 'HTTP floor: node:http + JSON.parse + library reserve';
   const worker = new Worker(new URL('./http-server.js', import.meta.url), {
-    workerData: { url, raw: BENCH_RAW_CONFIG },
+    workerData: { url, raw: BENCH_RAW_CONFIG, bare },
   });
   const { port, tid } = await new Promise<{ port: number; tid: number }>((resolve, reject) => {
     worker.once('message', resolve);
@@ -159,12 +164,21 @@ async function httpCell(
       postmaster,
       n,
       ms,
-      async (_w, i) => {
+      async (w, i) => {
         if (cell === 'HTTP authenticated no-op') {
           // The floor: a request authenticated and counted like the others, then nothing (`GET /v1/status`).
           const res = await http.request({ method: 'GET', path: '/v1/status', headers });
           await res.body.text();
           if (res.statusCode !== 200) throw new Error(`/v1/status answered ${res.statusCode}`);
+          return;
+        }
+        if (bare) {
+          const ctx = { ...context(w, i), approval_id: 'a1', policy_version: 'v1' };
+          const floorBody = JSON.stringify({ context: ctx, tool: 'issue_refund', arguments: BENCH_ARGS });
+          const res = await http.request({ method: 'POST', path: '/reserve', headers, body: floorBody });
+          const answer = (await res.body.json()) as { ok?: boolean; error?: string };
+          if (res.statusCode !== 200 || answer.ok !== true)
+            throw new Error(`the floor answered ${res.statusCode}: ${JSON.stringify(answer)}`);
           return;
         }
         const body =
