@@ -143,7 +143,7 @@ export async function halfPeakCell(
 
     let lastOutcome = 0;
     const one = async (i: number): Promise<void> => {
-      const r = await reserve('run', 0, i);
+      const r = await reserve('run', i % n, i);
       const committed = performance.now();
       const done = await env.probe.completions.wait(r.operation_id, COMPLETION_TIMEOUT_MS);
       if (done.status !== 'succeeded') notSucceeded++;
@@ -194,7 +194,8 @@ export async function halfPeakCell(
       concurrency: n,
       targetOpsPerS,
       offeredOpsPerS: inFlight.length / seconds,
-      achievedOpsPerS: (inFlight.length - failed - notSucceeded) / ((lastOutcome - start) / 1000),
+      achievedOpsPerS:
+        lastOutcome > start ? (inFlight.length - failed - notSucceeded) / ((lastOutcome - start) / 1000) : NaN,
       arrivals: inFlight.length,
       seconds,
       p50Ms: sent.p50Ms,
