@@ -4,7 +4,8 @@
  *   - actionledger end to end: reservation to `succeeded` through a real Dispatcher over mTLS (dispatch-env.ts),
  *   - the server's 3-commit SQL-only lifecycle (insert ledger+outbox, claim with SKIP LOCKED, mark succeeded),
  *     optionally with a simulated provider request outside or under the row lock,
- *   - pg-boss 10 processing no-op jobs, polling (its fastest interval, 0.5 s) or woken in-process.
+ *   - pg-boss 10 processing no-op jobs, polling (its fastest interval, 0.5 s) or woken in-process,
+ *   - the peer a user would build instead: pg-boss 10 whose handler makes the dispatcher's two mutual-TLS calls.
  *
  * Load, the same for every system: N producers in a closed loop, each enqueuing one operation and waiting
  * until its completion commit is acknowledged before enqueuing the next, so N operations are in flight; the
@@ -17,7 +18,7 @@ import pg from 'pg';
 import PgBoss from 'pg-boss';
 import { compileConfig } from '../core/config.js';
 import { createPool, type Pool } from '../core/db.js';
-import { canonicalJson, sha256Hex } from '../core/json.js';
+import { canonicalJson, sha256Hex, type JsonValue } from '../core/json.js';
 import { migrate } from '../core/migrate.js';
 import { Secret } from '../core/secret.js';
 import { authorizationRequest, fetchAuthorization } from '../dispatcher/authorize.js';
@@ -456,9 +457,12 @@ interface BenchBoss {
   close(): Promise<void>;
 }
 
-/** pg-boss on a fresh database, its SQL run through a pool we watch (its documented `db` option). */
-async function openBoss(adminUrl: string, name: string, n: number): Promise<BenchBoss> {
-  const url = await freshDatabase(adminUrl, name);
+/**
+ * pg-boss on a fresh database (or on `existingUrl`, which the caller drops), its SQL run through a pool we watch
+ * (its documented `db` option).
+ */
+async function openBoss(adminUrl: string, name: string, n: number, existingUrl?: string): Promise<BenchBoss> {
+  const url = existingUrl ?? (await freshDatabase(adminUrl, name));
   const pool = createPool(url, {
     max: n + 4,
     statementTimeoutMs: 60_000,
@@ -504,7 +508,7 @@ async function openBoss(adminUrl: string, name: string, n: number): Promise<Benc
         quiet = inFlight === 0 ? quiet + 1 : 0;
       }
       await pool.end();
-      await dropDatabase(adminUrl, name);
+      if (existingUrl === undefined) await dropDatabase(adminUrl, name);
     },
   };
 }
@@ -545,6 +549,141 @@ export async function pgBossCell(adminUrl: string, n: number, mode: BossMode, li
     return { ...run, check };
   } finally {
     await b.close();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The peer a user would build instead: pg-boss 10 whose handler makes the dispatcher's two mutual-TLS calls
+
+/** The job a producer sends: who asks, for which step, with which arguments (what a reservation records). */
+interface RefundJob {
+  tenant_id: string;
+  principal_id: string;
+  task_id: string;
+  workflow_step_id: string;
+  approval_id: string;
+  policy_version: string;
+  args: Record<string, unknown>;
+}
+
+export interface BossMtlsResult extends Run {
+  /** Jobs whose authorization was refused or whose provider call did not classify as succeeded. */
+  notSucceeded: number;
+  check: string;
+}
+
+/**
+ * N producers in a closed loop, each sending one pg-boss job and waiting until its `complete` statement is
+ * acknowledged; one worker, `batchSize` N, woken in-process after each send (`notifyWorker`), as in
+ * {@link pgBossCell}. The handler runs the batch's jobs concurrently, each making the two mutual-TLS calls a
+ * dispatch makes, with the dispatcher's own client code and agents against the same sandbox servers (as
+ * {@link floorCell} does): the authorization request, its decision checked as the dispatcher checks it, then
+ * the provider POST with the job id as the Idempotency-Key, classified. Nothing else: no ledger row, claim
+ * fence, evidence, row lock, final check or fenced outcome write, and none of their guarantees (nothing
+ * re-checks kill switches, revocations or freshness right before the send, nothing records what the provider
+ * answered, and a job that outlives its expiry is fetched again while its first call may still be out).
+ */
+export async function pgBossMtlsCell(
+  adminUrl: string,
+  pki: BenchPki,
+  n: number,
+  limits: CellLimits,
+): Promise<BossMtlsResult> {
+  const name = `al_bench_boss_mtls_${n}`;
+  // The floor's environment (its sandbox servers, profile and client identity; no dispatcher started), and
+  // pg-boss's own schema in the same database.
+  const url = await migratedDatabase(adminUrl, name);
+  const env = await openDispatchBench(pki, url, n, 2, false);
+  cellContext.sandboxThread = env.sandbox.tid;
+  const identity = await loadDispatchIdentity(env.runtime, env.env);
+  const authorizer = identity.agent();
+  const provider = identity.agent();
+  const route = env.config.tools.get('issue_refund')!;
+  const credential = identity.credentials.get('issue_refund') ?? null;
+  const b = await openBoss(adminUrl, name, n, url);
+  const { boss, completions } = b;
+  try {
+    await boss.start();
+    await boss.createQueue('refunds');
+    let notSucceeded = 0;
+    const handle = async (job: PgBoss.Job<RefundJob>): Promise<void> => {
+      const d = job.data;
+      const op: ClaimedOperation = {
+        operation_id: job.id,
+        effect_key: job.id,
+        principal_id: d.principal_id,
+        task_id: d.task_id,
+        workflow_step_id: d.workflow_step_id,
+        tool_name: route.tool,
+        tenant_id: d.tenant_id,
+        provider_id: route.providerId,
+        provider_endpoint: route.endpoint,
+        idempotency_header: route.idempotencyHeader,
+        canonical_args_sha256: sha256Hex(canonicalJson(d.args as JsonValue)),
+        arguments_json: d.args,
+        current_approval_id: d.approval_id,
+        current_policy_version: d.policy_version,
+        claim_token: job.id,
+        attempt: 1,
+        queued_s: 0,
+      };
+      await fetchAuthorization(authorizer, identity.profile, authorizationRequest(op));
+      const outcome = classify(await callProvider(provider, identity.profile, op, credential), route);
+      if (outcome.status !== 'succeeded') throw new Error(`provider call ${outcome.status}: ${outcome.reason}`);
+    };
+    const workerId = await boss.work<RefundJob>(
+      'refunds',
+      { batchSize: n, pollingIntervalSeconds: 0.5 },
+      async (jobs) => {
+        // Each job's failure is counted here rather than thrown: pg-boss would fail the whole batch.
+        const settled = await Promise.allSettled(jobs.map(handle));
+        notSucceeded += settled.filter((s) => s.status === 'rejected').length;
+      },
+    );
+    const cycle =
+      (tag: string) =>
+      async (w: number, i: number): Promise<number> => {
+        const job: RefundJob = {
+          tenant_id: 'tenant-a',
+          principal_id: `producer-${w}`,
+          task_id: `${tag}-${i}`,
+          workflow_step_id: 's1',
+          approval_id: 'a1',
+          policy_version: 'v1',
+          args: ARGS,
+        };
+        const id = await boss.send('refunds', job);
+        const committed = performance.now();
+        if (id === null) throw new Error('pg-boss send returned null');
+        boss.notifyWorker(workerId);
+        const done = await completions.wait(id, COMPLETION_TIMEOUT_MS);
+        return done.at - committed;
+      };
+    await closedLoopOps(n, Math.max(20, 2 * n), limits.capMs, cycle('warm'));
+    notSucceeded = 0;
+    const run = await closedLoopOps(n, limits.ops, limits.capMs, cycle('run'), limits.minMs);
+    // Every job (warm-up included) completed, with one authorization and one provider POST (its own key) each.
+    const { check: states, allCompleted } = await jobStates(b.pool, 'refunds');
+    const { rows } = await b.pool.query<{ n: number }>(
+      "SELECT count(*)::int AS n FROM pgboss.job WHERE name = 'refunds'",
+    );
+    const total = rows[0]?.n ?? 0;
+    const stats = await env.sandbox.stats();
+    const check = `jobs ${states}; provider POSTs ${stats.posts} (${stats.distinctKeys} keys, ${stats.effects} effects); authorizations ${stats.authorizations}`;
+    const ok =
+      allCompleted &&
+      notSucceeded === 0 &&
+      stats.posts === total &&
+      stats.distinctKeys === total &&
+      stats.authorizations === total;
+    if (!ok) process.stderr.write(`WARNING pg-boss mTLS handler N=${n}: ${check}; ${notSucceeded} not succeeded\n`);
+    return { ...run, notSucceeded, check };
+  } finally {
+    cellContext.sandboxThread = null;
+    await b.close();
+    await Promise.all([authorizer.close(), provider.close()]);
+    await env.close();
+    await dropDatabase(adminUrl, name);
   }
 }
 

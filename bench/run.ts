@@ -25,8 +25,12 @@
  *   - actionledger: `reserve` rate, and reservation to `succeeded` through a real Dispatcher (fresh mTLS
  *     authorization, provider call over mTLS; bench/dispatch-env.ts) with N operations in flight: its rate,
  *     its latency (reservation commit acknowledged -> outcome commit acknowledged) and the latency to the claim.
+ *   - the peer one would build instead: pg-boss send-to-complete whose handler makes the dispatcher's two
+ *     mutual-TLS calls with its client code, N jobs in flight (woken in-process),
  *   - the floor: reserve, then the dispatcher's two mutual-TLS calls with its own client code and nothing else,
  *     and the transport: the same with a bare undici Agent and `JSON.parse` (bench/transport.ts).
+ * After each round, an open loop at half that round's best end-to-end rate (Poisson arrivals through a real
+ * Dispatcher): reservation commit acknowledged -> provider request sent, p50 and p99 (bench/half-peak.ts).
  * Rounds interleave the levels and the systems; the table shows medians over rounds, and ratios are medians of
  * per-round ratios. The machine is shared: a round during which other processes used 0.3 cores or more
  * (bench/cpu.ts) is run again, at most `--rounds` extra times per level, and the load that remained is reported. Then the claim's cost as the queue grows from 1,000 to 100,000 operations, and beside 100,000
@@ -59,9 +63,11 @@ import {
   medianOf,
   pgBossCell,
   pgBossEnqueueDrainCell,
+  pgBossMtlsCell,
   round2,
   sqlCell,
   type AlResult,
+  type BossMtlsResult,
   type BossResult,
   type CellLimits,
   type Run,
@@ -71,6 +77,7 @@ import { backlogCell, type BacklogRow } from './backlog.js';
 import { DEFAULT_CASES, runClaimScaling, scalingReport, type ScalingRow } from './claim-scaling.js';
 import { findPostmaster, waitForQuiet } from './cpu.js';
 import { createBenchPki } from './dispatch-env.js';
+import { halfPeakCell, type HalfPeakResult } from './half-peak.js';
 import { runDispatchBench } from './dispatch.js';
 import { runReserveBench } from './reserve.js';
 import { runHttpBench } from './http.js';
@@ -142,6 +149,8 @@ const SCALING_CASES = QUICK
       { name: 'queued 1,000 + finished 10,000', queued: 1_000, finished: 10_000 },
     ]
   : DEFAULT_CASES;
+/** The open-loop cell at half the end-to-end peak: how long arrivals last. */
+const HALF_PEAK_SECONDS = QUICK ? 1.5 : 5;
 const QUIET_MAX_MS = Number(process.env.BENCH_QUIET_MAX_SECONDS ?? (QUICK ? 2 : 15)) * 1000;
 const NOISY_CORES = 0.3;
 
@@ -152,6 +161,8 @@ interface Round {
   bossSend: BossResult;
   bossDrain: BossResult;
   bossLive: BossResult;
+  /** pg-boss whose handler makes the dispatcher's two mutual-TLS calls. */
+  bossMtls: BossMtlsResult;
   al: AlResult;
   floor: Run;
   transport: TransportResult;
@@ -364,6 +375,9 @@ async function mainParts(): Promise<void> {
 
   const byLevel = new Map<number, Round[]>();
   const discarded = new Map<number, number>();
+  /** This round's kept end-to-end rates, by level; the open-loop cell's results, one per round. */
+  const peaks: { n: number; opsPerS: number }[] = [];
+  const halfPeak: HalfPeakResult[] = [];
   let scaling: ScalingRow[] = [];
   const backlog: BacklogRow[] = [];
   let scalingNotes: string[] = [];
@@ -384,24 +398,42 @@ async function mainParts(): Promise<void> {
         const { enqueue: bossSend, drain: bossDrain } = await pgBossEnqueueDrainCell(db.adminUrl, n, THROUGHPUT);
         const bossLive = await pgBossCell(db.adminUrl, n, 'notify', LIFECYCLE);
         const al = await actionledgerCell(db.adminUrl, pki, n, LIFECYCLE);
+        const bossMtls = await pgBossMtlsCell(db.adminUrl, pki, n, LIFECYCLE);
         const floor = await floorCell(db.adminUrl, pki, n, LIFECYCLE);
         const transport = await transportCell(db.adminUrl, pki, n, LIFECYCLE);
-        const cells = [insert, reserve, sql, bossSend, bossDrain, bossLive, al, floor, transport];
+        const cells = [insert, reserve, sql, bossSend, bossDrain, bossLive, bossMtls, al, floor, transport];
         const otherCores = Math.max(...cells.map((r) => (Number.isNaN(r.cpu.otherCores) ? 0 : r.cpu.otherCores)));
         const keep = otherCores < NOISY_CORES || (discarded.get(n) ?? 0) >= ROUNDS;
         log(
           `  round ${round} N=${n}${keep ? '' : ' DISCARDED'}: INSERT ${insert.opsPerS.toFixed(0)}/s, SQL lifecycle ${sql.opsPerS.toFixed(0)}/s, ` +
             `pg-boss send ${bossSend.opsPerS.toFixed(0)}/s drain ${bossDrain.opsPerS.toFixed(0)}/s in flight ${bossLive.opsPerS.toFixed(0)}/s, ` +
-            `AL reserve ${reserve.opsPerS.toFixed(0)}/s end to end ${al.opsPerS.toFixed(0)}/s (p50 ${al.p50Ms.toFixed(1)} ms), floor ${floor.opsPerS.toFixed(0)}/s, transport ${transport.opsPerS.toFixed(0)}/s; other processes up to ${otherCores.toFixed(2)} cores\n    ${al.check}`,
+            `AL reserve ${reserve.opsPerS.toFixed(0)}/s end to end ${al.opsPerS.toFixed(0)}/s (p50 ${al.p50Ms.toFixed(1)} ms), ` +
+            `pg-boss mTLS handler ${bossMtls.opsPerS.toFixed(0)}/s (p50 ${bossMtls.p50Ms.toFixed(1)} ms), floor ${floor.opsPerS.toFixed(0)}/s, transport ${transport.opsPerS.toFixed(0)}/s; other processes up to ${otherCores.toFixed(2)} cores\n    ${al.check}`,
         );
         if (!keep) {
           discarded.set(n, (discarded.get(n) ?? 0) + 1);
           continue;
         }
+        peaks.push({ n, opsPerS: al.opsPerS });
         byLevel.set(n, [
           ...(byLevel.get(n) ?? []),
-          { insert, reserve, sql, bossSend, bossDrain, bossLive, al, floor, transport, otherCores },
+          { insert, reserve, sql, bossSend, bossDrain, bossLive, bossMtls, al, floor, transport, otherCores },
         ]);
+      }
+      // Open loop at half the round's end-to-end peak (the best level measured and kept in this round).
+      const peak = peaks.reduce<{ n: number; opsPerS: number } | undefined>(
+        (best, p) => (best === undefined || p.opsPerS > best.opsPerS ? p : best),
+        undefined,
+      );
+      peaks.length = 0;
+      if (peak !== undefined && halfPeak.length < ROUNDS) {
+        await waitForQuiet(cellContext.postmaster, QUIET_MAX_MS, NOISY_CORES);
+        const h = await halfPeakCell(db.adminUrl, pki, peak.n, peak.opsPerS, HALF_PEAK_SECONDS);
+        halfPeak.push(h);
+        log(
+          `  round ${round} open loop at half the peak (${h.peakOpsPerS.toFixed(0)}/s at N=${h.concurrency}): offered ${h.offeredOpsPerS.toFixed(0)}/s, achieved ${h.achievedOpsPerS.toFixed(0)}/s, ` +
+            `reserve commit -> provider request sent p50 ${h.p50Ms.toFixed(1)} ms p99 ${h.p99Ms.toFixed(1)} ms; -> outcome commit p50 ${h.outcomeP50Ms.toFixed(1)} ms p99 ${h.outcomeP99Ms.toFixed(1)} ms\n    ${h.check}`,
+        );
       }
     }
     if (ONLY.has('scaling')) {
@@ -447,6 +479,7 @@ async function mainParts(): Promise<void> {
     const bossSend = m((r) => r.bossSend);
     const bossDrain = m((r) => r.bossDrain);
     const bossLive = m((r) => r.bossLive);
+    const bossMtls = m((r) => r.bossMtls);
     const al = m((r) => r.al);
     const floor = m((r) => r.floor);
     const transport = m((r) => r.transport);
@@ -494,6 +527,21 @@ async function mainParts(): Promise<void> {
       (r) => r.al.opsPerS,
       (r) => r.bossDrain.opsPerS,
     );
+    const alToBossMtls = ratio(
+      rs,
+      (r) => r.al.opsPerS,
+      (r) => r.bossMtls.opsPerS,
+    );
+    const bossMtlsToSql = ratio(
+      rs,
+      (r) => r.bossMtls.opsPerS,
+      (r) => r.sql.opsPerS,
+    );
+    const bossMtlsToLive = ratio(
+      rs,
+      (r) => r.bossMtls.opsPerS,
+      (r) => r.bossLive.opsPerS,
+    );
     const floorToSql = ratio(
       rs,
       (r) => r.floor.opsPerS,
@@ -537,6 +585,16 @@ async function mainParts(): Promise<void> {
         alToLive,
       ],
       [N, 'actionledger reserve commit -> claimed', dash, al.wakeP50Ms, al.wakeP99Ms, dash, dash, dash],
+      [
+        N,
+        `pg-boss send -> completed, handler makes the two mTLS calls, N in flight (end to end / this ${alToBossMtls.toFixed(2)})`,
+        bossMtls.opsPerS,
+        bossMtls.p50Ms,
+        bossMtls.p99Ms,
+        dash,
+        bossMtlsToSql,
+        bossMtlsToLive,
+      ],
       [
         N,
         `floor: reserve + the two mTLS calls, no dispatch bookkeeping (end to end / floor ${alToFloor.toFixed(2)})`,
@@ -599,10 +657,18 @@ async function mainParts(): Promise<void> {
         dispatcher_statements_per_op: al.statementsPerOp,
         not_succeeded: al.notSucceeded,
         ratio_to_floor: alToFloor,
+        ratio_to_pgboss_mtls_handler: alToBossMtls,
         ops_per_s_rounds: rounds((r) => r.al),
         other_processes_cpu_cores_max_median: round2(other),
         rounds_discarded_for_other_load: discarded.get(n) ?? 0,
         check: al.check,
+      }),
+      e('pgboss_mtls_handler_send_to_completed', bossMtls, {
+        ratio_to_sql_lifecycle: bossMtlsToSql,
+        ratio_to_pgboss_send_to_completed: bossMtlsToLive,
+        not_succeeded: bossMtls.notSucceeded,
+        ops_per_s_rounds: rounds((r) => r.bossMtls),
+        check: bossMtls.check,
       }),
       e('floor_reserve_and_two_mtls_calls', floor, {
         ratio_to_sql_lifecycle: floorToSql,
@@ -625,6 +691,67 @@ async function mainParts(): Promise<void> {
       rows,
     );
     log(`Other processes, most cores in any cell of each kept round: ${loads.join('; ')}`);
+  }
+  let tHalf = '';
+  if (halfPeak.length > 0) {
+    const h = median(halfPeak);
+    const levels = [...new Set(halfPeak.map((x) => x.concurrency))].join(' / ');
+    entries.push({
+      name: 'actionledger_enqueue_to_dispatch_at_half_peak',
+      concurrency: h.concurrency,
+      ops_per_s: h.achievedOpsPerS,
+      p50_ms: h.p50Ms,
+      p99_ms: h.p99Ms,
+      enqueue_to_dispatch_p50_ms_at_half_peak: h.p50Ms,
+      enqueue_to_dispatch_p99_ms_at_half_peak: h.p99Ms,
+      enqueue_to_dispatch_max_ms_at_half_peak: round2(h.maxMs),
+      enqueue_to_outcome_p50_ms_at_half_peak: h.outcomeP50Ms,
+      enqueue_to_outcome_p99_ms_at_half_peak: h.outcomeP99Ms,
+      peak_ops_per_s: h.peakOpsPerS,
+      peak_concurrency: levels,
+      target_ops_per_s: h.targetOpsPerS,
+      offered_ops_per_s: h.offeredOpsPerS,
+      achieved_ops_per_s: h.achievedOpsPerS,
+      arrivals: 'poisson',
+      arrival_seconds: h.seconds,
+      arrivals_started: h.arrivals,
+      arrival_lag_p99_ms: h.arrivalLagP99Ms,
+      not_succeeded: h.notSucceeded,
+      p99_ms_rounds: halfPeak.map((x) => x.p99Ms.toFixed(1)).join(', '),
+      check: h.check,
+      main_thread_elu: round2(h.elu),
+      machine_cpu_cores: round2(h.cpu.machineCores),
+      other_processes_cpu_cores: round2(h.cpu.otherCores),
+    });
+    log(
+      `\nOpen loop at half the end-to-end peak (Poisson arrivals for ${h.seconds} s; medians over ${halfPeak.length} round(s); latency per operation, ms):`,
+    );
+    tHalf = printTable(
+      [
+        'N',
+        'end-to-end peak ops/s',
+        'target ops/s',
+        'offered ops/s',
+        'achieved ops/s',
+        'commit -> request sent p50',
+        'p99',
+        'commit -> outcome commit p50',
+        'p99',
+      ],
+      [
+        [
+          levels,
+          h.peakOpsPerS,
+          h.targetOpsPerS,
+          h.offeredOpsPerS,
+          h.achievedOpsPerS,
+          h.p50Ms,
+          h.p99Ms,
+          h.outcomeP50Ms,
+          h.outcomeP99Ms,
+        ],
+      ],
+    );
   }
 
   const { table: scalingRows, entries: scalingEntries } = scalingReport(scaling, SCALING_CASES[0]);
@@ -725,11 +852,20 @@ async function mainParts(): Promise<void> {
     '- INSERT: `INSERT INTO plain_insert (payload) VALUES ($1)`, autocommit. SQL lifecycle: insert ledger + outbox row; claim with `FOR UPDATE SKIP LOCKED`, delete it and mark executing; mark succeeded: 3 commits; latency first statement to third commit.',
     '- pg-boss 10.4: `send` from N callers; then one worker with `batchSize` N processes those jobs with a no-op handler that wakes it again at once (no polling pause): jobs / (first fetch -> last `complete` acknowledged); and send -> `complete` acknowledged with N jobs in flight, woken in-process after each send (`notifyWorker`).',
     '- actionledger: `Ledger.reserve` from N callers; and reservation -> `succeeded` through a real Dispatcher (concurrency N, pool N + 4): fresh authorization and provider call over mutual TLS to sandbox servers on loopback (a worker thread of the same process), latency from the reservation commit acknowledged to the outcome commit acknowledged; "-> claimed" ends when the claim statement returns the operation.',
-    '- "/ pg-boss": reserve against pg-boss `send`; end to end against pg-boss send -> completed.',
+    '- "/ pg-boss": reserve against pg-boss `send`; end to end, and pg-boss with the mTLS handler, against pg-boss send -> completed.',
+    "- pg-boss with the two mTLS calls in its handler (the peer one would build instead): N callers each `send` a job (the request's tenant, principal, task, step, approval, policy version and arguments) and wait for its `complete` acknowledged; one worker with `batchSize` N, woken after each send (`notifyWorker`), runs the batch's jobs concurrently, each making the dispatcher's two mutual-TLS calls with the dispatcher's client code, agents and sandbox servers: the authorization request, its decision checked as the dispatcher checks it, then the provider POST with the job id as the Idempotency-Key, classified. It has none of actionledger's guarantees: no ledger row, claim fence, evidence, final check under a row lock (kill switches, revocations, freshness) or recorded outcome, and a job that outlives its expiry is fetched again while its first call may still be out. \"end to end / this\" (`ratio_to_pgboss_mtls_handler` on the end-to-end entries of bench/results.json) is actionledger's end-to-end rate against it, the median of per-round ratios.",
     '- floor: N callers each reserve and then make the two mutual-TLS calls themselves (the authorization, checked as the dispatcher checks it, and the provider call), with the dispatcher\'s client code, agents and sandbox servers, and nothing else: no claim, evidence, row lock or outcome write. No dispatcher can beat it on this machine; "end to end / floor" is the share of it the dispatcher reaches.',
     '- transport: the floor with a bare undici Agent (same certificates, servers and requests) and `JSON.parse` instead of the dispatcher\'s client code (byte cap, strict parser, body hash, classification, checked decision); "floor / transport" is the share of the bare transport the floor reaches.',
     `- Other processes on the machine, most cores in any cell of each kept round: ${loads.join('; ')}. A round with 0.3 cores or more was run again, at most ${ROUNDS} times per level.`,
     '',
+    ...(tHalf === ''
+      ? []
+      : [
+          `Enqueue -> dispatch at half the end-to-end peak (open loop): after each round, on a fresh database, a real Dispatcher of the concurrency whose end-to-end rate was that round's best (pool concurrency + 4) takes reservations arriving as a Poisson process (seeded exponential gaps) at half that rate for ${HALF_PEAK_SECONDS} s, each started at its arrival time whatever the others do; latency from the reservation commit acknowledged to the provider request written to its socket (undici's \`undici:request:bodySent\` diagnostics channel, matched by URL and Idempotency-Key), and to the outcome commit acknowledged; achieved: operations succeeded / (first arrival -> last outcome commit). Medians over rounds (\`enqueue_to_dispatch_p99_ms_at_half_peak\` in bench/results.json):`,
+          '',
+          tHalf,
+          '',
+        ]),
     ...(t2 === ''
       ? []
       : [
@@ -766,7 +902,7 @@ async function mainParts(): Promise<void> {
     throughput_cell_seconds: String(THROUGHPUT_MS / 1000),
     lifecycle_cell: `>= ${LIFECYCLE.ops} ops and ${LIFECYCLE.minMs / 1000} s, none started after ${LIFECYCLE.capMs / 1000} s`,
     minutes: minutes.toFixed(1),
-    tables: [t1, t2, t3].filter((t) => t !== '').join('\n\n'),
+    tables: [t1, tHalf, t2, t3].filter((t) => t !== '').join('\n\n'),
   });
   log('# wrote bench/results.json (runs.bench) and bench/results.md');
 }

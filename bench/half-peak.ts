@@ -1,0 +1,218 @@
+/**
+ * Enqueue -> dispatch latency at half the peak rate: an open-loop cell (arrivals at a fixed rate, whatever the
+ * system's answers) beside the closed-loop cells of bench/cells.ts.
+ *
+ * The runner gives it actionledger's end-to-end peak of the same round (the best level's ops/s) and that level's
+ * concurrency. On a fresh environment like {@link actionledgerCell}'s (a real Dispatcher of that concurrency,
+ * pool concurrency + 4, the sandbox servers over mutual TLS), after a closed-loop warm-up, reservations arrive as
+ * a Poisson process at half the peak rate for `seconds` (exponential gaps from a seeded generator, so every run
+ * offers the same pattern scaled to its rate), each started at its arrival time without waiting for the others.
+ *
+ * Latency per operation: from its reservation commit acknowledged to the moment undici has written its provider
+ * request to the socket (the diagnostics channel `undici:request:bodySent`, the one core/request-sent.ts watches
+ * for crash points; recognised by the provider URL and the Idempotency-Key, the effect key); and, beside it, to
+ * its outcome commit acknowledged. The achieved rate is operations succeeded / (start of the arrivals -> last
+ * outcome commit acknowledged); the offered rate, arrivals / the arrival window.
+ */
+import { subscribe, unsubscribe } from 'node:diagnostics_channel';
+import {
+  ARGS,
+  COMPLETION_TIMEOUT_MS,
+  cellContext,
+  closedLoopOps,
+  dropDatabase,
+  migratedDatabase,
+  nodeLoad,
+  sleep,
+} from './cells.js';
+import type { CpuSplit } from './cpu.js';
+import { openDispatchBench, type BenchPki } from './dispatch-env.js';
+import { percentiles } from './harness.js';
+
+export interface HalfPeakResult {
+  /** The end-to-end rate the target was taken from, and the dispatcher concurrency it was measured at. */
+  peakOpsPerS: number;
+  concurrency: number;
+  targetOpsPerS: number;
+  /** Arrivals started / the arrival window (the Poisson process's realised rate). */
+  offeredOpsPerS: number;
+  /** Operations succeeded / (first arrival -> last outcome commit acknowledged). */
+  achievedOpsPerS: number;
+  arrivals: number;
+  seconds: number;
+  /** Reservation commit acknowledged -> provider request written to the socket. */
+  p50Ms: number;
+  p99Ms: number;
+  maxMs: number;
+  /** Reservation commit acknowledged -> outcome commit acknowledged. */
+  outcomeP50Ms: number;
+  outcomeP99Ms: number;
+  /** How late the generator started arrivals against their schedule (timer and event-loop delay). */
+  arrivalLagP99Ms: number;
+  notSucceeded: number;
+  /** Operations that succeeded but whose provider request was not seen written (should be 0). */
+  sendUnseen: number;
+  elu: number;
+  cpu: CpuSplit;
+  check: string;
+}
+
+/** mulberry32: a small seeded generator, so the arrival pattern is the same in every run. */
+function seeded(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+interface UndiciRequestMessage {
+  request?: { origin?: unknown; path?: unknown; headers?: unknown };
+}
+
+/**
+ * Records performance.now() when undici has written a request to `endpoint` (origin and path), by the value of
+ * its `header`; returns the map and a function that stops watching.
+ */
+function watchSends(endpoint: string, header: string): { sentAt: Map<string, number>; stop: () => void } {
+  const target = new URL(endpoint);
+  const path = `${target.pathname}${target.search}`;
+  const name = header.toLowerCase();
+  const sentAt = new Map<string, number>();
+  const listener = (message: unknown): void => {
+    const t = performance.now();
+    const req = (message as UndiciRequestMessage | null)?.request;
+    if (req === undefined || req.origin !== target.origin || req.path !== path || !Array.isArray(req.headers)) return;
+    // undici keeps headers as a flat [name, value, name, value, ...] list.
+    const headers = req.headers as unknown[];
+    for (let i = 0; i + 1 < headers.length; i += 2) {
+      const n = headers[i];
+      const v = headers[i + 1];
+      if (typeof n === 'string' && n.toLowerCase() === name && typeof v === 'string') {
+        if (!sentAt.has(v)) sentAt.set(v, t);
+        return;
+      }
+    }
+  };
+  subscribe('undici:request:bodySent', listener);
+  return { sentAt, stop: () => unsubscribe('undici:request:bodySent', listener) };
+}
+
+export async function halfPeakCell(
+  adminUrl: string,
+  pki: BenchPki,
+  n: number,
+  peakOpsPerS: number,
+  seconds: number,
+): Promise<HalfPeakResult> {
+  const name = `al_bench_half_peak_${n}`;
+  const url = await migratedDatabase(adminUrl, name);
+  const env = await openDispatchBench(pki, url, n, n + 4);
+  cellContext.sandboxThread = env.sandbox.tid;
+  const route = env.config.tools.get('issue_refund')!;
+  const targetOpsPerS = peakOpsPerS / 2;
+  const toSent: number[] = [];
+  const toOutcome: number[] = [];
+  let notSucceeded = 0;
+  let sendUnseen = 0;
+  const watch = watchSends(route.endpoint, route.idempotencyHeader);
+  try {
+    const reserve = (tag: string, w: number, i: number) =>
+      env.ledger.reserve(
+        {
+          tenant_id: 'tenant-a',
+          principal_id: `producer-${w}`,
+          task_id: `${tag}-${i}`,
+          workflow_step_id: 's1',
+          approval_id: 'a1',
+          policy_version: 'v1',
+        },
+        'issue_refund',
+        ARGS,
+      );
+    // Warm-up: closed loops, as the end-to-end cell's, so connections and TLS sessions exist.
+    await closedLoopOps(n, Math.max(20, 2 * n), COMPLETION_TIMEOUT_MS, async (w, i) => {
+      const r = await reserve('warm', w, i);
+      await env.probe.completions.wait(r.operation_id, COMPLETION_TIMEOUT_MS);
+      return 0;
+    });
+    watch.sentAt.clear();
+
+    let lastOutcome = 0;
+    const one = async (i: number): Promise<void> => {
+      const r = await reserve('run', i % n, i);
+      const committed = performance.now();
+      const done = await env.probe.completions.wait(r.operation_id, COMPLETION_TIMEOUT_MS);
+      if (done.status !== 'succeeded') notSucceeded++;
+      lastOutcome = Math.max(lastOutcome, done.at);
+      toOutcome.push(done.at - committed);
+      const sent = watch.sentAt.get(r.effect_key);
+      if (sent === undefined) sendUnseen++;
+      else toSent.push(sent - committed);
+    };
+    const random = seeded(0x5eed);
+    const lag: number[] = [];
+    const inFlight: Promise<void>[] = [];
+    const load = nodeLoad();
+    const start = performance.now();
+    const end = start + seconds * 1000;
+    let at = start;
+    for (;;) {
+      at += (-Math.log(1 - random()) * 1000) / targetOpsPerS;
+      if (at >= end) break;
+      const wait = at - performance.now();
+      if (wait > 0) await sleep(wait);
+      lag.push(performance.now() - at);
+      inFlight.push(one(inFlight.length));
+    }
+    const settled = await Promise.allSettled(inFlight);
+    const failed = settled.filter((s) => s.status === 'rejected').length;
+    const used = load();
+
+    const { rows } = await env.producerPool.query<{ status: string; n: number }>(
+      'SELECT status, count(*)::int AS n FROM actionledger.operations GROUP BY status ORDER BY status',
+    );
+    const stats = await env.sandbox.stats();
+    const total = rows.reduce((s, r) => s + r.n, 0);
+    const check = `arrivals ${inFlight.length} (${failed} failed); operations ${rows.map((r) => `${r.status}=${r.n}`).join(' ')}; provider POSTs ${stats.posts} (${stats.distinctKeys} keys)`;
+    const ok =
+      failed === 0 &&
+      notSucceeded === 0 &&
+      sendUnseen === 0 &&
+      rows.length === 1 &&
+      rows[0]?.status === 'succeeded' &&
+      stats.posts === total &&
+      stats.distinctKeys === total;
+    if (!ok) process.stderr.write(`WARNING half peak N=${n}: ${check}; ${sendUnseen} sends unseen\n`);
+    const sent = percentiles(toSent);
+    const outcome = percentiles(toOutcome);
+    return {
+      peakOpsPerS,
+      concurrency: n,
+      targetOpsPerS,
+      offeredOpsPerS: inFlight.length / seconds,
+      achievedOpsPerS:
+        lastOutcome > start ? (inFlight.length - failed - notSucceeded) / ((lastOutcome - start) / 1000) : NaN,
+      arrivals: inFlight.length,
+      seconds,
+      p50Ms: sent.p50Ms,
+      p99Ms: sent.p99Ms,
+      maxMs: toSent.length === 0 ? NaN : Math.max(...toSent),
+      outcomeP50Ms: outcome.p50Ms,
+      outcomeP99Ms: outcome.p99Ms,
+      arrivalLagP99Ms: percentiles(lag).p99Ms,
+      notSucceeded: notSucceeded + failed,
+      sendUnseen,
+      ...used,
+      check,
+    };
+  } finally {
+    watch.stop();
+    cellContext.sandboxThread = null;
+    await env.close();
+    await dropDatabase(adminUrl, name);
+  }
+}
