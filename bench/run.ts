@@ -8,7 +8,8 @@
  *   - dispatch: end to end with CPU per operation, connections in use and the row lock's SQL model
  *     (bench/dispatch.ts),
  *   - http: reservations and gate calls over the HTTP API against the library's (bench/http.ts),
- *   - fleet: a backlog drained by 1, 2 and 4 dispatcher processes against one PostgreSQL (bench/fleet.ts),
+ *   - fleet: a backlog drained by 1, 2 and 4 dispatcher workers against one PostgreSQL, started by
+ *     `actionledger start --workers N` and as N `actionledger dispatcher` processes (bench/fleet.ts),
  *   - transport: the floor cell beside the transport cell (the same two requests through a bare undici Agent
  *     and `JSON.parse`, bench/transport.ts) at each level, alone (the table part runs both too),
  *   - isolation: a healthy provider's latency alone and beside a hanging one, one dispatcher (bench/isolation.ts),
@@ -29,8 +30,8 @@
  *     and the transport: the same with a bare undici Agent and `JSON.parse` (bench/transport.ts).
  * Rounds interleave the levels and the systems; the table shows medians over rounds, and ratios are medians of
  * per-round ratios. The machine is shared: a round during which other processes used 0.3 cores or more
- * (bench/cpu.ts) is run again, at most `--rounds` extra times per level, and the load that remained is reported. Then the claim's cost as the queue grows from 1,000 to 100,000 operations, and beside 100,000
- * finished ones, with EXPLAIN (ANALYZE, BUFFERS) (bench/claim-scaling.ts).
+ * (bench/cpu.ts) is run again, at most `--rounds` extra times per level, and the load that remained is reported. Then the claim's cost as the queue grows from 1,000 to 1,000,000 operations (only the shipped
+ * claim at 1,000,000), and beside 100,000 finished ones, with EXPLAIN (ANALYZE, BUFFERS) (bench/claim-scaling.ts).
  *
  * A run of all of table, scaling and backlog writes `runs.bench` in bench/results.json (other runs kept) and
  * its tables and query plans into bench/results.md, between the last-run markers ({@link writeLastRun}; the
@@ -219,11 +220,13 @@ async function main(): Promise<void> {
   }
   if (ONLY.has('fleet')) {
     const db = await openBenchDatabase();
+    stopOnSignal(db);
     try {
       await runFleetBench({
         adminUrl: db.adminUrl,
         postgres: db.version,
         processes: [1, 2, 4],
+        launchers: ['start', 'dispatcher'],
         queued: Number(flags.ops ?? (QUICK ? 400 : 6000)),
         concurrency: 16,
         rounds: Number(flags.rounds ?? (QUICK ? 1 : 3)),
