@@ -308,9 +308,13 @@ export async function runClaimScaling(adminUrl: string, options: ScalingOptions 
     const url = await freshDatabase(adminUrl, name);
     const pool = createPool(url, { max: 4, statementTimeoutMs: 600_000, applicationName: 'bench-scaling' });
     try {
+      // Released even when the migration fails: pool.end() below waits for every checked-out client.
       const client = await pool.connect();
-      await migrate(client, 'actionledger', '"actionledger"');
-      client.release();
+      try {
+        await migrate(client, 'actionledger', '"actionledger"');
+      } finally {
+        client.release();
+      }
       const loadStart = performance.now();
       if (c.finished > 0) await loadOperations(pool, c.finished, 'succeeded');
       await loadOperations(pool, c.queued, 'pending');
