@@ -21,10 +21,11 @@
  *   - `shipped / previous, 1 kill switch, analyzed`: with one kill switch for a tenant that has no queued
  *     work, analyzed: why analyzing the table was no fix (the estimate collapses again) and the rewrite is.
  *
- * The shipped claim is also measured beside the base ledger (the first case, loaded again on a database of its
- * own that only this claim touches): each claim on the ledger is followed by one on the base, and the table's
- * `p50 / ... alongside` column is the ledger's p50 over the base's p50 from those same moments, so load from
- * other processes on a shared machine falls on both sides of that ratio.
+ * The shipped claim is also measured beside the base ledger (the first case, loaded afresh on a database of its
+ * own for each ledger): each claim on the ledger is paired with one on the base (after it, then before it, in
+ * turn), and the table's `p50 / ... alongside` column is the ledger's p50 over the base's p50 from those same
+ * moments, so load from other processes on a shared machine falls on both sides of that ratio. On the first
+ * ledger itself it compares two copies of the same ledger: how far from 1 that is shows the noise.
  *
  * Statements are sent unnamed (node-postgres without `name`), so each execution is planned with its own
  * parameters: no generic plans are involved; the run records plan_cache_mode and the session's prepared
@@ -164,8 +165,8 @@ async function claimOnce(client: PoolClient, text: string): Promise<number> {
 
 /**
  * Runs `text` (a claim) in rolled-back transactions: at most `maxClaims`, stopping after `maxMs` (at least 5).
- * With `base`, each claim is followed by the same claim on the base ledger, so both see the same moments of a
- * shared machine; `baseTimes` are those.
+ * With `base`, each claim is paired with the same claim on the base ledger (right after it, or right before it,
+ * in turn), so both see the same moments of a shared machine; `baseTimes` are those.
  */
 async function claimTimes(
   pool: Pool,
@@ -181,8 +182,10 @@ async function claimTimes(
   const deadline = performance.now() + maxMs;
   try {
     for (let i = 0; i < maxClaims && (i < 5 || performance.now() < deadline); i++) {
+      // The base goes second, then first, in turn: neither side is always the one after the pause.
+      if (baseClient !== undefined && i % 2 === 1) baseTimes.push(await claimOnce(baseClient, text));
       times.push(await claimOnce(client, text));
-      if (baseClient !== undefined) baseTimes.push(await claimOnce(baseClient, text));
+      if (baseClient !== undefined && i % 2 === 0) baseTimes.push(await claimOnce(baseClient, text));
     }
   } finally {
     client.release();
@@ -338,34 +341,37 @@ export async function runClaimScaling(adminUrl: string, options: ScalingOptions 
     notes.push(
       'The shipped claim no longer has the kill-switch test this benchmark rewrites: the previous claim was not measured.',
     );
-  // The base ledger (the first case) again, on a database of its own that only the shipped claim touches: each
-  // ledger's shipped claims alternate with claims on it, so the ratio to it is taken at the same moments.
-  const baseCase = cases[0];
-  const baseName = 'al_bench_scaling_base';
-  const basePool =
-    baseCase === undefined
-      ? undefined
-      : createPool(await freshDatabase(adminUrl, baseName), {
-          max: 2,
-          statementTimeoutMs: 600_000,
-          applicationName: 'bench-scaling-base',
-        });
-  try {
-    if (basePool !== undefined && baseCase !== undefined) await loadLedger(basePool, baseCase);
-    for (const [i, c] of cases.entries())
-      await measureLedger(adminUrl, `al_bench_scaling_${i}`, c, basePool, {
-        maxClaims,
-        maxMs,
-        log,
-        previous,
-        rows,
-        notes,
-      });
-  } finally {
-    await basePool?.end();
-    if (basePool !== undefined) await dropDatabase(adminUrl, baseName);
-  }
+  for (const [i, c] of cases.entries())
+    await measureLedger(adminUrl, `al_bench_scaling_${i}`, c, cases[0], {
+      maxClaims,
+      maxMs,
+      log,
+      previous,
+      rows,
+      notes,
+    });
   return { rows, notes };
+}
+
+/**
+ * The base ledger (the run's first case) loaded afresh on a database of its own, for one ledger's shipped
+ * claims to alternate with: fresh each time, so its rows carry no dead versions from earlier rolled-back claims
+ * that the measured ledger's rows do not.
+ */
+async function withBaseLedger<T>(adminUrl: string, base: ScalingCase, fn: (pool: Pool) => Promise<T>): Promise<T> {
+  const name = 'al_bench_scaling_base';
+  const pool = createPool(await freshDatabase(adminUrl, name), {
+    max: 2,
+    statementTimeoutMs: 600_000,
+    applicationName: 'bench-scaling-base',
+  });
+  try {
+    await loadLedger(pool, base);
+    return await fn(pool);
+  } finally {
+    await pool.end();
+    await dropDatabase(adminUrl, name);
+  }
 }
 
 /** Migrates the database and bulk-loads the ledger `c`, then analyzes as autovacuum would; the times taken. */
@@ -392,7 +398,7 @@ async function measureLedger(
   adminUrl: string,
   name: string,
   c: ScalingCase,
-  basePool: Pool | undefined,
+  base: ScalingCase | undefined,
   o: {
     maxClaims: number;
     maxMs: number;
@@ -439,10 +445,13 @@ async function measureLedger(
         );
         await pool.query('ANALYZE actionledger.gate_kill_switches');
       }
-      const alongside = variant === 'shipped' ? basePool : undefined;
       const before = await explainClaim(pool, text);
-      await claimTimes(pool, text, Math.min(10, maxClaims), maxMs / 4, alongside); // warm
-      const { times, baseTimes } = await claimTimes(pool, text, maxClaims, maxMs, alongside);
+      const measure = async (alongside?: Pool): Promise<{ times: number[]; baseTimes: number[] }> => {
+        await claimTimes(pool, text, Math.min(10, maxClaims), maxMs / 4, alongside); // warm
+        return claimTimes(pool, text, maxClaims, maxMs, alongside);
+      };
+      const { times, baseTimes } =
+        variant === 'shipped' && base !== undefined ? await withBaseLedger(adminUrl, base, measure) : await measure();
       const after = await explainClaim(pool, text);
       const p = percentiles(times);
       const baseP50 = baseTimes.length === 0 ? NaN : percentiles(baseTimes).p50Ms;
