@@ -2,14 +2,16 @@
  * Does the claim stay flat as the queue and the ledger grow? The scaling part of `npm run bench`
  * (`npm run bench -- --only scaling` runs it alone).
  *
- * For each ledger (e.g. 1,000 / 10,000 / 100,000 queued operations, and 1,000 queued beside 100,000 finished
- * ones) on a fresh database: the rows are bulk-loaded by set-based SQL, then the loaded tables are analyzed,
+ * For each ledger (e.g. 1,000 / 10,000 / 100,000 / 1,000,000 queued operations, and 1,000 queued beside 100,000
+ * finished ones) on a fresh database: the rows are bulk-loaded by set-based SQL (the load and the ANALYZE are
+ * timed, and the times printed in the notes), then the loaded tables are analyzed,
  * as autovacuum would after such a load (`ANALYZE operations, outbox`; nothing else: the other tables are
  * left with the statistics a freshly migrated schema has in production, `gate_kill_switches` never analyzed).
  * Then the dispatcher's own claim statement (batch of 32) runs repeatedly, each time in a transaction that is
  * rolled back so the queue keeps its size, and EXPLAIN (ANALYZE, BUFFERS) of it is captured.
  *
- * Five claims are measured on each ledger, in this order:
+ * Five claims are measured on each ledger (on a ledger whose case lists `variants`, only those; the 1,000,000
+ * ledger measures only `shipped`), in this order:
  *   - `shipped`: the claim in dispatcher/queries.ts, with the statistics production has;
  *   - `previous`: the claim as it was before its kill-switch test was rewritten (a plain NOT EXISTS, which the
  *     planner turns into an anti-join; see PREVIOUS_KILL_SWITCH_TEST below), kept to show what the fix buys;
@@ -19,12 +21,18 @@
  *   - `shipped / previous, 1 kill switch, analyzed`: with one kill switch for a tenant that has no queued
  *     work, analyzed: why analyzing the table was no fix (the estimate collapses again) and the rewrite is.
  *
+ * The shipped claim is also measured beside the base ledger (the first case, loaded afresh on a database of its
+ * own for each ledger): each claim on the ledger is paired with one on the base (after it, then before it, in
+ * turn), and the table's `p50 / ... alongside` column is the ledger's p50 over the base's p50 from those same
+ * moments, so load from other processes on a shared machine falls on both sides of that ratio. On the first
+ * ledger itself it compares two copies of the same ledger: how far from 1 that is shows the noise.
+ *
  * Statements are sent unnamed (node-postgres without `name`), so each execution is planned with its own
  * parameters: no generic plans are involved; the run records plan_cache_mode and the session's prepared
  * statements to show it.
  */
 import { randomBytes } from 'node:crypto';
-import { bindQueries, createPool, type Pool } from '../core/db.js';
+import { bindQueries, createPool, type Pool, type PoolClient } from '../core/db.js';
 import { migrate } from '../core/migrate.js';
 import { dispatcherQueries } from '../dispatcher/queries.js';
 import { dropDatabase } from './cells.js';
@@ -37,21 +45,28 @@ export interface ScalingCase {
   name: string;
   queued: number;
   finished: number;
+  /** The claims measured on this ledger; all five when absent. */
+  variants?: ClaimVariant[];
 }
 
 export const DEFAULT_CASES: ScalingCase[] = [
   { name: 'queued 1,000', queued: 1_000, finished: 0 },
   { name: 'queued 10,000', queued: 10_000, finished: 0 },
   { name: 'queued 100,000', queued: 100_000, finished: 0 },
+  // Only the shipped claim: the others are kept to explain a plan choice, which 100,000 already shows, and the
+  // previous claim reads the whole queue (seconds per claim at this size).
+  { name: 'queued 1,000,000', queued: 1_000_000, finished: 0, variants: ['shipped'] },
   { name: 'queued 1,000 + finished 100,000', queued: 1_000, finished: 100_000 },
 ];
 
-export type ClaimVariant =
-  | 'shipped'
-  | 'previous'
-  | 'previous, kill switches analyzed'
-  | 'shipped, 1 kill switch, analyzed'
-  | 'previous, 1 kill switch, analyzed';
+export const ALL_VARIANTS = [
+  'shipped',
+  'previous',
+  'previous, kill switches analyzed',
+  'shipped, 1 kill switch, analyzed',
+  'previous, 1 kill switch, analyzed',
+] as const;
+export type ClaimVariant = (typeof ALL_VARIANTS)[number];
 
 /**
  * The shipped claim's kill-switch test, `(no switch at all OR none for this row)`, and the plain NOT EXISTS it
@@ -77,6 +92,11 @@ export interface ScalingRow {
   claims: number;
   p50Ms: number;
   p99Ms: number;
+  /**
+   * The shipped claim only: p50 of the same claim on the base ledger (the run's first case, on a database of
+   * its own that nothing else touches), each of its claims run right after one of these; NaN for the others.
+   */
+  baseAlongsideP50Ms: number;
   /** Scans of operations and outbox in the claim's pick, e.g. "Index Scan using outbox_available_idx on outbox". */
   scans: string;
   /** Rows the pick read from operations and outbox (actual rows x loops of their scans). */
@@ -132,24 +152,46 @@ export async function loadOperations(
   }
 }
 
-/** Runs `text` (a claim) in rolled-back transactions: at most `maxClaims`, stopping after `maxMs` (at least 5). */
-async function claimTimes(pool: Pool, text: string, maxClaims: number, maxMs: number): Promise<number[]> {
+/** One claim in a transaction that is rolled back; its time in ms. */
+async function claimOnce(client: PoolClient, text: string): Promise<number> {
+  await client.query('BEGIN');
+  const t0 = process.hrtime.bigint();
+  const { rowCount } = await client.query(text, [BATCH, 'bench-worker']);
+  const ms = Number(process.hrtime.bigint() - t0) / 1e6;
+  await client.query('ROLLBACK');
+  if (rowCount !== BATCH) throw new Error(`claim returned ${rowCount} rows`);
+  return ms;
+}
+
+/**
+ * Runs `text` (a claim) in rolled-back transactions: at most `maxClaims`, stopping after `maxMs` (at least 5).
+ * With `base`, each claim is paired with the same claim on the base ledger (right after it, or right before it,
+ * in turn), so both see the same moments of a shared machine; `baseTimes` are those.
+ */
+async function claimTimes(
+  pool: Pool,
+  text: string,
+  maxClaims: number,
+  maxMs: number,
+  base?: Pool,
+): Promise<{ times: number[]; baseTimes: number[] }> {
   const client = await pool.connect();
+  const baseClient = await base?.connect();
   const times: number[] = [];
+  const baseTimes: number[] = [];
   const deadline = performance.now() + maxMs;
   try {
     for (let i = 0; i < maxClaims && (i < 5 || performance.now() < deadline); i++) {
-      await client.query('BEGIN');
-      const t0 = process.hrtime.bigint();
-      const { rowCount } = await client.query(text, [BATCH, 'bench-worker']);
-      times.push(Number(process.hrtime.bigint() - t0) / 1e6);
-      await client.query('ROLLBACK');
-      if (rowCount !== BATCH) throw new Error(`claim returned ${rowCount} rows`);
+      // The base goes second, then first, in turn: neither side is always the one after the pause.
+      if (baseClient !== undefined && i % 2 === 1) baseTimes.push(await claimOnce(baseClient, text));
+      times.push(await claimOnce(client, text));
+      if (baseClient !== undefined && i % 2 === 0) baseTimes.push(await claimOnce(baseClient, text));
     }
   } finally {
     client.release();
+    baseClient?.release();
   }
-  return times;
+  return { times, baseTimes };
 }
 
 /**
@@ -165,6 +207,7 @@ export function scalingReport(
   for (const r of rows) {
     const first = rows.find((b) => b.variant === r.variant && b.ledger === base);
     const ratio = first === undefined ? NaN : r.p50Ms / first.p50Ms;
+    const alongside = r.p50Ms / r.baseAlongsideP50Ms;
     table.push([
       r.ledger.name,
       r.variant,
@@ -172,6 +215,7 @@ export function scalingReport(
       r.p50Ms,
       r.p99Ms,
       ratio,
+      Number.isNaN(alongside) ? '' : alongside,
       String(r.rowsRead),
       String(r.buffers),
       r.scans,
@@ -183,6 +227,9 @@ export function scalingReport(
       p50_ms: r.p50Ms,
       p99_ms: r.p99Ms,
       ratio_to_1000_queued_p50: ratio,
+      ...(Number.isNaN(alongside)
+        ? {}
+        : { ratio_to_1000_queued_alongside_p50: alongside, base_alongside_p50_ms: r.baseAlongsideP50Ms }),
       queued: r.ledger.queued,
       finished: r.ledger.finished,
       claims: r.claims,
@@ -294,69 +341,142 @@ export async function runClaimScaling(adminUrl: string, options: ScalingOptions 
     notes.push(
       'The shipped claim no longer has the kill-switch test this benchmark rewrites: the previous claim was not measured.',
     );
-  for (const [i, c] of cases.entries()) {
-    const name = `al_bench_scaling_${i}`;
-    const url = await freshDatabase(adminUrl, name);
-    const pool = createPool(url, { max: 4, statementTimeoutMs: 600_000, applicationName: 'bench-scaling' });
-    try {
-      const client = await pool.connect();
-      await migrate(client, 'actionledger', '"actionledger"');
-      client.release();
-      if (c.finished > 0) await loadOperations(pool, c.finished, 'succeeded');
-      await loadOperations(pool, c.queued, 'pending');
-      // What autovacuum does after a bulk load: analyze the tables that changed. Nothing else is analyzed.
-      await pool.query('ANALYZE actionledger.operations');
-      await pool.query('ANALYZE actionledger.outbox');
-      const settings = await pool.query<{ mode: string; prepared: number }>(
-        `SELECT current_setting('plan_cache_mode') AS mode, (SELECT count(*)::int FROM pg_prepared_statements) AS prepared`,
-      );
-      notes.push(
-        `${c.name}, after load + ANALYZE: ${await tableStats(pool)}; plan_cache_mode ${settings.rows[0]?.mode}, prepared statements in the session ${settings.rows[0]?.prepared}`,
-      );
-      const variants: [ClaimVariant, string | null][] = [
-        ['shipped', q.outboxClaimBatch],
-        ['previous', previous],
-        ['previous, kill switches analyzed', previous],
-        ['shipped, 1 kill switch, analyzed', q.outboxClaimBatch],
-        ['previous, 1 kill switch, analyzed', previous],
-      ];
-      for (const [variant, text] of variants) {
-        if (text === null) continue;
-        if (variant === 'previous, kill switches analyzed') await pool.query('ANALYZE actionledger.gate_kill_switches');
-        if (variant === 'shipped, 1 kill switch, analyzed') {
-          // One kill switch for a tenant with no queued work: the claim still takes 32, but the statistics now
-          // say the table has a row, which is what a kill switch engaged once (or left on) leaves behind.
-          await pool.query(
-            `INSERT INTO actionledger.gate_kill_switches (tenant_id, tool_name, engaged_by, reason) VALUES ('tenant-z', '*', 'bench', 'bench')`,
-          );
-          await pool.query('ANALYZE actionledger.gate_kill_switches');
-        }
-        const before = await explainClaim(pool, text);
-        await claimTimes(pool, text, Math.min(10, maxClaims), maxMs / 4); // warm
-        const times = await claimTimes(pool, text, maxClaims, maxMs);
-        const after = await explainClaim(pool, text);
-        const p = percentiles(times);
-        rows.push({
-          ledger: c,
-          variant,
-          claims: times.length,
-          ...p,
-          scans: after.scans,
-          rowsRead: after.rowsRead,
-          buffers: after.buffers,
-          explainMs: after.executionMs,
-          planStable: before.scans === after.scans,
-          plan: after.text,
-        });
-        log(
-          `  ${c.name}, ${variant}: claim p50 ${p.p50Ms.toFixed(2)} ms, p99 ${p.p99Ms.toFixed(2)} ms over ${times.length} claims; ${after.scans}; rows read ${after.rowsRead}`,
-        );
-      }
-      notes.push(`${c.name}, after the claims: ${await tableStats(pool)}`);
-    } finally {
-      await pool.end();
-      await dropDatabase(adminUrl, name);
-    }
-  }
+  for (const [i, c] of cases.entries())
+    await measureLedger(adminUrl, `al_bench_scaling_${i}`, c, cases[0], {
+      maxClaims,
+      maxMs,
+      log,
+      previous,
+      rows,
+      notes,
+    });
   return { rows, notes };
+}
+
+/**
+ * The base ledger (the run's first case) loaded afresh on a database of its own, for one ledger's shipped
+ * claims to alternate with: fresh each time, so its rows carry no dead versions from earlier rolled-back claims
+ * that the measured ledger's rows do not.
+ */
+async function withBaseLedger<T>(adminUrl: string, base: ScalingCase, fn: (pool: Pool) => Promise<T>): Promise<T> {
+  const name = 'al_bench_scaling_base';
+  const pool = createPool(await freshDatabase(adminUrl, name), {
+    max: 2,
+    statementTimeoutMs: 600_000,
+    applicationName: 'bench-scaling-base',
+  });
+  try {
+    await loadLedger(pool, base);
+    return await fn(pool);
+  } finally {
+    await pool.end();
+    await dropDatabase(adminUrl, name);
+  }
+}
+
+/** Migrates the database and bulk-loads the ledger `c`, then analyzes as autovacuum would; the times taken. */
+async function loadLedger(pool: Pool, c: ScalingCase): Promise<{ loadS: number; analyzeS: number }> {
+  // Released even when the migration fails: pool.end() waits for every checked-out client.
+  const client = await pool.connect();
+  try {
+    await migrate(client, 'actionledger', '"actionledger"');
+  } finally {
+    client.release();
+  }
+  const loadStart = performance.now();
+  if (c.finished > 0) await loadOperations(pool, c.finished, 'succeeded');
+  await loadOperations(pool, c.queued, 'pending');
+  const loadS = (performance.now() - loadStart) / 1000;
+  // What autovacuum does after a bulk load: analyze the tables that changed. Nothing else is analyzed.
+  await pool.query('ANALYZE actionledger.operations');
+  await pool.query('ANALYZE actionledger.outbox');
+  return { loadS, analyzeS: (performance.now() - loadStart) / 1000 - loadS };
+}
+
+/** One ledger on a fresh database `name`: its claims, measured and explained; rows and notes are appended. */
+async function measureLedger(
+  adminUrl: string,
+  name: string,
+  c: ScalingCase,
+  base: ScalingCase | undefined,
+  o: {
+    maxClaims: number;
+    maxMs: number;
+    log: (line: string) => void;
+    previous: string | null;
+    rows: ScalingRow[];
+    notes: string[];
+  },
+): Promise<void> {
+  const { maxClaims, maxMs, log, previous, rows, notes } = o;
+  const url = await freshDatabase(adminUrl, name);
+  const pool = createPool(url, { max: 4, statementTimeoutMs: 600_000, applicationName: 'bench-scaling' });
+  try {
+    const { loadS, analyzeS } = await loadLedger(pool, c);
+    const measured: readonly ClaimVariant[] = c.variants ?? ALL_VARIANTS;
+    notes.push(
+      `${c.name}: bulk load (set-based INSERTs of 20,000 rows) ${loadS.toFixed(1)} s, ANALYZE ${analyzeS.toFixed(1)} s` +
+        (measured.length < ALL_VARIANTS.length
+          ? `; only the ${measured.join(', ')} claim measured on this ledger`
+          : ''),
+    );
+    log(`  ${c.name}: loaded in ${loadS.toFixed(1)} s, analyzed in ${analyzeS.toFixed(1)} s`);
+    const settings = await pool.query<{ mode: string; prepared: number }>(
+      `SELECT current_setting('plan_cache_mode') AS mode, (SELECT count(*)::int FROM pg_prepared_statements) AS prepared`,
+    );
+    notes.push(
+      `${c.name}, after load + ANALYZE: ${await tableStats(pool)}; plan_cache_mode ${settings.rows[0]?.mode}, prepared statements in the session ${settings.rows[0]?.prepared}`,
+    );
+    const variants: [ClaimVariant, string | null][] = [
+      ['shipped', q.outboxClaimBatch],
+      ['previous', previous],
+      ['previous, kill switches analyzed', previous],
+      ['shipped, 1 kill switch, analyzed', q.outboxClaimBatch],
+      ['previous, 1 kill switch, analyzed', previous],
+    ];
+    for (const [variant, text] of variants) {
+      if (text === null || !measured.includes(variant)) continue;
+      if (variant === 'previous, kill switches analyzed') await pool.query('ANALYZE actionledger.gate_kill_switches');
+      if (variant === 'shipped, 1 kill switch, analyzed') {
+        // One kill switch for a tenant with no queued work: the claim still takes 32, but the statistics now
+        // say the table has a row, which is what a kill switch engaged once (or left on) leaves behind.
+        await pool.query(
+          `INSERT INTO actionledger.gate_kill_switches (tenant_id, tool_name, engaged_by, reason) VALUES ('tenant-z', '*', 'bench', 'bench')`,
+        );
+        await pool.query('ANALYZE actionledger.gate_kill_switches');
+      }
+      const before = await explainClaim(pool, text);
+      const measure = async (alongside?: Pool): Promise<{ times: number[]; baseTimes: number[] }> => {
+        await claimTimes(pool, text, Math.min(10, maxClaims), maxMs / 4, alongside); // warm
+        return claimTimes(pool, text, maxClaims, maxMs, alongside);
+      };
+      const { times, baseTimes } =
+        variant === 'shipped' && base !== undefined ? await withBaseLedger(adminUrl, base, measure) : await measure();
+      const after = await explainClaim(pool, text);
+      const p = percentiles(times);
+      const baseP50 = baseTimes.length === 0 ? NaN : percentiles(baseTimes).p50Ms;
+      rows.push({
+        ledger: c,
+        variant,
+        claims: times.length,
+        ...p,
+        baseAlongsideP50Ms: baseP50,
+        scans: after.scans,
+        rowsRead: after.rowsRead,
+        buffers: after.buffers,
+        explainMs: after.executionMs,
+        planStable: before.scans === after.scans,
+        plan: after.text,
+      });
+      log(
+        `  ${c.name}, ${variant}: claim p50 ${p.p50Ms.toFixed(2)} ms, p99 ${p.p99Ms.toFixed(2)} ms over ${times.length} claims` +
+          (Number.isNaN(baseP50) ? '' : ` (base ledger alongside: p50 ${baseP50.toFixed(2)} ms)`) +
+          `; ${after.scans}; rows read ${after.rowsRead}`,
+      );
+    }
+    notes.push(`${c.name}, after the claims: ${await tableStats(pool)}`);
+  } finally {
+    await pool.end();
+    await dropDatabase(adminUrl, name);
+  }
 }

@@ -1,11 +1,20 @@
 /**
  * `npm run bench -- --only fleet`: does throughput grow with dispatcher processes against one PostgreSQL?
- * For 1, 2 and 4 `actionledger dispatcher` child processes (each its own Node process, pool and claims, as a
- * fleet's workers are), a backlog of Q operations is bulk-loaded on a fresh database and drained over mutual
- * TLS to the sandbox provider and authorizer (in this process); the rate is outcomes per second from the 10%
- * mark to the last outcome, counted in the database. Levels interleave within each round; the ratios are to one
- * process in the same round, medians over rounds. Beside each: the cores PostgreSQL's processes used and the
- * cores the whole machine used during the drain, which say where the run saturates.
+ * For N = 1, 2 and 4 workers, started two ways:
+ *   - `start`: the way a user starts the fleet, one `actionledger start --workers N` (DATABASE_URL, a
+ *     configuration file routing to the sandbox provider and authorizer this process runs): its parent serves
+ *     the HTTP API and schedules reconciliation as it always does, and forks the N workers with node:cluster;
+ *   - `dispatcher`: N `actionledger dispatcher` child processes, as under another supervisor;
+ * a backlog of Q operations is bulk-loaded on a fresh database and drained over mutual TLS (each worker its own
+ * Node process, pool and claims); the rate is outcomes per second from the 10% mark to the last outcome,
+ * counted in the database. Levels and launchers interleave within each round; the ratios are to N = 1 of the
+ * same launcher in the same round, medians over rounds. Beside each: the cores PostgreSQL's processes used and
+ * the cores the whole machine used during the drain, which say where the run saturates.
+ *
+ * Every process started here is stopped when its drain ends, failed or not: each `start` (or `dispatcher`) runs
+ * in its own process group, gets SIGTERM (a `start` then stops its workers as it does on a user's Ctrl-C), and
+ * whatever of the group is still alive 30 s later (or once the parent has exited: a worker it left) gets
+ * SIGKILL; a SIGINT or SIGTERM to the benchmark kills the groups before it exits.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -23,10 +32,14 @@ const BIN = join(import.meta.dirname, '..', 'bin', 'actionledger.js');
 const TOKEN = 'bench-provider-token';
 const SECRET = 'bench-effect-key-secret-0123456789abcdef0123456789';
 
+/** How the workers are started: `actionledger start --workers N`, or N `actionledger dispatcher` processes. */
+export type Launcher = 'start' | 'dispatcher';
+
 export interface FleetOptions {
   adminUrl: string;
   postgres: string;
   processes: number[];
+  launchers: Launcher[];
   queued: number;
   concurrency: number;
   rounds: number;
@@ -35,6 +48,7 @@ export interface FleetOptions {
 }
 
 interface Cell {
+  launcher: Launcher;
   processes: number;
   opsPerS: number;
   postgresCores: number;
@@ -56,41 +70,58 @@ export async function runFleetBench(o: FleetOptions): Promise<void> {
     },
   });
   const postmaster = await findPostmaster(o.adminUrl).catch(() => null);
+  // Each round: one cell per launcher and level, in that order.
   const cells: Cell[][] = [];
+  const groups = new Set<number>();
+  // A signal kills the groups at once; a handler installed before this one (the benchmark database's,
+  // stopOnSignal) exits after its own stop, and without one this exits.
+  const othersHandle = process.listenerCount('SIGINT') > 0;
+  const onSignal = (signal: NodeJS.Signals): void => {
+    for (const pid of groups) killGroup(pid, 'SIGKILL');
+    process.stderr.write(`${signal}: the fleet's processes were killed\n`);
+    if (!othersHandle) process.exit(130);
+  };
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, onSignal);
   try {
     for (let round = 0; round < o.rounds; round++) {
       const row: Cell[] = [];
-      for (const n of o.processes) {
-        const otherCoresBefore = await waitForQuiet(postmaster, o.quietMaxSeconds * 1000);
-        row.push({ ...(await drain(o, dir, kit, n, postmaster)), otherCoresBefore });
-        process.stdout.write(
-          `fleet round ${round + 1}: ${n} processes ${row.at(-1)?.opsPerS.toFixed(0)} operations/s\n`,
-        );
-      }
+      for (const launcher of o.launchers)
+        for (const n of o.processes) {
+          const otherCoresBefore = await waitForQuiet(postmaster, o.quietMaxSeconds * 1000);
+          row.push({ ...(await drain(o, dir, kit, launcher, n, postmaster, groups)), otherCoresBefore });
+          process.stdout.write(
+            `fleet round ${round + 1}: ${launcherName(launcher, n)}: ${row.at(-1)?.opsPerS.toFixed(0)} operations/s\n`,
+          );
+        }
       cells.push(row);
     }
   } finally {
+    for (const signal of ['SIGINT', 'SIGTERM'] as const) process.off(signal, onSignal);
     await kit.stop();
     rmSync(dir, { recursive: true, force: true });
   }
-  const rows = o.processes.map((n, i) => {
-    const at = cells.map((r) => r[i] as Cell);
-    return {
-      processes: n,
-      opsPerS: medianOf(at.map((c) => c.opsPerS)),
-      ratio: medianOf(cells.map((r) => (r[i] as Cell).opsPerS / (r[0] as Cell).opsPerS)),
-      postgresCores: medianOf(at.map((c) => c.postgresCores)),
-      machineCores: medianOf(at.map((c) => c.machineCores)),
-      otherCoresBefore: Math.max(...at.map((c) => c.otherCoresBefore)),
-    };
-  });
+  const rows = o.launchers.flatMap((launcher) =>
+    o.processes.map((n) => {
+      const at = cells.map((r) => pick(r, launcher, n));
+      return {
+        launcher,
+        processes: n,
+        opsPerS: medianOf(at.map((c) => c.opsPerS)),
+        ratio: medianOf(cells.map((r) => pick(r, launcher, n).opsPerS / pick(r, launcher, o.processes[0]!).opsPerS)),
+        postgresCores: medianOf(at.map((c) => c.postgresCores)),
+        machineCores: medianOf(at.map((c) => c.machineCores)),
+        otherCoresBefore: Math.max(...at.map((c) => c.otherCoresBefore)),
+      };
+    }),
+  );
   process.stdout.write(
-    `\nfleet: ${o.queued} queued operations drained by N dispatcher processes (concurrency ${o.concurrency} each), ` +
-      `PostgreSQL ${o.postgres}, ${machine()}, medians of ${o.rounds} rounds\n`,
+    `\nfleet: ${o.queued} queued operations drained by N dispatcher workers (concurrency ${o.concurrency} each), ` +
+      `PostgreSQL ${o.postgres}, ${machine()}, medians of ${o.rounds} rounds; ratio to N = ${o.processes[0]} of the same launcher in the same round\n`,
   );
   printTable(
     [
-      'dispatcher processes',
+      'started by',
+      'workers',
       'operations/s',
       'ratio to 1',
       'PostgreSQL cores',
@@ -98,6 +129,9 @@ export async function runFleetBench(o: FleetOptions): Promise<void> {
       'other load before',
     ],
     rows.map((r) => [
+      r.launcher === 'start'
+        ? `actionledger start --workers ${r.processes}`
+        : `${r.processes} x actionledger dispatcher`,
       String(r.processes),
       r.opsPerS.toFixed(0),
       r.ratio.toFixed(2),
@@ -110,7 +144,8 @@ export async function runFleetBench(o: FleetOptions): Promise<void> {
     saveResults(
       'fleet',
       rows.map((r) => ({
-        name: `processes=${r.processes}`,
+        name: `${r.launcher} processes=${r.processes}`,
+        launcher: r.launcher,
         concurrency: o.concurrency,
         ops_per_s: Math.round(r.opsPerS),
         p50_ms: null,
@@ -125,17 +160,63 @@ export async function runFleetBench(o: FleetOptions): Promise<void> {
     );
 }
 
-/** One drain: a fresh database with `o.queued` pending operations, `n` dispatcher processes, until all are done. */
+function launcherName(launcher: Launcher, n: number): string {
+  return launcher === 'start' ? `actionledger start --workers ${n}` : `${n} actionledger dispatcher processes`;
+}
+
+function pick(row: Cell[], launcher: Launcher, n: number): Cell {
+  const c = row.find((x) => x.launcher === launcher && x.processes === n);
+  if (c === undefined) throw new Error(`fleet bench: no cell for ${launcherName(launcher, n)}`);
+  return c;
+}
+
+/** Signals the process group `pid` leads; false when none of it is left. */
+function killGroup(pid: number, signal: NodeJS.Signals | 0): boolean {
+  try {
+    process.kill(-pid, signal);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Stops the group a child leads: SIGTERM to the child, then SIGKILL to the whole group once the child has
+ * exited (what remains are processes it left behind) or after `graceMs`. Resolves when none of the group is left.
+ */
+async function stopGroup(child: ChildProcess, graceMs: number): Promise<void> {
+  const pid = child.pid;
+  if (pid === undefined) return;
+  const exited =
+    child.exitCode !== null || child.signalCode !== null
+      ? Promise.resolve()
+      : new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  child.kill('SIGTERM');
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([exited, new Promise<void>((resolve) => (timer = setTimeout(resolve, graceMs)))]);
+  clearTimeout(timer);
+  killGroup(pid, 'SIGKILL');
+  for (let i = 0; i < 200 && killGroup(pid, 0); i++) await sleep(25);
+}
+
+/**
+ * One drain: a fresh database with `o.queued` pending operations, `n` workers started by `launcher`, until all
+ * are done. The process groups started are in `groups` while they run.
+ */
 async function drain(
   o: FleetOptions,
   dir: string,
   kit: Awaited<ReturnType<typeof startDispatchKit>>,
+  launcher: Launcher,
   n: number,
   postmaster: number | null,
+  groups: Set<number>,
 ): Promise<Omit<Cell, 'otherCoresBefore'>> {
-  const name = `al_bench_fleet_${n}`;
+  const name = `al_bench_fleet_${launcher}_${n}`;
   const url = await migratedDatabase(o.adminUrl, name);
   const raw = {
+    // `start` serves the HTTP API on a port of its own; the dispatcher reads none of it.
+    http: { host: '127.0.0.1', port: 0 },
     dispatcher: { poll_interval_ms: 100, heartbeat_interval_ms: 1000, ...kit.dispatcherConfig },
     tools: {
       issue_refund: {
@@ -151,10 +232,13 @@ async function drain(
   };
   const configPath = join(dir, 'config.json');
   writeFileSync(configPath, JSON.stringify(raw));
+  // A data folder per drain: `start` takes its lock file there.
+  const dataDir = mkdtempSync(join(dir, 'data-'));
   const env = {
     PATH: process.env.PATH,
     DATABASE_URL: url,
     ACTIONLEDGER_CONFIG: configPath,
+    ACTIONLEDGER_DATA_DIR: dataDir,
     ACTIONLEDGER_EFFECT_KEY_SECRET: SECRET,
     BENCH_BILLING_TOKEN: TOKEN,
     LOG_LEVEL: 'warn',
@@ -162,6 +246,19 @@ async function drain(
   const config = compileConfig(raw, env);
   const pool = createPool(url, { max: 2, statementTimeoutMs: 60_000, applicationName: 'bench-fleet' });
   const children: ChildProcess[] = [];
+  let output = '';
+  const spawnGroup = (args: string[]): void => {
+    const child = spawn(process.execPath, [BIN, ...args], {
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      detached: true,
+    });
+    if (child.pid !== undefined) groups.add(child.pid);
+    const keep = (c: Buffer): void => void (output = (output + c.toString()).slice(-4000));
+    child.stdout?.on('data', keep);
+    child.stderr?.on('data', keep);
+    children.push(child);
+  };
   try {
     await loadOperations(pool, o.queued, 'pending', 'tenant-a', config.tools.get('issue_refund'));
     await pool.query('ANALYZE actionledger.operations');
@@ -172,13 +269,9 @@ async function drain(
           `SELECT count(*)::int AS n FROM actionledger.operations WHERE status NOT IN ('pending', 'executing')`,
         )
       ).rows[0]?.n ?? 0;
-    for (let i = 0; i < n; i++)
-      children.push(
-        spawn(process.execPath, [BIN, 'dispatcher', '--concurrency', String(o.concurrency)], {
-          env,
-          stdio: ['ignore', 'ignore', 'inherit'],
-        }),
-      );
+    const concurrency = ['--concurrency', String(o.concurrency)];
+    if (launcher === 'start') spawnGroup(['start', '--workers', String(n), ...concurrency]);
+    else for (let i = 0; i < n; i++) spawnGroup(['dispatcher', ...concurrency]);
     const mark = Math.ceil(o.queued / 10);
     const deadline = performance.now() + 120_000 + o.queued * 20;
     let markAt: number | undefined;
@@ -188,6 +281,11 @@ async function drain(
     let lastAt = performance.now();
     while (finished < o.queued && performance.now() < deadline) {
       await sleep(25);
+      const gone = children.find((c) => c.exitCode !== null || c.signalCode !== null);
+      if (gone !== undefined)
+        throw new Error(
+          `fleet bench: ${launcherName(launcher, n)}: a process exited (${gone.exitCode ?? gone.signalCode}) during the drain:\n${output}`,
+        );
       const now = await done();
       if (now !== finished) lastAt = performance.now();
       finished = now;
@@ -205,22 +303,15 @@ async function drain(
     if (rows.some((r) => r.status !== 'succeeded'))
       throw new Error(`fleet bench: not every operation succeeded: ${JSON.stringify(rows)}`);
     return {
+      launcher,
       processes: n,
       opsPerS: (finished - markCount) / ((lastAt - (markAt ?? lastAt)) / 1000),
       postgresCores: cpu?.postgresCores ?? NaN,
       machineCores: cpu?.machineCores ?? NaN,
     };
   } finally {
-    await Promise.all(
-      children.map(
-        (c) =>
-          new Promise<void>((resolve) => {
-            if (c.exitCode !== null || c.signalCode !== null) return resolve();
-            c.once('exit', () => resolve());
-            c.kill('SIGTERM');
-          }),
-      ),
-    );
+    await Promise.all(children.map((c) => stopGroup(c, 30_000)));
+    for (const c of children) if (c.pid !== undefined) groups.delete(c.pid);
     await pool.end();
     await dropDatabase(o.adminUrl, name);
   }

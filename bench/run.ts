@@ -8,7 +8,8 @@
  *   - dispatch: end to end with CPU per operation, connections in use and the row lock's SQL model
  *     (bench/dispatch.ts),
  *   - http: reservations and gate calls over the HTTP API against the library's (bench/http.ts),
- *   - fleet: a backlog drained by 1, 2 and 4 dispatcher processes against one PostgreSQL (bench/fleet.ts),
+ *   - fleet: a backlog drained by 1, 2 and 4 dispatcher workers against one PostgreSQL, started by
+ *     `actionledger start --workers N` and as N `actionledger dispatcher` processes (bench/fleet.ts),
  *   - transport: the floor cell beside the transport cell (the same two requests through a bare undici Agent
  *     and `JSON.parse`, bench/transport.ts) at each level, alone (the table part runs both too),
  *   - isolation: a healthy provider's latency alone and beside a hanging one, one dispatcher (bench/isolation.ts),
@@ -33,8 +34,8 @@
  * Dispatcher): reservation commit acknowledged -> provider request sent, p50 and p99 (bench/half-peak.ts).
  * Rounds interleave the levels and the systems; the table shows medians over rounds, and ratios are medians of
  * per-round ratios. The machine is shared: a round during which other processes used 0.3 cores or more
- * (bench/cpu.ts) is run again, at most `--rounds` extra times per level, and the load that remained is reported. Then the claim's cost as the queue grows from 1,000 to 100,000 operations, and beside 100,000
- * finished ones, with EXPLAIN (ANALYZE, BUFFERS) (bench/claim-scaling.ts).
+ * (bench/cpu.ts) is run again, at most `--rounds` extra times per level, and the load that remained is reported. Then the claim's cost as the queue grows from 1,000 to 1,000,000 operations (only the shipped
+ * claim at 1,000,000), and beside 100,000 finished ones, with EXPLAIN (ANALYZE, BUFFERS) (bench/claim-scaling.ts).
  *
  * A run of all of table, scaling and backlog writes `runs.bench` in bench/results.json (other runs kept) and
  * its tables and query plans into bench/results.md, between the last-run markers ({@link writeLastRun}; the
@@ -230,11 +231,13 @@ async function main(): Promise<void> {
   }
   if (ONLY.has('fleet')) {
     const db = await openBenchDatabase();
+    stopOnSignal(db);
     try {
       await runFleetBench({
         adminUrl: db.adminUrl,
         postgres: db.version,
         processes: [1, 2, 4],
+        launchers: ['start', 'dispatcher'],
         queued: Number(flags.ops ?? (QUICK ? 400 : 6000)),
         concurrency: 16,
         rounds: Number(flags.rounds ?? (QUICK ? 1 : 3)),
@@ -761,7 +764,10 @@ async function mainParts(): Promise<void> {
     for (const r of scaling)
       log(`\n== ${r.ledger.name}, ${r.variant} claim: EXPLAIN (ANALYZE, BUFFERS) after ${r.claims} claims\n${r.plan}`);
     log('\n' + scalingNotes.map((x) => `- ${x}`).join('\n'));
-    log(`\nClaim of 32 as the queue grows (each claim rolled back; p50 / first ledger's p50 of the same claim):`);
+    log(
+      `\nClaim of 32 as the queue grows (each claim rolled back; p50 / first ledger's p50 of the same claim; alongside: ` +
+        `the shipped claim's p50 / the first ledger's p50 from claims alternating with these):`,
+    );
     t2 = printTable(
       [
         'ledger',
@@ -770,6 +776,7 @@ async function mainParts(): Promise<void> {
         'p50 ms',
         'p99 ms',
         `p50 / ${SCALING_CASES[0]?.name}`,
+        `p50 / ${SCALING_CASES[0]?.name} alongside`,
         'rows read by the pick',
         'shared buffers',
         'scans in the pick',
@@ -869,7 +876,7 @@ async function mainParts(): Promise<void> {
     ...(t2 === ''
       ? []
       : [
-          'Claim cost as the queue grows (the dispatcher\'s claim of 32, each rolled back; bulk-loaded rows, then `ANALYZE operations, outbox` as autovacuum would; `gate_kill_switches` left as migrations leave it, never analyzed; "previous" is the claim before its kill-switch test was rewritten (a plain NOT EXISTS); "kill switches analyzed" is that claim after `ANALYZE gate_kill_switches`; "1 kill switch, analyzed": after one kill switch for a tenant with no queued work was engaged and the table analyzed):',
+          'Claim cost as the queue grows (the dispatcher\'s claim of 32, each rolled back; bulk-loaded rows, then `ANALYZE operations, outbox` as autovacuum would; `gate_kill_switches` left as migrations leave it, never analyzed; "previous" is the claim before its kill-switch test was rewritten (a plain NOT EXISTS); "kill switches analyzed" is that claim after `ANALYZE gate_kill_switches`; "1 kill switch, analyzed": after one kill switch for a tenant with no queued work was engaged and the table analyzed; at 1,000,000 queued only the shipped claim is measured; "alongside": the shipped claim\'s p50 over the first ledger\'s, from claims alternating with claims on a copy of the first ledger, so both meet the same machine load):',
           '',
           t2,
           '',
