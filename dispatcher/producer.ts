@@ -5,7 +5,8 @@
  * Loop states (graphile-worker style):
  *   idle      - not started, or closed; `start()` makes it running
  *   running   - claims when it has free slots: woken by NOTIFY, a reservation committed by this process
- *               (core/local-wake.ts), a finished slot, or the poll timer; one claim
+ *               (core/local-wake.ts), or the poll timer, and by a finished slot while work may be waiting
+ *               (the last claim filled its limit, or a wake-up came since it was sent); one claim
  *               statement in flight at a time, for `free slots` (capped at batchSize) operations; a heartbeat
  *               every interval, skipped while the previous one is still in flight
  *   draining  - no more claims and no more heartbeats; the claim statement in flight lands (its operations run
@@ -33,6 +34,12 @@ export class Producer {
   /** The claim loop, while it runs. */
   #claiming: Promise<void> | undefined;
   #wakeAgain = false;
+  /**
+   * Whether claimable work may be waiting: set by every wake-up from outside (NOTIFY, a local reservation, the
+   * poll) and by a claim that filled its limit; cleared as a claim statement is sent. A finished operation
+   * claims again only while it is set, so an emptied queue costs no claim per finished operation.
+   */
+  #backlog = true;
   /** The heartbeat in flight, if any. */
   #beating: Promise<void> | undefined;
   #listener: PoolClient | undefined;
@@ -123,6 +130,12 @@ export class Producer {
 
   /** Asks the producer to claim if it has free slots; safe to call any time, from anywhere. */
   wake(): void {
+    this.#backlog = true;
+    this.#kick();
+  }
+
+  /** Claims now if no claim is in flight, or once more after the one in flight. */
+  #kick(): void {
     if (this.#state !== 'running') return;
     if (this.#claiming !== undefined) {
       this.#wakeAgain = true;
@@ -141,7 +154,11 @@ export class Producer {
         const free = o.concurrency - this.#inFlight.size;
         if (free <= 0 || this.#state !== 'running') break;
         const limit = Math.min(free, o.batchSize);
+        // A wake-up while the statement runs sets it again (and `#wakeAgain`): what committed after the
+        // statement's snapshot is claimed by the next one.
+        this.#backlog = false;
         const { rows } = await o.pool.query<ClaimedOperation>(q.outboxClaimBatch, [limit, o.workerId]);
+        if (rows.length === limit) this.#backlog = true;
         this.#claimFailures.ok();
         if (rows.length > 0) {
           o.metrics.claims.inc(rows.length);
@@ -152,6 +169,7 @@ export class Producer {
         if (rows.length < limit && !this.#wakeAgain) break;
       }
     } catch (err) {
+      this.#backlog = true;
       this.#claimFailures.fail(err);
     }
   }
@@ -164,7 +182,7 @@ export class Producer {
       this.#held.delete(op.claim_token);
       this.#inFlight.delete(p);
       this.#ctx.o.metrics.inFlight.dec();
-      this.wake();
+      if (this.#backlog) this.#kick();
     });
     this.#inFlight.add(p);
   }

@@ -1,6 +1,8 @@
 import t from 'tap';
-import { bindQueries } from '../../core/db.js';
+import { bindQueries, type Pool } from '../../core/db.js';
 import { localWakeId, onLocalWake, wakeLocal } from '../../core/local-wake.js';
+import { Metrics } from '../../core/metrics.js';
+import { openDispatcher } from '../../dispatcher/index.js';
 import { dispatcherQueries } from '../../dispatcher/queries.js';
 import { ctx, dispatchEnv, settled } from '../helpers/fleet.js';
 
@@ -61,6 +63,40 @@ t.test('a NOTIFY from elsewhere still wakes the dispatcher', async (t) => {
     client.release();
   }
   t.equal((await settled(e.pool, operationId, SETTLE_MS)).status, 'succeeded');
+});
+
+t.test('a finished operation claims again only while work may be waiting', async (t) => {
+  const e = await dispatchEnv(t, {}, { pollIntervalMs: NO_POLL_MS });
+  const q = bindQueries(dispatcherQueries, e.config.schemaQuoted);
+  // The test's own pool, counting the claim statements the dispatcher sends through it.
+  let claims = 0;
+  const counted = new Proxy(e.pool, {
+    get(target, prop) {
+      const value: unknown = Reflect.get(target, prop, target);
+      if (prop === 'query')
+        return (...args: Parameters<Pool['query']>) => {
+          if (args[0] === q.outboxClaimBatch) claims++;
+          return (target.query as (...a: unknown[]) => unknown).apply(target, args);
+        };
+      return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+    },
+  });
+  const d = await openDispatcher(
+    { ...e.runtime, pool: counted, metrics: new Metrics({ defaultMetrics: false, ledger: false }) },
+    e.env,
+  );
+  await d.start();
+  t.teardown(() => d.stop());
+  await afterStartClaim();
+  t.equal(claims, 1, 'the claim at start');
+  // One at a time: each reservation wakes one claim, which takes it and finds nothing more; its operation
+  // finishing claims nothing, as nothing was left waiting.
+  for (const step of ['b1', 'b2', 'b3']) {
+    const op = await e.ledger.reserve(ctx(step), 'issue_refund', { ...REFUND, order_id: step });
+    t.equal((await settled(e.pool, op.operation_id, SETTLE_MS)).status, 'succeeded');
+  }
+  await afterStartClaim();
+  t.equal(claims, 4, 'one claim per reservation, none per finished operation');
 });
 
 t.test('the claim commits asynchronously, in its own transaction only', async (t) => {
