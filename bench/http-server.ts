@@ -16,22 +16,29 @@ import { PrincipalStore } from '../principals/index.js';
 import { buildApi } from '../server/api/app.js';
 import { benchLedgerWith } from './http-config.js';
 
-const { url, raw, bare } = workerData as { url: string; raw: Record<string, unknown>; bare?: boolean };
+const { url, raw, bare } = workerData as {
+  url: string;
+  raw: Record<string, unknown>;
+  bare?: 'plain' | 'authenticated';
+};
 const config = compileConfig(raw, { DATABASE_URL: url });
 const pool = createPool(url, { max: 20, statementTimeoutMs: 60_000, applicationName: 'bench-api' });
 const log = createLogger({ level: 'error', name: 'bench-api', destination: process.stderr });
 const ledger = benchLedgerWith(config, pool);
 // This thread's Linux task id (`/proc/thread-self` is `<pid>/task/<tid>`), so the bench can tell its CPU apart.
 const tid = Number(/task\/(\d+)$/.exec(readlinkSync('/proc/thread-self'))?.[1] ?? NaN);
-if (bare === true) await serveBare();
+if (bare !== undefined) await serveBare(bare === 'authenticated');
 else await serveApi();
 
 /**
  * The HTTP floor: node:http, `JSON.parse` of the body, `Ledger#reserve` with the context the body names, the
  * reservation's JSON back. No authentication, request window, schema, audit or error mapping: the least any
- * HTTP reservation does on this machine.
+ * HTTP reservation does on this machine. With `authenticate`, the bearer token is first authenticated and
+ * counted in the fleet-wide request window by the API's own statement (`PrincipalStore#authenticate`): the
+ * least an authenticated reservation does.
  */
-async function serveBare(): Promise<void> {
+async function serveBare(authenticate: boolean): Promise<void> {
+  const principals = new PrincipalStore(config, pool);
   const server = createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
@@ -41,16 +48,19 @@ async function serveBare(): Promise<void> {
         tool: string;
         arguments: unknown;
       };
-      ledger.reserve(body.context, body.tool, body.arguments).then(
-        (r) => {
-          res.writeHead(200, { 'content-type': 'application/json' });
-          res.end(JSON.stringify(r));
-        },
-        (err: unknown) => {
-          res.writeHead(500, { 'content-type': 'application/json' });
-          res.end(JSON.stringify({ ok: false, error: String(err) }));
-        },
-      );
+      const token = /^Bearer (.+)$/.exec(req.headers.authorization ?? '')?.[1] ?? '';
+      (authenticate ? principals.authenticate(token) : Promise.resolve())
+        .then(() => ledger.reserve(body.context, body.tool, body.arguments))
+        .then(
+          (r) => {
+            res.writeHead(200, { 'content-type': 'application/json' });
+            res.end(JSON.stringify(r));
+          },
+          (err: unknown) => {
+            res.writeHead(500, { 'content-type': 'application/json' });
+            res.end(JSON.stringify({ ok: false, error: String(err) }));
+          },
+        );
     });
   });
   server.keepAliveTimeout = 60_000;

@@ -7,6 +7,8 @@
  *   - the HTTP floor: a bare node:http server (same worker thread, same client) that parses the body with
  *     `JSON.parse` and makes the library's reservation, with no authentication, request window, schema or
  *     audit: the least any reservation over HTTP does here, so its ratio caps what HTTP reserve can reach,
+ *   - the same with the API's authentication statement first (the token, its principal's roles, the request
+ *     counted in the fleet-wide window): the least an authenticated reservation does,
  *   - a direct reservation over HTTP (`POST /v1/operations`),
  *   - a gate call over HTTP (`POST /v1/calls`).
  * The API runs in a worker thread (bench/http-server.ts) with its own pool, as the service runs beside its
@@ -42,6 +44,7 @@ const CELLS = [
   'library gate call',
   'HTTP authenticated no-op',
   'HTTP floor: node:http + JSON.parse + library reserve',
+  'HTTP floor + authentication (token, roles, request window)',
   'HTTP reserve',
   'HTTP gate call',
 ] as const;
@@ -149,9 +152,13 @@ async function httpCell(
   await store.add('bench-service', 'service', 'bench', 'bench');
   for (const role of ['service', 'agent']) await store.grant('bench-service', BENCH_TENANT, role, 'bench');
   const { token } = await store.createToken('bench-service', BENCH_TENANT, 'bench', 1, 'bench');
-  const bare = cell === 'HTTP floor: node:http + JSON.parse + library reserve';
+  const bare = cell.startsWith('HTTP floor');
   const worker = new Worker(new URL('./http-server.js', import.meta.url), {
-    workerData: { url, raw: BENCH_RAW_CONFIG, bare },
+    workerData: {
+      url,
+      raw: BENCH_RAW_CONFIG,
+      bare: bare ? (cell.includes('authentication') ? 'authenticated' : 'plain') : undefined,
+    },
   });
   const { port, tid } = await new Promise<{ port: number; tid: number }>((resolve, reject) => {
     worker.once('message', resolve);
