@@ -24,6 +24,8 @@ import type { ClaimedOperation, DispatchItem, DispatchStage, FinalCheck } from '
 
 /** How long a released operation waits in the outbox before it can be claimed again. */
 const RELEASE_BACKOFF_MS = 1_000;
+/** Past the backoff, the wake-up that claims a released operation again waits this much more (the clocks differ). */
+const RELEASE_WAKE_MARGIN_MS = 50;
 
 export class Completer {
   readonly #ctx: DispatchContext;
@@ -109,6 +111,8 @@ export class Completer {
       provider: op.provider_id,
       outcome: n === 1 ? 'released' : 'lost',
     });
+    // Nothing announces the moment it can be claimed again: this worker claims then (or its poll does first).
+    if (n === 1) setTimeout(() => this.#ctx.wake(), RELEASE_BACKOFF_MS + RELEASE_WAKE_MARGIN_MS).unref();
     o.log.warn(
       { operation_id: op.operation_id, code, sqlstate, released: n === 1 },
       'claim released after a database failure; the provider was not called',

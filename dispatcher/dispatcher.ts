@@ -57,6 +57,7 @@ export class Dispatcher {
         operationCompleteBatch: prepared(q.operationCompleteBatch),
       },
       halt: () => this.#halt.signal,
+      wake: () => this.#producer.wake(),
       agent: (kind) => this.#agent(kind),
       writeFailures: new RepeatedFailureLog(options.log, 'a write this worker owes failed; retrying it'),
     };

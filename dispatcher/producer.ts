@@ -36,8 +36,10 @@ export class Producer {
   #wakeAgain = false;
   /**
    * Whether claimable work may be waiting: set by every wake-up from outside (NOTIFY, a local reservation, the
-   * poll) and by a claim that filled its limit; cleared as a claim statement is sent. A finished operation
-   * claims again only while it is set, so an emptied queue costs no claim per finished operation.
+   * poll, a release's timer), by a claim that filled its limit and by a claim that failed; cleared as a claim
+   * statement is sent. A finished operation claims again only while it is set, so an emptied queue costs no
+   * claim per finished operation. Work nothing announces (a row another session held when the claim skipped
+   * it) waits for the poll.
    */
   #backlog = true;
   /** The heartbeat in flight, if any. */
@@ -143,6 +145,8 @@ export class Producer {
     }
     this.#claiming = this.#claim().finally(() => {
       this.#claiming = undefined;
+      // A wake-up between the loop's last check and now (another operation's finish in the same tick).
+      if (this.#wakeAgain) this.#kick();
     });
   }
 

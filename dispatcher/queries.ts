@@ -24,15 +24,17 @@ export const dispatcherQueries = {
    * first rows of outbox_available_idx: 300-600 ms against 2.4-3.5 ms at 100,000 queued (`npm run bench`). Under the
    * OR it stays a filter, and the uncorrelated test runs once per statement.
    *
-   * The claim commits asynchronously (`synchronous_commit` off for its own transaction, set by `async_commit`):
-   * it does not wait for its WAL to reach the disk. What may follow a claim before anything else is written is
+   * Without synchronous standbys, the claim commits asynchronously (`synchronous_commit` off for its own
+   * transaction, set by `async_commit`): it does not wait for its WAL to reach the disk. What may follow a claim before anything else is written is
    * the authorization request, which changes no effect (the built-in service's audit row of it is a later
    * commit in this database, so it cannot outlive the claim); the provider request waits for the evidence
    * statement, fenced on this claim token and committed synchronously, and flushing that commit flushes all
-   * the WAL before it, the claim's included (a synchronous standby receives it in the same order). A server
-   * crash before that flush loses the claim and nothing else: the operation is `pending` again with its
-   * outbox row, no provider request was sent under it, and the evidence write fails on the token. Measured:
-   * see docs/architecture.md "Waking the dispatchers".
+   * the WAL before it, the claim's included. A server crash before that flush loses the claim and nothing
+   * else: the operation is `pending` again with its outbox row, no provider request was sent under it, and
+   * the evidence write fails on the token. With synchronous standbys (`synchronous_standby_names` set) the
+   * claim keeps the server's setting and waits for them: a standby's wait can be cancelled (the commit then
+   * stands on the primary alone, with a warning), and a later failover must not bring back as `pending` an
+   * operation whose request was sent. Measured: see docs/architecture.md "Waking the dispatchers".
    */
   outboxClaimBatch: `
     WITH picked AS (
@@ -65,7 +67,9 @@ export const dispatcherQueries = {
                 l.provider_endpoint, l.idempotency_header, l.canonical_args_sha256, l.arguments_json,
                 l.current_approval_id, l.current_policy_version, l.claim_token, l.attempt`,
     })}, async_commit AS (
-      SELECT set_config('synchronous_commit', 'off', true) AS setting
+      SELECT set_config('synchronous_commit',
+        CASE WHEN current_setting('synchronous_standby_names') = '' THEN 'off'
+             ELSE current_setting('synchronous_commit') END, true) AS setting
     )
     SELECT operation_id, effect_key, principal_id, task_id, workflow_step_id, tool_name, tenant_id, provider_id,
            provider_endpoint, idempotency_header, canonical_args_sha256, arguments_json, current_approval_id,

@@ -337,7 +337,7 @@ export class Gate {
 
   /** Lifts a kill switch; held operations are dispatched again. Returns false when none was engaged. Throws coded errors. */
   async liftKillSwitch(tenant: string, tool: string, actor: string): Promise<boolean> {
-    return coded(() =>
+    const lifted = await coded(() =>
       withTransaction(this.#core.pool, async (c) => {
         const { rowCount } = await c.query(this.#core.q.killSwitchLift, [tenant, tool]);
         await this.#core.audit.decision(c, {
@@ -349,6 +349,9 @@ export class Gate {
         return rowCount !== 0;
       }),
     );
+    // The operations it held are claimable now: the dispatchers are told, as after a reservation.
+    if (lifted) this.#core.ledger.wake();
+    return lifted;
   }
 
   /**

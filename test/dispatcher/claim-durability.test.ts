@@ -116,4 +116,21 @@ t.test('a crash before the WAL flush takes the claim back; a later synchronous c
   await c.pool.query('CREATE TABLE synchronous_marker (id int)');
   c.pool = await crash(c, walWriter);
   t.same(await statusOf(c.pool, kept), { status: 'executing', outbox: 0 }, 'the later commit flushed the claim');
+
+  // With a synchronous standby named, the claim keeps the server's setting: it waits for the standby too.
+  await reserve('standby');
+  await c.pool.query("ALTER SYSTEM SET synchronous_standby_names = 'a_standby'");
+  await c.pool.query('SELECT pg_reload_conf()');
+  const session = await c.pool.connect();
+  try {
+    await session.query('BEGIN');
+    t.equal((await session.query(q.outboxClaimBatch, [10, 'w-standby'])).rowCount, 1);
+    const { rows } = await session.query<{ s: string }>("SELECT current_setting('synchronous_commit') AS s");
+    t.equal(rows[0]?.s, 'on', 'not asynchronous with a synchronous standby');
+    await session.query('ROLLBACK');
+  } finally {
+    session.release();
+  }
+  await c.pool.query('ALTER SYSTEM RESET synchronous_standby_names');
+  await c.pool.query('SELECT pg_reload_conf()');
 });

@@ -197,3 +197,22 @@ t.test(
     }
   },
 );
+
+t.test('a released claim is claimed again once its backoff is over, without waiting for the poll', async (t) => {
+  const e = await dispatchEnv(t, {}, { pollIntervalMs: 60_000 });
+  await installFullDisk(e.pool);
+  await fill(e.pool, ['evidence']);
+  const op = await e.ledger.reserve(ctx('released-once'), 'issue_refund', args(99));
+  await e.dispatcher();
+  await until('the claim to be released', async () => {
+    const { rows } = await e.pool.query<{ n: number }>(
+      "SELECT count(*)::int AS n FROM actionledger.operation_history WHERE operation_id = $1 AND reason = 'released:storage_full'",
+      [op.operation_id],
+    );
+    return (rows[0]?.n ?? 0) === 1;
+  });
+  await e.pool.query('DELETE FROM public.disk_full');
+  // Nothing else wakes this dispatcher before its poll, a minute away: its own wake-up after the backoff does.
+  t.equal((await settled(e.pool, op.operation_id, 20_000)).status, 'succeeded');
+  t.equal(e.provider.requestsFor(op.effect_key), 1, 'sent once');
+});

@@ -4,6 +4,7 @@ import { localWakeId, onLocalWake, wakeLocal } from '../../core/local-wake.js';
 import { Metrics } from '../../core/metrics.js';
 import { openDispatcher } from '../../dispatcher/index.js';
 import { dispatcherQueries } from '../../dispatcher/queries.js';
+import { Gate } from '../../gate/index.js';
 import { ctx, dispatchEnv, settled } from '../helpers/fleet.js';
 
 const REFUND = { order_id: 'o-1', amount: 5, currency: 'EUR' };
@@ -63,6 +64,22 @@ t.test('a NOTIFY from elsewhere still wakes the dispatcher', async (t) => {
     client.release();
   }
   t.equal((await settled(e.pool, operationId, SETTLE_MS)).status, 'succeeded');
+});
+
+t.test('lifting a kill switch wakes the dispatcher for the operations it held', async (t) => {
+  const e = await dispatchEnv(t, {}, { pollIntervalMs: NO_POLL_MS });
+  const gate = new Gate({ config: e.config, pool: e.pool, ledger: e.ledger });
+  await gate.engageKillSwitch('tenant-a', 'issue_refund', 'oncall', 'hold');
+  await e.dispatcher();
+  const op = await e.ledger.reserve(ctx('held'), 'issue_refund', { ...REFUND, order_id: 'o-held' });
+  // Woken by the reservation, the dispatcher's claim skips the held operation.
+  await afterStartClaim();
+  t.equal(
+    (await e.pool.query<{ status: string }>('SELECT status FROM actionledger.operations')).rows[0]?.status,
+    'pending',
+  );
+  t.equal(await gate.liftKillSwitch('tenant-a', 'issue_refund', 'oncall'), true);
+  t.equal((await settled(e.pool, op.operation_id, SETTLE_MS)).status, 'succeeded');
 });
 
 t.test('a finished operation claims again only while work may be waiting', async (t) => {
