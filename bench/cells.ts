@@ -55,6 +55,70 @@ export const ARGS = {
   reason: 'damaged in transit',
 };
 
+/** The trusted context of the `i`th operation of closed-loop caller `w` in a cell's `tag` phase. */
+export const producerContext = (tag: string, w: number, i: number) => ({
+  tenant_id: 'tenant-a',
+  principal_id: `producer-${w}`,
+  task_id: `${tag}-${i}`,
+  workflow_step_id: 's1',
+  approval_id: 'a1',
+  policy_version: 'v1',
+});
+
+/**
+ * The cells that make the dispatcher's two mutual-TLS calls themselves (the floor, the pg-boss handler): the
+ * dispatcher's environment with no dispatcher started, its identity, an agent per server, the route and its
+ * credential. `call` asks for the authorization of `op` (checked as the dispatcher checks it), then POSTs it to
+ * the provider, and returns the classified outcome.
+ */
+async function openCaller(pki: BenchPki, url: string, n: number) {
+  const env = await openDispatchBench(pki, url, n, 2, false);
+  cellContext.sandboxThread = env.sandbox.tid;
+  const identity = await loadDispatchIdentity(env.runtime, env.env);
+  const authorizer = identity.agent();
+  const provider = identity.agent();
+  const route = env.config.tools.get('issue_refund')!;
+  const credential = identity.credentials.get('issue_refund') ?? null;
+  return {
+    env,
+    route,
+    async call(op: ClaimedOperation) {
+      await fetchAuthorization(authorizer, identity.profile, authorizationRequest(op));
+      return classify(await callProvider(provider, identity.profile, op, credential), route);
+    },
+    /** The operation as a claim would carry it. */
+    claimed(
+      context: ReturnType<typeof producerContext>,
+      ids: { operation_id: string; effect_key: string; claim_token: string },
+      args: Record<string, unknown>,
+      argsSha256: string,
+    ): ClaimedOperation {
+      return {
+        ...ids,
+        principal_id: context.principal_id,
+        task_id: context.task_id,
+        workflow_step_id: context.workflow_step_id,
+        tool_name: route.tool,
+        tenant_id: context.tenant_id,
+        provider_id: route.providerId,
+        provider_endpoint: route.endpoint,
+        idempotency_header: route.idempotencyHeader,
+        canonical_args_sha256: argsSha256,
+        arguments_json: args,
+        current_approval_id: context.approval_id,
+        current_policy_version: context.policy_version,
+        attempt: 1,
+        queued_s: 0,
+      };
+    },
+    async close() {
+      cellContext.sandboxThread = null;
+      await Promise.all([authorizer.close(), provider.close()]);
+      await env.close();
+    },
+  };
+}
+
 export interface Run {
   ops: number;
   seconds: number;
@@ -194,18 +258,7 @@ export async function actionledgerCell(
     const cycle =
       (tag: string) =>
       async (w: number, i: number): Promise<number> => {
-        const r = await env.ledger.reserve(
-          {
-            tenant_id: 'tenant-a',
-            principal_id: `producer-${w}`,
-            task_id: `${tag}-${i}`,
-            workflow_step_id: 's1',
-            approval_id: 'a1',
-            policy_version: 'v1',
-          },
-          'issue_refund',
-          ARGS,
-        );
+        const r = await env.ledger.reserve(producerContext(tag, w, i), 'issue_refund', ARGS);
         const committed = performance.now();
         const done = await env.probe.completions.wait(r.operation_id, COMPLETION_TIMEOUT_MS);
         if (done.status !== 'succeeded') notSucceeded++;
@@ -283,13 +336,7 @@ export async function floorCell(
 ): Promise<Run & { notSucceeded: number }> {
   const name = `al_bench_floor_${n}`;
   const url = await migratedDatabase(adminUrl, name);
-  const env = await openDispatchBench(pki, url, n, 2, false);
-  cellContext.sandboxThread = env.sandbox.tid;
-  const identity = await loadDispatchIdentity(env.runtime, env.env);
-  const authorizer = identity.agent();
-  const provider = identity.agent();
-  const route = env.config.tools.get('issue_refund')!;
-  const credential = identity.credentials.get('issue_refund') ?? null;
+  const caller = await openCaller(pki, url, n);
   const argsSha256 = sha256Hex(canonicalJson(ARGS));
   try {
     let notSucceeded = 0;
@@ -297,36 +344,10 @@ export async function floorCell(
       (tag: string) =>
       async (w: number, i: number): Promise<number> => {
         const t0 = performance.now();
-        const context = {
-          tenant_id: 'tenant-a',
-          principal_id: `producer-${w}`,
-          task_id: `${tag}-${i}`,
-          workflow_step_id: 's1',
-          approval_id: 'a1',
-          policy_version: 'v1',
-        };
-        const r = await env.ledger.reserve(context, 'issue_refund', ARGS);
-        const op: ClaimedOperation = {
-          operation_id: r.operation_id,
-          effect_key: r.effect_key,
-          principal_id: context.principal_id,
-          task_id: context.task_id,
-          workflow_step_id: context.workflow_step_id,
-          tool_name: route.tool,
-          tenant_id: context.tenant_id,
-          provider_id: route.providerId,
-          provider_endpoint: route.endpoint,
-          idempotency_header: route.idempotencyHeader,
-          canonical_args_sha256: argsSha256,
-          arguments_json: ARGS,
-          current_approval_id: context.approval_id,
-          current_policy_version: context.policy_version,
-          claim_token: randomUUID(),
-          attempt: 1,
-          queued_s: 0,
-        };
-        await fetchAuthorization(authorizer, identity.profile, authorizationRequest(op));
-        const outcome = classify(await callProvider(provider, identity.profile, op, credential), route);
+        const context = producerContext(tag, w, i);
+        const r = await caller.env.ledger.reserve(context, 'issue_refund', ARGS);
+        const ids = { operation_id: r.operation_id, effect_key: r.effect_key, claim_token: randomUUID() };
+        const outcome = await caller.call(caller.claimed(context, ids, ARGS, argsSha256));
         if (outcome.status !== 'succeeded') notSucceeded++;
         return performance.now() - t0;
       };
@@ -337,9 +358,7 @@ export async function floorCell(
       process.stderr.write(`WARNING floor N=${n}: ${notSucceeded} provider calls did not succeed\n`);
     return { ...run, notSucceeded };
   } finally {
-    cellContext.sandboxThread = null;
-    await Promise.all([authorizer.close(), provider.close()]);
-    await env.close();
+    await caller.close();
     await dropDatabase(adminUrl, name);
   }
 }
@@ -593,13 +612,7 @@ export async function pgBossMtlsCell(
   // The floor's environment (its sandbox servers, profile and client identity; no dispatcher started), and
   // pg-boss's own schema in the same database.
   const url = await migratedDatabase(adminUrl, name);
-  const env = await openDispatchBench(pki, url, n, 2, false);
-  cellContext.sandboxThread = env.sandbox.tid;
-  const identity = await loadDispatchIdentity(env.runtime, env.env);
-  const authorizer = identity.agent();
-  const provider = identity.agent();
-  const route = env.config.tools.get('issue_refund')!;
-  const credential = identity.credentials.get('issue_refund') ?? null;
+  const caller = await openCaller(pki, url, n);
   const b = await openBoss(adminUrl, name, n, url);
   const { boss, completions } = b;
   try {
@@ -607,28 +620,10 @@ export async function pgBossMtlsCell(
     await boss.createQueue('refunds');
     let notSucceeded = 0;
     const handle = async (job: PgBoss.Job<RefundJob>): Promise<void> => {
-      const d = job.data;
-      const op: ClaimedOperation = {
-        operation_id: job.id,
-        effect_key: job.id,
-        principal_id: d.principal_id,
-        task_id: d.task_id,
-        workflow_step_id: d.workflow_step_id,
-        tool_name: route.tool,
-        tenant_id: d.tenant_id,
-        provider_id: route.providerId,
-        provider_endpoint: route.endpoint,
-        idempotency_header: route.idempotencyHeader,
-        canonical_args_sha256: sha256Hex(canonicalJson(d.args as JsonValue)),
-        arguments_json: d.args,
-        current_approval_id: d.approval_id,
-        current_policy_version: d.policy_version,
-        claim_token: job.id,
-        attempt: 1,
-        queued_s: 0,
-      };
-      await fetchAuthorization(authorizer, identity.profile, authorizationRequest(op));
-      const outcome = classify(await callProvider(provider, identity.profile, op, credential), route);
+      const { args, ...context } = job.data;
+      const ids = { operation_id: job.id, effect_key: job.id, claim_token: job.id };
+      const argsSha256 = sha256Hex(canonicalJson(args as JsonValue));
+      const outcome = await caller.call(caller.claimed(context, ids, args, argsSha256));
       if (outcome.status !== 'succeeded') throw new Error(`provider call ${outcome.status}: ${outcome.reason}`);
     };
     const workerId = await boss.work<RefundJob>(
@@ -643,15 +638,7 @@ export async function pgBossMtlsCell(
     const cycle =
       (tag: string) =>
       async (w: number, i: number): Promise<number> => {
-        const job: RefundJob = {
-          tenant_id: 'tenant-a',
-          principal_id: `producer-${w}`,
-          task_id: `${tag}-${i}`,
-          workflow_step_id: 's1',
-          approval_id: 'a1',
-          policy_version: 'v1',
-          args: ARGS,
-        };
+        const job: RefundJob = { ...producerContext(tag, w, i), args: ARGS };
         const id = await boss.send('refunds', job);
         const committed = performance.now();
         if (id === null) throw new Error('pg-boss send returned null');
@@ -668,7 +655,7 @@ export async function pgBossMtlsCell(
       "SELECT count(*)::int AS n FROM pgboss.job WHERE name = 'refunds'",
     );
     const total = rows[0]?.n ?? 0;
-    const stats = await env.sandbox.stats();
+    const stats = await caller.env.sandbox.stats();
     const check = `jobs ${states}; provider POSTs ${stats.posts} (${stats.distinctKeys} keys, ${stats.effects} effects); authorizations ${stats.authorizations}`;
     const ok =
       allCompleted &&
@@ -679,10 +666,8 @@ export async function pgBossMtlsCell(
     if (!ok) process.stderr.write(`WARNING pg-boss mTLS handler N=${n}: ${check}; ${notSucceeded} not succeeded\n`);
     return { ...run, notSucceeded, check };
   } finally {
-    cellContext.sandboxThread = null;
     await b.close();
-    await Promise.all([authorizer.close(), provider.close()]);
-    await env.close();
+    await caller.close();
     await dropDatabase(adminUrl, name);
   }
 }

@@ -17,6 +17,7 @@
 import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import {
   ARGS,
+  producerContext,
   COMPLETION_TIMEOUT_MS,
   cellContext,
   closedLoopOps,
@@ -121,18 +122,7 @@ export async function halfPeakCell(
   const watch = watchSends(route.endpoint, route.idempotencyHeader);
   try {
     const reserve = (tag: string, w: number, i: number) =>
-      env.ledger.reserve(
-        {
-          tenant_id: 'tenant-a',
-          principal_id: `producer-${w}`,
-          task_id: `${tag}-${i}`,
-          workflow_step_id: 's1',
-          approval_id: 'a1',
-          policy_version: 'v1',
-        },
-        'issue_refund',
-        ARGS,
-      );
+      env.ledger.reserve(producerContext(tag, w, i), 'issue_refund', ARGS);
     // Warm-up: closed loops, as the end-to-end cell's, so connections and TLS sessions exist.
     await closedLoopOps(n, Math.max(20, 2 * n), COMPLETION_TIMEOUT_MS, async (w, i) => {
       const r = await reserve('warm', w, i);
