@@ -6,7 +6,7 @@
  *   idle      - not started, or closed; `start()` makes it running
  *   running   - claims when it has free slots: woken by NOTIFY, a reservation committed by this process
  *               (core/local-wake.ts), or the poll timer, and by a finished slot while work may be waiting
- *               (the last claim filled its limit, or a wake-up came since it was sent); one claim
+ *               (the last claim filled its limit or failed, or a wake-up came since it was sent); one claim
  *               statement in flight at a time, for `free slots` (capped at batchSize) operations; a heartbeat
  *               every interval, skipped while the previous one is still in flight
  *   draining  - no more claims and no more heartbeats; the claim statement in flight lands (its operations run
