@@ -25,16 +25,16 @@ export const dispatcherQueries = {
    * OR it stays a filter, and the uncorrelated test runs once per statement.
    *
    * Without synchronous standbys, the claim commits asynchronously (`synchronous_commit` off for its own
-   * transaction, set by `async_commit`): it does not wait for its WAL to reach the disk. What may follow a claim before anything else is written is
-   * the authorization request, which changes no effect (the built-in service's audit row of it is a later
-   * commit in this database, so it cannot outlive the claim); the provider request waits for the evidence
-   * statement, fenced on this claim token and committed synchronously, and flushing that commit flushes all
-   * the WAL before it, the claim's included. A server crash before that flush loses the claim and nothing
-   * else: the operation is `pending` again with its outbox row, no provider request was sent under it, and
-   * the evidence write fails on the token. With synchronous standbys (`synchronous_standby_names` set) the
-   * claim keeps the server's setting and waits for them: a standby's wait can be cancelled (the commit then
-   * stands on the primary alone, with a warning), and a later failover must not bring back as `pending` an
-   * operation whose request was sent. Measured: see docs/architecture.md "Waking the dispatchers".
+   * transaction, set by `async_commit`): it does not wait for its WAL to reach the disk. What may follow a claim
+   * before anything else is written is the authorization request, which changes no effect (the built-in service's
+   * audit row of it is a later commit in this database, so it cannot outlive the claim); the provider request waits
+   * for the evidence statement, fenced on this claim token and committed synchronously, and flushing that commit
+   * flushes all the WAL before it, the claim's included. A server crash before that flush loses the claim and
+   * nothing else: the operation is `pending` again with its outbox row, no provider request was sent under it, and
+   * the evidence write fails on the token. With synchronous standbys (`synchronous_standby_names` set) the claim
+   * keeps the server's setting and waits for them: a standby's wait can be cancelled (the commit then stands on the
+   * primary alone, with a warning), and a later failover must not bring back as `pending` an operation whose
+   * request was sent. Measured: see docs/architecture.md "Waking the dispatchers".
    */
   outboxClaimBatch: `
     WITH picked AS (
