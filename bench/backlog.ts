@@ -8,7 +8,7 @@
  * a few seconds), to see whether a larger ledger slows them.
  */
 import { loadOperations } from './claim-scaling.js';
-import { closedLoopOps, dropDatabase, migratedDatabase, sleep, type Run } from './cells.js';
+import { closedLoopOps, dropDatabase, migratedDatabase, producerContext, sleep, type Run } from './cells.js';
 import { openDispatchBench, type BenchPki } from './dispatch-env.js';
 
 export interface BacklogRow {
@@ -76,18 +76,11 @@ export async function backlogCell(
       reserveMs,
       async (w, i) => {
         const t0 = performance.now();
-        await env.ledger.reserve(
-          {
-            tenant_id: 'tenant-a',
-            principal_id: `producer-${w}`,
-            task_id: `after-backlog-${i}`,
-            workflow_step_id: 's1',
-            approval_id: 'a1',
-            policy_version: 'v1',
-          },
-          'issue_refund',
-          { order_id: `ord-${i}`, amount: 100, currency: 'EUR' },
-        );
+        await env.ledger.reserve(producerContext('after-backlog', w, i), 'issue_refund', {
+          order_id: `ord-${i}`,
+          amount: 100,
+          currency: 'EUR',
+        });
         return performance.now() - t0;
       },
       reserveMs,

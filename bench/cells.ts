@@ -575,15 +575,7 @@ export async function pgBossCell(adminUrl: string, n: number, mode: BossMode, li
 // The peer a user would build instead: pg-boss 10 whose handler makes the dispatcher's two mutual-TLS calls
 
 /** The job a producer sends: who asks, for which step, with which arguments (what a reservation records). */
-interface RefundJob {
-  tenant_id: string;
-  principal_id: string;
-  task_id: string;
-  workflow_step_id: string;
-  approval_id: string;
-  policy_version: string;
-  args: Record<string, unknown>;
-}
+type RefundJob = ReturnType<typeof producerContext> & { args: Record<string, unknown> };
 
 export interface BossMtlsResult extends Run {
   /** Jobs whose authorization was refused or whose provider call did not classify as succeeded. */

@@ -25,6 +25,7 @@ import {
   sleep,
   type CellLimits,
   type Run,
+  producerContext,
 } from './cells.js';
 import { findPostmaster, waitForQuiet } from './cpu.js';
 import { createBenchPki, CREDENTIAL_ENV, openDispatchBench, SandboxThread, type BenchPki } from './dispatch-env.js';
@@ -78,18 +79,10 @@ export async function isolationCell(
     cellContext.sandboxThread = env.sandbox.tid;
     try {
       let notSucceeded = 0;
-      const context = (tag: string, w: number, i: number) => ({
-        tenant_id: 'tenant-a',
-        principal_id: `producer-${w}`,
-        task_id: `${tag}-${i}`,
-        workflow_step_id: 's1',
-        approval_id: 'a1',
-        policy_version: 'v1',
-      });
       const cycle =
         (tag: string) =>
         async (w: number, i: number): Promise<number> => {
-          const r = await env.ledger.reserve(context(tag, w, i), 'issue_refund', ARGS);
+          const r = await env.ledger.reserve(producerContext(tag, w, i), 'issue_refund', ARGS);
           const committed = performance.now();
           const done = await env.probe.completions.wait(r.operation_id, COMPLETION_TIMEOUT_MS);
           if (done.status !== 'succeeded') notSucceeded++;
@@ -101,7 +94,7 @@ export async function isolationCell(
 
       const stuck: string[] = [];
       for (let i = 0; i < hanging; i++)
-        stuck.push((await env.ledger.reserve(context('hang', 0, i), 'issue_refund_slow', ARGS)).operation_id);
+        stuck.push((await env.ledger.reserve(producerContext('hang', 0, i), 'issue_refund_slow', ARGS)).operation_id);
       const deadline = performance.now() + 30_000;
       while ((await slow.stats()).posts < hanging && performance.now() < deadline) await sleep(10);
       const hangingPosts = (await slow.stats()).posts;

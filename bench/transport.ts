@@ -20,6 +20,7 @@ import {
   migratedDatabase,
   type CellLimits,
   type Run,
+  producerContext,
 } from './cells.js';
 import { openDispatchBench, PROVIDER_TOKEN, type BenchPki } from './dispatch-env.js';
 
@@ -70,14 +71,7 @@ export async function transportCell(
       (tag: string) =>
       async (w: number, i: number): Promise<number> => {
         const t0 = performance.now();
-        const context = {
-          tenant_id: 'tenant-a',
-          principal_id: `producer-${w}`,
-          task_id: `${tag}-${i}`,
-          workflow_step_id: 's1',
-          approval_id: 'a1',
-          policy_version: 'v1',
-        };
+        const context = producerContext(tag, w, i);
         const r = await env.ledger.reserve(context, 'issue_refund', ARGS);
         const decision = await post(
           authorizer,
