@@ -4,7 +4,7 @@
 import { randomUUID } from 'node:crypto';
 import { checkTenantCluster } from '../core/cluster.js';
 import type { Config, ToolRoute } from '../core/config.js';
-import { bindQueries, type Pool, type Queryable } from '../core/db.js';
+import { bindQueries, prepared, type Pool, type Queryable } from '../core/db.js';
 import { ActionLedgerError, asActionLedgerError } from '../core/errors.js';
 import { canonicalArguments, sha256Hex } from '../core/json.js';
 import { identifierProblem } from '../core/identifier.js';
@@ -104,6 +104,8 @@ export class Ledger {
   readonly #notifier: OutboxNotifier;
   readonly #channel: string;
   readonly #q: Readonly<typeof ledgerQueries>;
+  /** The reservation statement, named: the pool's connections plan it once each (a plan of key lookups only). */
+  readonly #insertPrepared: { name: string; text: string };
 
   constructor(config: Config, pool: Pool, keyer: EffectKeyer) {
     this.#config = config;
@@ -112,6 +114,7 @@ export class Ledger {
     this.#channel = outboxChannel(config.schema);
     this.#notifier = new OutboxNotifier(pool, this.#channel);
     this.#q = bindQueries(ledgerQueries, config.schemaQuoted);
+    this.#insertPrepared = prepared(this.#q.ledgerInsertReservation);
   }
 
   get keyer(): EffectKeyer {
@@ -222,10 +225,13 @@ export class Ledger {
       ctx.policy_version,
       a.actor,
     ];
+    // A caller's own connection gets the unnamed statement: this library leaves nothing named in its session.
     const inserted =
-      options.client === undefined || options.notifyOnCommit === false
-        ? await a.db.query<ReservedStep>(this.#q.ledgerInsertReservation, params)
-        : await a.db.query<ReservedStep>(this.#q.ledgerInsertReservationNotify, [...params, this.#channel]);
+      options.client === undefined
+        ? await a.db.query<ReservedStep>({ ...this.#insertPrepared, values: params })
+        : options.notifyOnCommit === false
+          ? await a.db.query<ReservedStep>(this.#q.ledgerInsertReservation, params)
+          : await a.db.query<ReservedStep>(this.#q.ledgerInsertReservationNotify, [...params, this.#channel]);
     const row = inserted.rows[0];
     if (row === undefined) return null;
     if (options.client === undefined) this.#notifier.poke();

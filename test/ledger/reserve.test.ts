@@ -1,7 +1,9 @@
 import t from 'tap';
 import pg from 'pg';
-import { ctx, ledgerFixture } from '../helpers/db.js';
+import { ctx, ledgerFixture, testKeyer } from '../helpers/db.js';
+import { createPool } from '../../core/db.js';
 import { isActionLedgerError } from '../../core/errors.js';
+import { Ledger } from '../../ledger/index.js';
 
 const args = { order_id: 'ord-1', amount: 1000, currency: 'EUR' };
 
@@ -273,3 +275,33 @@ t.test('reserveIfNew racing an uncommitted reservation of the same step waits fo
   t.equal(await racing, null, 'the committed reservation is the one operation');
   t.same(await counts(pool), { ops: 1, outbox: 1, history: 1 });
 });
+
+t.test(
+  'through the pool the reservation is a named statement, planned once per connection; never on a caller connection',
+  async (t) => {
+    const { url, config } = await ledgerFixture(t);
+    const pool = createPool(url, { max: 1, statementTimeoutMs: 30_000, applicationName: 'test-prepared' });
+    const ledger = new Ledger(config, pool, testKeyer());
+    t.teardown(async () => {
+      ledger.stop();
+      await pool.end();
+    });
+    for (let i = 1; i <= 7; i++) await ledger.reserve(ctx({ task_id: `task-${i}` }), 'issue_refund', args);
+    // The pool's one connection: the statement it prepared, and how often each kind of plan was used.
+    const { rows } = await pool.query<{ statement: string; plans: string; generic: string }>(
+      `SELECT statement, (generic_plans + custom_plans)::text AS plans, generic_plans::text AS generic
+     FROM pg_prepared_statements WHERE name LIKE 'al\\_%'`,
+    );
+    t.equal(rows.length, 1, 'one named statement on the connection');
+    t.match(rows[0]!.statement, /INSERT INTO "actionledger"\.operations/);
+    t.equal(rows[0]!.plans, '7', 'every reservation ran the named statement');
+    t.not(rows[0]!.generic, '0', 'after five custom plans, the generic plan is reused without planning');
+
+    const client = new pg.Client({ connectionString: url });
+    await client.connect();
+    t.teardown(() => client.end());
+    await ledger.reserve(ctx({ task_id: 'task-own' }), 'issue_refund', args, { client });
+    const own = await client.query('SELECT name FROM pg_prepared_statements');
+    t.equal(own.rowCount, 0, "a caller's own connection is left with no named statement");
+  },
+);
