@@ -555,6 +555,12 @@ async function mainParts(): Promise<void> {
       (r) => r.al.opsPerS,
       (r) => r.floor.opsPerS,
     );
+    // The peer against the same floor: what a queue with none of the guarantees keeps of it on this machine.
+    const bossMtlsToFloor = ratio(
+      rs,
+      (r) => r.bossMtls.opsPerS,
+      (r) => r.floor.opsPerS,
+    );
     const floorToTransport = ratio(
       rs,
       (r) => r.floor.opsPerS,
@@ -590,7 +596,7 @@ async function mainParts(): Promise<void> {
       [N, 'actionledger reserve commit -> claimed', dash, al.wakeP50Ms, al.wakeP99Ms, dash, dash, dash],
       [
         N,
-        `pg-boss send -> completed, handler makes the two mTLS calls, N in flight (end to end / this ${alToBossMtls.toFixed(2)})`,
+        `pg-boss send -> completed, handler makes the two mTLS calls, N in flight (end to end / this ${alToBossMtls.toFixed(2)}; this / floor ${bossMtlsToFloor.toFixed(2)})`,
         bossMtls.opsPerS,
         bossMtls.p50Ms,
         bossMtls.p99Ms,
@@ -669,6 +675,7 @@ async function mainParts(): Promise<void> {
       e('pgboss_mtls_handler_send_to_completed', bossMtls, {
         ratio_to_sql_lifecycle: bossMtlsToSql,
         ratio_to_pgboss_send_to_completed: bossMtlsToLive,
+        ratio_to_floor: bossMtlsToFloor,
         not_succeeded: bossMtls.notSucceeded,
         ops_per_s_rounds: rounds((r) => r.bossMtls),
         check: bossMtls.check,
@@ -860,7 +867,7 @@ async function mainParts(): Promise<void> {
     '- pg-boss 10.4: `send` from N callers; then one worker with `batchSize` N processes those jobs with a no-op handler that wakes it again at once (no polling pause): jobs / (first fetch -> last `complete` acknowledged); and send -> `complete` acknowledged with N jobs in flight, woken in-process after each send (`notifyWorker`).',
     '- actionledger: `Ledger.reserve` from N callers; and reservation -> `succeeded` through a real Dispatcher (concurrency N, pool N + 4): fresh authorization and provider call over mutual TLS to sandbox servers on loopback (a worker thread of the same process), latency from the reservation commit acknowledged to the outcome commit acknowledged; "-> claimed" ends when the claim statement returns the operation.',
     '- "/ pg-boss": reserve against pg-boss `send`; end to end, and pg-boss with the mTLS handler, against pg-boss send -> completed.',
-    "- pg-boss with the two mTLS calls in its handler (the peer one would build instead): N callers each `send` a job (the request's tenant, principal, task, step, approval, policy version and arguments) and wait for its `complete` acknowledged; one worker with `batchSize` N, woken after each send (`notifyWorker`), runs the batch's jobs concurrently, each making the dispatcher's two mutual-TLS calls with the dispatcher's client code, agents and sandbox servers: the authorization request, its decision checked as the dispatcher checks it, then the provider POST with the job id as the Idempotency-Key, classified. It has none of actionledger's guarantees: no ledger row, claim fence, evidence, final check under a row lock (kill switches, revocations, freshness) or recorded outcome, and a job that outlives its expiry is fetched again while its first call may still be out. \"end to end / this\" (`ratio_to_pgboss_mtls_handler` on the end-to-end entries of bench/results.json) is actionledger's end-to-end rate against it, the median of per-round ratios.",
+    "- pg-boss with the two mTLS calls in its handler (the peer one would build instead): N callers each `send` a job (the request's tenant, principal, task, step, approval, policy version and arguments) and wait for its `complete` acknowledged; one worker with `batchSize` N, woken after each send (`notifyWorker`), runs the batch's jobs concurrently, each making the dispatcher's two mutual-TLS calls with the dispatcher's client code, agents and sandbox servers: the authorization request, its decision checked as the dispatcher checks it, then the provider POST with the job id as the Idempotency-Key, classified. It has none of actionledger's guarantees: no ledger row, claim fence, evidence, final check under a row lock (kill switches, revocations, freshness) or recorded outcome, and a job that outlives its expiry is fetched again while its first call may still be out. \"end to end / this\" (`ratio_to_pgboss_mtls_handler` on the end-to-end entries of bench/results.json) is actionledger's end-to-end rate against it, the median of per-round ratios; \"this / floor\" (`ratio_to_floor` on its entries) is its own rate against the floor below.",
     '- floor: N callers each reserve and then make the two mutual-TLS calls themselves (the authorization, checked as the dispatcher checks it, and the provider call), with the dispatcher\'s client code, agents and sandbox servers, and nothing else: no claim, evidence, row lock or outcome write. No dispatcher can beat it on this machine; "end to end / floor" is the share of it the dispatcher reaches.',
     '- transport: the floor with a bare undici Agent (same certificates, servers and requests) and `JSON.parse` instead of the dispatcher\'s client code (byte cap, strict parser, body hash, classification, checked decision); "floor / transport" is the share of the bare transport the floor reaches.',
     `- Other processes on the machine, most cores in any cell of each kept round: ${loads.join('; ')}. A round with 0.3 cores or more was run again, at most ${ROUNDS} times per level.`,
