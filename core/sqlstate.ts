@@ -10,6 +10,10 @@
 export const SQLSTATE = {
   uniqueViolation: '23505',
   readOnlyTransaction: '25006',
+  /** A named statement the session does not hold (reset by DISCARD or DEALLOCATE, or a pooler moved the session). */
+  invalidStatementName: '26000',
+  /** Among others: a cached plan whose result columns a migration changed ("cached plan must not change result type"). */
+  featureNotSupported: '0A000',
   serializationFailure: '40001',
   deadlockDetected: '40P01',
   diskFull: '53100',

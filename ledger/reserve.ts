@@ -4,7 +4,7 @@
 import { randomUUID } from 'node:crypto';
 import { checkTenantCluster } from '../core/cluster.js';
 import type { Config, ToolRoute } from '../core/config.js';
-import { bindQueries, prepared, type Pool, type Queryable } from '../core/db.js';
+import { bindQueries, prepared, SQLSTATE, sqlState, type Pool, type Queryable } from '../core/db.js';
 import { ActionLedgerError, asActionLedgerError } from '../core/errors.js';
 import { canonicalArguments, sha256Hex } from '../core/json.js';
 import { identifierProblem } from '../core/identifier.js';
@@ -204,6 +204,22 @@ export class Ledger {
     };
   }
 
+  /**
+   * The reservation on the library's pool: the named statement, or the same text unnamed when that connection's
+   * session no longer holds it (reset by DISCARD ALL or DEALLOCATE, or moved by a pooler: 26000) or its cached plan
+   * cannot run (a migration changed the type of a column it returns: 0A000). The failed try ran nothing, and the
+   * statement is one autocommitted insert keyed on the step, so the second try is an ordinary reservation.
+   */
+  async #insertOnPool(params: unknown[]): Promise<{ rows: ReservedStep[] }> {
+    try {
+      return await this.#pool.query<ReservedStep>({ ...this.#insertPrepared, values: params });
+    } catch (err) {
+      const state = sqlState(err);
+      if (state !== SQLSTATE.invalidStatementName && state !== SQLSTATE.featureNotSupported) throw err;
+      return this.#pool.query<ReservedStep>(this.#q.ledgerInsertReservation, params);
+    }
+  }
+
   /** The reservation's one statement; null when the step was reserved before (nothing written). */
   async #insert(a: Attempt, options: ReserveOptions): Promise<Reservation | null> {
     const { ctx, route } = a;
@@ -225,10 +241,10 @@ export class Ledger {
       ctx.policy_version,
       a.actor,
     ];
-    // A caller's own connection gets the unnamed statement: this library leaves nothing named in its session.
+    // A connection the caller passes gets the unnamed statement: the library names nothing in a session it lent.
     const inserted =
       options.client === undefined
-        ? await a.db.query<ReservedStep>({ ...this.#insertPrepared, values: params })
+        ? await this.#insertOnPool(params)
         : options.notifyOnCommit === false
           ? await a.db.query<ReservedStep>(this.#q.ledgerInsertReservation, params)
           : await a.db.query<ReservedStep>(this.#q.ledgerInsertReservationNotify, [...params, this.#channel]);

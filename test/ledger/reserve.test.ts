@@ -305,3 +305,35 @@ t.test(
     t.equal(own.rowCount, 0, "a caller's own connection is left with no named statement");
   },
 );
+
+t.test(
+  'a pool connection whose session lost the named statement, or whose cached plan no longer fits, reserves unnamed once',
+  async (t) => {
+    const { url, config } = await ledgerFixture(t);
+    const pool = createPool(url, { max: 1, statementTimeoutMs: 30_000, applicationName: 'test-reset' });
+    const ledger = new Ledger(config, pool, testKeyer());
+    t.teardown(async () => {
+      ledger.stop();
+      await pool.end();
+    });
+    t.equal((await ledger.reserve(ctx({ task_id: 'before-reset' }), 'issue_refund', args)).created, true);
+
+    // The session forgets its named statements; node-postgres still believes the connection holds it.
+    const lent = await pool.connect();
+    await lent.query('DISCARD ALL');
+    lent.release();
+    const afterReset = await ledger.reserve(ctx({ task_id: 'after-reset' }), 'issue_refund', args);
+    t.equal(afterReset.created, true, 'reserved, through the unnamed statement');
+    t.same(await counts(pool), { ops: 2, outbox: 2, history: 2 }, 'one operation, one outbox row, one history row');
+
+    // Prepare it again on the (new) connection, then change the type of a column the statement returns.
+    await ledger.reserve(ctx({ task_id: 'prepared-again' }), 'issue_refund', args);
+    const admin = new pg.Client({ connectionString: url });
+    await admin.connect();
+    t.teardown(() => admin.end());
+    await admin.query('ALTER TABLE actionledger.operations ALTER COLUMN provider_receipt TYPE varchar(400)');
+    const afterMigration = await ledger.reserve(ctx({ task_id: 'after-migration' }), 'issue_refund', args);
+    t.equal(afterMigration.created, true, 'reserved although the cached plan no longer fits');
+    t.same(await counts(pool), { ops: 4, outbox: 4, history: 4 });
+  },
+);
