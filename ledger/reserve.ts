@@ -104,7 +104,7 @@ export class Ledger {
   readonly #notifier: OutboxNotifier;
   readonly #channel: string;
   readonly #q: Readonly<typeof ledgerQueries>;
-  /** The reservation statement, named: the pool's connections plan it once each (a plan of key lookups only). */
+  /** The reservation statement, named: each pool connection plans it once (inserts keyed on the step, any table size). */
   readonly #insertPrepared: { name: string; text: string };
 
   constructor(config: Config, pool: Pool, keyer: EffectKeyer) {
