@@ -758,21 +758,7 @@ export async function insertReserveCell(adminUrl: string, n: number, limits: Cel
       return performance.now() - t0;
     };
   const insertOne = timed(() => pool.query('INSERT INTO public.plain_insert (payload) VALUES ($1)', [payload]));
-  const reserveOne = (tag: string) =>
-    timed((w, i) =>
-      ledger.reserve(
-        {
-          tenant_id: 'tenant-a',
-          principal_id: `producer-${w}`,
-          task_id: `${tag}-${i}`,
-          workflow_step_id: 's1',
-          approval_id: 'a1',
-          policy_version: 'v1',
-        },
-        'issue_refund',
-        ARGS,
-      ),
-    );
+  const reserveOne = (tag: string) => timed((w, i) => ledger.reserve(producerContext(tag, w, i), 'issue_refund', ARGS));
   try {
     await closedLoopOps(n, Math.max(20, 2 * n), limits.capMs, insertOne);
     const insert = await closedLoopOps(n, limits.ops, limits.capMs, insertOne, limits.minMs);

@@ -1,4 +1,4 @@
-import t from 'tap';
+import t, { type Test } from 'tap';
 import pg from 'pg';
 import { ctx, ledgerFixture, testKeyer } from '../helpers/db.js';
 import { createPool } from '../../core/db.js';
@@ -15,6 +15,18 @@ async function counts(pool: pg.Pool): Promise<{ ops: number; outbox: number; his
   );
   const r = rows[0]!;
   return { ops: Number(r.ops), outbox: Number(r.outbox), history: Number(r.history) };
+}
+
+/** A ledger whose pool holds one connection, so every reservation meets the same session. */
+async function oneConnectionLedger(t: Test): Promise<{ url: string; pool: pg.Pool; ledger: Ledger }> {
+  const { url, config } = await ledgerFixture(t);
+  const pool = createPool(url, { max: 1, statementTimeoutMs: 30_000, applicationName: 'test-one-connection' });
+  const ledger = new Ledger(config, pool, testKeyer());
+  t.teardown(async () => {
+    ledger.stop();
+    await pool.end();
+  });
+  return { url, pool, ledger };
 }
 
 t.test('20 concurrent reserves of one step from 20 connections: one operation, one outbox row', async (t) => {
@@ -279,13 +291,7 @@ t.test('reserveIfNew racing an uncommitted reservation of the same step waits fo
 t.test(
   'through the pool the reservation is a named statement, planned once per connection; never on a caller connection',
   async (t) => {
-    const { url, config } = await ledgerFixture(t);
-    const pool = createPool(url, { max: 1, statementTimeoutMs: 30_000, applicationName: 'test-prepared' });
-    const ledger = new Ledger(config, pool, testKeyer());
-    t.teardown(async () => {
-      ledger.stop();
-      await pool.end();
-    });
+    const { url, pool, ledger } = await oneConnectionLedger(t);
     for (let i = 1; i <= 7; i++) await ledger.reserve(ctx({ task_id: `task-${i}` }), 'issue_refund', args);
     // The pool's one connection: the statement it prepared, and how often each kind of plan was used.
     const { rows } = await pool.query<{ statement: string; plans: string; generic: string }>(
@@ -309,13 +315,7 @@ t.test(
 t.test(
   'a pool connection whose session lost the named statement, or whose cached plan no longer fits, reserves unnamed once',
   async (t) => {
-    const { url, config } = await ledgerFixture(t);
-    const pool = createPool(url, { max: 1, statementTimeoutMs: 30_000, applicationName: 'test-reset' });
-    const ledger = new Ledger(config, pool, testKeyer());
-    t.teardown(async () => {
-      ledger.stop();
-      await pool.end();
-    });
+    const { url, pool, ledger } = await oneConnectionLedger(t);
     t.equal((await ledger.reserve(ctx({ task_id: 'before-reset' }), 'issue_refund', args)).created, true);
 
     // The session forgets its named statements; node-postgres still believes the connection holds it.
