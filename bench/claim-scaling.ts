@@ -27,12 +27,15 @@
  * moments, so load from other processes on a shared machine falls on both sides of that ratio. On the first
  * ledger itself it compares two copies of the same ledger: how far from 1 that is shows the noise.
  *
- * Statements are sent unnamed (node-postgres without `name`), so each execution is planned with its own
- * parameters: no generic plans are involved; the run records plan_cache_mode and the session's prepared
- * statements to show it.
+ * The shipped claims run as a dispatcher runs its claims (dispatcher/claim-session.ts): the named statement, on
+ * a session with the claim's planner settings, so one generic plan, built at the first claim on the loaded and
+ * analyzed ledger, serves them all, and EXPLAIN shows that plan (`EXPLAIN EXECUTE`). The previous claims are
+ * sent unnamed (node-postgres without `name`), each execution planned with its own parameters; the run records
+ * plan_cache_mode and the pool session's prepared statements.
  */
 import { randomBytes } from 'node:crypto';
-import { bindQueries, createPool, type Pool, type PoolClient } from '../core/db.js';
+import type pg from 'pg';
+import { bindQueries, createPool, prepared, type Pool, type PoolClient } from '../core/db.js';
 import { migrate } from '../core/migrate.js';
 import { dispatcherQueries } from '../dispatcher/queries.js';
 import { dropDatabase } from './cells.js';
@@ -40,6 +43,36 @@ import { freshDatabase, percentiles, type ResultEntry } from './harness.js';
 
 const q = bindQueries(dispatcherQueries, '"actionledger"');
 const BATCH = 32;
+
+/**
+ * A claim as a variant sends it: `named`, as a dispatcher does (the named statement on a session with the claim
+ * settings, dispatcher/claim-session.ts), or as unnamed text.
+ */
+export interface ClaimStatement {
+  text: string;
+  named: boolean;
+}
+
+/** The shipped claim, sent as the dispatcher sends it. */
+export const SHIPPED: ClaimStatement = { text: q.outboxClaimBatch, named: true };
+
+/** A connection for `statement`'s claims: a named one gets the claim session's settings. */
+async function claimClient(pool: Pool, statement: ClaimStatement): Promise<PoolClient> {
+  const client = await pool.connect();
+  if (statement.named) await client.query(q.claimSessionSettings);
+  return client;
+}
+
+/** Gives a claim connection back; one with the claim settings is closed, so they reach no other statement. */
+function releaseClaimClient(client: PoolClient, statement: ClaimStatement): void {
+  client.release(statement.named ? true : undefined);
+}
+
+/** Sends `statement`'s claim of `batch` on `client`. */
+function sendClaim(client: PoolClient, statement: ClaimStatement, batch: number): Promise<pg.QueryResult> {
+  const values = [batch, 'bench-worker'];
+  return statement.named ? client.query({ ...prepared(statement.text), values }) : client.query(statement.text, values);
+}
 
 export interface ScalingCase {
   name: string;
@@ -153,10 +186,10 @@ export async function loadOperations(
 }
 
 /** One claim in a transaction that is rolled back; its time in ms. */
-async function claimOnce(client: PoolClient, text: string): Promise<number> {
+async function claimOnce(client: PoolClient, statement: ClaimStatement): Promise<number> {
   await client.query('BEGIN');
   const t0 = process.hrtime.bigint();
-  const { rowCount } = await client.query(text, [BATCH, 'bench-worker']);
+  const { rowCount } = await sendClaim(client, statement, BATCH);
   const ms = Number(process.hrtime.bigint() - t0) / 1e6;
   await client.query('ROLLBACK');
   if (rowCount !== BATCH) throw new Error(`claim returned ${rowCount} rows`);
@@ -164,32 +197,39 @@ async function claimOnce(client: PoolClient, text: string): Promise<number> {
 }
 
 /**
- * Runs `text` (a claim) in rolled-back transactions: at most `maxClaims`, stopping after `maxMs` (at least 5).
- * With `base`, each claim is paired with the same claim on the base ledger (right after it, or right before it,
- * in turn), so both see the same moments of a shared machine; `baseTimes` are those.
+ * Runs `statement` (a claim) in rolled-back transactions: first unmeasured warm-up claims (at most 10, for at
+ * most a quarter of `maxMs`), then at most `maxClaims`, stopping after `maxMs` (at least 5), all on one session
+ * (the first claims of a session pay for its caches and a named claim's planning). With `base`, each claim is
+ * paired with the same claim on the base ledger (right after it, or right before it, in turn), so both see the
+ * same moments of a shared machine; `baseTimes` are those.
  */
 async function claimTimes(
   pool: Pool,
-  text: string,
+  statement: ClaimStatement,
   maxClaims: number,
   maxMs: number,
   base?: Pool,
 ): Promise<{ times: number[]; baseTimes: number[] }> {
-  const client = await pool.connect();
-  const baseClient = await base?.connect();
+  const client = await claimClient(pool, statement);
+  const baseClient = base === undefined ? undefined : await claimClient(base, statement);
   const times: number[] = [];
   const baseTimes: number[] = [];
-  const deadline = performance.now() + maxMs;
   try {
+    const warmUntil = performance.now() + maxMs / 4;
+    for (let i = 0; i < Math.min(10, maxClaims) && (i < 1 || performance.now() < warmUntil); i++) {
+      await claimOnce(client, statement);
+      if (baseClient !== undefined) await claimOnce(baseClient, statement);
+    }
+    const deadline = performance.now() + maxMs;
     for (let i = 0; i < maxClaims && (i < 5 || performance.now() < deadline); i++) {
       // The base goes second, then first, in turn: neither side is always the one after the pause.
-      if (baseClient !== undefined && i % 2 === 1) baseTimes.push(await claimOnce(baseClient, text));
-      times.push(await claimOnce(client, text));
-      if (baseClient !== undefined && i % 2 === 0) baseTimes.push(await claimOnce(baseClient, text));
+      if (baseClient !== undefined && i % 2 === 1) baseTimes.push(await claimOnce(baseClient, statement));
+      times.push(await claimOnce(client, statement));
+      if (baseClient !== undefined && i % 2 === 0) baseTimes.push(await claimOnce(baseClient, statement));
     }
   } finally {
-    client.release();
-    baseClient?.release();
+    releaseClaimClient(client, statement);
+    if (baseClient !== undefined) releaseClaimClient(baseClient, statement);
   }
   return { times, baseTimes };
 }
@@ -251,19 +291,29 @@ export interface PlanSummary {
   text: string;
 }
 
-/** EXPLAIN (ANALYZE, BUFFERS) of a claim, rolled back, with the figures the tables show. */
-export async function explainClaim(pool: Pool, text: string): Promise<PlanSummary> {
-  const client = await pool.connect();
+/**
+ * EXPLAIN (ANALYZE, BUFFERS) of a claim, rolled back, with the figures the tables show. A named claim is run
+ * once first (rolled back too), so that its session holds the statement, and EXPLAIN shows that statement's plan.
+ */
+export async function explainClaim(pool: Pool, statement: ClaimStatement): Promise<PlanSummary> {
+  const client = await claimClient(pool, statement);
   try {
+    const values = [BATCH, 'bench-worker'];
+    if (statement.named) {
+      await client.query('BEGIN');
+      await sendClaim(client, statement, BATCH);
+      await client.query('ROLLBACK');
+    }
     await client.query('BEGIN');
-    const { rows } = await client.query<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, BUFFERS) ${text}`, [
-      BATCH,
-      'bench-worker',
-    ]);
+    const { rows } = statement.named
+      ? await client.query<{ 'QUERY PLAN': string }>(
+          `EXPLAIN (ANALYZE, BUFFERS) EXECUTE ${prepared(statement.text).name}(${BATCH}, 'bench-worker')`,
+        )
+      : await client.query<{ 'QUERY PLAN': string }>(`EXPLAIN (ANALYZE, BUFFERS) ${statement.text}`, values);
     await client.query('ROLLBACK');
     return summarizePlan(rows.map((r) => r['QUERY PLAN']).join('\n'));
   } finally {
-    client.release();
+    releaseClaimClient(client, statement);
   }
 }
 
@@ -427,12 +477,13 @@ async function measureLedger(
     notes.push(
       `${c.name}, after load + ANALYZE: ${await tableStats(pool)}; plan_cache_mode ${settings.rows[0]?.mode}, prepared statements in the session ${settings.rows[0]?.prepared}`,
     );
-    const variants: [ClaimVariant, string | null][] = [
-      ['shipped', q.outboxClaimBatch],
-      ['previous', previous],
-      ['previous, kill switches analyzed', previous],
-      ['shipped, 1 kill switch, analyzed', q.outboxClaimBatch],
-      ['previous, 1 kill switch, analyzed', previous],
+    const unnamed = previous === null ? null : { text: previous, named: false };
+    const variants: [ClaimVariant, ClaimStatement | null][] = [
+      ['shipped', SHIPPED],
+      ['previous', unnamed],
+      ['previous, kill switches analyzed', unnamed],
+      ['shipped, 1 kill switch, analyzed', SHIPPED],
+      ['previous, 1 kill switch, analyzed', unnamed],
     ];
     for (const [variant, text] of variants) {
       if (text === null || !measured.includes(variant)) continue;
@@ -446,10 +497,8 @@ async function measureLedger(
         await pool.query('ANALYZE actionledger.gate_kill_switches');
       }
       const before = await explainClaim(pool, text);
-      const measure = async (alongside?: Pool): Promise<{ times: number[]; baseTimes: number[] }> => {
-        await claimTimes(pool, text, Math.min(10, maxClaims), maxMs / 4, alongside); // warm
-        return claimTimes(pool, text, maxClaims, maxMs, alongside);
-      };
+      const measure = (alongside?: Pool): Promise<{ times: number[]; baseTimes: number[] }> =>
+        claimTimes(pool, text, maxClaims, maxMs, alongside);
       const { times, baseTimes } =
         variant === 'shipped' && base !== undefined ? await withBaseLedger(adminUrl, base, measure) : await measure();
       const after = await explainClaim(pool, text);

@@ -34,7 +34,8 @@ export async function runWorker(env: NodeJS.ProcessEnv, concurrency: number | un
   try {
     const config = loadConfig(env);
     // Each operation in flight holds a connection from its final check to its outcome; plus the LISTEN
-    // connection, claims and heartbeats. A smaller pool starves dispatches (and heartbeats) under load.
+    // connection, the claim connection and heartbeats. A smaller pool starves dispatches (and heartbeats) under
+    // load.
     const poolMax = Math.max(config.database.poolMax, (concurrency ?? config.dispatcher.concurrency) + 4);
     rt = await openRuntime({
       name: 'dispatcher',

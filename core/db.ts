@@ -91,9 +91,10 @@ export async function withTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClie
  * A named (prepared) form of a bound query: each connection parses and plans it once, then only executes it.
  * For statements whose plan does not depend on table sizes (key lookups, `unnest` batches): PostgreSQL may
  * switch a prepared statement to a generic plan, which for a claim over a queue that swings in size can be a
- * sequential scan (measured; the claim plans are in bench/results.md, and docs/architecture.md "Where an
- * operation's database time goes" has the plan built over a near-empty queue), so claims stay unnamed. The
- * name is the text's hash, so two schemas' texts on one connection never collide.
+ * sequential scan (measured; docs/architecture.md "Where an operation's database time goes" has the plan built
+ * over a near-empty queue), so the claim is named only on a connection of its own whose planner settings rule
+ * such plans out (dispatcher/claim-session.ts). The name is the text's hash, so two schemas' texts on one
+ * connection never collide.
  */
 export function prepared(text: string): { name: string; text: string } {
   return { name: `al_${createHash('sha256').update(text).digest('hex').slice(0, 24)}`, text };

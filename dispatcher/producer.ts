@@ -11,15 +11,16 @@
  *               every interval, skipped while the previous one is still in flight
  *   draining  - no more claims and no more heartbeats; the claim statement in flight lands (its operations run
  *               too), then the operations in flight finish, up to the deadline
- *   idle      - after `close()`: the LISTEN connection released, the heartbeat in flight landed, the worker
- *               marked stopped
+ *   idle      - after `close()`: the LISTEN connection released, the heartbeat in flight landed, the claim
+ *               connection closed (dispatcher/claim-session.ts), the worker marked stopped
  *
  * Every claim it holds is listed in its heartbeat until its work has settled (the last write landed, or given up).
  */
 import { hostname } from 'node:os';
-import { isConnectionError, type PoolClient } from '../core/db.js';
+import { isConnectionError, prepared, type PoolClient } from '../core/db.js';
 import { localWakeId, onLocalWake } from '../core/local-wake.js';
 import { RepeatedFailureLog } from '../core/log.js';
+import { ClaimSession } from './claim-session.js';
 import type { DispatchContext } from './context.js';
 import type { ClaimedOperation } from './types.js';
 
@@ -45,6 +46,8 @@ export class Producer {
   /** The heartbeat in flight, if any. */
   #beating: Promise<void> | undefined;
   #listener: PoolClient | undefined;
+  /** The connection claims run on (dispatcher/claim-session.ts), opened by the first claim. */
+  readonly #claims: ClaimSession<ClaimedOperation>;
   #poll: NodeJS.Timeout | undefined;
   /** Unsubscribes from this process's wake-ups (reservations committed by this process). */
   #unsubscribeLocal: (() => void) | undefined;
@@ -59,6 +62,7 @@ export class Producer {
     this.#channel = `${ctx.o.config.schema}_outbox`;
     this.#claimFailures = new RepeatedFailureLog(ctx.o.log, 'claim failed; retrying on the next wake-up');
     this.#heartbeatFailures = new RepeatedFailureLog(ctx.o.log, 'heartbeat failed');
+    this.#claims = new ClaimSession(ctx.o.pool, ctx.q.claimSessionSettings, prepared(ctx.q.outboxClaimBatch));
   }
 
   get inFlight(): number {
@@ -110,7 +114,10 @@ export class Producer {
     return clean;
   }
 
-  /** Releases the LISTEN connection, waits for the heartbeat in flight, and marks the worker stopped. Never throws. */
+  /**
+   * Releases the LISTEN connection, waits for the heartbeat in flight, closes the claim connection, and marks the
+   * worker stopped. Never throws.
+   */
   async close(): Promise<void> {
     const { o, q } = this.#ctx;
     this.#state = 'idle';
@@ -119,7 +126,7 @@ export class Producer {
     const listener = this.#listener;
     this.#listener = undefined;
     listener?.release();
-    await this.#beating;
+    await Promise.all([this.#beating, this.#claims.close()]);
     await o.pool
       .query(q.workerStopped, [o.workerId])
       .catch((err: unknown) =>
@@ -151,7 +158,7 @@ export class Producer {
   }
 
   async #claim(): Promise<void> {
-    const { o, q } = this.#ctx;
+    const { o } = this.#ctx;
     try {
       for (;;) {
         this.#wakeAgain = false;
@@ -161,7 +168,7 @@ export class Producer {
         // A wake-up while the statement runs sets it again (and `#wakeAgain`): what committed after the
         // statement's snapshot is claimed by the next one.
         this.#backlog = false;
-        const { rows } = await o.pool.query<ClaimedOperation>(q.outboxClaimBatch, [limit, o.workerId]);
+        const rows = await this.#claims.claim([limit, o.workerId]);
         if (rows.length === limit) this.#backlog = true;
         this.#claimFailures.ok();
         if (rows.length > 0) {

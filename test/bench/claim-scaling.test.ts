@@ -6,7 +6,7 @@
 import t from 'tap';
 import { bindQueries, createPool } from '../../core/db.js';
 import { dispatcherQueries } from '../../dispatcher/queries.js';
-import { explainClaim, loadOperations, previousClaim, summarizePlan } from '../../bench/claim-scaling.js';
+import { explainClaim, loadOperations, previousClaim, SHIPPED, summarizePlan } from '../../bench/claim-scaling.js';
 import { createTestDatabase } from '../helpers/db.js';
 
 const q = bindQueries(dispatcherQueries, '"actionledger"');
@@ -100,7 +100,7 @@ t.test(
     await pool.query('ANALYZE actionledger.operations');
     await pool.query('ANALYZE actionledger.outbox');
     const check = async (name: string): Promise<void> => {
-      const plan = await explainClaim(pool, q.outboxClaimBatch);
+      const plan = await explainClaim(pool, SHIPPED);
       t.match(plan.scans, /Index Scan using outbox_available_idx on outbox/, `${name}: the outbox index, in order`);
       t.notMatch(plan.scans, /Seq Scan/, `${name}: no sequential scan`);
       t.ok(plan.rowsRead <= 1000, `${name}: reads the first rows only (${plan.rowsRead} of 40,000)`);
@@ -113,7 +113,7 @@ t.test(
     await check('one kill switch for another tenant, analyzed');
     const previous = previousClaim(q.outboxClaimBatch);
     if (previous !== null) {
-      const before = await explainClaim(pool, previous);
+      const before = await explainClaim(pool, { text: previous, named: false });
       t.comment(`the previous claim here: ${before.scans}; rows read ${before.rowsRead}`);
     }
   },
