@@ -37,6 +37,7 @@ import { randomBytes } from 'node:crypto';
 import type pg from 'pg';
 import { bindQueries, createPool, prepared, type Pool, type PoolClient } from '../core/db.js';
 import { migrate } from '../core/migrate.js';
+import { openClaimConnection } from '../dispatcher/claim-session.js';
 import { dispatcherQueries } from '../dispatcher/queries.js';
 import { dropDatabase } from './cells.js';
 import { freshDatabase, percentiles, type ResultEntry } from './harness.js';
@@ -56,20 +57,19 @@ export interface ClaimStatement {
 /** The shipped claim, sent as the dispatcher sends it. */
 export const SHIPPED: ClaimStatement = { text: q.outboxClaimBatch, named: true };
 
-/** A connection for `statement`'s claims: a named one gets the claim session's settings. */
-async function claimClient(pool: Pool, statement: ClaimStatement): Promise<PoolClient> {
-  const client = await pool.connect();
-  if (statement.named) await client.query(q.claimSessionSettings);
-  return client;
+/** A connection for `statement`'s claims: a named one gets a claim connection of its own, as a dispatcher does. */
+async function claimClient(pool: Pool, statement: ClaimStatement): Promise<pg.ClientBase> {
+  return statement.named ? openClaimConnection(pool) : pool.connect();
 }
 
-/** Gives a claim connection back; one with the claim settings is closed, so they reach no other statement. */
-function releaseClaimClient(client: PoolClient, statement: ClaimStatement): void {
-  client.release(statement.named ? true : undefined);
+/** Gives a pool connection back, or closes a claim connection. */
+async function releaseClaimClient(client: pg.ClientBase, statement: ClaimStatement): Promise<void> {
+  if (statement.named) await (client as pg.Client).end();
+  else (client as PoolClient).release();
 }
 
 /** Sends `statement`'s claim of `batch` on `client`. */
-function sendClaim(client: PoolClient, statement: ClaimStatement, batch: number): Promise<pg.QueryResult> {
+function sendClaim(client: pg.ClientBase, statement: ClaimStatement, batch: number): Promise<pg.QueryResult> {
   const values = [batch, 'bench-worker'];
   return statement.named ? client.query({ ...prepared(statement.text), values }) : client.query(statement.text, values);
 }
@@ -186,7 +186,7 @@ export async function loadOperations(
 }
 
 /** One claim in a transaction that is rolled back; its time in ms. */
-async function claimOnce(client: PoolClient, statement: ClaimStatement): Promise<number> {
+async function claimOnce(client: pg.ClientBase, statement: ClaimStatement): Promise<number> {
   await client.query('BEGIN');
   const t0 = process.hrtime.bigint();
   const { rowCount } = await sendClaim(client, statement, BATCH);
@@ -228,8 +228,8 @@ async function claimTimes(
       if (baseClient !== undefined && i % 2 === 0) baseTimes.push(await claimOnce(baseClient, statement));
     }
   } finally {
-    releaseClaimClient(client, statement);
-    if (baseClient !== undefined) releaseClaimClient(baseClient, statement);
+    await releaseClaimClient(client, statement);
+    if (baseClient !== undefined) await releaseClaimClient(baseClient, statement);
   }
   return { times, baseTimes };
 }
@@ -313,7 +313,7 @@ export async function explainClaim(pool: Pool, statement: ClaimStatement): Promi
     await client.query('ROLLBACK');
     return summarizePlan(rows.map((r) => r['QUERY PLAN']).join('\n'));
   } finally {
-    releaseClaimClient(client, statement);
+    await releaseClaimClient(client, statement);
   }
 }
 

@@ -6,9 +6,11 @@
  *
  * Measurement without touching the dispatcher: {@link DispatchProbe} wraps `query` on the dispatcher pool's
  * clients and recognises the dispatcher's own statements (dispatcher/queries.ts, bound to the same schema),
- * so it sees when a claim returned, when the final check took the row lock, when the outcome UPDATE was sent
- * (the provider answer is in hand) and when the outcome COMMIT was acknowledged.
+ * so it sees when the final check took the row lock, when the outcome UPDATE was sent (the provider answer is in
+ * hand) and when the outcome COMMIT was acknowledged; claims, which run on a connection outside the pool
+ * (dispatcher/claim-session.ts), it hears on the `actionledger:claim` diagnostics channel.
  */
+import * as diagnosticsChannel from 'node:diagnostics_channel';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -21,6 +23,7 @@ import { Metrics } from '../core/metrics.js';
 import type { Runtime } from '../core/runtime.js';
 import { Secret } from '../core/secret.js';
 import { openDispatcher, type Dispatcher } from '../dispatcher/index.js';
+import type { ClaimEvent } from '../dispatcher/producer.js';
 import { dispatcherQueries } from '../dispatcher/queries.js';
 import { EffectKeyer, Ledger } from '../ledger/index.js';
 import type { ServerTls } from '../sandbox/index.js';
@@ -247,12 +250,6 @@ export class DispatchProbe {
         s.inTxn = true;
         return undefined;
       }
-      if (text === q.outboxClaimBatch) {
-        return (res) => {
-          const t = performance.now();
-          for (const row of res.rows as { operation_id: string }[]) this.claimedAt.set(row.operation_id, t);
-        };
-      }
       if (text === q.operationLockForDispatchBatch) {
         return (res) => {
           if (res.rows.length > 0) s.lockedAt = performance.now();
@@ -297,6 +294,19 @@ export class DispatchProbe {
       }
       return undefined;
     });
+  }
+
+  /** Records the claims of worker `workerId` (statements and claimed-at times) until the returned function is called. */
+  observeClaims(workerId: string): () => void {
+    const onClaim = (message: unknown): void => {
+      const event = message as ClaimEvent;
+      if (event.workerId !== workerId) return;
+      this.statements++;
+      const t = performance.now();
+      for (const row of event.rows) this.claimedAt.set(row.operation_id, t);
+    };
+    diagnosticsChannel.subscribe('actionledger:claim', onClaim);
+    return () => diagnosticsChannel.unsubscribe('actionledger:claim', onClaim);
   }
 
   resetStats(): void {
@@ -403,6 +413,7 @@ export async function openDispatchBench(
     close: () => Promise.resolve(),
   };
   const dispatcher = await openDispatcher(runtime, env, { concurrency });
+  const unobserve = probe.observeClaims(dispatcher.workerId);
   if (startDispatcher) await dispatcher.start();
   return {
     config,
@@ -416,6 +427,7 @@ export async function openDispatchBench(
     sandbox,
     async close() {
       await dispatcher.stop(10_000);
+      unobserve();
       ledger.stop();
       await sandbox.stop();
       await producerPool.end();

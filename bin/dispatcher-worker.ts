@@ -34,8 +34,8 @@ export async function runWorker(env: NodeJS.ProcessEnv, concurrency: number | un
   try {
     const config = loadConfig(env);
     // Each operation in flight holds a connection from its final check to its outcome; plus the LISTEN
-    // connection, the claim connection and heartbeats. A smaller pool starves dispatches (and heartbeats) under
-    // load.
+    // connection, heartbeats and evidence batches. A smaller pool starves dispatches (and heartbeats) under load.
+    // The claim connection is one more, outside the pool (dispatcher/claim-session.ts).
     const poolMax = Math.max(config.database.poolMax, (concurrency ?? config.dispatcher.concurrency) + 4);
     rt = await openRuntime({
       name: 'dispatcher',

@@ -67,6 +67,11 @@ export class Dispatcher {
     this.#agents = { authorizer: options.agent(), provider: options.agent() };
   }
 
+  /** This worker's id: its row in the workers table, and the `claimed_by` of what it claims. */
+  get workerId(): string {
+    return this.#o.workerId;
+  }
+
   get inFlight(): number {
     return this.#producer.inFlight;
   }

@@ -16,13 +16,26 @@
  *
  * Every claim it holds is listed in its heartbeat until its work has settled (the last write landed, or given up).
  */
+import * as diagnosticsChannel from 'node:diagnostics_channel';
 import { hostname } from 'node:os';
 import { isConnectionError, prepared, type PoolClient } from '../core/db.js';
 import { localWakeId, onLocalWake } from '../core/local-wake.js';
 import { RepeatedFailureLog } from '../core/log.js';
-import { ClaimSession } from './claim-session.js';
+import { ClaimSession, openClaimConnection } from './claim-session.js';
 import type { DispatchContext } from './context.js';
 import type { ClaimedOperation } from './types.js';
+
+/**
+ * Every claim statement a worker's producer got an answer to, published on the diagnostics channel
+ * `actionledger:claim` (nothing is built when no one subscribes): for benchmarks and tests that time claims.
+ */
+export interface ClaimEvent {
+  workerId: string;
+  limit: number;
+  rows: readonly ClaimedOperation[];
+}
+
+const claimChannel = diagnosticsChannel.channel('actionledger:claim');
 
 export class Producer {
   readonly #ctx: DispatchContext;
@@ -62,7 +75,7 @@ export class Producer {
     this.#channel = `${ctx.o.config.schema}_outbox`;
     this.#claimFailures = new RepeatedFailureLog(ctx.o.log, 'claim failed; retrying on the next wake-up');
     this.#heartbeatFailures = new RepeatedFailureLog(ctx.o.log, 'heartbeat failed');
-    this.#claims = new ClaimSession(ctx.o.pool, ctx.q.claimSessionSettings, prepared(ctx.q.outboxClaimBatch));
+    this.#claims = new ClaimSession(() => openClaimConnection(ctx.o.pool), prepared(ctx.q.outboxClaimBatch));
   }
 
   get inFlight(): number {
@@ -115,8 +128,8 @@ export class Producer {
   }
 
   /**
-   * Releases the LISTEN connection, waits for the heartbeat in flight, closes the claim connection, and marks the
-   * worker stopped. Never throws.
+   * Releases the LISTEN connection, closes the claim connection (now, or as soon as a claim still in flight
+   * settles, never waiting for it), waits for the heartbeat in flight, and marks the worker stopped. Never throws.
    */
   async close(): Promise<void> {
     const { o, q } = this.#ctx;
@@ -126,7 +139,8 @@ export class Producer {
     const listener = this.#listener;
     this.#listener = undefined;
     listener?.release();
-    await Promise.all([this.#beating, this.#claims.close()]);
+    this.#claims.close();
+    await this.#beating;
     await o.pool
       .query(q.workerStopped, [o.workerId])
       .catch((err: unknown) =>
@@ -169,6 +183,8 @@ export class Producer {
         // statement's snapshot is claimed by the next one.
         this.#backlog = false;
         const rows = await this.#claims.claim([limit, o.workerId]);
+        if (claimChannel.hasSubscribers)
+          claimChannel.publish({ workerId: o.workerId, limit, rows } satisfies ClaimEvent);
         if (rows.length === limit) this.#backlog = true;
         this.#claimFailures.ok();
         if (rows.length > 0) {

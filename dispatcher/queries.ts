@@ -13,24 +13,6 @@ export const dispatcherQueries = {
   // `executing` (before vacuum), one such statement read 5,700 buffers and took 19 ms instead of 0.1 ms.
 
   /**
-   * The session of the connection a worker's claims run on (dispatcher/claim-session.ts). The claim is planned
-   * once there (a generic plan, forced: planning it cost about as much server time as running it), and the plan
-   * must stay the index plan whatever the statistics said when it was built: walk outbox_available_idx in order,
-   * then find each operation, outbox row and history row by key. With sequential and bitmap scans, hash and merge
-   * joins, memoize and sort ruled out, that is the only plan left; over a queue of 20 analyzed rows the planner
-   * otherwise chose hash joins over sequential scans of outbox and operations (docs/architecture.md, "Where an
-   * operation's database time goes"). Nothing but the claim runs in this session.
-   */
-  claimSessionSettings: `
-    SET plan_cache_mode = force_generic_plan;
-    SET enable_seqscan = off;
-    SET enable_bitmapscan = off;
-    SET enable_hashjoin = off;
-    SET enable_mergejoin = off;
-    SET enable_memoize = off;
-    SET enable_sort = off`,
-
-  /**
    * Claims up to $1 waiting operations for worker $2 in one statement: lock outbox and ledger rows (skipping
    * rows another worker holds), delete the outbox rows, mark the operations `executing` with a fresh claim
    * token, and append the history. Operations of a tenant or tool under a gate kill switch stay pending, their

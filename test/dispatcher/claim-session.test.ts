@@ -1,15 +1,20 @@
 /**
- * The claim connection (dispatcher/claim-session.ts): the claim is planned once, its plan stays the index plan
- * over a small analyzed queue (where a generic plan on an ordinary session is hash joins over sequential
- * scans), a lost connection or a lost named statement costs no claim, and the session's settings never reach
- * another statement of the pool.
+ * The claim connection (dispatcher/claim-session.ts): the claim runs on a connection of its own whose startup
+ * settings keep its generic plan the index plan over a small analyzed queue (where a generic plan on an ordinary
+ * session is hash joins over sequential scans); a lost connection or a lost named statement costs no claim;
+ * `close()` never waits for a claim in flight; the settings never reach the pool; and a dispatcher's claims run
+ * there.
  */
-import t from 'tap';
-import { bindQueries, createPool, isConnectionError, prepared, type Pool, type PoolClient } from '../../core/db.js';
-import { ClaimSession } from '../../dispatcher/claim-session.js';
+import pg from 'pg';
+import t, { type Test } from 'tap';
+import { bindQueries, createPool, isConnectionError, prepared, type Pool } from '../../core/db.js';
+import { Metrics } from '../../core/metrics.js';
+import { ClaimSession, openClaimConnection } from '../../dispatcher/claim-session.js';
+import { openDispatcher } from '../../dispatcher/index.js';
 import { dispatcherQueries } from '../../dispatcher/queries.js';
 import { loadOperations } from '../../bench/claim-scaling.js';
 import { createTestDatabase } from '../helpers/db.js';
+import { ctx, dispatchEnv, settled } from '../helpers/fleet.js';
 
 const q = bindQueries(dispatcherQueries, '"actionledger"');
 const statement = prepared(q.outboxClaimBatch);
@@ -28,7 +33,7 @@ function nodes(plan: PlanNode): string[] {
 }
 
 /** The plan `client`'s session runs the named claim with, in a transaction rolled back (nothing is claimed). */
-async function namedClaimPlan(client: PoolClient): Promise<string[]> {
+async function namedClaimPlan(client: pg.ClientBase): Promise<string[]> {
   await client.query('BEGIN');
   try {
     const { rows } = await client.query<{ 'QUERY PLAN': { Plan: PlanNode }[] }>(
@@ -40,23 +45,44 @@ async function namedClaimPlan(client: PoolClient): Promise<string[]> {
   }
 }
 
-/** A pool whose connections the test can reach: `last()` is the client `connect` handed out last. */
-function watchedPool(url: string): { pool: Pool; last: () => PoolClient } {
-  const pool = createPool(url, { max: 3, statementTimeoutMs: 30_000, applicationName: 'test-claim-session' });
-  let last: PoolClient | undefined;
-  pool.on('acquire', (client: PoolClient) => {
-    last = client;
-  });
-  return { pool, last: () => last! };
-}
-
 const SCANS_AND_JOINS = /^(Seq Scan|Bitmap Heap Scan|Hash Join|Merge Join) on |^(Hash Join|Merge Join|Sort)$/;
 
-t.test('the claim is planned once, and its plan over a small analyzed queue is the index plan', async (t) => {
-  const url = await createTestDatabase(t);
-  const { pool, last } = watchedPool(url);
+/** A claim session on `pool`'s server whose connections the test can reach (`opened`, oldest first). */
+function session(pool: Pool): { claims: ClaimSession<{ operation_id: string }>; opened: pg.Client[] } {
+  const opened: pg.Client[] = [];
+  const claims = new ClaimSession<{ operation_id: string }>(async () => {
+    const client = await openClaimConnection(pool);
+    opened.push(client);
+    return client;
+  }, statement);
+  return { claims, opened };
+}
+
+/** Resolves when `client`'s connection has ended (an 'error' event before it is the session's to handle). */
+function ends(client: pg.Client): Promise<void> {
+  return new Promise((resolve) => client.once('end', () => resolve()));
+}
+
+async function claimBackends(pool: Pool): Promise<number> {
+  const { rows } = await pool.query<{ n: number }>(
+    "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'test-claim-session:claims'",
+  );
+  return rows[0]!.n;
+}
+
+async function openPool(t: Test, operations: number): Promise<Pool> {
+  const pool = createPool(await createTestDatabase(t), {
+    max: 3,
+    statementTimeoutMs: 30_000,
+    applicationName: 'test-claim-session',
+  });
   t.teardown(() => pool.end());
-  await loadOperations(pool, 200, 'pending');
+  await loadOperations(pool, operations, 'pending');
+  return pool;
+}
+
+t.test('every claim runs the one generic plan, and over a small analyzed queue it is the index plan', async (t) => {
+  const pool = await openPool(t, 200);
   await pool.query('ANALYZE');
 
   // The premise: on an ordinary session, the generic plan of the same statement over this ledger reads outbox
@@ -74,17 +100,23 @@ t.test('the claim is planned once, and its plan over a small analyzed queue is t
     plain.release(true);
   }
 
-  const session = new ClaimSession<{ operation_id: string }>(pool, q.claimSessionSettings, statement);
-  t.teardown(() => session.close());
+  const { claims, opened } = session(pool);
+  t.teardown(() => claims.close());
   const claimed = new Set<string>();
-  for (let i = 0; i < 6; i++) for (const row of await session.claim([5, 'test-worker'])) claimed.add(row.operation_id);
+  for (let i = 0; i < 6; i++) for (const row of await claims.claim([5, 'test-worker'])) claimed.add(row.operation_id);
   t.equal(claimed.size, 30, 'six claims of five, each operation once');
-  const client = last();
-  const { rows } = await client.query<{ generic_plans: string; custom_plans: string }>(
-    'SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE name = $1',
+  t.equal(opened.length, 1, 'all on one connection');
+  const client = opened[0]!;
+  const { rows } = await client.query<{ generic_plans: string; custom_plans: string; app: string }>(
+    `SELECT generic_plans, custom_plans, current_setting('application_name') AS app
+     FROM pg_prepared_statements WHERE name = $1`,
     [statement.name],
   );
-  t.same(rows, [{ generic_plans: '6', custom_plans: '0' }], 'one plan, built once and reused by every claim');
+  t.same(
+    rows,
+    [{ generic_plans: '6', custom_plans: '0', app: 'test-claim-session:claims' }],
+    'every claim ran the generic plan, none was planned for its own values',
+  );
   const plan = await namedClaimPlan(client);
   t.same(
     plan.filter((n) => SCANS_AND_JOINS.test(n)),
@@ -96,62 +128,149 @@ t.test('the claim is planned once, and its plan over a small analyzed queue is t
 });
 
 t.test('a lost connection or a lost named statement costs no claim', async (t) => {
-  const url = await createTestDatabase(t);
-  const { pool, last } = watchedPool(url);
-  t.teardown(() => pool.end());
-  await loadOperations(pool, 20, 'pending');
-  const session = new ClaimSession<{ operation_id: string }>(pool, q.claimSessionSettings, statement);
-  t.teardown(() => session.close());
-  t.equal((await session.claim([2, 'test-worker'])).length, 2);
+  const pool = await openPool(t, 20);
+  const { claims, opened } = session(pool);
+  t.teardown(() => claims.close());
+  t.equal((await claims.claim([2, 'test-worker'])).length, 2);
 
-  // The session's backend ends (a restart, an administrator). A claim sent before the client noticed fails with
-  // the connection error; the next one runs on a new connection.
-  const first = last();
-  const pid = (await first.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
-  await pool.query('SELECT pg_terminate_backend($1)', [pid]);
-  const afterLoss = await session.claim([2, 'test-worker']).catch(async (err: unknown) => {
-    t.ok(isConnectionError(err), `only a connection error: ${(err as Error).message}`);
-    return session.claim([2, 'test-worker']);
-  });
-  t.equal(afterLoss.length, 2, 'claimed on a new connection');
-  const second = last();
-  t.not(second, first);
+  // The backend ends while the session is idle: its client hears it, and the next claim opens a new connection.
+  const idle = opened.at(-1)!;
+  const ended = ends(idle);
+  await pool.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE $1', [
+    '%:claims',
+  ]);
+  await ended;
+  t.equal((await claims.claim([2, 'test-worker'])).length, 2, 'claimed on a new connection');
+  t.equal(opened.length, 2);
+
+  // The backend ends during a claim (held behind a lock on the outbox): that claim fails with the connection
+  // error, and the next one opens a new connection.
+  const blocker = await pool.connect();
+  await blocker.query('BEGIN');
+  await blocker.query('LOCK TABLE actionledger.outbox IN ACCESS EXCLUSIVE MODE');
+  const blocked = claims.claim([2, 'test-worker']);
+  const outcome = blocked.then(
+    () => 'claimed',
+    (err: unknown) => (isConnectionError(err) ? 'connection error' : String(err)),
+  );
+  for (let i = 0; ; i++) {
+    const { rows } = await pool.query(
+      "SELECT pid FROM pg_stat_activity WHERE application_name LIKE '%:claims' AND wait_event_type = 'Lock'",
+    );
+    if (rows.length > 0) break;
+    if (i > 500) throw new Error('the claim never waited for the lock');
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  await pool.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE $1', [
+    '%:claims',
+  ]);
+  t.equal(await outcome, 'connection error', 'the claim in flight fails with the connection');
+  await blocker.query('ROLLBACK');
+  blocker.release();
+  t.equal((await claims.claim([2, 'test-worker'])).length, 2, 'the next claim runs on a new connection');
+  t.equal(opened.length, 3);
 
   // The named statement is gone from the session (DEALLOCATE, a pooler that moved it): SQLSTATE 26000, which
   // ran nothing; the claim is sent again on a new connection.
-  await second.query('DEALLOCATE ALL');
-  t.equal((await session.claim([2, 'test-worker'])).length, 2, 'claimed after the named statement was lost');
-  t.not(last(), second, 'on a new connection');
+  await opened.at(-1)!.query('DEALLOCATE ALL');
+  t.equal((await claims.claim([2, 'test-worker'])).length, 2, 'claimed after the named statement was lost');
+  t.equal(opened.length, 4, 'on a new connection');
   const { rows } = await pool.query<{ status: string; n: number }>(
     'SELECT status, count(*)::int AS n FROM actionledger.operations GROUP BY status ORDER BY status',
   );
-  t.same(rows, [
-    { status: 'executing', n: 6 },
-    { status: 'pending', n: 14 },
-  ]);
-  t.equal(
-    (await pool.query('SELECT 1 FROM actionledger.outbox')).rowCount,
-    14,
-    'every claimed operation left the outbox, every other stayed',
+  t.same(
+    rows,
+    [
+      { status: 'executing', n: 8 },
+      { status: 'pending', n: 12 },
+    ],
+    'the failed claim took nothing',
   );
+  t.equal((await pool.query('SELECT 1 FROM actionledger.outbox')).rowCount, 12, 'the others are still queued');
+  claims.close();
+  for (let i = 0; (await claimBackends(pool)) > 0; i++) {
+    if (i > 500) throw new Error('the claim connection was never closed');
+    await new Promise((r) => setTimeout(r, 10));
+  }
 });
 
-t.test("the session's settings never reach another statement, and close ends the connection", async (t) => {
-  const url = await createTestDatabase(t);
-  const pool = createPool(url, { max: 1, statementTimeoutMs: 30_000, applicationName: 'test-claim-session' });
-  t.teardown(() => pool.end());
-  await loadOperations(pool, 5, 'pending');
-  const session = new ClaimSession<{ operation_id: string }>(pool, q.claimSessionSettings, statement);
-  const claiming = session.claim([1, 'test-worker']);
-  const closed = session.close();
-  t.equal((await claiming).length, 1, 'a claim in flight at close lands');
-  await closed;
-  const { rows } = await pool.query<{ seqscan: string; mode: string; named: number }>(
-    `SELECT current_setting('enable_seqscan') AS seqscan, current_setting('plan_cache_mode') AS mode,
-            (SELECT count(*)::int FROM pg_prepared_statements) AS named`,
+t.test('close never waits for a claim in flight, and the settings never reach the pool', async (t) => {
+  const pool = await openPool(t, 5);
+  const { claims, opened } = session(pool);
+  const blocker = await pool.connect();
+  await blocker.query('BEGIN');
+  await blocker.query('LOCK TABLE actionledger.outbox IN ACCESS EXCLUSIVE MODE');
+  const claiming = claims.claim([1, 'test-worker']);
+  while (opened.length === 0) await new Promise((r) => setTimeout(r, 10));
+  const ended = ends(opened[0]!);
+  claims.close();
+  t.equal(await claimBackends(pool), 1, 'close returned with the claim still waiting on its connection');
+  await blocker.query('ROLLBACK');
+  blocker.release();
+  t.equal((await claiming).length, 1, 'the claim in flight lands');
+  await ended;
+  t.equal(await claimBackends(pool), 0, 'and then its connection is closed');
+
+  const settings = await pool.query<{ seqscan: string; mode: string }>(
+    "SELECT current_setting('enable_seqscan') AS seqscan, current_setting('plan_cache_mode') AS mode",
   );
-  t.same(rows, [{ seqscan: 'on', mode: 'auto', named: 0 }], "the pool's only connection is a new one, unpinned");
-  t.equal((await session.claim([1, 'test-worker'])).length, 1, 'a claim after close opens a connection again');
-  await session.close();
-  await session.close();
+  t.same(settings.rows, [{ seqscan: 'on', mode: 'auto' }], 'the pool runs with the server settings');
+  t.equal((await claims.claim([1, 'test-worker'])).length, 1, 'a claim after close opens a connection again');
+  t.equal(opened.length, 2);
+  const pinned = await opened[1]!.query<{ seqscan: string; mode: string }>(
+    "SELECT current_setting('enable_seqscan') AS seqscan, current_setting('plan_cache_mode') AS mode",
+  );
+  t.same(pinned.rows, [{ seqscan: 'off', mode: 'force_generic_plan' }], 'the claim connection runs with its own');
+  claims.close();
+  claims.close();
+});
+
+t.test("a dispatcher's claims run on the claim connection, which its stop closes", async (t) => {
+  const e = await dispatchEnv(t);
+  // The dispatcher's pool makes its clients with a class the test sees: the claim connection is one of them.
+  const made: pg.Client[] = [];
+  class Recorded extends pg.Client {
+    constructor(config?: string | pg.ClientConfig) {
+      super(config);
+      made.push(this);
+    }
+  }
+  const pool = new pg.Pool({ connectionString: e.url, max: 10, application_name: 'test-dispatcher', Client: Recorded });
+  pool.on('error', () => undefined);
+  t.teardown(() => pool.end());
+  const d = await openDispatcher(
+    { ...e.runtime, pool, metrics: new Metrics({ defaultMetrics: false, ledger: false }) },
+    e.env,
+  );
+  await d.start();
+  const op = await e.ledger.reserve(ctx('claim-connection'), 'issue_refund', {
+    order_id: 'o-claim',
+    amount: 5,
+    currency: 'EUR',
+  });
+  t.equal((await settled(e.pool, op.operation_id, 20_000)).status, 'succeeded');
+  const claimConnections = [];
+  for (const client of made) {
+    const { rows } = await client
+      .query<{ app: string; seqscan: string; mode: string; named: number }>(
+        `SELECT current_setting('application_name') AS app, current_setting('enable_seqscan') AS seqscan,
+                current_setting('plan_cache_mode') AS mode,
+                (SELECT count(*)::int FROM pg_prepared_statements WHERE name = $1) AS named`,
+        [prepared(bindQueries(dispatcherQueries, e.config.schemaQuoted).outboxClaimBatch).name],
+      )
+      .catch(() => ({ rows: [] }));
+    if (rows[0]?.app === 'test-dispatcher:claims') claimConnections.push(rows[0]);
+    else if (rows[0] !== undefined)
+      t.same([rows[0].seqscan, rows[0].mode], ['on', 'auto'], 'a pool connection runs with the server settings');
+  }
+  t.same(
+    claimConnections,
+    [{ app: 'test-dispatcher:claims', seqscan: 'off', mode: 'force_generic_plan', named: 1 }],
+    'one claim connection, with the settings and the named claim',
+  );
+  await d.stop();
+  const { rows } = await e.pool.query<{ n: number }>(
+    "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'test-dispatcher:claims'",
+  );
+  t.equal(rows[0]!.n, 0, 'stop closed it');
 });
