@@ -45,13 +45,18 @@ export interface HalfPeakResult {
   p50Ms: number;
   p99Ms: number;
   maxMs: number;
+  /** Reservation commit acknowledged -> the claim that took it returned (where a slow send's time went). */
+  claimP50Ms: number;
+  claimP99Ms: number;
+  /** Of the operations whose request went out at or after the p99 above: their median commit -> claim. */
+  tailClaimMs: number;
   /** Reservation commit acknowledged -> outcome commit acknowledged. */
   outcomeP50Ms: number;
   outcomeP99Ms: number;
   /** How late the generator started arrivals against their schedule (timer and event-loop delay). */
   arrivalLagP99Ms: number;
   notSucceeded: number;
-  /** Operations that succeeded but whose provider request was not seen written (should be 0). */
+  /** Operations that succeeded but whose provider request was not seen written, or whose claim was not heard (should be 0). */
   sendUnseen: number;
   elu: number;
   cpu: CpuSplit;
@@ -117,6 +122,8 @@ export async function halfPeakCell(
   const targetOpsPerS = peakOpsPerS / 2;
   const toSent: number[] = [];
   const toOutcome: number[] = [];
+  /** Commit -> claim, for the operations in `toSent` (same order). */
+  const toClaim: number[] = [];
   let notSucceeded = 0;
   let sendUnseen = 0;
   const watch = watchSends(route.endpoint, route.idempotencyHeader);
@@ -140,8 +147,13 @@ export async function halfPeakCell(
       lastOutcome = Math.max(lastOutcome, done.at);
       toOutcome.push(done.at - committed);
       const sent = watch.sentAt.get(r.effect_key);
-      if (sent === undefined) sendUnseen++;
-      else toSent.push(sent - committed);
+      const claimed = env.probe.claimedAt.get(r.operation_id);
+      env.probe.claimedAt.delete(r.operation_id);
+      if (sent === undefined || claimed === undefined) sendUnseen++;
+      else {
+        toSent.push(sent - committed);
+        toClaim.push(claimed - committed);
+      }
     };
     const random = seeded(0x5eed);
     const lag: number[] = [];
@@ -179,6 +191,8 @@ export async function halfPeakCell(
     if (!ok) process.stderr.write(`WARNING half peak N=${n}: ${check}; ${sendUnseen} sends unseen\n`);
     const sent = percentiles(toSent);
     const outcome = percentiles(toOutcome);
+    const claim = percentiles(toClaim);
+    const tail = toClaim.filter((_, i) => toSent[i]! >= sent.p99Ms);
     return {
       peakOpsPerS,
       concurrency: n,
@@ -191,6 +205,9 @@ export async function halfPeakCell(
       p50Ms: sent.p50Ms,
       p99Ms: sent.p99Ms,
       maxMs: toSent.length === 0 ? NaN : Math.max(...toSent),
+      claimP50Ms: claim.p50Ms,
+      claimP99Ms: claim.p99Ms,
+      tailClaimMs: tail.length === 0 ? NaN : percentiles(tail).p50Ms,
       outcomeP50Ms: outcome.p50Ms,
       outcomeP99Ms: outcome.p99Ms,
       arrivalLagP99Ms: percentiles(lag).p99Ms,
