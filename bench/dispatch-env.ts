@@ -213,6 +213,8 @@ export class PoolSampler {
   }
 }
 
+type Stage = 'evidenceSent' | 'evidenceDone' | 'lockSent' | 'lockDone';
+
 interface ClientState {
   inTxn: boolean;
   lockedAt: number | undefined;
@@ -224,6 +226,11 @@ export class DispatchProbe {
   readonly completions = new Completions();
   /** performance.now() when the claim that took the operation returned. */
   readonly claimedAt = new Map<string, number>();
+  /**
+   * performance.now() of an operation's stages after its claim, the last try of each: its evidence statement sent
+   * (its authorization in hand) and answered, its dispatch batch's row-lock statement sent and answered.
+   */
+  readonly stages = new Map<string, Partial<Record<Stage, number>>>();
   /** Final-check lock acquired -> outcome UPDATE sent: the provider call and its classification. */
   providerMs: number[] = [];
   /** Final-check lock acquired -> outcome COMMIT acknowledged: how long the row lock (and a connection) is held. */
@@ -250,9 +257,17 @@ export class DispatchProbe {
         s.inTxn = true;
         return undefined;
       }
+      if (text === q.evidenceRecordBatch) {
+        const ops = (values?.[0] as string[] | undefined) ?? [];
+        this.#stage(ops, 'evidenceSent');
+        return () => this.#stage(ops, 'evidenceDone');
+      }
       if (text === q.operationLockForDispatchBatch) {
+        const ops = (values?.[0] as string[] | undefined) ?? [];
+        this.#stage(ops, 'lockSent');
         return (res) => {
           if (res.rows.length > 0) s.lockedAt = performance.now();
+          this.#stage(ops, 'lockDone');
         };
       }
       if (text === q.operationComplete || text === q.operationCompleteBatch) {
@@ -314,6 +329,15 @@ export class DispatchProbe {
     this.lockHeldMs = [];
     this.outcomes = new Map();
     this.statements = 0;
+  }
+
+  #stage(ops: readonly string[], stage: Stage): void {
+    const t = performance.now();
+    for (const op of ops) {
+      let at = this.stages.get(op);
+      if (at === undefined) this.stages.set(op, (at = {}));
+      at[stage] = t;
+    }
   }
 
   #finish(op: string, status: string, at: number): void {

@@ -50,6 +50,12 @@ export interface HalfPeakResult {
   claimP99Ms: number;
   /** Of the operations whose request went out at or after the p99 above: their median commit -> claim. */
   tailClaimMs: number;
+  /**
+   * Where commit -> sent went, stage by stage (median ms), for all operations and for those at or past the p99:
+   * claim -> evidence sent (the authorization, and waiting for an evidence batch), evidence answered, -> lock
+   * sent (waiting for a dispatch batch), lock answered, -> request sent (the final check, the request's start).
+   */
+  stages: { all: Record<string, number>; tail: Record<string, number> };
   /** Reservation commit acknowledged -> outcome commit acknowledged. */
   outcomeP50Ms: number;
   outcomeP99Ms: number;
@@ -124,6 +130,8 @@ export async function halfPeakCell(
   const toOutcome: number[] = [];
   /** Commit -> claim, for the operations in `toSent` (same order). */
   const toClaim: number[] = [];
+  /** Stage durations of the operations in `toSent` (same order). */
+  const gaps: Record<string, number>[] = [];
   let notSucceeded = 0;
   let sendUnseen = 0;
   const watch = watchSends(route.endpoint, route.idempotencyHeader);
@@ -153,6 +161,23 @@ export async function halfPeakCell(
       else {
         toSent.push(sent - committed);
         toClaim.push(claimed - committed);
+        const st = env.probe.stages.get(r.operation_id) ?? {};
+        env.probe.stages.delete(r.operation_id);
+        const points: [string, number | undefined][] = [
+          ['claim', claimed],
+          ['authorize', st.evidenceSent],
+          ['evidence', st.evidenceDone],
+          ['wait batch', st.lockSent],
+          ['lock', st.lockDone],
+          ['check + send', sent],
+        ];
+        const gap: Record<string, number> = {};
+        for (let k = 1; k < points.length; k++) {
+          const [name, to] = points[k]!;
+          const from = points[k - 1]![1];
+          if (to !== undefined && from !== undefined) gap[name] = to - from;
+        }
+        gaps.push(gap);
       }
     };
     const random = seeded(0x5eed);
@@ -193,6 +218,15 @@ export async function halfPeakCell(
     const outcome = percentiles(toOutcome);
     const claim = percentiles(toClaim);
     const tail = toClaim.filter((_, i) => toSent[i]! >= sent.p99Ms);
+    const medians = (rows: Record<string, number>[]): Record<string, number> => {
+      const out: Record<string, number> = {};
+      for (const name of ['authorize', 'evidence', 'wait batch', 'lock', 'check + send']) {
+        const xs = rows.map((g) => g[name]).filter((x): x is number => x !== undefined);
+        if (xs.length > 0) out[name] = percentiles(xs).p50Ms;
+      }
+      return out;
+    };
+    const stages = { all: medians(gaps), tail: medians(gaps.filter((_, i) => toSent[i]! >= sent.p99Ms)) };
     return {
       peakOpsPerS,
       concurrency: n,
@@ -208,6 +242,7 @@ export async function halfPeakCell(
       claimP50Ms: claim.p50Ms,
       claimP99Ms: claim.p99Ms,
       tailClaimMs: tail.length === 0 ? NaN : percentiles(tail).p50Ms,
+      stages,
       outcomeP50Ms: outcome.p50Ms,
       outcomeP99Ms: outcome.p99Ms,
       arrivalLagP99Ms: percentiles(lag).p99Ms,

@@ -436,7 +436,10 @@ async function mainParts(): Promise<void> {
         log(
           `  round ${round} open loop at half the peak (${h.peakOpsPerS.toFixed(0)}/s at N=${h.concurrency}): offered ${h.offeredOpsPerS.toFixed(0)}/s, achieved ${h.achievedOpsPerS.toFixed(0)}/s, ` +
             `reserve commit -> provider request sent p50 ${h.p50Ms.toFixed(1)} ms p99 ${h.p99Ms.toFixed(1)} ms; -> outcome commit p50 ${h.outcomeP50Ms.toFixed(1)} ms p99 ${h.outcomeP99Ms.toFixed(1)} ms; ` +
-            `-> claim p50 ${h.claimP50Ms.toFixed(1)} ms p99 ${h.claimP99Ms.toFixed(1)} ms (${h.tailClaimMs.toFixed(1)} ms for the sends at or past the p99)\n    ${h.check}`,
+            `-> claim p50 ${h.claimP50Ms.toFixed(1)} ms p99 ${h.claimP99Ms.toFixed(1)} ms (${h.tailClaimMs.toFixed(1)} ms for the sends at or past the p99)\n    ${h.check}\n` +
+            `    after the claim, median ms (all / sends at or past the p99): ${Object.keys(h.stages.all)
+              .map((k) => `${k} ${h.stages.all[k]!.toFixed(1)} / ${(h.stages.tail[k] ?? NaN).toFixed(1)}`)
+              .join(', ')}`,
         );
       }
     }
