@@ -173,6 +173,13 @@ interface Round {
 
 const log = (line: string): void => void process.stdout.write(line + '\n');
 
+/** "authorize 3.4, evidence 3.5, ..." or, with `tail`, "authorize 3.4 / 6.7, ...". */
+function stageList(all: Record<string, number>, tail?: Record<string, number>): string {
+  return Object.keys(all)
+    .map((k) => `${k} ${all[k]!.toFixed(1)}${tail === undefined ? '' : ` / ${(tail[k] ?? NaN).toFixed(1)}`}`)
+    .join(', ');
+}
+
 /** Median over rounds of a / b, each ratio taken within one round. */
 function ratio(rounds: Round[], a: (r: Round) => number, b: (r: Round) => number): number {
   return medianOf(rounds.map((r) => a(r) / b(r)));
@@ -437,9 +444,7 @@ async function mainParts(): Promise<void> {
           `  round ${round} open loop at half the peak (${h.peakOpsPerS.toFixed(0)}/s at N=${h.concurrency}): offered ${h.offeredOpsPerS.toFixed(0)}/s, achieved ${h.achievedOpsPerS.toFixed(0)}/s, ` +
             `reserve commit -> provider request sent p50 ${h.p50Ms.toFixed(1)} ms p99 ${h.p99Ms.toFixed(1)} ms; -> outcome commit p50 ${h.outcomeP50Ms.toFixed(1)} ms p99 ${h.outcomeP99Ms.toFixed(1)} ms; ` +
             `-> claim p50 ${h.claimP50Ms.toFixed(1)} ms p99 ${h.claimP99Ms.toFixed(1)} ms (${h.tailClaimMs.toFixed(1)} ms for the sends at or past the p99)\n    ${h.check}\n` +
-            `    after the claim, median ms (all / sends at or past the p99): ${Object.keys(h.stages.all)
-              .map((k) => `${k} ${h.stages.all[k]!.toFixed(1)} / ${(h.stages.tail[k] ?? NaN).toFixed(1)}`)
-              .join(', ')}`,
+            `    after the claim, median ms (all / sends at or past the p99): ${stageList(h.stages.all, h.stages.tail)}`,
         );
       }
     }
@@ -707,6 +712,7 @@ async function mainParts(): Promise<void> {
     log(`Other processes, most cores in any cell of each kept round: ${loads.join('; ')}`);
   }
   let tHalf = '';
+  let halfWhere = '';
   if (halfPeak.length > 0) {
     const h = median(halfPeak);
     const levels = [...new Set(halfPeak.map((x) => x.concurrency))].join(' / ');
@@ -721,6 +727,11 @@ async function mainParts(): Promise<void> {
       enqueue_to_dispatch_max_ms_at_half_peak: round2(h.maxMs),
       enqueue_to_outcome_p50_ms_at_half_peak: h.outcomeP50Ms,
       enqueue_to_outcome_p99_ms_at_half_peak: h.outcomeP99Ms,
+      commit_to_claim_p50_ms_at_half_peak: h.claimP50Ms,
+      commit_to_claim_p99_ms_at_half_peak: h.claimP99Ms,
+      commit_to_claim_ms_of_sends_at_or_past_p99: round2(h.tailClaimMs),
+      after_claim_stage_p50_ms: stageList(h.stages.all),
+      after_claim_stage_p50_ms_of_sends_at_or_past_p99: stageList(h.stages.tail),
       peak_ops_per_s: h.peakOpsPerS,
       peak_concurrency: levels,
       target_ops_per_s: h.targetOpsPerS,
@@ -766,6 +777,11 @@ async function mainParts(): Promise<void> {
         ],
       ],
     );
+    halfWhere =
+      `Where commit -> request sent went, in the median round (median ms, all operations / those sent at or past the p99): ` +
+      `to the claim ${h.claimP50Ms.toFixed(1)} / ${h.tailClaimMs.toFixed(1)}; after it, ${stageList(h.stages.all, h.stages.tail)} ` +
+      '(authorize: claim -> evidence statement sent, the authorization call and the wait for an evidence batch; evidence: that statement; wait batch: -> the row-lock statement of its dispatch batch sent; lock: that statement; check + send: the final check and the request until written).';
+    log(halfWhere);
   }
 
   const { table: scalingRows, entries: scalingEntries } = scalingReport(scaling, SCALING_CASES[0]);
@@ -883,11 +899,13 @@ async function mainParts(): Promise<void> {
           '',
           tHalf,
           '',
+          halfWhere,
+          '',
         ]),
     ...(t2 === ''
       ? []
       : [
-          'Claim cost as the queue grows (the dispatcher\'s claim of 32, each rolled back; bulk-loaded rows, then `ANALYZE operations, outbox` as autovacuum would; `gate_kill_switches` left as migrations leave it, never analyzed; "previous" is the claim before its kill-switch test was rewritten (a plain NOT EXISTS); "kill switches analyzed" is that claim after `ANALYZE gate_kill_switches`; "1 kill switch, analyzed": after one kill switch for a tenant with no queued work was engaged and the table analyzed; at 1,000,000 queued only the shipped claim is measured; "alongside": the shipped claim\'s p50 over the first ledger\'s, from claims alternating with claims on a copy of the first ledger, so both meet the same machine load):',
+          'Claim cost as the queue grows (the dispatcher\'s claim of 32, each rolled back; the shipped claim sent as the dispatcher sends it, a named statement on a connection with the claim settings, the others unnamed; bulk-loaded rows, then `ANALYZE operations, outbox` as autovacuum would; `gate_kill_switches` left as migrations leave it, never analyzed; "previous" is the claim before its kill-switch test was rewritten (a plain NOT EXISTS); "kill switches analyzed" is that claim after `ANALYZE gate_kill_switches`; "1 kill switch, analyzed": after one kill switch for a tenant with no queued work was engaged and the table analyzed; at 1,000,000 queued only the shipped claim is measured; "alongside": the shipped claim\'s p50 over the first ledger\'s, from claims alternating with claims on a copy of the first ledger, so both meet the same machine load):',
           '',
           t2,
           '',
