@@ -249,7 +249,8 @@ export async function actionledgerCell(
 ): Promise<AlResult> {
   const name = `al_bench_dispatch_al_${n}`;
   const url = await migratedDatabase(adminUrl, name);
-  // LISTEN + one connection per operation in flight (evidence or the locked dispatch) + claim + heartbeat.
+  // LISTEN + one connection per operation in flight (evidence or the locked dispatch) + heartbeat; the claim
+  // connection is outside the pool (dispatcher/claim-session.ts).
   const env = await openDispatchBench(pki, url, n, n + 4);
   cellContext.sandboxThread = env.sandbox.tid;
   try {

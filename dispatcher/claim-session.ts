@@ -8,29 +8,31 @@
  * connection would be planned once, but PostgreSQL's generic plan for it, built over a small or young queue,
  * deletes the outbox rows and updates the operations through hash joins over sequential scans of both tables,
  * and keeps that plan until the next ANALYZE. On this connection the planner settings rule those scans and joins
- * out whatever the statistics say. They are given when the connection opens, never with SET, so they stay with
- * this connection: no pool ever lends it to another statement, and a pooler in front of PostgreSQL cannot pass
- * them on to another client's server connection (a pooler that does not forward startup parameters refuses or
- * drops them; then the claim runs with the server's settings). Only the claim runs on it (with what it fires:
- * the transition trigger's lookup and the history row's foreign-key check, key lookups both).
+ * out whatever the statistics say. They are given when the connection opens, never with SET: no pool ever lends
+ * this connection to another statement, and no SET can reach another client's server connection through a
+ * pooler. The session is read back after connecting; where the settings did not take (a pooler dropped them, or
+ * refused them and the connection was opened without), the claim runs there as unnamed text, planned at every
+ * call, as before this connection existed. Only the claim runs on it (with what it fires: the transition
+ * trigger's lookup and the history row's foreign-key check, key lookups both).
  *
  * States:
  *   closed   - no connection (before the first claim, after a failure, after `close()`)
- *   open     - a connection with the settings; claims run on it one at a time (the producer never sends two at
- *              once)
- *   closing  - `close()` was called with a claim in flight: the connection ends when that claim settles, and no
- *              claim starts
- * A connection that failed (an 'error' event while idle, a connection error, a client-side timeout, or a named
- * statement the server no longer has) is closed; the next claim opens a new one. A named statement the server
- * no longer has (SQLSTATE 26000) or can no longer run (0A000, a migration changed the type of a column it
- * returns) ran nothing: the claim is sent once more, on a new connection.
+ *   open     - a connection; claims run on it one at a time (the producer never sends two at once)
+ *   closing  - `close()` was called with a claim in flight: the connection ends when that claim settles
+ * A connection that failed (an 'error' event while idle, a connection error, or a named statement the server no
+ * longer has) is closed; the next claim opens a new one. A named statement the server no longer has (SQLSTATE
+ * 26000) or can no longer run (0A000, a migration changed the type of a column it returns) ran nothing: the
+ * claim is sent once more, on a new connection. There is no client-side timeout: a claim ended by the client
+ * could still commit on the server (a commit waiting for a synchronous standby is past the statement timeout),
+ * its operations claimed with no one to hold them.
  */
 import pg from 'pg';
 import { isConnectionError, SQLSTATE, sqlState, type Pool } from '../core/db.js';
 
 /**
  * The claim connection's planner settings, as startup parameters: the generic plan forced (planned once), and
- * sequential and bitmap scans, hash and merge joins and sorts ruled out, which leaves the claim's index plan
+ * sequential and bitmap scans, hash and merge joins, sorts and materialized inner scans ruled out, which leaves
+ * the claim's index plan
  * (walk outbox_available_idx in order, then find each operation, outbox row and history row by key). Over a
  * queue of 20 analyzed rows the planner otherwise chose hash joins over sequential scans of outbox and
  * operations for the generic plan.
@@ -42,61 +44,109 @@ export const CLAIM_SESSION_OPTIONS = [
   'enable_hashjoin=off',
   'enable_mergejoin=off',
   'enable_sort=off',
+  'enable_material=off',
 ]
   .map((setting) => `-c ${setting}`)
   .join(' ');
 
-/** The client-side bound on one claim, beyond the server's statement timeout: a connection gone silent. */
-const CLAIM_TIMEOUT_MARGIN_MS = 5_000;
+/** A connection for claims, and whether its session has the claim settings (else the claim runs unnamed). */
+export interface ClaimConnection {
+  client: pg.Client;
+  pinned: boolean;
+}
 
 /**
  * Opens a connection like `pool`'s (same server, credentials, TLS, statement timeout), outside it, with the claim
- * settings added to its startup options and `:claims` to its application name. The pool's `Client` class makes
- * it, so whatever the pool's clients are, this one is too.
+ * settings added to its startup options and `:claims` to its application name, made by the pool's `Client` class.
+ * The options and application name the pool's connections get (from `DATABASE_URL`, the pool's config or
+ * `PGOPTIONS`, in node-postgres's order) are kept, the claim settings after them. `pinned` says whether the
+ * session has the settings, read back from it: a pooler in front of PostgreSQL may drop them, and one that
+ * refuses them (`unsupported startup parameter`) gets a connection without them. The client keeps a listener for
+ * 'error' events, so a failure while nobody uses it cannot end the process.
  */
-export async function openClaimConnection(pool: Pool): Promise<pg.Client> {
-  const options = pool.options as pg.PoolConfig & { Client?: typeof pg.Client };
-  const Client = options.Client ?? pg.Client;
-  const statementTimeout = typeof options.statement_timeout === 'number' ? options.statement_timeout : 0;
-  const client = new Client({
-    ...options,
-    // pg-pool keeps the password off the enumerable options.
-    password: options.password,
-    application_name: `${options.application_name ?? 'actionledger'}:claims`,
-    options: [options.options, CLAIM_SESSION_OPTIONS].filter((o) => o !== undefined && o !== '').join(' '),
-    ...(statementTimeout > 0 ? { query_timeout: statementTimeout + CLAIM_TIMEOUT_MARGIN_MS } : {}),
-  });
-  // Until the session takes it over: a failure while connecting rejects `connect()`, it must not crash the process.
-  const early = (): void => undefined;
-  client.on('error', early);
+export async function openClaimConnection(pool: Pool): Promise<ClaimConnection> {
+  const config = pool.options as pg.PoolConfig;
+  let connectionString = config.connectionString;
+  let urlOptions: string | undefined;
+  let urlName: string | undefined;
+  if (connectionString !== undefined) {
+    // node-postgres lets the URL's parameters override the config's: take them out, and merge them below.
+    try {
+      const url = new URL(connectionString);
+      urlOptions = url.searchParams.get('options') ?? undefined;
+      urlName = url.searchParams.get('application_name') ?? undefined;
+      url.searchParams.delete('options');
+      url.searchParams.delete('application_name');
+      connectionString = url.toString();
+    } catch {
+      // Not a URL node-postgres would read parameters from either: used as it is.
+    }
+  }
+  const baseOptions = urlOptions ?? config.options ?? process.env.PGOPTIONS;
+  const name = urlName ?? config.application_name ?? process.env.PGAPPNAME ?? 'actionledger';
+  const Client = (pool as Pool & { Client?: typeof pg.Client }).Client ?? pg.Client;
+  const open = async (withSettings: boolean): Promise<pg.Client> => {
+    const client = new Client({
+      ...config,
+      connectionString,
+      // pg-pool keeps the password off the enumerable options.
+      password: config.password,
+      application_name: `${name}:claims`,
+      options: [baseOptions, withSettings ? CLAIM_SESSION_OPTIONS : undefined]
+        .filter((o) => o !== undefined && o !== '')
+        .join(' '),
+    });
+    client.on('error', () => undefined);
+    try {
+      await client.connect();
+    } catch (err) {
+      await client.end().catch(() => undefined);
+      throw err;
+    }
+    return client;
+  };
+  let client: pg.Client;
   try {
-    await client.connect();
+    client = await open(true);
+  } catch (err) {
+    if (!/unsupported startup parameter/i.test((err as Error | null)?.message ?? '')) throw err;
+    client = await open(false);
+  }
+  try {
+    const { rows } = await client.query<{ pinned: boolean }>(
+      `SELECT current_setting('plan_cache_mode') = 'force_generic_plan'
+              AND current_setting('enable_seqscan') = 'off' AND current_setting('enable_hashjoin') = 'off' AS pinned`,
+    );
+    return { client, pinned: rows[0]?.pinned === true };
   } catch (err) {
     await client.end().catch(() => undefined);
     throw err;
-  } finally {
-    client.off('error', early);
   }
-  return client;
 }
 
 export class ClaimSession<Row> {
-  readonly #connect: () => Promise<pg.Client>;
+  readonly #connect: () => Promise<ClaimConnection>;
   readonly #statement: { name: string; text: string };
-  #client: pg.Client | undefined;
+  readonly #onUnpinned: () => void;
+  #open: ClaimConnection | undefined;
   /** The error the open connection reported while idle, if any: it is closed before the next claim. */
   #lost: Error | undefined;
   /** The claim in flight, if any. */
   #busy: Promise<unknown> | undefined;
   #closing = false;
-  readonly #onError = (err: Error): void => {
-    this.#lost ??= err;
-  };
 
-  /** `connect` opens a connection with the claim settings (`openClaimConnection`). */
-  constructor(connect: () => Promise<pg.Client>, statement: { name: string; text: string }) {
+  /**
+   * `connect` opens a connection for claims (`openClaimConnection`); `onUnpinned` is called for each one opened
+   * without the claim settings, on which the claim runs unnamed, planned at every call.
+   */
+  constructor(
+    connect: () => Promise<ClaimConnection>,
+    statement: { name: string; text: string },
+    onUnpinned: () => void = () => undefined,
+  ) {
     this.#connect = connect;
     this.#statement = statement;
+    this.#onUnpinned = onUnpinned;
   }
 
   /**
@@ -118,15 +168,16 @@ export class ClaimSession<Row> {
 
   async #claim(values: unknown[]): Promise<Row[]> {
     for (let attempt = 1; ; attempt++) {
-      const client = await this.#open();
+      const { client, pinned } = await this.#connection();
       try {
-        const { rows } = await client.query<Row & object>({ ...this.#statement, values });
+        const { rows } = await client.query<Row & object>(
+          pinned ? { ...this.#statement, values } : { text: this.#statement.text, values },
+        );
         return rows;
       } catch (err) {
         const state = sqlState(err);
         const stale = state === SQLSTATE.invalidStatementName || state === SQLSTATE.featureNotSupported;
-        // Anything but an SQL error (a timeout of the client's own, a broken socket) leaves the session in doubt.
-        if (stale || state === undefined || isConnectionError(err) || this.#lost !== undefined) this.#end();
+        if (stale || isConnectionError(err) || this.#lost !== undefined) this.#end();
         if (stale && attempt === 1) continue;
         throw err;
       }
@@ -142,22 +193,26 @@ export class ClaimSession<Row> {
     else this.#closing = true;
   }
 
-  async #open(): Promise<pg.Client> {
-    if (this.#client !== undefined && this.#lost !== undefined) this.#end();
-    if (this.#client !== undefined) return this.#client;
-    const client = await this.#connect();
-    client.on('error', this.#onError);
-    this.#client = client;
+  async #connection(): Promise<ClaimConnection> {
+    if (this.#open !== undefined && this.#lost !== undefined) this.#end();
+    if (this.#open !== undefined) return this.#open;
+    const opened = await this.#connect();
+    const { client } = opened;
+    // Only the open connection's errors count: a late one from a connection already closed changes nothing.
+    client.on('error', (err: Error) => {
+      if (this.#open?.client === client) this.#lost ??= err;
+    });
+    this.#open = opened;
     this.#lost = undefined;
-    return client;
+    if (!opened.pinned) this.#onUnpinned();
+    return opened;
   }
 
   #end(): void {
-    const client = this.#client;
-    this.#client = undefined;
+    const client = this.#open?.client;
+    this.#open = undefined;
     this.#lost = undefined;
-    if (client === undefined) return;
-    // Errors of a connection being closed are of no interest; the listener stays so none goes unhandled.
-    client.end().catch(() => undefined);
+    // Errors of a connection being closed are of no interest (its listeners stay, so none goes unhandled).
+    client?.end().catch(() => undefined);
   }
 }

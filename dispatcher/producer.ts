@@ -26,13 +26,15 @@ import type { DispatchContext } from './context.js';
 import type { ClaimedOperation } from './types.js';
 
 /**
- * Every claim statement a worker's producer got an answer to, published on the diagnostics channel
+ * Every claim statement a worker's producer sent, with its answer or its failure, published on the diagnostics channel
  * `actionledger:claim` (nothing is built when no one subscribes): for benchmarks and tests that time claims.
  */
 export interface ClaimEvent {
   workerId: string;
   limit: number;
   rows: readonly ClaimedOperation[];
+  /** Set when the claim failed (`rows` is then empty). */
+  error?: unknown;
 }
 
 const claimChannel = diagnosticsChannel.channel('actionledger:claim');
@@ -75,7 +77,14 @@ export class Producer {
     this.#channel = `${ctx.o.config.schema}_outbox`;
     this.#claimFailures = new RepeatedFailureLog(ctx.o.log, 'claim failed; retrying on the next wake-up');
     this.#heartbeatFailures = new RepeatedFailureLog(ctx.o.log, 'heartbeat failed');
-    this.#claims = new ClaimSession(() => openClaimConnection(ctx.o.pool), prepared(ctx.q.outboxClaimBatch));
+    this.#claims = new ClaimSession(
+      () => openClaimConnection(ctx.o.pool),
+      prepared(ctx.q.outboxClaimBatch),
+      () =>
+        ctx.o.log.warn(
+          'the claim connection does not have its planner settings (a pooler dropped or refused them); claims run unnamed on it',
+        ),
+    );
   }
 
   get inFlight(): number {
@@ -196,6 +205,8 @@ export class Producer {
         if (rows.length < limit && !this.#wakeAgain) break;
       }
     } catch (err) {
+      if (claimChannel.hasSubscribers)
+        claimChannel.publish({ workerId: o.workerId, limit: 0, rows: [], error: err } satisfies ClaimEvent);
       this.#backlog = true;
       this.#claimFailures.fail(err);
     }

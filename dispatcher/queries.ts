@@ -18,6 +18,12 @@ export const dispatcherQueries = {
    * token, and append the history. Operations of a tenant or tool under a gate kill switch stay pending, their
    * outbox rows untouched, until the switch is lifted.
    *
+   * The queue is walked through outbox_available_idx and each operation found by key. The status tests are
+   * written `status || '' = 'pending'` so that the planner cannot match them to the partial operations_open_idx:
+   * a generic plan built over an empty ledger (a worker's first claim on a new deployment) read that index,
+   * every pending operation, for each row taken, and kept doing so as the queue grew
+   * (test/dispatcher/claim-session.test.ts).
+   *
    * The kill-switch test is written as `(no switch at all OR none for this row)`, not as the plain NOT EXISTS:
    * PostgreSQL turns that into an anti-join estimated to leave one row (the switch table is empty and never
    * analyzed, or holds a switch for another tenant), and then reads and sorts the whole queue instead of the
@@ -41,7 +47,7 @@ export const dispatcherQueries = {
       SELECT o.operation_id, o.attempt
       FROM @schema.outbox o
       JOIN @schema.operations l ON l.operation_id = o.operation_id
-      WHERE o.available_at <= now() AND l.status = 'pending'
+      WHERE o.available_at <= now() AND l.status || '' = 'pending'
         AND (NOT EXISTS (SELECT 1 FROM @schema.gate_kill_switches)
           OR NOT EXISTS (
             SELECT 1 FROM @schema.gate_kill_switches k
@@ -59,6 +65,8 @@ export const dispatcherQueries = {
       from: "'pending'",
       to: "'executing'",
       fence: 'TRUE',
+      // As in `picked`: the rows are found by key; see the statement's comment.
+      hideStatusFromPlanner: true,
       set: 'claim_token = gen_random_uuid(), claimed_by = $2, claimed_at = now(), attempt = i.attempt',
       actor: '$2',
       reason: "'claimed'",

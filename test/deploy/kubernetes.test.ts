@@ -432,13 +432,14 @@ t.test('the CloudNativePG cluster: reachable by the fleet, replicated synchronou
     'synchronous standbys',
   );
   t.equal(sync?.dataDurability, 'required');
-  // Connections: every fleet pod at KEDA's maximum (its pool, pg-boss's 3, each worker's pool) and a CronJob pass.
+  // Connections: every fleet pod at KEDA's maximum (its pool, pg-boss's 3, each worker's pool and claim
+  // connection) and a CronJob pass.
   const raw = baseConfig as RawConfig & {
     database?: { pool_max?: number };
     dispatcher: { workers?: number; concurrency?: number };
   };
   const poolMax = raw.database?.pool_max ?? 10;
-  const perWorker = Math.max(poolMax, (raw.dispatcher.concurrency ?? 16) + 4);
+  const perWorker = Math.max(poolMax, (raw.dispatcher.concurrency ?? 16) + 4) + 1;
   const perPod = poolMax + 3 + (raw.dispatcher.workers ?? 2) * perWorker;
   const maxPods = one<IScaledObject>(overlay, 'ScaledObject').spec.maxReplicaCount ?? 100;
   const needed = maxPods * perPod + poolMax + 3;

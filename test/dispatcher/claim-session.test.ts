@@ -5,6 +5,7 @@
  * `close()` never waits for a claim in flight; the settings never reach the pool; and a dispatcher's claims run
  * there.
  */
+import * as net from 'node:net';
 import pg from 'pg';
 import t, { type Test } from 'tap';
 import { bindQueries, createPool, isConnectionError, prepared, type Pool } from '../../core/db.js';
@@ -22,13 +23,15 @@ const statement = prepared(q.outboxClaimBatch);
 interface PlanNode {
   'Node Type': string;
   'Relation Name'?: string;
+  'Index Name'?: string;
   Plans?: PlanNode[];
 }
 
-/** Every node of a plan as "Node Type" or "Node Type on relation". */
+/** Every node of a plan as "Node Type", "Node Type on relation" or "Node Type on relation using index". */
 function nodes(plan: PlanNode): string[] {
-  const here =
-    plan['Relation Name'] === undefined ? plan['Node Type'] : `${plan['Node Type']} on ${plan['Relation Name']}`;
+  let here = plan['Node Type'];
+  if (plan['Relation Name'] !== undefined) here += ` on ${plan['Relation Name']}`;
+  if (plan['Index Name'] !== undefined) here += ` using ${plan['Index Name']}`;
   return [here, ...(plan.Plans ?? []).flatMap(nodes)];
 }
 
@@ -45,15 +48,16 @@ async function namedClaimPlan(client: pg.ClientBase): Promise<string[]> {
   }
 }
 
-const SCANS_AND_JOINS = /^(Seq Scan|Bitmap Heap Scan|Hash Join|Merge Join) on |^(Hash Join|Merge Join|Sort)$/;
+const SCANS_AND_JOINS =
+  /^(Seq Scan|Bitmap Heap Scan|Hash Join|Merge Join) on |^(Hash Join|Merge Join|Sort)$| using operations_open_idx$/;
 
 /** A claim session on `pool`'s server whose connections the test can reach (`opened`, oldest first). */
 function session(pool: Pool): { claims: ClaimSession<{ operation_id: string }>; opened: pg.Client[] } {
   const opened: pg.Client[] = [];
   const claims = new ClaimSession<{ operation_id: string }>(async () => {
-    const client = await openClaimConnection(pool);
-    opened.push(client);
-    return client;
+    const connection = await openClaimConnection(pool);
+    opened.push(connection.client);
+    return connection;
   }, statement);
   return { claims, opened };
 }
@@ -63,11 +67,25 @@ function ends(client: pg.Client): Promise<void> {
   return new Promise((resolve) => client.once('end', () => resolve()));
 }
 
-async function claimBackends(pool: Pool): Promise<number> {
+/** Claim connections of this file's pools into this test's database. */
+async function claimBackends(pool: Pool, name = 'test-claim-session:claims'): Promise<number> {
   const { rows } = await pool.query<{ n: number }>(
-    "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'test-claim-session:claims'",
+    `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()`,
+    [name],
   );
   return rows[0]!.n;
+}
+
+async function backendPid(client: pg.Client): Promise<number> {
+  return (await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+}
+
+/** Waits until `n` claim connections are left (connections close asynchronously). */
+async function claimBackendsDownTo(pool: Pool, n: number, name?: string): Promise<void> {
+  for (let i = 0; (await claimBackends(pool, name)) > n; i++) {
+    if (i > 500) throw new Error('a claim connection was never closed');
+    await new Promise((r) => setTimeout(r, 10));
+  }
 }
 
 async function openPool(t: Test, operations: number): Promise<Pool> {
@@ -123,8 +141,23 @@ t.test('every claim runs the one generic plan, and over a small analyzed queue i
     [],
     `no sequential or bitmap scan, hash or merge join, or sort: ${plan.join(', ')}`,
   );
-  t.ok(plan.includes('Index Scan on outbox'), 'the queue is read through its index');
-  t.ok(plan.includes('Index Scan on operations'), 'operations are found by key');
+  t.ok(plan.includes('Index Scan on outbox using outbox_available_idx'), 'the queue is read through its index');
+  t.ok(plan.includes('Index Scan on operations using operations_pkey'), 'operations are found by key');
+});
+
+t.test('a plan built over an empty, never analyzed ledger stays the index plan as the queue grows', async (t) => {
+  const pool = await openPool(t, 0);
+  const { claims, opened } = session(pool);
+  t.teardown(() => claims.close());
+  t.same(await claims.claim([32, 'test-worker']), [], 'the first claim, on the empty ledger, builds the plan');
+  await loadOperations(pool, 5_000, 'pending');
+  t.equal((await claims.claim([32, 'test-worker'])).length, 32, 'the same session claims from the grown queue');
+  const plan = await namedClaimPlan(opened[0]!);
+  t.same(
+    plan.filter((n) => SCANS_AND_JOINS.test(n)),
+    [],
+    `neither scans nor the open-operations index: ${plan.join(', ')}`,
+  );
 });
 
 t.test('a lost connection or a lost named statement costs no claim', async (t) => {
@@ -136,15 +169,14 @@ t.test('a lost connection or a lost named statement costs no claim', async (t) =
   // The backend ends while the session is idle: its client hears it, and the next claim opens a new connection.
   const idle = opened.at(-1)!;
   const ended = ends(idle);
-  await pool.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE $1', [
-    '%:claims',
-  ]);
+  await pool.query('SELECT pg_terminate_backend($1)', [await backendPid(idle)]);
   await ended;
   t.equal((await claims.claim([2, 'test-worker'])).length, 2, 'claimed on a new connection');
   t.equal(opened.length, 2);
 
   // The backend ends during a claim (held behind a lock on the outbox): that claim fails with the connection
   // error, and the next one opens a new connection.
+  const pid = await backendPid(opened.at(-1)!);
   const blocker = await pool.connect();
   await blocker.query('BEGIN');
   await blocker.query('LOCK TABLE actionledger.outbox IN ACCESS EXCLUSIVE MODE');
@@ -154,16 +186,14 @@ t.test('a lost connection or a lost named statement costs no claim', async (t) =
     (err: unknown) => (isConnectionError(err) ? 'connection error' : String(err)),
   );
   for (let i = 0; ; i++) {
-    const { rows } = await pool.query(
-      "SELECT pid FROM pg_stat_activity WHERE application_name LIKE '%:claims' AND wait_event_type = 'Lock'",
-    );
+    const { rows } = await pool.query("SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'", [
+      pid,
+    ]);
     if (rows.length > 0) break;
     if (i > 500) throw new Error('the claim never waited for the lock');
     await new Promise((r) => setTimeout(r, 10));
   }
-  await pool.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name LIKE $1', [
-    '%:claims',
-  ]);
+  await pool.query('SELECT pg_terminate_backend($1)', [pid]);
   t.equal(await outcome, 'connection error', 'the claim in flight fails with the connection');
   await blocker.query('ROLLBACK');
   blocker.release();
@@ -188,10 +218,7 @@ t.test('a lost connection or a lost named statement costs no claim', async (t) =
   );
   t.equal((await pool.query('SELECT 1 FROM actionledger.outbox')).rowCount, 12, 'the others are still queued');
   claims.close();
-  for (let i = 0; (await claimBackends(pool)) > 0; i++) {
-    if (i > 500) throw new Error('the claim connection was never closed');
-    await new Promise((r) => setTimeout(r, 10));
-  }
+  await claimBackendsDownTo(pool, 0);
 });
 
 t.test('close never waits for a claim in flight, and the settings never reach the pool', async (t) => {
@@ -269,8 +296,99 @@ t.test("a dispatcher's claims run on the claim connection, which its stop closes
     'one claim connection, with the settings and the named claim',
   );
   await d.stop();
-  const { rows } = await e.pool.query<{ n: number }>(
-    "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'test-dispatcher:claims'",
+  await claimBackendsDownTo(e.pool, 0, 'test-dispatcher:claims');
+  t.pass('stop closed it');
+});
+
+t.test("the claim settings follow the URL's own options and application name", async (t) => {
+  const url = new URL(await createTestDatabase(t));
+  url.searchParams.set('options', '-c work_mem=8MB');
+  url.searchParams.set('application_name', 'billing-fleet');
+  const pool = createPool(url.toString(), { max: 1, statementTimeoutMs: 30_000, applicationName: 'ignored' });
+  t.teardown(() => pool.end());
+  const { client, pinned } = await openClaimConnection(pool);
+  t.teardown(() => client.end());
+  const { rows } = await client.query<{ app: string; work_mem: string; seqscan: string }>(
+    `SELECT current_setting('application_name') AS app, current_setting('work_mem') AS work_mem,
+            current_setting('enable_seqscan') AS seqscan`,
   );
-  t.equal(rows[0]!.n, 0, 'stop closed it');
+  t.same(
+    rows,
+    [{ app: 'billing-fleet:claims', work_mem: '8MB', seqscan: 'off' }],
+    "the URL's settings, then the claim's",
+  );
+  t.equal(pinned, true);
+  const pooled = await pool.query<{ app: string; work_mem: string }>(
+    "SELECT current_setting('application_name') AS app, current_setting('work_mem') AS work_mem",
+  );
+  t.same(pooled.rows, [{ app: 'billing-fleet', work_mem: '8MB' }], 'as the pool has them');
+});
+
+t.test('where the settings did not take, the claim runs unnamed', async (t) => {
+  const pool = await openPool(t, 10);
+  await pool.query('ANALYZE');
+  const opened: pg.Client[] = [];
+  let unpinned = 0;
+  // A connection without the settings, as a pooler that drops startup parameters would leave it.
+  const claims = new ClaimSession<{ operation_id: string }>(
+    async () => {
+      const client = new pg.Client({ connectionString: pool.options.connectionString });
+      client.on('error', () => undefined);
+      await client.connect();
+      opened.push(client);
+      return { client, pinned: false };
+    },
+    statement,
+    () => unpinned++,
+  );
+  t.teardown(() => claims.close());
+  for (let i = 0; i < 3; i++) t.equal((await claims.claim([2, 'test-worker'])).length, 2);
+  t.equal(unpinned, 1, 'reported once, for the one connection');
+  const { rows } = await opened[0]!.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_prepared_statements');
+  t.equal(rows[0]!.n, 0, 'no named statement on a session with the server settings');
+});
+
+t.test('a server that refuses the settings as startup parameters still gets a claim connection', async (t) => {
+  const pool = await openPool(t, 4);
+  // A stand-in for a pooler that refuses unknown startup parameters: it answers a startup packet naming
+  // `options` with the error such a pooler sends, and relays every other connection to PostgreSQL.
+  const target = new URL(pool.options.connectionString!);
+  const refused: string[] = [];
+  const server = net.createServer((socket) => {
+    socket.once('data', (first) => {
+      const params = first.subarray(8).toString('latin1').split('\0');
+      if (params.includes('options')) {
+        refused.push(params[params.indexOf('options') + 1] ?? '');
+        const body = Buffer.from('SFATAL\0C08P01\0Munsupported startup parameter: options\0\0', 'latin1');
+        const head = Buffer.alloc(5);
+        head.write('E', 0, 'latin1');
+        head.writeInt32BE(body.length + 4, 1);
+        socket.end(Buffer.concat([head, body]));
+        return;
+      }
+      const upstream = net.connect(Number(target.port), target.hostname, () => {
+        upstream.write(first);
+        socket.pipe(upstream).pipe(socket);
+      });
+      upstream.on('error', () => socket.destroy());
+      socket.on('error', () => upstream.destroy());
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  t.teardown(() => new Promise<void>((r) => server.close(() => r())));
+  const relayed = new URL(target);
+  relayed.port = String((server.address() as net.AddressInfo).port);
+  const viaPooler = createPool(relayed.toString(), {
+    max: 1,
+    statementTimeoutMs: 30_000,
+    applicationName: 'test-claim-session',
+  });
+  t.teardown(() => viaPooler.end());
+  const { client, pinned } = await openClaimConnection(viaPooler);
+  t.teardown(() => client.end());
+  t.equal(refused.length, 1, 'the settings were offered once');
+  t.match(refused[0], /enable_seqscan=off/);
+  t.equal(pinned, false, 'the connection opened without them says so');
+  const { rows } = await client.query<{ seqscan: string }>("SELECT current_setting('enable_seqscan') AS seqscan");
+  t.same(rows, [{ seqscan: 'on' }]);
 });
