@@ -59,7 +59,13 @@ export const SHIPPED: ClaimStatement = { text: q.outboxClaimBatch, named: true }
 
 /** A connection for `statement`'s claims: a named one gets a claim connection of its own, as a dispatcher does. */
 async function claimClient(pool: Pool, statement: ClaimStatement): Promise<pg.ClientBase> {
-  return statement.named ? (await openClaimConnection(pool)).client : pool.connect();
+  if (!statement.named) return pool.connect();
+  const { client, pinned } = await openClaimConnection(pool);
+  if (!pinned) {
+    await client.end();
+    throw new Error('the claim connection did not get its planner settings: the dispatcher would claim unnamed here');
+  }
+  return client;
 }
 
 /** Gives a pool connection back, or closes a claim connection. */

@@ -12,7 +12,7 @@
  * this connection to another statement, and no SET can reach another client's server connection through a
  * pooler. The session is read back after connecting; where the settings did not take (a pooler dropped them, or
  * refused them and the connection was opened without), the claim runs there as unnamed text, planned at every
- * call, as before this connection existed. Only the claim runs on it (with what it fires: the transition
+ * call. Only the claim runs on it (with what it fires: the transition
  * trigger's lookup and the history row's foreign-key check, key lookups both).
  *
  * States:
@@ -22,32 +22,44 @@
  * A connection that failed (an 'error' event while idle, a connection error, or a named statement the server no
  * longer has) is closed; the next claim opens a new one. A named statement the server no longer has (SQLSTATE
  * 26000) or can no longer run (0A000, a migration changed the type of a column it returns) ran nothing: the
- * claim is sent once more, on a new connection. There is no client-side timeout: a claim ended by the client
- * could still commit on the server (a commit waiting for a synchronous standby is past the statement timeout),
- * its operations claimed with no one to hold them.
+ * claim is sent once more, on a new connection. There is no client-side timeout on a claim (nor was there on the
+ * pool's): one given up by the client could still commit on the server (a commit waiting for a synchronous standby
+ * is past the statement timeout), and its operations would wait, never sent, for the reconciler to take the
+ * claims this worker never listed. A server gone silent is found by TCP: keepalive probes after 10 s idle, or the
+ * retransmission timeout of a claim in flight.
  */
 import pg from 'pg';
+import { parse as parseConnectionString } from 'pg-connection-string';
 import { isConnectionError, SQLSTATE, sqlState, type Pool } from '../core/db.js';
 
 /**
  * The claim connection's planner settings, as startup parameters: the generic plan forced (planned once), and
  * sequential and bitmap scans, hash and merge joins, sorts and materialized inner scans ruled out, which leaves
- * the claim's index plan
- * (walk outbox_available_idx in order, then find each operation, outbox row and history row by key). Over a
- * queue of 20 analyzed rows the planner otherwise chose hash joins over sequential scans of outbox and
- * operations for the generic plan.
+ * the claim's index plan (walk outbox_available_idx in order, then find each operation, outbox row and history
+ * row by key). Over a queue of 20 analyzed rows the planner otherwise chose hash joins over sequential scans of
+ * outbox and operations for the generic plan.
  */
-export const CLAIM_SESSION_OPTIONS = [
-  'plan_cache_mode=force_generic_plan',
-  'enable_seqscan=off',
-  'enable_bitmapscan=off',
-  'enable_hashjoin=off',
-  'enable_mergejoin=off',
-  'enable_sort=off',
-  'enable_material=off',
-]
-  .map((setting) => `-c ${setting}`)
-  .join(' ');
+const CLAIM_SETTINGS: readonly (readonly [string, string])[] = [
+  ['plan_cache_mode', 'force_generic_plan'],
+  ['enable_seqscan', 'off'],
+  ['enable_bitmapscan', 'off'],
+  ['enable_hashjoin', 'off'],
+  ['enable_mergejoin', 'off'],
+  ['enable_sort', 'off'],
+  ['enable_material', 'off'],
+];
+
+/** {@link CLAIM_SETTINGS} as a startup `options` value. */
+export const CLAIM_SESSION_OPTIONS = CLAIM_SETTINGS.map(([name, value]) => `-c ${name}=${value}`).join(' ');
+
+/** True when the session has every claim setting. */
+const READ_BACK = `SELECT ${CLAIM_SETTINGS.map(([name, value]) => `current_setting('${name}') = '${value}'`).join(' AND ')} AS pinned`;
+
+/**
+ * An idle claim connection whose server went away without a word (a failover, a dropped network path) is found
+ * by TCP keepalive probes starting after this long, not after the system's default of two hours.
+ */
+const KEEPALIVE_DELAY_MS = 10_000;
 
 /** A connection for claims, and whether its session has the claim settings (else the claim runs unnamed). */
 export interface ClaimConnection {
@@ -58,43 +70,37 @@ export interface ClaimConnection {
 /**
  * Opens a connection like `pool`'s (same server, credentials, TLS, statement timeout), outside it, with the claim
  * settings added to its startup options and `:claims` to its application name, made by the pool's `Client` class.
- * The options and application name the pool's connections get (from `DATABASE_URL`, the pool's config or
- * `PGOPTIONS`, in node-postgres's order) are kept, the claim settings after them. `pinned` says whether the
- * session has the settings, read back from it: a pooler in front of PostgreSQL may drop them, and one that
- * refuses them (`unsupported startup parameter`) gets a connection without them. The client keeps a listener for
+ * The options and application name the pool's connections get are kept, the claim settings after them: the
+ * connection string is read as node-postgres reads it (its parameters over the pool's config, then `PGOPTIONS`
+ * and `PGAPPNAME`), and passed on already read. `pinned` says whether the session has every setting, read back
+ * from it: a pooler in front of PostgreSQL may drop them, and a server or pooler that refuses them at connect
+ * (SQLSTATE 08P01, 0A000 or 42704, e.g. a server without one of the settings, or "unsupported startup parameter")
+ * gets a connection without them. The client keeps a listener for
  * 'error' events, so a failure while nobody uses it cannot end the process.
  */
 export async function openClaimConnection(pool: Pool): Promise<ClaimConnection> {
-  const config = pool.options as pg.PoolConfig;
-  let connectionString = config.connectionString;
-  let urlOptions: string | undefined;
-  let urlName: string | undefined;
-  if (connectionString !== undefined) {
-    // node-postgres lets the URL's parameters override the config's: take them out, and merge them below.
-    try {
-      const url = new URL(connectionString);
-      urlOptions = url.searchParams.get('options') ?? undefined;
-      urlName = url.searchParams.get('application_name') ?? undefined;
-      url.searchParams.delete('options');
-      url.searchParams.delete('application_name');
-      connectionString = url.toString();
-    } catch {
-      // Not a URL node-postgres would read parameters from either: used as it is.
-    }
-  }
-  const baseOptions = urlOptions ?? config.options ?? process.env.PGOPTIONS;
-  const name = urlName ?? config.application_name ?? process.env.PGAPPNAME ?? 'actionledger';
+  const poolConfig = pool.options as pg.PoolConfig;
+  // As node-postgres builds a client's parameters: the connection string's over the config's (the config's
+  // enumerable fields: pg-pool keeps a password given beside a connection string off them, and node-postgres then
+  // takes the string's); without a connection string, the config, password included.
+  const merged: Record<string, unknown> =
+    poolConfig.connectionString === undefined
+      ? { ...poolConfig, password: poolConfig.password }
+      : { ...poolConfig, ...(parseConnectionString(poolConfig.connectionString) as Record<string, unknown>) };
+  delete merged.connectionString;
+  // Empty counts as unset, as node-postgres reads them.
+  const baseOptions = (merged.options as string | undefined) || process.env.PGOPTIONS || undefined;
+  const name = (merged.application_name as string | undefined) || process.env.PGAPPNAME || 'actionledger';
   const Client = (pool as Pool & { Client?: typeof pg.Client }).Client ?? pg.Client;
   const open = async (withSettings: boolean): Promise<pg.Client> => {
     const client = new Client({
-      ...config,
-      connectionString,
-      // pg-pool keeps the password off the enumerable options.
-      password: config.password,
+      ...(merged as pg.ClientConfig),
       application_name: `${name}:claims`,
       options: [baseOptions, withSettings ? CLAIM_SESSION_OPTIONS : undefined]
         .filter((o) => o !== undefined && o !== '')
         .join(' '),
+      keepAlive: true,
+      keepAliveInitialDelayMillis: KEEPALIVE_DELAY_MS,
     });
     client.on('error', () => undefined);
     try {
@@ -109,19 +115,27 @@ export async function openClaimConnection(pool: Pool): Promise<ClaimConnection> 
   try {
     client = await open(true);
   } catch (err) {
-    if (!/unsupported startup parameter/i.test((err as Error | null)?.message ?? '')) throw err;
+    if (!refusedSettings(err)) throw err;
     client = await open(false);
   }
   try {
-    const { rows } = await client.query<{ pinned: boolean }>(
-      `SELECT current_setting('plan_cache_mode') = 'force_generic_plan'
-              AND current_setting('enable_seqscan') = 'off' AND current_setting('enable_hashjoin') = 'off' AS pinned`,
-    );
+    const { rows } = await client.query<{ pinned: boolean }>(READ_BACK);
     return { client, pinned: rows[0]?.pinned === true };
   } catch (err) {
     await client.end().catch(() => undefined);
     throw err;
   }
+}
+
+/** A server (or a pooler in front of it) that turned down the startup options rather than the connection. */
+function refusedSettings(err: unknown): boolean {
+  const state = sqlState(err);
+  return (
+    state === SQLSTATE.protocolViolation ||
+    state === SQLSTATE.featureNotSupported ||
+    state === SQLSTATE.undefinedObject ||
+    /unsupported startup parameter/i.test((err as Error | null)?.message ?? '')
+  );
 }
 
 export class ClaimSession<Row> {

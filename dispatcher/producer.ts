@@ -26,7 +26,8 @@ import type { DispatchContext } from './context.js';
 import type { ClaimedOperation } from './types.js';
 
 /**
- * Every claim statement a worker's producer sent, with its answer or its failure, published on the diagnostics channel
+ * Every claim a worker's producer made, with its answer or its failure (which may have come before any statement
+ * was sent, as a failure to connect), published on the diagnostics channel
  * `actionledger:claim` (nothing is built when no one subscribes): for benchmarks and tests that time claims.
  */
 export interface ClaimEvent {
@@ -182,12 +183,13 @@ export class Producer {
 
   async #claim(): Promise<void> {
     const { o } = this.#ctx;
+    let limit = 0;
     try {
       for (;;) {
         this.#wakeAgain = false;
         const free = o.concurrency - this.#inFlight.size;
         if (free <= 0 || this.#state !== 'running') break;
-        const limit = Math.min(free, o.batchSize);
+        limit = Math.min(free, o.batchSize);
         // A wake-up while the statement runs sets it again (and `#wakeAgain`): what committed after the
         // statement's snapshot is claimed by the next one.
         this.#backlog = false;
@@ -206,7 +208,7 @@ export class Producer {
       }
     } catch (err) {
       if (claimChannel.hasSubscribers)
-        claimChannel.publish({ workerId: o.workerId, limit: 0, rows: [], error: err } satisfies ClaimEvent);
+        claimChannel.publish({ workerId: o.workerId, limit, rows: [], error: err } satisfies ClaimEvent);
       this.#backlog = true;
       this.#claimFailures.fail(err);
     }

@@ -10,7 +10,7 @@ import pg from 'pg';
 import t, { type Test } from 'tap';
 import { bindQueries, createPool, isConnectionError, prepared, type Pool } from '../../core/db.js';
 import { Metrics } from '../../core/metrics.js';
-import { ClaimSession, openClaimConnection } from '../../dispatcher/claim-session.js';
+import { CLAIM_SESSION_OPTIONS, ClaimSession, openClaimConnection } from '../../dispatcher/claim-session.js';
 import { openDispatcher } from '../../dispatcher/index.js';
 import { dispatcherQueries } from '../../dispatcher/queries.js';
 import { loadOperations } from '../../bench/claim-scaling.js';
@@ -36,11 +36,11 @@ function nodes(plan: PlanNode): string[] {
 }
 
 /** The plan `client`'s session runs the named claim with, in a transaction rolled back (nothing is claimed). */
-async function namedClaimPlan(client: pg.ClientBase): Promise<string[]> {
+async function namedClaimPlan(client: pg.ClientBase, name = statement.name): Promise<string[]> {
   await client.query('BEGIN');
   try {
     const { rows } = await client.query<{ 'QUERY PLAN': { Plan: PlanNode }[] }>(
-      `EXPLAIN (FORMAT JSON) EXECUTE ${statement.name}(32, 'test-worker')`,
+      `EXPLAIN (FORMAT JSON) EXECUTE ${name}(32, 'test-worker')`,
     );
     return nodes(rows[0]!['QUERY PLAN'][0]!.Plan);
   } finally {
@@ -49,7 +49,7 @@ async function namedClaimPlan(client: pg.ClientBase): Promise<string[]> {
 }
 
 const SCANS_AND_JOINS =
-  /^(Seq Scan|Bitmap Heap Scan|Hash Join|Merge Join) on |^(Hash Join|Merge Join|Sort)$| using operations_open_idx$/;
+  /^(Seq Scan|Bitmap Heap Scan|Hash Join|Merge Join) on |^(Hash Join|Merge Join|Sort|Materialize)$| using operations_open_idx$/;
 
 /** A claim session on `pool`'s server whose connections the test can reach (`opened`, oldest first). */
 function session(pool: Pool): { claims: ClaimSession<{ operation_id: string }>; opened: pg.Client[] } {
@@ -147,9 +147,27 @@ t.test('every claim runs the one generic plan, and over a small analyzed queue i
 
 t.test('a plan built over an empty, never analyzed ledger stays the index plan as the queue grows', async (t) => {
   const pool = await openPool(t, 0);
+  // No ANALYZE behind the test's back: the plan must outlive the growth, as it would between two autovacuum runs.
+  await pool.query('ALTER TABLE actionledger.operations SET (autovacuum_enabled = off)');
+  await pool.query('ALTER TABLE actionledger.outbox SET (autovacuum_enabled = off)');
   const { claims, opened } = session(pool);
   t.teardown(() => claims.close());
   t.same(await claims.claim([32, 'test-worker']), [], 'the first claim, on the empty ledger, builds the plan');
+  // The premise, on a session of its own: the claim with its status tests visible to the planner, under the same
+  // settings but for materialized inner scans, planned on the empty ledger, reads the open-operations index.
+  const visible = {
+    name: 'claim_status_visible',
+    text: q.outboxClaimBatch.replaceAll("l.status || '' = 'pending'", "l.status = 'pending'"),
+  };
+  t.not(visible.text, q.outboxClaimBatch);
+  const control = new pg.Client({
+    connectionString: pool.options.connectionString,
+    options: CLAIM_SESSION_OPTIONS.replace('-c enable_material=off', ''),
+  });
+  await control.connect();
+  t.teardown(() => control.end());
+  await control.query({ ...visible, values: [32, 'control'] });
+
   await loadOperations(pool, 5_000, 'pending');
   t.equal((await claims.claim([32, 'test-worker'])).length, 32, 'the same session claims from the grown queue');
   const plan = await namedClaimPlan(opened[0]!);
@@ -157,6 +175,11 @@ t.test('a plan built over an empty, never analyzed ledger stays the index plan a
     plan.filter((n) => SCANS_AND_JOINS.test(n)),
     [],
     `neither scans nor the open-operations index: ${plan.join(', ')}`,
+  );
+  const premise = await namedClaimPlan(control, visible.name);
+  t.ok(
+    premise.some((n) => n.endsWith('using operations_open_idx')),
+    `without those guards the plan reads operations_open_idx: ${premise.join(', ')}`,
   );
 });
 
@@ -348,26 +371,47 @@ t.test('where the settings did not take, the claim runs unnamed', async (t) => {
   t.equal(rows[0]!.n, 0, 'no named statement on a session with the server settings');
 });
 
-t.test('a server that refuses the settings as startup parameters still gets a claim connection', async (t) => {
-  const pool = await openPool(t, 4);
-  // A stand-in for a pooler that refuses unknown startup parameters: it answers a startup packet naming
-  // `options` with the error such a pooler sends, and relays every other connection to PostgreSQL.
-  const target = new URL(pool.options.connectionString!);
-  const refused: string[] = [];
+/**
+ * A stand-in for a pooler in front of `url`'s server, on a port of its own: with `refuse`, a startup packet that
+ * names `options` gets the error such a pooler sends; with `strip`, `options` is taken out of the packet before it
+ * is relayed. `offered` collects the `options` values it saw.
+ */
+async function standInPooler(
+  t: Test,
+  url: string,
+  mode: 'refuse' | 'strip',
+): Promise<{ url: string; offered: string[] }> {
+  const target = new URL(url);
+  const offered: string[] = [];
   const server = net.createServer((socket) => {
-    socket.once('data', (first) => {
-      const params = first.subarray(8).toString('latin1').split('\0');
-      if (params.includes('options')) {
-        refused.push(params[params.indexOf('options') + 1] ?? '');
-        const body = Buffer.from('SFATAL\0C08P01\0Munsupported startup parameter: options\0\0', 'latin1');
-        const head = Buffer.alloc(5);
-        head.write('E', 0, 'latin1');
-        head.writeInt32BE(body.length + 4, 1);
-        socket.end(Buffer.concat([head, body]));
-        return;
+    socket.once('data', (first: Buffer) => {
+      // Length, protocol version, then name\0value\0 pairs and a final \0.
+      const pairs = first
+        .subarray(8, first.length - 1)
+        .toString('latin1')
+        .split('\0');
+      pairs.pop();
+      const at = pairs.findIndex((p, k) => k % 2 === 0 && p === 'options');
+      let packet = first;
+      if (at >= 0) {
+        offered.push(pairs[at + 1] ?? '');
+        if (mode === 'refuse') {
+          const body = Buffer.from('SFATAL\0C08P01\0Munsupported startup parameter: options\0\0', 'latin1');
+          const head = Buffer.alloc(5);
+          head.write('E', 0, 'latin1');
+          head.writeInt32BE(body.length + 4, 1);
+          socket.end(Buffer.concat([head, body]));
+          return;
+        }
+        pairs.splice(at, 2);
+        const rest = Buffer.from(pairs.map((p) => `${p}\0`).join('') + '\0', 'latin1');
+        packet = Buffer.alloc(8 + rest.length);
+        packet.writeInt32BE(packet.length, 0);
+        first.copy(packet, 4, 4, 8);
+        rest.copy(packet, 8);
       }
       const upstream = net.connect(Number(target.port), target.hostname, () => {
-        upstream.write(first);
+        upstream.write(packet);
         socket.pipe(upstream).pipe(socket);
       });
       upstream.on('error', () => socket.destroy());
@@ -378,17 +422,46 @@ t.test('a server that refuses the settings as startup parameters still gets a cl
   t.teardown(() => new Promise<void>((r) => server.close(() => r())));
   const relayed = new URL(target);
   relayed.port = String((server.address() as net.AddressInfo).port);
-  const viaPooler = createPool(relayed.toString(), {
-    max: 1,
-    statementTimeoutMs: 30_000,
-    applicationName: 'test-claim-session',
-  });
-  t.teardown(() => viaPooler.end());
-  const { client, pinned } = await openClaimConnection(viaPooler);
-  t.teardown(() => client.end());
-  t.equal(refused.length, 1, 'the settings were offered once');
-  t.match(refused[0], /enable_seqscan=off/);
-  t.equal(pinned, false, 'the connection opened without them says so');
-  const { rows } = await client.query<{ seqscan: string }>("SELECT current_setting('enable_seqscan') AS seqscan");
-  t.same(rows, [{ seqscan: 'on' }]);
+  return { url: relayed.toString(), offered };
+}
+
+for (const mode of ['refuse', 'strip'] as const)
+  t.test(
+    `a pooler that ${mode === 'refuse' ? 'refuses' : 'drops'} the settings: the connection says it has none`,
+    async (t) => {
+      const pool = await openPool(t, 4);
+      const pooler = await standInPooler(t, pool.options.connectionString!, mode);
+      const viaPooler = createPool(pooler.url, {
+        max: 1,
+        statementTimeoutMs: 30_000,
+        applicationName: 'test-claim-session',
+      });
+      t.teardown(() => viaPooler.end());
+      const { client, pinned } = await openClaimConnection(viaPooler);
+      t.teardown(() => client.end());
+      t.equal(pooler.offered.length, 1, 'the settings were offered once');
+      t.match(pooler.offered[0], /enable_seqscan=off/);
+      t.equal(pinned, false, 'read back from the session: not pinned');
+      const { rows } = await client.query<{ seqscan: string }>("SELECT current_setting('enable_seqscan') AS seqscan");
+      t.same(rows, [{ seqscan: 'on' }]);
+    },
+  );
+
+t.test('PGOPTIONS, as the pool connections get it, comes before the claim settings', async (t) => {
+  const pool = await openPool(t, 0);
+  const before = process.env.PGOPTIONS;
+  process.env.PGOPTIONS = '-c work_mem=9MB';
+  let opened: Awaited<ReturnType<typeof openClaimConnection>>;
+  try {
+    opened = await openClaimConnection(pool);
+  } finally {
+    if (before === undefined) delete process.env.PGOPTIONS;
+    else process.env.PGOPTIONS = before;
+  }
+  t.teardown(() => opened.client.end());
+  const { rows } = await opened.client.query<{ work_mem: string; seqscan: string }>(
+    "SELECT current_setting('work_mem') AS work_mem, current_setting('enable_seqscan') AS seqscan",
+  );
+  t.same(rows, [{ work_mem: '9MB', seqscan: 'off' }]);
+  t.equal(opened.pinned, true);
 });
