@@ -14,10 +14,6 @@ export const SQLSTATE = {
   invalidStatementName: '26000',
   /** Among others: a cached plan whose result columns a migration changed ("cached plan must not change result type"). */
   featureNotSupported: '0A000',
-  /** A startup or protocol message the server (or a pooler in front of it) does not accept. */
-  protocolViolation: '08P01',
-  /** Among others: a configuration parameter this server does not know ("unrecognized configuration parameter"). */
-  undefinedObject: '42704',
   serializationFailure: '40001',
   deadlockDetected: '40P01',
   diskFull: '53100',

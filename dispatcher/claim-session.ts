@@ -22,14 +22,16 @@
  * A connection that failed (an 'error' event while idle, a connection error, or a named statement the server no
  * longer has) is closed; the next claim opens a new one. A named statement the server no longer has (SQLSTATE
  * 26000) or can no longer run (0A000, a migration changed the type of a column it returns) ran nothing: the
- * claim is sent once more, on a new connection. There is no client-side timeout on a claim (nor was there on the
- * pool's): one given up by the client could still commit on the server (a commit waiting for a synchronous standby
- * is past the statement timeout), and its operations would wait, never sent, for the reconciler to take the
- * claims this worker never listed. A server gone silent is found by TCP: keepalive probes after 10 s idle, or the
- * retransmission timeout of a claim in flight.
+ * claim is sent once more, on a new connection. A claim has no timer of its own on the client (nor had the pool's):
+ * one the client gives up could still commit on the server (a commit waiting for a synchronous standby is past
+ * the statement timeout). A server gone silent is found by TCP keepalive (about 20 s after the wire went quiet),
+ * which then ends a claim in flight as a lost connection: a claim that may have committed unseen, like any reply
+ * lost with its connection. Its operations wait, never sent, until the reconciler takes the claims this worker
+ * never listed in its heartbeat (`orphan_after_ms`).
  */
+import { createRequire } from 'node:module';
 import pg from 'pg';
-import { parse as parseConnectionString } from 'pg-connection-string';
+import type { parse as Parse } from 'pg-connection-string';
 import { isConnectionError, SQLSTATE, sqlState, type Pool } from '../core/db.js';
 
 /**
@@ -49,15 +51,24 @@ const CLAIM_SETTINGS: readonly (readonly [string, string])[] = [
   ['enable_material', 'off'],
 ];
 
+/**
+ * node-postgres's own reader of connection strings: the copy `pg` loads (not another version beside it), so the
+ * claim connection reads `DATABASE_URL` exactly as the pool's connections do.
+ */
+const parseConnectionString = (
+  createRequire(createRequire(import.meta.url).resolve('pg'))('pg-connection-string') as { parse: typeof Parse }
+).parse;
+
 /** {@link CLAIM_SETTINGS} as a startup `options` value. */
 export const CLAIM_SESSION_OPTIONS = CLAIM_SETTINGS.map(([name, value]) => `-c ${name}=${value}`).join(' ');
 
-/** True when the session has every claim setting. */
-const READ_BACK = `SELECT ${CLAIM_SETTINGS.map(([name, value]) => `current_setting('${name}') = '${value}'`).join(' AND ')} AS pinned`;
+/** True when the session has every claim setting (a server without one of them answers false, not an error). */
+const READ_BACK = `SELECT ${CLAIM_SETTINGS.map(([name, value]) => `coalesce(current_setting('${name}', true) = '${value}', false)`).join(' AND ')} AS pinned`;
 
 /**
- * An idle claim connection whose server went away without a word (a failover, a dropped network path) is found
- * by TCP keepalive probes starting after this long, not after the system's default of two hours.
+ * A claim connection whose server went away without a word (a failover, a dropped network path) is found by TCP
+ * keepalive probes starting after this long idle on the wire (Node then probes every second, ten times), not after
+ * the system's default of two hours.
  */
 const KEEPALIVE_DELAY_MS = 10_000;
 
@@ -73,9 +84,9 @@ export interface ClaimConnection {
  * The options and application name the pool's connections get are kept, the claim settings after them: the
  * connection string is read as node-postgres reads it (its parameters over the pool's config, then `PGOPTIONS`
  * and `PGAPPNAME`), and passed on already read. `pinned` says whether the session has every setting, read back
- * from it: a pooler in front of PostgreSQL may drop them, and a server or pooler that refuses them at connect
- * (SQLSTATE 08P01, 0A000 or 42704, e.g. a server without one of the settings, or "unsupported startup parameter")
- * gets a connection without them. The client keeps a listener for
+ * from it: a pooler in front of PostgreSQL may drop them, and a server or pooler that refuses them at connect (its
+ * message names them: "unsupported startup parameter", "unrecognized configuration parameter", "command-line
+ * options") gets a connection without them; the next connection, after this one fails or closes, offers them again. The client keeps a listener for
  * 'error' events, so a failure while nobody uses it cannot end the process.
  */
 export async function openClaimConnection(pool: Pool): Promise<ClaimConnection> {
@@ -83,10 +94,9 @@ export async function openClaimConnection(pool: Pool): Promise<ClaimConnection> 
   // As node-postgres builds a client's parameters: the connection string's over the config's (the config's
   // enumerable fields: pg-pool keeps a password given beside a connection string off them, and node-postgres then
   // takes the string's); without a connection string, the config, password included.
-  const merged: Record<string, unknown> =
-    poolConfig.connectionString === undefined
-      ? { ...poolConfig, password: poolConfig.password }
-      : { ...poolConfig, ...(parseConnectionString(poolConfig.connectionString) as Record<string, unknown>) };
+  const merged: Record<string, unknown> = poolConfig.connectionString
+    ? { ...poolConfig, ...(parseConnectionString(poolConfig.connectionString) as Record<string, unknown>) }
+    : { ...poolConfig, password: poolConfig.password };
   delete merged.connectionString;
   // Empty counts as unset, as node-postgres reads them.
   const baseOptions = (merged.options as string | undefined) || process.env.PGOPTIONS || undefined;
@@ -127,14 +137,14 @@ export async function openClaimConnection(pool: Pool): Promise<ClaimConnection> 
   }
 }
 
-/** A server (or a pooler in front of it) that turned down the startup options rather than the connection. */
+/**
+ * A server (or a pooler in front of it) that turned down the startup options rather than the connection. Told by
+ * the message, not the SQLSTATE alone: a pooler sends 08P01 for its own troubles too (no free client slot), and
+ * such a connection must not lose its settings for good.
+ */
 function refusedSettings(err: unknown): boolean {
-  const state = sqlState(err);
-  return (
-    state === SQLSTATE.protocolViolation ||
-    state === SQLSTATE.featureNotSupported ||
-    state === SQLSTATE.undefinedObject ||
-    /unsupported startup parameter/i.test((err as Error | null)?.message ?? '')
+  return /unsupported startup parameter|unrecognized configuration parameter|command-line options/i.test(
+    (err as Error | null)?.message ?? '',
   );
 }
 

@@ -371,21 +371,36 @@ t.test('where the settings did not take, the claim runs unnamed', async (t) => {
   t.equal(rows[0]!.n, 0, 'no named statement on a session with the server settings');
 });
 
+type PoolerMode = 'refuse' | 'refuse other' | 'strip' | 'strip one';
+
 /**
- * A stand-in for a pooler in front of `url`'s server, on a port of its own: with `refuse`, a startup packet that
- * names `options` gets the error such a pooler sends; with `strip`, `options` is taken out of the packet before it
- * is relayed. `offered` collects the `options` values it saw.
+ * A stand-in for a pooler in front of `url`'s server, on a port of its own, for startup packets that name
+ * `options`: `refuse` answers with the error a pooler that does not take them sends; `refuse other` answers with
+ * an error of the same SQLSTATE about something else (no free client slot); `strip` takes `options` out of the
+ * packet, and `strip one` takes only `-c enable_material=off` out of its value, before relaying it. `offered`
+ * collects the `options` values it saw.
  */
-async function standInPooler(
-  t: Test,
-  url: string,
-  mode: 'refuse' | 'strip',
-): Promise<{ url: string; offered: string[] }> {
+async function standInPooler(t: Test, url: string, mode: PoolerMode): Promise<{ url: string; offered: string[] }> {
   const target = new URL(url);
   const offered: string[] = [];
+  const fail = (socket: net.Socket, message: string): void => {
+    const body = Buffer.from(`SFATAL\0C08P01\0M${message}\0\0`, 'latin1');
+    const head = Buffer.alloc(5);
+    head.write('E', 0, 'latin1');
+    head.writeInt32BE(body.length + 4, 1);
+    socket.end(Buffer.concat([head, body]));
+  };
   const server = net.createServer((socket) => {
-    socket.once('data', (first: Buffer) => {
-      // Length, protocol version, then name\0value\0 pairs and a final \0.
+    socket.on('error', () => undefined);
+    let buffered = Buffer.alloc(0);
+    const onData = (chunk: Buffer): void => {
+      buffered = Buffer.concat([buffered, chunk]);
+      // The startup packet: its length, the protocol version, then name\0value\0 pairs and a final \0.
+      if (buffered.length < 4 || buffered.length < buffered.readInt32BE(0)) return;
+      socket.off('data', onData);
+      const length = buffered.readInt32BE(0);
+      const first = buffered.subarray(0, length);
+      const after = buffered.subarray(length);
       const pairs = first
         .subarray(8, first.length - 1)
         .toString('latin1')
@@ -395,15 +410,10 @@ async function standInPooler(
       let packet = first;
       if (at >= 0) {
         offered.push(pairs[at + 1] ?? '');
-        if (mode === 'refuse') {
-          const body = Buffer.from('SFATAL\0C08P01\0Munsupported startup parameter: options\0\0', 'latin1');
-          const head = Buffer.alloc(5);
-          head.write('E', 0, 'latin1');
-          head.writeInt32BE(body.length + 4, 1);
-          socket.end(Buffer.concat([head, body]));
-          return;
-        }
-        pairs.splice(at, 2);
+        if (mode === 'refuse') return fail(socket, 'unsupported startup parameter: options');
+        if (mode === 'refuse other') return fail(socket, 'no more connections allowed (max_client_conn)');
+        if (mode === 'strip') pairs.splice(at, 2);
+        else pairs[at + 1] = (pairs[at + 1] ?? '').replace('-c enable_material=off', '');
         const rest = Buffer.from(pairs.map((p) => `${p}\0`).join('') + '\0', 'latin1');
         packet = Buffer.alloc(8 + rest.length);
         packet.writeInt32BE(packet.length, 0);
@@ -411,12 +421,13 @@ async function standInPooler(
         rest.copy(packet, 8);
       }
       const upstream = net.connect(Number(target.port), target.hostname, () => {
-        upstream.write(packet);
+        upstream.write(Buffer.concat([packet, after]));
         socket.pipe(upstream).pipe(socket);
       });
       upstream.on('error', () => socket.destroy());
       socket.on('error', () => upstream.destroy());
-    });
+    };
+    socket.on('data', onData);
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   t.teardown(() => new Promise<void>((r) => server.close(() => r())));
@@ -425,9 +436,9 @@ async function standInPooler(
   return { url: relayed.toString(), offered };
 }
 
-for (const mode of ['refuse', 'strip'] as const)
+for (const mode of ['refuse', 'strip', 'strip one'] as const)
   t.test(
-    `a pooler that ${mode === 'refuse' ? 'refuses' : 'drops'} the settings: the connection says it has none`,
+    `a pooler that ${mode === 'refuse' ? 'refuses' : mode === 'strip' ? 'drops' : 'drops one of'} the settings: the connection says it is not pinned`,
     async (t) => {
       const pool = await openPool(t, 4);
       const pooler = await standInPooler(t, pool.options.connectionString!, mode);
@@ -440,12 +451,27 @@ for (const mode of ['refuse', 'strip'] as const)
       const { client, pinned } = await openClaimConnection(viaPooler);
       t.teardown(() => client.end());
       t.equal(pooler.offered.length, 1, 'the settings were offered once');
-      t.match(pooler.offered[0], /enable_seqscan=off/);
+      t.match(pooler.offered[0], /enable_material=off/);
       t.equal(pinned, false, 'read back from the session: not pinned');
-      const { rows } = await client.query<{ seqscan: string }>("SELECT current_setting('enable_seqscan') AS seqscan");
-      t.same(rows, [{ seqscan: 'on' }]);
+      const { rows } = await client.query<{ material: string }>(
+        "SELECT current_setting('enable_material') AS material",
+      );
+      t.same(rows, [{ material: 'on' }]);
     },
   );
+
+t.test("a pooler's error about something else is not taken for a refusal of the settings", async (t) => {
+  const pool = await openPool(t, 0);
+  const pooler = await standInPooler(t, pool.options.connectionString!, 'refuse other');
+  const viaPooler = createPool(pooler.url, {
+    max: 1,
+    statementTimeoutMs: 30_000,
+    applicationName: 'test-claim-session',
+  });
+  t.teardown(() => viaPooler.end());
+  await t.rejects(openClaimConnection(viaPooler), /max_client_conn/, 'the error is thrown, the claim fails for now');
+  t.equal(pooler.offered.length, 1, 'no second connection without the settings');
+});
 
 t.test('PGOPTIONS, as the pool connections get it, comes before the claim settings', async (t) => {
   const pool = await openPool(t, 0);
