@@ -48,6 +48,10 @@ export function createPool(
   });
   // An idle client's error (server restart, network) must not crash the process; the pool discards it.
   pool.on('error', () => undefined);
+  // Nor may a client's error while it is checked out with no listener of its own (between `connect()` and the
+  // caller's listener, or held across awaits like a lock connection): it is then not queryable, its next
+  // statement fails with a connection error, and pg-pool discards it on release.
+  pool.on('connect', (client: pg.PoolClient) => client.on('error', () => undefined));
   return pool;
 }
 

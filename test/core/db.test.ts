@@ -47,3 +47,26 @@ t.test('a connection cut mid-transaction rejects with database_unavailable and t
   const { rows } = await withTransaction(pool, (c) => c.query<{ n: number }>('SELECT 1 AS n'));
   t.same(rows, [{ n: 1 }], 'the pool still serves transactions');
 });
+
+t.test("a checked-out client's error with no listener of its own does not end the process", async (t) => {
+  const url = await createTestDatabase(t);
+  const pool = createPool(url, { max: 1, statementTimeoutMs: 30_000, applicationName: 'db-test' });
+  t.teardown(() => pool.end());
+  const uncaught: unknown[] = [];
+  const onUncaught = (err: unknown): void => void uncaught.push(err);
+  process.on('uncaughtException', onUncaught);
+  t.teardown(() => void process.off('uncaughtException', onUncaught));
+  // Held idle, as a lock connection is across a pass, with no 'error' listener of the caller's.
+  const held = await pool.connect();
+  const { rows } = await held.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+  const ended = new Promise<void>((r) => held.once('end', () => r()));
+  const killer = createPool(url, { max: 1, statementTimeoutMs: 30_000, applicationName: 'db-test-killer' });
+  await killer.query('SELECT pg_terminate_backend($1)', [rows[0]!.pid]);
+  await killer.end();
+  await ended;
+  t.same(uncaught, [], 'no uncaught error event');
+  await t.rejects(held.query('SELECT 1'), /not queryable|Connection terminated/, 'the held client is not queryable');
+  held.release();
+  const again = await pool.query<{ n: number }>('SELECT 1 AS n');
+  t.same(again.rows, [{ n: 1 }], 'the pool discarded it and serves on a new connection');
+});
