@@ -86,8 +86,8 @@ export interface ClaimConnection {
  * and `PGAPPNAME`), and passed on already read. `pinned` says whether the session has every setting, read back
  * from it: a pooler in front of PostgreSQL may drop them, and a server or pooler that refuses them at connect (its
  * message names them: "unsupported startup parameter", "unrecognized configuration parameter", "command-line
- * options") gets a connection without them; the next connection, after this one fails or closes, offers them again. The client keeps a listener for
- * 'error' events, so a failure while nobody uses it cannot end the process.
+ * options") gets a connection without them; the next connection, after this one fails or closes, offers them
+ * again. The client keeps a listener for 'error' events, so a failure while nobody uses it cannot end the process.
  */
 export async function openClaimConnection(pool: Pool): Promise<ClaimConnection> {
   const poolConfig = pool.options as pg.PoolConfig;
