@@ -329,17 +329,96 @@ export async function actionledgerCell(
  * no evidence, no row lock, no outcome write. The reservation and the two requests are work every dispatch
  * needs; this cell's rate is the most any dispatcher could reach here.
  */
+/**
+ * The two writes the floor leaves out and no dispatcher that keeps an at-most-once promise can: one row
+ * committed before the provider request (the claim that fences it) and its update committed after (the
+ * outcome). Each is the smallest such write: a row of a two-column table keyed by the operation, by prepared
+ * statements autocommitted on a pool of their own; `single` sends one statement per operation, `batched` one
+ * per batch (what arrives while the previous statement of its kind is in flight joins the next one).
+ */
+const LEAST = {
+  table: 'CREATE TABLE bench_least_dispatch (operation_id uuid PRIMARY KEY, status text NOT NULL)',
+  claim: {
+    name: 'bench-least-claim',
+    text: `INSERT INTO bench_least_dispatch (operation_id, status) SELECT unnest($1::uuid[]), 'executing'
+           ON CONFLICT DO NOTHING RETURNING operation_id`,
+  },
+  outcome: {
+    name: 'bench-least-outcome',
+    text: `UPDATE bench_least_dispatch d SET status = u.status FROM unnest($1::uuid[], $2::text[]) AS u (id, status)
+           WHERE d.operation_id = u.id AND d.status = 'executing' RETURNING d.operation_id`,
+  },
+};
+
+export type LeastWrites = 'single' | 'batched';
+
+/**
+ * Runs `write` for one item at a time (`single`: each at once), or (`batched`) for all items that arrived while
+ * the previous write was in flight; each caller learns whether its id came back.
+ */
+function leastWriter<T extends { id: string }>(
+  mode: LeastWrites,
+  write: (items: T[]) => Promise<string[]>,
+): (item: T) => Promise<boolean> {
+  if (mode === 'single') return async (item) => (await write([item])).includes(item.id);
+  let queue: { item: T; done: (took: boolean) => void; failed: (err: unknown) => void }[] = [];
+  let busy = false;
+  const flush = (): void => {
+    if (busy || queue.length === 0) return;
+    const batch = queue;
+    queue = [];
+    busy = true;
+    write(batch.map((q) => q.item))
+      .then(
+        (ids) => {
+          const took = new Set(ids);
+          for (const q of batch) q.done(took.has(q.item.id));
+        },
+        (err: unknown) => {
+          for (const q of batch) q.failed(err);
+        },
+      )
+      .finally(() => {
+        busy = false;
+        flush();
+      });
+  };
+  return (item) =>
+    new Promise<boolean>((done, failed) => {
+      queue.push({ item, done, failed });
+      flush();
+    });
+}
+
+/**
+ * The floor: N callers each reserve, then make the dispatcher's two mutual-TLS calls themselves, with its client
+ * code, agents and servers, and nothing else. With `least`, each also commits the two writes of {@link LEAST}:
+ * the claim after the reservation and before the calls, the outcome after them (the least dispatch bookkeeping).
+ */
 export async function floorCell(
   adminUrl: string,
   pki: BenchPki,
   n: number,
   limits: CellLimits,
-): Promise<Run & { notSucceeded: number }> {
-  const name = `al_bench_floor_${n}`;
+  least?: LeastWrites,
+): Promise<Run & { notSucceeded: number; check: string }> {
+  const name = least === undefined ? `al_bench_floor_${n}` : `al_bench_least_${least}_${n}`;
   const url = await migratedDatabase(adminUrl, name);
   const caller = await openCaller(pki, url, n);
+  const pool =
+    least === undefined
+      ? null
+      : createPool(url, { max: n + 2, statementTimeoutMs: 60_000, applicationName: 'bench-least' });
+  const ids = (r: { rows: { operation_id: string }[] }): string[] => r.rows.map((x) => x.operation_id);
+  const claim = leastWriter<{ id: string }>(least ?? 'single', async (items) =>
+    ids(await pool!.query({ ...LEAST.claim, values: [items.map((x) => x.id)] })),
+  );
+  const record = leastWriter<{ id: string; status: string }>(least ?? 'single', async (items) =>
+    ids(await pool!.query({ ...LEAST.outcome, values: [items.map((x) => x.id), items.map((x) => x.status)] })),
+  );
   const argsSha256 = sha256Hex(canonicalJson(ARGS));
   try {
+    if (pool !== null) await pool.query(LEAST.table);
     let notSucceeded = 0;
     const cycle =
       (tag: string) =>
@@ -347,18 +426,41 @@ export async function floorCell(
         const t0 = performance.now();
         const context = producerContext(tag, w, i);
         const r = await caller.env.ledger.reserve(context, 'issue_refund', ARGS);
+        if (pool !== null && !(await claim({ id: r.operation_id })))
+          throw new Error(`least claim of ${r.operation_id} took no row`);
         const ids = { operation_id: r.operation_id, effect_key: r.effect_key, claim_token: randomUUID() };
         const outcome = await caller.call(caller.claimed(context, ids, ARGS, argsSha256));
         if (outcome.status !== 'succeeded') notSucceeded++;
+        if (pool !== null && !(await record({ id: r.operation_id, status: outcome.status })))
+          throw new Error(`least outcome of ${r.operation_id} took no row`);
         return performance.now() - t0;
       };
     await closedLoopOps(n, Math.max(20, 2 * n), limits.capMs, cycle('warm'));
     notSucceeded = 0;
     const run = await closedLoopOps(n, limits.ops, limits.capMs, cycle('run'), limits.minMs);
-    if (notSucceeded > 0)
-      process.stderr.write(`WARNING floor N=${n}: ${notSucceeded} provider calls did not succeed\n`);
-    return { ...run, notSucceeded };
+    // Every reservation (warm-up included) reached the provider once, under its own key; with `least`, each
+    // has its claim row, moved to succeeded.
+    const stats = await caller.env.sandbox.stats();
+    const { rows } = await caller.env.producerPool.query<{ n: number }>(
+      'SELECT count(*)::int AS n FROM actionledger.operations',
+    );
+    const total = rows[0]?.n ?? 0;
+    let check = `provider POSTs ${stats.posts} (${stats.distinctKeys} keys) for ${total} reservations`;
+    let ok = notSucceeded === 0 && stats.posts === total && stats.distinctKeys === total;
+    if (pool !== null) {
+      const states = await pool.query<{ status: string; n: number }>(
+        'SELECT status, count(*)::int AS n FROM bench_least_dispatch GROUP BY status ORDER BY status',
+      );
+      check += `; claim rows ${states.rows.map((s) => `${s.status}=${s.n}`).join(' ')}`;
+      ok &&= states.rows.length === 1 && states.rows[0]?.status === 'succeeded' && states.rows[0].n === total;
+    }
+    if (!ok)
+      process.stderr.write(
+        `WARNING ${least === undefined ? 'floor' : `least ${least}`} N=${n}: ${check}; ${notSucceeded} not succeeded\n`,
+      );
+    return { ...run, notSucceeded, check };
   } finally {
+    await pool?.end();
     await caller.close();
     await dropDatabase(adminUrl, name);
   }
@@ -601,6 +703,34 @@ export async function pgBossMtlsCell(
   n: number,
   limits: CellLimits,
 ): Promise<BossMtlsResult> {
+  const peer = await openBossMtls(adminUrl, pki, n);
+  try {
+    const cycle =
+      (tag: string) =>
+      async (w: number, i: number): Promise<number> => {
+        const { id, committed } = await peer.send(producerContext(tag, w, i));
+        const done = await peer.completions.wait(id, COMPLETION_TIMEOUT_MS);
+        return done.at - committed;
+      };
+    await closedLoopOps(n, Math.max(20, 2 * n), limits.capMs, cycle('warm'));
+    peer.notSucceeded = 0;
+    const run = await closedLoopOps(n, limits.ops, limits.capMs, cycle('run'), limits.minMs);
+    const { ok, check } = await peer.verify();
+    if (!ok)
+      process.stderr.write(`WARNING pg-boss mTLS handler N=${n}: ${check}; ${peer.notSucceeded} not succeeded\n`);
+    return { ...run, notSucceeded: peer.notSucceeded, check };
+  } finally {
+    await peer.close();
+  }
+}
+
+/**
+ * The peer of {@link pgBossMtlsCell}, started: `send` enqueues a job for a producer's request and wakes the
+ * worker, returning when the send's commit is acknowledged; `completions` hears each `complete` acknowledged;
+ * `verify` checks that every job sent completed with one authorization and one provider POST under its own key.
+ * The provider request's Idempotency-Key is the job id.
+ */
+export async function openBossMtls(adminUrl: string, pki: BenchPki, n: number) {
   const name = `al_bench_boss_mtls_${n}`;
   // The floor's environment (its sandbox servers, profile and client identity; no dispatcher started), and
   // pg-boss's own schema in the same database.
@@ -608,61 +738,63 @@ export async function pgBossMtlsCell(
   const caller = await openCaller(pki, url, n);
   const b = await openBoss(adminUrl, name, n, url);
   const { boss, completions } = b;
+  let workerId = '';
+  const handle = async (job: PgBoss.Job<RefundJob>): Promise<void> => {
+    const { args, ...context } = job.data;
+    const ids = { operation_id: job.id, effect_key: job.id, claim_token: job.id };
+    const argsSha256 = sha256Hex(canonicalJson(args as JsonValue));
+    const outcome = await caller.call(caller.claimed(context, ids, args, argsSha256));
+    if (outcome.status !== 'succeeded') throw new Error(`provider call ${outcome.status}: ${outcome.reason}`);
+  };
+  const peer = {
+    route: caller.route,
+    completions,
+    /** Jobs whose authorization was refused or whose provider call did not classify as succeeded. */
+    notSucceeded: 0,
+    async send(context: ReturnType<typeof producerContext>): Promise<{ id: string; committed: number }> {
+      const id = await boss.send('refunds', { ...context, args: ARGS } satisfies RefundJob);
+      const committed = performance.now();
+      if (id === null) throw new Error('pg-boss send returned null');
+      boss.notifyWorker(workerId);
+      return { id, committed };
+    },
+    async verify(): Promise<{ ok: boolean; check: string }> {
+      // Every job (warm-up included) completed, with one authorization and one provider POST (its own key) each.
+      const { check: states, allCompleted } = await jobStates(b.pool, 'refunds');
+      const { rows } = await b.pool.query<{ n: number }>(
+        "SELECT count(*)::int AS n FROM pgboss.job WHERE name = 'refunds'",
+      );
+      const total = rows[0]?.n ?? 0;
+      const stats = await caller.env.sandbox.stats();
+      return {
+        check: `jobs ${states}; provider POSTs ${stats.posts} (${stats.distinctKeys} keys, ${stats.effects} effects); authorizations ${stats.authorizations}`,
+        ok:
+          allCompleted &&
+          peer.notSucceeded === 0 &&
+          stats.posts === total &&
+          stats.distinctKeys === total &&
+          stats.authorizations === total,
+      };
+    },
+    async close(): Promise<void> {
+      await b.close();
+      await caller.close();
+      await dropDatabase(adminUrl, name);
+    },
+  };
   try {
     await boss.start();
     await boss.createQueue('refunds');
-    let notSucceeded = 0;
-    const handle = async (job: PgBoss.Job<RefundJob>): Promise<void> => {
-      const { args, ...context } = job.data;
-      const ids = { operation_id: job.id, effect_key: job.id, claim_token: job.id };
-      const argsSha256 = sha256Hex(canonicalJson(args as JsonValue));
-      const outcome = await caller.call(caller.claimed(context, ids, args, argsSha256));
-      if (outcome.status !== 'succeeded') throw new Error(`provider call ${outcome.status}: ${outcome.reason}`);
-    };
-    const workerId = await boss.work<RefundJob>(
-      'refunds',
-      { batchSize: n, pollingIntervalSeconds: 0.5 },
-      async (jobs) => {
-        // Each job's failure is counted here rather than thrown: pg-boss would fail the whole batch.
-        const settled = await Promise.allSettled(jobs.map(handle));
-        notSucceeded += settled.filter((s) => s.status === 'rejected').length;
-      },
-    );
-    const cycle =
-      (tag: string) =>
-      async (w: number, i: number): Promise<number> => {
-        const job: RefundJob = { ...producerContext(tag, w, i), args: ARGS };
-        const id = await boss.send('refunds', job);
-        const committed = performance.now();
-        if (id === null) throw new Error('pg-boss send returned null');
-        boss.notifyWorker(workerId);
-        const done = await completions.wait(id, COMPLETION_TIMEOUT_MS);
-        return done.at - committed;
-      };
-    await closedLoopOps(n, Math.max(20, 2 * n), limits.capMs, cycle('warm'));
-    notSucceeded = 0;
-    const run = await closedLoopOps(n, limits.ops, limits.capMs, cycle('run'), limits.minMs);
-    // Every job (warm-up included) completed, with one authorization and one provider POST (its own key) each.
-    const { check: states, allCompleted } = await jobStates(b.pool, 'refunds');
-    const { rows } = await b.pool.query<{ n: number }>(
-      "SELECT count(*)::int AS n FROM pgboss.job WHERE name = 'refunds'",
-    );
-    const total = rows[0]?.n ?? 0;
-    const stats = await caller.env.sandbox.stats();
-    const check = `jobs ${states}; provider POSTs ${stats.posts} (${stats.distinctKeys} keys, ${stats.effects} effects); authorizations ${stats.authorizations}`;
-    const ok =
-      allCompleted &&
-      notSucceeded === 0 &&
-      stats.posts === total &&
-      stats.distinctKeys === total &&
-      stats.authorizations === total;
-    if (!ok) process.stderr.write(`WARNING pg-boss mTLS handler N=${n}: ${check}; ${notSucceeded} not succeeded\n`);
-    return { ...run, notSucceeded, check };
-  } finally {
-    await b.close();
-    await caller.close();
-    await dropDatabase(adminUrl, name);
+    workerId = await boss.work<RefundJob>('refunds', { batchSize: n, pollingIntervalSeconds: 0.5 }, async (jobs) => {
+      // Each job's failure is counted here rather than thrown: pg-boss would fail the whole batch.
+      const settled = await Promise.allSettled(jobs.map(handle));
+      peer.notSucceeded += settled.filter((s) => s.status === 'rejected').length;
+    });
+  } catch (err) {
+    await peer.close();
+    throw err;
   }
+  return peer;
 }
 
 export interface BossEnqueueDrainResult {

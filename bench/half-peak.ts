@@ -24,6 +24,7 @@ import {
   dropDatabase,
   migratedDatabase,
   nodeLoad,
+  openBossMtls,
   sleep,
 } from './cells.js';
 import type { CpuSplit } from './cpu.js';
@@ -79,6 +80,42 @@ function seeded(seed: number): () => number {
     t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
+}
+
+/**
+ * Starts `one(i)` at the arrival times of a Poisson process of `opsPerS` for `seconds` (the same seeded pattern in
+ * every run, scaled to the rate), each without waiting for the others, and resolves when all have settled.
+ */
+async function poissonArrivals(
+  opsPerS: number,
+  seconds: number,
+  one: (i: number) => Promise<void>,
+): Promise<{
+  start: number;
+  arrivals: number;
+  failed: number;
+  /** How late arrivals started against their schedule (timer and event-loop delay). */
+  arrivalLagP99Ms: number;
+  used: { elu: number; cpu: CpuSplit };
+}> {
+  const random = seeded(0x5eed);
+  const lag: number[] = [];
+  const inFlight: Promise<void>[] = [];
+  const load = nodeLoad();
+  const start = performance.now();
+  const end = start + seconds * 1000;
+  let at = start;
+  for (;;) {
+    at += (-Math.log(1 - random()) * 1000) / opsPerS;
+    if (at >= end) break;
+    const wait = at - performance.now();
+    if (wait > 0) await sleep(wait);
+    lag.push(performance.now() - at);
+    inFlight.push(one(inFlight.length));
+  }
+  const settled = await Promise.allSettled(inFlight);
+  const failed = settled.filter((s) => s.status === 'rejected').length;
+  return { start, arrivals: inFlight.length, failed, arrivalLagP99Ms: percentiles(lag).p99Ms, used: load() };
 }
 
 interface UndiciRequestMessage {
@@ -180,31 +217,14 @@ export async function halfPeakCell(
         gaps.push(gap);
       }
     };
-    const random = seeded(0x5eed);
-    const lag: number[] = [];
-    const inFlight: Promise<void>[] = [];
-    const load = nodeLoad();
-    const start = performance.now();
-    const end = start + seconds * 1000;
-    let at = start;
-    for (;;) {
-      at += (-Math.log(1 - random()) * 1000) / targetOpsPerS;
-      if (at >= end) break;
-      const wait = at - performance.now();
-      if (wait > 0) await sleep(wait);
-      lag.push(performance.now() - at);
-      inFlight.push(one(inFlight.length));
-    }
-    const settled = await Promise.allSettled(inFlight);
-    const failed = settled.filter((s) => s.status === 'rejected').length;
-    const used = load();
+    const { start, arrivals, failed, arrivalLagP99Ms, used } = await poissonArrivals(targetOpsPerS, seconds, one);
 
     const { rows } = await env.producerPool.query<{ status: string; n: number }>(
       'SELECT status, count(*)::int AS n FROM actionledger.operations GROUP BY status ORDER BY status',
     );
     const stats = await env.sandbox.stats();
     const total = rows.reduce((s, r) => s + r.n, 0);
-    const check = `arrivals ${inFlight.length} (${failed} failed); operations ${rows.map((r) => `${r.status}=${r.n}`).join(' ')}; provider POSTs ${stats.posts} (${stats.distinctKeys} keys)`;
+    const check = `arrivals ${arrivals} (${failed} failed); operations ${rows.map((r) => `${r.status}=${r.n}`).join(' ')}; provider POSTs ${stats.posts} (${stats.distinctKeys} keys)`;
     const ok =
       failed === 0 &&
       notSucceeded === 0 &&
@@ -231,10 +251,9 @@ export async function halfPeakCell(
       peakOpsPerS,
       concurrency: n,
       targetOpsPerS,
-      offeredOpsPerS: inFlight.length / seconds,
-      achievedOpsPerS:
-        lastOutcome > start ? (inFlight.length - failed - notSucceeded) / ((lastOutcome - start) / 1000) : NaN,
-      arrivals: inFlight.length,
+      offeredOpsPerS: arrivals / seconds,
+      achievedOpsPerS: lastOutcome > start ? (arrivals - failed - notSucceeded) / ((lastOutcome - start) / 1000) : NaN,
+      arrivals,
       seconds,
       p50Ms: sent.p50Ms,
       p99Ms: sent.p99Ms,
@@ -245,7 +264,7 @@ export async function halfPeakCell(
       stages,
       outcomeP50Ms: outcome.p50Ms,
       outcomeP99Ms: outcome.p99Ms,
-      arrivalLagP99Ms: percentiles(lag).p99Ms,
+      arrivalLagP99Ms,
       notSucceeded: notSucceeded + failed,
       sendUnseen,
       ...used,
@@ -256,5 +275,99 @@ export async function halfPeakCell(
     cellContext.sandboxThread = null;
     await env.close();
     await dropDatabase(adminUrl, name);
+  }
+}
+
+export interface PeerOpenLoopResult {
+  /** The level the peer runs at (its worker's batch size) and the rate offered to it. */
+  concurrency: number;
+  targetOpsPerS: number;
+  offeredOpsPerS: number;
+  /** Jobs completed / (first arrival -> last `complete` acknowledged). */
+  achievedOpsPerS: number;
+  arrivals: number;
+  seconds: number;
+  /** `send` commit acknowledged -> provider request written to the socket. */
+  p50Ms: number;
+  p99Ms: number;
+  /** `send` commit acknowledged -> `complete` acknowledged. */
+  outcomeP50Ms: number;
+  outcomeP99Ms: number;
+  arrivalLagP99Ms: number;
+  notSucceeded: number;
+  sendUnseen: number;
+  elu: number;
+  cpu: CpuSplit;
+  check: string;
+}
+
+/**
+ * The same open loop against the peer one would build instead (bench/cells.ts, `openBossMtls`: pg-boss 10, one
+ * worker with batch size `n` woken after each send, whose handler makes the dispatcher's two mutual-TLS calls):
+ * jobs sent at the arrival times of the same seeded Poisson process at `targetOpsPerS`, latency from the send's
+ * commit acknowledged to the provider request written (its Idempotency-Key is the job id) and to the job's
+ * `complete` acknowledged. It says whether a system with none of actionledger's bookkeeping keeps the tail
+ * target on this machine, at the same offered rate or at half its own peak.
+ */
+export async function peerOpenLoopCell(
+  adminUrl: string,
+  pki: BenchPki,
+  n: number,
+  targetOpsPerS: number,
+  seconds: number,
+): Promise<PeerOpenLoopResult> {
+  // Its environment sets cellContext.sandboxThread and clears it when closed.
+  const peer = await openBossMtls(adminUrl, pki, n);
+  const watch = watchSends(peer.route.endpoint, peer.route.idempotencyHeader);
+  const toSent: number[] = [];
+  const toOutcome: number[] = [];
+  let sendUnseen = 0;
+  try {
+    await closedLoopOps(n, Math.max(20, 2 * n), COMPLETION_TIMEOUT_MS, async (w, i) => {
+      const { id } = await peer.send(producerContext('warm', w, i));
+      await peer.completions.wait(id, COMPLETION_TIMEOUT_MS);
+      return 0;
+    });
+    peer.notSucceeded = 0;
+    watch.sentAt.clear();
+    let lastOutcome = 0;
+    const one = async (i: number): Promise<void> => {
+      const { id, committed } = await peer.send(producerContext('run', i % n, i));
+      const done = await peer.completions.wait(id, COMPLETION_TIMEOUT_MS);
+      lastOutcome = Math.max(lastOutcome, done.at);
+      toOutcome.push(done.at - committed);
+      const sent = watch.sentAt.get(id);
+      if (sent === undefined) sendUnseen++;
+      else toSent.push(sent - committed);
+    };
+    const { start, arrivals, failed, arrivalLagP99Ms, used } = await poissonArrivals(targetOpsPerS, seconds, one);
+    const { ok, check } = await peer.verify();
+    const notSucceeded = peer.notSucceeded + failed;
+    if (!ok || failed > 0 || sendUnseen > 0)
+      process.stderr.write(
+        `WARNING peer open loop N=${n}: ${check}; ${failed} arrivals failed, ${sendUnseen} sends unseen\n`,
+      );
+    const sent = percentiles(toSent);
+    const outcome = percentiles(toOutcome);
+    return {
+      concurrency: n,
+      targetOpsPerS,
+      offeredOpsPerS: arrivals / seconds,
+      achievedOpsPerS: lastOutcome > start ? (arrivals - notSucceeded) / ((lastOutcome - start) / 1000) : NaN,
+      arrivals,
+      seconds,
+      p50Ms: sent.p50Ms,
+      p99Ms: sent.p99Ms,
+      outcomeP50Ms: outcome.p50Ms,
+      outcomeP99Ms: outcome.p99Ms,
+      arrivalLagP99Ms,
+      notSucceeded,
+      sendUnseen,
+      ...used,
+      check: `arrivals ${arrivals} (${failed} failed); ${check}`,
+    };
+  } finally {
+    watch.stop();
+    await peer.close();
   }
 }

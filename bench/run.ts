@@ -78,7 +78,7 @@ import { backlogCell, type BacklogRow } from './backlog.js';
 import { DEFAULT_CASES, runClaimScaling, scalingReport, type ScalingRow } from './claim-scaling.js';
 import { findPostmaster, waitForQuiet } from './cpu.js';
 import { createBenchPki } from './dispatch-env.js';
-import { halfPeakCell, type HalfPeakResult } from './half-peak.js';
+import { halfPeakCell, peerOpenLoopCell, type HalfPeakResult, type PeerOpenLoopResult } from './half-peak.js';
 import { runDispatchBench } from './dispatch.js';
 import { runReserveBench } from './reserve.js';
 import { runHttpBench } from './http.js';
@@ -166,6 +166,12 @@ interface Round {
   bossMtls: BossMtlsResult;
   al: AlResult;
   floor: Run;
+  /**
+   * The floor with the two least dispatch writes (a claim row committed before the calls, its outcome after),
+   * one statement per operation and one per batch.
+   */
+  least: Run;
+  leastBatched: Run;
   transport: TransportResult;
   /** Most cores other processes used during any cell of the round. */
   otherCores: number;
@@ -388,6 +394,13 @@ async function mainParts(): Promise<void> {
   /** This round's kept end-to-end rates, by level; the open-loop cell's results, one per round. */
   const peaks: { n: number; opsPerS: number }[] = [];
   const halfPeak: HalfPeakResult[] = [];
+  /**
+   * The peer's kept rates in this round, by level; its open loops, one pair per round: at the rate offered to
+   * actionledger, and at half its own peak.
+   */
+  const peerPeaks: { n: number; opsPerS: number }[] = [];
+  const peerAtSame: PeerOpenLoopResult[] = [];
+  const peerAtOwnHalf: PeerOpenLoopResult[] = [];
   let scaling: ScalingRow[] = [];
   const backlog: BacklogRow[] = [];
   let scalingNotes: string[] = [];
@@ -410,32 +423,66 @@ async function mainParts(): Promise<void> {
         const al = await actionledgerCell(db.adminUrl, pki, n, LIFECYCLE);
         const bossMtls = await pgBossMtlsCell(db.adminUrl, pki, n, LIFECYCLE);
         const floor = await floorCell(db.adminUrl, pki, n, LIFECYCLE);
+        const least = await floorCell(db.adminUrl, pki, n, LIFECYCLE, 'single');
+        const leastBatched = await floorCell(db.adminUrl, pki, n, LIFECYCLE, 'batched');
         const transport = await transportCell(db.adminUrl, pki, n, LIFECYCLE);
-        const cells = [insert, reserve, sql, bossSend, bossDrain, bossLive, bossMtls, al, floor, transport];
+        const cells = [
+          insert,
+          reserve,
+          sql,
+          bossSend,
+          bossDrain,
+          bossLive,
+          bossMtls,
+          al,
+          floor,
+          least,
+          leastBatched,
+          transport,
+        ];
         const otherCores = Math.max(...cells.map((r) => (Number.isNaN(r.cpu.otherCores) ? 0 : r.cpu.otherCores)));
         const keep = otherCores < NOISY_CORES || (discarded.get(n) ?? 0) >= ROUNDS;
         log(
           `  round ${round} N=${n}${keep ? '' : ' DISCARDED'}: INSERT ${insert.opsPerS.toFixed(0)}/s, SQL lifecycle ${sql.opsPerS.toFixed(0)}/s, ` +
             `pg-boss send ${bossSend.opsPerS.toFixed(0)}/s drain ${bossDrain.opsPerS.toFixed(0)}/s in flight ${bossLive.opsPerS.toFixed(0)}/s, ` +
             `AL reserve ${reserve.opsPerS.toFixed(0)}/s end to end ${al.opsPerS.toFixed(0)}/s (p50 ${al.p50Ms.toFixed(1)} ms), ` +
-            `pg-boss mTLS handler ${bossMtls.opsPerS.toFixed(0)}/s (p50 ${bossMtls.p50Ms.toFixed(1)} ms), floor ${floor.opsPerS.toFixed(0)}/s, transport ${transport.opsPerS.toFixed(0)}/s; other processes up to ${otherCores.toFixed(2)} cores\n    ${al.check}`,
+            `pg-boss mTLS handler ${bossMtls.opsPerS.toFixed(0)}/s (p50 ${bossMtls.p50Ms.toFixed(1)} ms), floor ${floor.opsPerS.toFixed(0)}/s, floor + least writes ${least.opsPerS.toFixed(0)}/s (batched ${leastBatched.opsPerS.toFixed(0)}/s), transport ${transport.opsPerS.toFixed(0)}/s; other processes up to ${otherCores.toFixed(2)} cores\n    ${al.check}`,
         );
         if (!keep) {
           discarded.set(n, (discarded.get(n) ?? 0) + 1);
           continue;
         }
         peaks.push({ n, opsPerS: al.opsPerS });
+        peerPeaks.push({ n, opsPerS: bossMtls.opsPerS });
         byLevel.set(n, [
           ...(byLevel.get(n) ?? []),
-          { insert, reserve, sql, bossSend, bossDrain, bossLive, bossMtls, al, floor, transport, otherCores },
+          {
+            insert,
+            reserve,
+            sql,
+            bossSend,
+            bossDrain,
+            bossLive,
+            bossMtls,
+            al,
+            floor,
+            least,
+            leastBatched,
+            transport,
+            otherCores,
+          },
         ]);
       }
       // Open loop at half the round's end-to-end peak (the best level measured and kept in this round).
-      const peak = peaks.reduce<{ n: number; opsPerS: number } | undefined>(
-        (best, p) => (best === undefined || p.opsPerS > best.opsPerS ? p : best),
-        undefined,
-      );
+      const best = (xs: { n: number; opsPerS: number }[]) =>
+        xs.reduce<{ n: number; opsPerS: number } | undefined>(
+          (b, p) => (b === undefined || p.opsPerS > b.opsPerS ? p : b),
+          undefined,
+        );
+      const peak = best(peaks);
+      const peerPeak = best(peerPeaks);
       peaks.length = 0;
+      peerPeaks.length = 0;
       if (peak !== undefined && halfPeak.length < ROUNDS) {
         await waitForQuiet(cellContext.postmaster, QUIET_MAX_MS, NOISY_CORES);
         const h = await halfPeakCell(db.adminUrl, pki, peak.n, peak.opsPerS, HALF_PEAK_SECONDS);
@@ -446,6 +493,20 @@ async function mainParts(): Promise<void> {
             `-> claim p50 ${h.claimP50Ms.toFixed(1)} ms p99 ${h.claimP99Ms.toFixed(1)} ms (${h.tailClaimMs.toFixed(1)} ms for the sends at or past the p99)\n    ${h.check}\n` +
             `    after the claim, median ms (all / sends at or past the p99): ${stageList(h.stages.all, h.stages.tail)}`,
         );
+        if (peerPeak !== undefined) {
+          for (const [into, n, rate, what] of [
+            [peerAtSame, peak.n, peak.opsPerS / 2, "actionledger's rate"],
+            [peerAtOwnHalf, peerPeak.n, peerPeak.opsPerS / 2, `half its own peak (${peerPeak.opsPerS.toFixed(0)}/s)`],
+          ] as const) {
+            await waitForQuiet(cellContext.postmaster, QUIET_MAX_MS, NOISY_CORES);
+            const p = await peerOpenLoopCell(db.adminUrl, pki, n, rate, HALF_PEAK_SECONDS);
+            into.push(p);
+            log(
+              `  round ${round} peer open loop at ${what}, N=${n}: offered ${p.offeredOpsPerS.toFixed(0)}/s, achieved ${p.achievedOpsPerS.toFixed(0)}/s, ` +
+                `send commit -> provider request sent p50 ${p.p50Ms.toFixed(1)} ms p99 ${p.p99Ms.toFixed(1)} ms; -> complete p50 ${p.outcomeP50Ms.toFixed(1)} ms p99 ${p.outcomeP99Ms.toFixed(1)} ms\n    ${p.check}`,
+            );
+          }
+        }
       }
     }
     if (ONLY.has('scaling')) {
@@ -494,6 +555,8 @@ async function mainParts(): Promise<void> {
     const bossMtls = m((r) => r.bossMtls);
     const al = m((r) => r.al);
     const floor = m((r) => r.floor);
+    const least = m((r) => r.least);
+    const leastBatched = m((r) => r.leastBatched);
     const transport = m((r) => r.transport);
     const other = medianOf(rs.map((r) => r.otherCores));
     loads.push(
@@ -570,6 +633,37 @@ async function mainParts(): Promise<void> {
       (r) => r.bossMtls.opsPerS,
       (r) => r.floor.opsPerS,
     );
+    // The least any at-most-once dispatcher writes (a claim before the calls, an outcome after), on the floor.
+    const leastToFloor = ratio(
+      rs,
+      (r) => r.least.opsPerS,
+      (r) => r.floor.opsPerS,
+    );
+    const alToLeast = ratio(
+      rs,
+      (r) => r.al.opsPerS,
+      (r) => r.least.opsPerS,
+    );
+    const bossMtlsToLeast = ratio(
+      rs,
+      (r) => r.bossMtls.opsPerS,
+      (r) => r.least.opsPerS,
+    );
+    const leastBatchedToFloor = ratio(
+      rs,
+      (r) => r.leastBatched.opsPerS,
+      (r) => r.floor.opsPerS,
+    );
+    const alToLeastBatched = ratio(
+      rs,
+      (r) => r.al.opsPerS,
+      (r) => r.leastBatched.opsPerS,
+    );
+    const bossMtlsToLeastBatched = ratio(
+      rs,
+      (r) => r.bossMtls.opsPerS,
+      (r) => r.leastBatched.opsPerS,
+    );
     const floorToTransport = ratio(
       rs,
       (r) => r.floor.opsPerS,
@@ -625,6 +719,26 @@ async function mainParts(): Promise<void> {
       ],
       [
         N,
+        `floor + the least dispatch writes: a claim row committed before the calls, its outcome after (this / floor ${leastToFloor.toFixed(2)}; end to end / this ${alToLeast.toFixed(2)}; peer / this ${bossMtlsToLeast.toFixed(2)})`,
+        least.opsPerS,
+        least.p50Ms,
+        least.p99Ms,
+        dash,
+        dash,
+        dash,
+      ],
+      [
+        N,
+        `the same, each write batched while the previous one of its kind is in flight (this / floor ${leastBatchedToFloor.toFixed(2)}; end to end / this ${alToLeastBatched.toFixed(2)}; peer / this ${bossMtlsToLeastBatched.toFixed(2)})`,
+        leastBatched.opsPerS,
+        leastBatched.p50Ms,
+        leastBatched.p99Ms,
+        dash,
+        dash,
+        dash,
+      ],
+      [
+        N,
         `transport: reserve + the same two requests, bare undici and JSON.parse (floor / transport ${floorToTransport.toFixed(2)})`,
         transport.opsPerS,
         transport.p50Ms,
@@ -675,6 +789,8 @@ async function mainParts(): Promise<void> {
         dispatcher_statements_per_op: al.statementsPerOp,
         not_succeeded: al.notSucceeded,
         ratio_to_floor: alToFloor,
+        ratio_to_floor_with_least_dispatch_writes: alToLeast,
+        ratio_to_floor_with_least_dispatch_writes_batched: alToLeastBatched,
         ratio_to_pgboss_mtls_handler: alToBossMtls,
         ops_per_s_rounds: rounds((r) => r.al),
         other_processes_cpu_cores_max_median: round2(other),
@@ -685,6 +801,8 @@ async function mainParts(): Promise<void> {
         ratio_to_sql_lifecycle: bossMtlsToSql,
         ratio_to_pgboss_send_to_completed: bossMtlsToLive,
         ratio_to_floor: bossMtlsToFloor,
+        ratio_to_floor_with_least_dispatch_writes: bossMtlsToLeast,
+        ratio_to_floor_with_least_dispatch_writes_batched: bossMtlsToLeastBatched,
         not_succeeded: bossMtls.notSucceeded,
         ops_per_s_rounds: rounds((r) => r.bossMtls),
         check: bossMtls.check,
@@ -693,6 +811,14 @@ async function mainParts(): Promise<void> {
         ratio_to_sql_lifecycle: floorToSql,
         ratio_to_transport: floorToTransport,
         ops_per_s_rounds: rounds((r) => r.floor),
+      }),
+      e('floor_with_least_dispatch_writes', least, {
+        ratio_to_floor: leastToFloor,
+        ops_per_s_rounds: rounds((r) => r.least),
+      }),
+      e('floor_with_least_dispatch_writes_batched', leastBatched, {
+        ratio_to_floor: leastBatchedToFloor,
+        ops_per_s_rounds: rounds((r) => r.leastBatched),
       }),
       e('transport_reserve_and_two_bare_requests', transport, {
         not_succeeded: transport.notSucceeded,
@@ -751,10 +877,65 @@ async function mainParts(): Promise<void> {
     log(
       `\nOpen loop at half the end-to-end peak (Poisson arrivals for ${h.seconds} s; medians over ${halfPeak.length} round(s); latency per operation, ms):`,
     );
+    const peerRows: (string | number)[][] = [];
+    for (const [runs, label, entry] of [
+      [
+        peerAtSame,
+        "pg-boss mTLS handler at actionledger's rate",
+        'pgboss_mtls_handler_enqueue_to_dispatch_at_actionledger_half_peak',
+      ],
+      [
+        peerAtOwnHalf,
+        'pg-boss mTLS handler at half its own peak',
+        'pgboss_mtls_handler_enqueue_to_dispatch_at_own_half_peak',
+      ],
+    ] as const) {
+      if (runs.length === 0) continue;
+      const p = median(runs);
+      const pLevels = [...new Set(runs.map((x) => x.concurrency))].join(' / ');
+      peerRows.push([
+        label,
+        pLevels,
+        2 * p.targetOpsPerS,
+        p.targetOpsPerS,
+        p.offeredOpsPerS,
+        p.achievedOpsPerS,
+        p.p50Ms,
+        p.p99Ms,
+        p.outcomeP50Ms,
+        p.outcomeP99Ms,
+      ]);
+      entries.push({
+        name: entry,
+        concurrency: p.concurrency,
+        ops_per_s: p.achievedOpsPerS,
+        p50_ms: p.p50Ms,
+        p99_ms: p.p99Ms,
+        enqueue_to_dispatch_p50_ms: p.p50Ms,
+        enqueue_to_dispatch_p99_ms: p.p99Ms,
+        enqueue_to_complete_p50_ms: p.outcomeP50Ms,
+        enqueue_to_complete_p99_ms: p.outcomeP99Ms,
+        target_ops_per_s: p.targetOpsPerS,
+        offered_ops_per_s: p.offeredOpsPerS,
+        achieved_ops_per_s: p.achievedOpsPerS,
+        arrivals: 'poisson',
+        arrival_seconds: p.seconds,
+        arrivals_started: p.arrivals,
+        arrival_lag_p99_ms: p.arrivalLagP99Ms,
+        not_succeeded: p.notSucceeded,
+        p99_ms_rounds: runs.map((x) => x.p99Ms.toFixed(1)).join(', '),
+        level_rounds: runs.map((x) => x.concurrency).join(', '),
+        check: p.check,
+        main_thread_elu: round2(p.elu),
+        machine_cpu_cores: round2(p.cpu.machineCores),
+        other_processes_cpu_cores: round2(p.cpu.otherCores),
+      });
+    }
     tHalf = printTable(
       [
+        'system',
         'N',
-        'end-to-end peak ops/s',
+        'peak ops/s',
         'target ops/s',
         'offered ops/s',
         'achieved ops/s',
@@ -765,6 +946,7 @@ async function mainParts(): Promise<void> {
       ],
       [
         [
+          'actionledger',
           levels,
           h.peakOpsPerS,
           h.targetOpsPerS,
@@ -775,6 +957,7 @@ async function mainParts(): Promise<void> {
           h.outcomeP50Ms,
           h.outcomeP99Ms,
         ],
+        ...peerRows,
       ],
     );
     halfWhere =
@@ -889,13 +1072,14 @@ async function mainParts(): Promise<void> {
     '- "/ pg-boss": reserve against pg-boss `send`; end to end, and pg-boss with the mTLS handler, against pg-boss send -> completed.',
     "- pg-boss with the two mTLS calls in its handler (the peer one would build instead): N callers each `send` a job (the request's tenant, principal, task, step, approval, policy version and arguments) and wait for its `complete` acknowledged; one worker with `batchSize` N, woken after each send (`notifyWorker`), runs the batch's jobs concurrently, each making the dispatcher's two mutual-TLS calls with the dispatcher's client code, agents and sandbox servers: the authorization request, its decision checked as the dispatcher checks it, then the provider POST with the job id as the Idempotency-Key, classified. It has none of actionledger's guarantees: no ledger row, claim fence, evidence, final check under a row lock (kill switches, revocations, freshness) or recorded outcome, and a job that outlives its expiry is fetched again while its first call may still be out. \"end to end / this\" (`ratio_to_pgboss_mtls_handler` on the end-to-end entries of bench/results.json) is actionledger's end-to-end rate against it, the median of per-round ratios; \"this / floor\" (`ratio_to_floor` on its entries) is its own rate against the floor below.",
     '- floor: N callers each reserve and then make the two mutual-TLS calls themselves (the authorization, checked as the dispatcher checks it, and the provider call), with the dispatcher\'s client code, agents and sandbox servers, and nothing else: no claim, evidence, row lock or outcome write. No dispatcher can beat it on this machine; "end to end / floor" is the share of it the dispatcher reaches.',
+    '- floor + the least dispatch writes: the floor, with the two writes no dispatcher that promises at most one provider effect can leave out, each as small as a write can be: after the reservation and before the calls, the claim (a row of a two-column table keyed by the operation, inserted unless present, committed), and after them its outcome (that row updated, fenced on `executing`, committed); prepared statements, autocommitted on a pool of their own, one per operation; in the next row, one per batch (the writes that arrive while the previous statement of their kind is in flight go together, as the dispatcher batches its own). No evidence, history, row lock or final check. "this / floor" is what those two commits cost of the floor; "end to end / this" and "peer / this" measure actionledger and the peer against it (`ratio_to_floor_with_least_dispatch_writes` in bench/results.json).',
     '- transport: the floor with a bare undici Agent (same certificates, servers and requests) and `JSON.parse` instead of the dispatcher\'s client code (byte cap, strict parser, body hash, classification, checked decision); "floor / transport" is the share of the bare transport the floor reaches.',
     `- Other processes on the machine, most cores in any cell of each kept round: ${loads.join('; ')}. A round with 0.3 cores or more was run again, at most ${ROUNDS} times per level.`,
     '',
     ...(tHalf === ''
       ? []
       : [
-          `Enqueue -> dispatch at half the end-to-end peak (open loop): after each round, on a fresh database, a real Dispatcher of the concurrency whose end-to-end rate was that round's best (pool concurrency + 4) takes reservations arriving as a Poisson process (seeded exponential gaps) at half that rate for ${HALF_PEAK_SECONDS} s, each started at its arrival time whatever the others do; latency from the reservation commit acknowledged to the provider request written to its socket (undici's \`undici:request:bodySent\` diagnostics channel, matched by URL and Idempotency-Key), and to the outcome commit acknowledged; achieved: operations succeeded / (first arrival -> last outcome commit). Medians over rounds (\`enqueue_to_dispatch_p99_ms_at_half_peak\` in bench/results.json):`,
+          `Enqueue -> dispatch at half the end-to-end peak (open loop): after each round, on a fresh database, a real Dispatcher of the concurrency whose end-to-end rate was that round's best (pool concurrency + 4) takes reservations arriving as a Poisson process (seeded exponential gaps) at half that rate for ${HALF_PEAK_SECONDS} s, each started at its arrival time whatever the others do; latency from the reservation commit acknowledged to the provider request written to its socket (undici's \`undici:request:bodySent\` diagnostics channel, matched by URL and Idempotency-Key), and to the outcome commit acknowledged; achieved: operations succeeded / (first arrival -> last outcome commit). Then the peer (pg-boss with the mTLS handler, one worker of batch size N woken after each send) in the same open loop, its jobs sent at the same seeded arrival times: once at the rate offered to actionledger and the level of its peak, once at half the peer's own best rate of the round and that rate's level ("peak ops/s" is the peak the target was taken from); its latency runs from the send's commit acknowledged to the provider request written and to the \`complete\` acknowledged. Medians over rounds (\`enqueue_to_dispatch_p99_ms_at_half_peak\` in bench/results.json):`,
           '',
           tHalf,
           '',
