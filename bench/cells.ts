@@ -333,8 +333,10 @@ export async function actionledgerCell(
  * The two writes the floor leaves out and no dispatcher that keeps an at-most-once promise can: one row
  * committed before the provider request (the claim that fences it) and its update committed after (the
  * outcome). Each is the smallest such write: a row of a two-column table keyed by the operation, by prepared
- * statements autocommitted on a pool of their own; `single` sends one statement per operation, `batched` one
- * per batch (what arrives while the previous statement of its kind is in flight joins the next one).
+ * statements autocommitted on pools of their own. The outcome commits asynchronously (`synchronous_commit` off
+ * in its sessions): a crash may lose it, which leaves the claim for a readback to resolve, so no promise needs
+ * it flushed. `single` sends one statement per operation, `batched` one per batch (what arrives while the
+ * previous statement of its kind is in flight joins the next one).
  */
 const LEAST = {
   table: 'CREATE TABLE bench_least_dispatch (operation_id uuid PRIMARY KEY, status text NOT NULL)',
@@ -409,12 +411,16 @@ export async function floorCell(
     least === undefined
       ? null
       : createPool(url, { max: n + 2, statementTimeoutMs: 60_000, applicationName: 'bench-least' });
+  const outcomePool =
+    least === undefined
+      ? null
+      : new pg.Pool({ connectionString: url, max: n + 2, options: '-c synchronous_commit=off' });
   const ids = (r: { rows: { operation_id: string }[] }): string[] => r.rows.map((x) => x.operation_id);
   const claim = leastWriter<{ id: string }>(least ?? 'single', async (items) =>
     ids(await pool!.query({ ...LEAST.claim, values: [items.map((x) => x.id)] })),
   );
   const record = leastWriter<{ id: string; status: string }>(least ?? 'single', async (items) =>
-    ids(await pool!.query({ ...LEAST.outcome, values: [items.map((x) => x.id), items.map((x) => x.status)] })),
+    ids(await outcomePool!.query({ ...LEAST.outcome, values: [items.map((x) => x.id), items.map((x) => x.status)] })),
   );
   const argsSha256 = sha256Hex(canonicalJson(ARGS));
   try {
@@ -461,6 +467,7 @@ export async function floorCell(
     return { ...run, notSucceeded, check };
   } finally {
     await pool?.end();
+    await outcomePool?.end();
     await caller.close();
     await dropDatabase(adminUrl, name);
   }
