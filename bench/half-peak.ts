@@ -31,9 +31,9 @@ import type { CpuSplit } from './cpu.js';
 import { openDispatchBench, type BenchPki } from './dispatch-env.js';
 import { percentiles } from './harness.js';
 
-export interface HalfPeakResult {
-  /** The end-to-end rate the target was taken from, and the dispatcher concurrency it was measured at. */
-  peakOpsPerS: number;
+/** What an open loop measured: the rate offered and achieved, and the latency to the provider request sent. */
+interface OpenLoopResult {
+  /** The level the system runs at (dispatcher concurrency, or the peer's batch size) and the rate offered. */
   concurrency: number;
   targetOpsPerS: number;
   /** Arrivals started / the arrival window (the Poisson process's realised rate). */
@@ -42,9 +42,25 @@ export interface HalfPeakResult {
   achievedOpsPerS: number;
   arrivals: number;
   seconds: number;
-  /** Reservation commit acknowledged -> provider request written to the socket. */
+  /** Enqueue commit acknowledged -> provider request written to the socket. */
   p50Ms: number;
   p99Ms: number;
+  /** Enqueue commit acknowledged -> outcome commit acknowledged. */
+  outcomeP50Ms: number;
+  outcomeP99Ms: number;
+  /** How late the generator started arrivals against their schedule (timer and event-loop delay). */
+  arrivalLagP99Ms: number;
+  notSucceeded: number;
+  /** Operations that succeeded but whose provider request (or, for actionledger, claim) went unseen (should be 0). */
+  sendUnseen: number;
+  elu: number;
+  cpu: CpuSplit;
+  check: string;
+}
+
+export interface HalfPeakResult extends OpenLoopResult {
+  /** The end-to-end rate the target was taken from. */
+  peakOpsPerS: number;
   maxMs: number;
   /** Reservation commit acknowledged -> the claim that took it returned (where a slow send's time went). */
   claimP50Ms: number;
@@ -57,17 +73,6 @@ export interface HalfPeakResult {
    * sent (waiting for a dispatch batch), lock answered, -> request sent (the final check, the request's start).
    */
   stages: { all: Record<string, number>; tail: Record<string, number> };
-  /** Reservation commit acknowledged -> outcome commit acknowledged. */
-  outcomeP50Ms: number;
-  outcomeP99Ms: number;
-  /** How late the generator started arrivals against their schedule (timer and event-loop delay). */
-  arrivalLagP99Ms: number;
-  notSucceeded: number;
-  /** Operations that succeeded but whose provider request was not seen written, or whose claim was not heard (should be 0). */
-  sendUnseen: number;
-  elu: number;
-  cpu: CpuSplit;
-  check: string;
 }
 
 /** mulberry32: a small seeded generator, so the arrival pattern is the same in every run. */
@@ -278,28 +283,8 @@ export async function halfPeakCell(
   }
 }
 
-export interface PeerOpenLoopResult {
-  /** The level the peer runs at (its worker's batch size) and the rate offered to it. */
-  concurrency: number;
-  targetOpsPerS: number;
-  offeredOpsPerS: number;
-  /** Jobs completed / (first arrival -> last `complete` acknowledged). */
-  achievedOpsPerS: number;
-  arrivals: number;
-  seconds: number;
-  /** `send` commit acknowledged -> provider request written to the socket. */
-  p50Ms: number;
-  p99Ms: number;
-  /** `send` commit acknowledged -> `complete` acknowledged. */
-  outcomeP50Ms: number;
-  outcomeP99Ms: number;
-  arrivalLagP99Ms: number;
-  notSucceeded: number;
-  sendUnseen: number;
-  elu: number;
-  cpu: CpuSplit;
-  check: string;
-}
+/** The peer's open loop: enqueue is its `send`, the outcome its `complete`. */
+export type PeerOpenLoopResult = OpenLoopResult;
 
 /**
  * The same open loop against the peer one would build instead (bench/cells.ts, `openBossMtls`: pg-boss 10, one

@@ -426,7 +426,7 @@ async function mainParts(): Promise<void> {
         const least = await floorCell(db.adminUrl, pki, n, LIFECYCLE, 'single');
         const leastBatched = await floorCell(db.adminUrl, pki, n, LIFECYCLE, 'batched');
         const transport = await transportCell(db.adminUrl, pki, n, LIFECYCLE);
-        const cells = [
+        const cells = {
           insert,
           reserve,
           sql,
@@ -439,8 +439,10 @@ async function mainParts(): Promise<void> {
           least,
           leastBatched,
           transport,
-        ];
-        const otherCores = Math.max(...cells.map((r) => (Number.isNaN(r.cpu.otherCores) ? 0 : r.cpu.otherCores)));
+        };
+        const otherCores = Math.max(
+          ...Object.values(cells).map((r: Run) => (Number.isNaN(r.cpu.otherCores) ? 0 : r.cpu.otherCores)),
+        );
         const keep = otherCores < NOISY_CORES || (discarded.get(n) ?? 0) >= ROUNDS;
         log(
           `  round ${round} N=${n}${keep ? '' : ' DISCARDED'}: INSERT ${insert.opsPerS.toFixed(0)}/s, SQL lifecycle ${sql.opsPerS.toFixed(0)}/s, ` +
@@ -454,24 +456,7 @@ async function mainParts(): Promise<void> {
         }
         peaks.push({ n, opsPerS: al.opsPerS });
         peerPeaks.push({ n, opsPerS: bossMtls.opsPerS });
-        byLevel.set(n, [
-          ...(byLevel.get(n) ?? []),
-          {
-            insert,
-            reserve,
-            sql,
-            bossSend,
-            bossDrain,
-            bossLive,
-            bossMtls,
-            al,
-            floor,
-            least,
-            leastBatched,
-            transport,
-            otherCores,
-          },
-        ]);
+        byLevel.set(n, [...(byLevel.get(n) ?? []), { ...cells, otherCores }]);
       }
       // Open loop at half the round's end-to-end peak (the best level measured and kept in this round).
       const best = (xs: { n: number; opsPerS: number }[]) =>
