@@ -5,7 +5,9 @@
  *   - the server's 3-commit SQL-only lifecycle (insert ledger+outbox, claim with SKIP LOCKED, mark succeeded),
  *     optionally with a simulated provider request outside or under the row lock,
  *   - pg-boss 10 processing no-op jobs, polling (its fastest interval, 0.5 s) or woken in-process,
- *   - the peer a user would build instead: pg-boss 10 whose handler makes the dispatcher's two mutual-TLS calls.
+ *   - the peer a user would build instead: pg-boss 10 whose handler makes the dispatcher's two mutual-TLS calls,
+ *   - the floor: reserve, then those two calls made by the caller itself, alone or with the least dispatch
+ *     writes (a claim row committed before the calls, its outcome after).
  *
  * Load, the same for every system: N producers in a closed loop, each enqueuing one operation and waiting
  * until its completion commit is acknowledged before enqueuing the next, so N operations are in flight; the
@@ -22,6 +24,7 @@ import { canonicalJson, sha256Hex, type JsonValue } from '../core/json.js';
 import { migrate } from '../core/migrate.js';
 import { Secret } from '../core/secret.js';
 import { authorizationRequest, fetchAuthorization } from '../dispatcher/authorize.js';
+import { CLAIM_SESSION_OPTIONS } from '../dispatcher/claim-session.js';
 import { callProvider, classify } from '../dispatcher/executor.js';
 import { loadDispatchIdentity } from '../core/identity.js';
 import type { ClaimedOperation } from '../dispatcher/types.js';
@@ -323,40 +326,52 @@ export async function actionledgerCell(
 // The floor: what end to end cannot go below on this machine, whatever the dispatcher does
 
 /**
- * N producers in a closed loop, each reserving an operation and then making, itself, the two mutual-TLS calls a
- * dispatch makes (the fresh authorization, checked as the dispatcher checks it, and the provider call,
- * classified), with the dispatcher's own client code and agents, against the same sandbox servers: no claim,
- * no evidence, no row lock, no outcome write. The reservation and the two requests are work every dispatch
- * needs; this cell's rate is the most any dispatcher could reach here.
- */
-/**
- * The two writes the floor leaves out and no dispatcher that keeps an at-most-once promise can: one row
- * committed before the provider request (the claim that fences it) and its update committed after (the
- * outcome). Each is the smallest such write: a row of a two-column table keyed by the operation, by prepared
- * statements autocommitted on pools of their own. The outcome commits asynchronously (`synchronous_commit` off
- * in its sessions): a crash may lose it, which leaves the claim for a readback to resolve, so no promise needs
- * it flushed. `single` sends one statement per operation, `batched` one per batch (what arrives while the
- * previous statement of its kind is in flight joins the next one).
+ * The two writes the floor leaves out and a dispatcher that promises at most one provider effect without
+ * trusting the provider to deduplicate its Idempotency-Key cannot: the claim, committed before the provider
+ * request (the row that fences it), and the outcome after it (where end to end ends). Each is small: a row of a
+ * two-column table keyed by the operation, by prepared statements autocommitted on pools of their own, whose
+ * sessions leave the planner only index plans (the claim connection's settings, `CLAIM_SESSION_OPTIONS`).
+ * The outcome commits asynchronously (`synchronous_commit` off in its sessions): a crash may lose it, which
+ * leaves the claim for a readback to resolve, so no promise needs it flushed. `single` writes one row per
+ * statement; `batched` one statement per batch: what arrives while the previous statement of its kind is in
+ * flight (and in the same tick) joins the next one.
  */
 const LEAST = {
   table: 'CREATE TABLE bench_least_dispatch (operation_id uuid PRIMARY KEY, status text NOT NULL)',
-  claim: {
-    name: 'bench-least-claim',
-    text: `INSERT INTO bench_least_dispatch (operation_id, status) SELECT unnest($1::uuid[]), 'executing'
-           ON CONFLICT DO NOTHING RETURNING operation_id`,
+  single: {
+    claim: {
+      name: 'bench-least-claim',
+      text: `INSERT INTO bench_least_dispatch (operation_id, status) VALUES ($1, 'executing')
+             ON CONFLICT DO NOTHING RETURNING operation_id`,
+    },
+    outcome: {
+      name: 'bench-least-outcome',
+      text: `UPDATE bench_least_dispatch SET status = $2 WHERE operation_id = $1 AND status = 'executing'
+             RETURNING operation_id`,
+    },
   },
-  outcome: {
-    name: 'bench-least-outcome',
-    text: `UPDATE bench_least_dispatch d SET status = u.status FROM unnest($1::uuid[], $2::text[]) AS u (id, status)
-           WHERE d.operation_id = u.id AND d.status = 'executing' RETURNING d.operation_id`,
+  batched: {
+    claim: {
+      name: 'bench-least-claim-batch',
+      text: `INSERT INTO bench_least_dispatch (operation_id, status) SELECT unnest($1::uuid[]), 'executing'
+             ON CONFLICT DO NOTHING RETURNING operation_id`,
+    },
+    outcome: {
+      name: 'bench-least-outcome-batch',
+      text: `UPDATE bench_least_dispatch d SET status = u.status FROM unnest($1::uuid[], $2::text[]) AS u (id, status)
+             WHERE d.operation_id = u.id AND d.status = 'executing' RETURNING d.operation_id`,
+    },
   },
 };
 
 export type LeastWrites = 'single' | 'batched';
 
+/** A floor cell's run, with its provider calls that did not succeed and what its final check found. */
+export type LeastResult = Run & { notSucceeded: number; check: string };
+
 /**
- * Runs `write` for one item at a time (`single`: each at once), or (`batched`) for all items that arrived while
- * the previous write was in flight; each caller learns whether its id came back.
+ * Runs `write` for each item at once (`single`), or (`batched`) for all items that arrived in the same tick or
+ * while the previous write was in flight; each caller learns whether its id came back.
  */
 function leastWriter<T extends { id: string }>(
   mode: LeastWrites,
@@ -388,14 +403,18 @@ function leastWriter<T extends { id: string }>(
   return (item) =>
     new Promise<boolean>((done, failed) => {
       queue.push({ item, done, failed });
-      flush();
+      if (queue.length === 1) queueMicrotask(flush);
     });
 }
 
 /**
- * The floor: N callers each reserve, then make the dispatcher's two mutual-TLS calls themselves, with its client
- * code, agents and servers, and nothing else. With `least`, each also commits the two writes of {@link LEAST}:
- * the claim after the reservation and before the calls, the outcome after them (the least dispatch bookkeeping).
+ * The floor: N producers in a closed loop, each reserving an operation and then making, itself, the two
+ * mutual-TLS calls a dispatch makes (the fresh authorization, checked as the dispatcher checks it, and the
+ * provider call, classified), with the dispatcher's own client code and agents, against the same sandbox
+ * servers: no claim, no evidence, no row lock, no outcome write. The reservation and the two requests are work
+ * every dispatch needs; this cell's rate is the most any dispatcher could reach here. With `least`, each also
+ * commits the two writes of {@link LEAST}: the claim after the reservation and before the calls, the outcome
+ * after them.
  */
 export async function floorCell(
   adminUrl: string,
@@ -403,24 +422,39 @@ export async function floorCell(
   n: number,
   limits: CellLimits,
   least?: LeastWrites,
-): Promise<Run & { notSucceeded: number; check: string }> {
+): Promise<LeastResult> {
   const name = least === undefined ? `al_bench_floor_${n}` : `al_bench_least_${least}_${n}`;
   const url = await migratedDatabase(adminUrl, name);
   const caller = await openCaller(pki, url, n);
-  const pool =
-    least === undefined
-      ? null
-      : createPool(url, { max: n + 2, statementTimeoutMs: 60_000, applicationName: 'bench-least' });
-  const outcomePool =
-    least === undefined
-      ? null
-      : new pg.Pool({ connectionString: url, max: n + 2, options: '-c synchronous_commit=off' });
+  // Batched writes keep one statement of each kind in flight: two connections per pool are enough.
+  const leastPool = (synchronous: boolean): Pool =>
+    new pg.Pool({
+      connectionString: url,
+      max: least === 'batched' ? 2 : n + 2,
+      statement_timeout: 60_000,
+      application_name: 'bench-least',
+      options: `${CLAIM_SESSION_OPTIONS}${synchronous ? '' : ' -c synchronous_commit=off'}`,
+    }).on('error', () => undefined);
+  const pool = least === undefined ? null : leastPool(true);
+  const outcomePool = least === undefined ? null : leastPool(false);
   const ids = (r: { rows: { operation_id: string }[] }): string[] => r.rows.map((x) => x.operation_id);
+  const statements = LEAST[least ?? 'single'];
   const claim = leastWriter<{ id: string }>(least ?? 'single', async (items) =>
-    ids(await pool!.query({ ...LEAST.claim, values: [items.map((x) => x.id)] })),
+    ids(
+      await pool!.query({
+        ...statements.claim,
+        values: least === 'batched' ? [items.map((x) => x.id)] : [items[0]!.id],
+      }),
+    ),
   );
   const record = leastWriter<{ id: string; status: string }>(least ?? 'single', async (items) =>
-    ids(await outcomePool!.query({ ...LEAST.outcome, values: [items.map((x) => x.id), items.map((x) => x.status)] })),
+    ids(
+      await outcomePool!.query({
+        ...statements.outcome,
+        values:
+          least === 'batched' ? [items.map((x) => x.id), items.map((x) => x.status)] : [items[0]!.id, items[0]!.status],
+      }),
+    ),
   );
   const argsSha256 = sha256Hex(canonicalJson(ARGS));
   try {
@@ -784,9 +818,15 @@ export async function openBossMtls(adminUrl: string, pki: BenchPki, n: number) {
       };
     },
     async close(): Promise<void> {
-      await b.close();
-      await caller.close();
-      await dropDatabase(adminUrl, name);
+      try {
+        await b.close();
+      } finally {
+        try {
+          await caller.close();
+        } finally {
+          await dropDatabase(adminUrl, name);
+        }
+      }
     },
   };
   try {

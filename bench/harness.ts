@@ -100,9 +100,10 @@ export async function closedLoop(
   return { ops: latencies.length, seconds, opsPerS: latencies.length / seconds, ...percentiles(latencies) };
 }
 
+/** p50 and p99 of `values` (NaN for an empty list: nothing was measured). */
 export function percentiles(values: number[]): { p50Ms: number; p99Ms: number } {
   const s = [...values].sort((a, b) => a - b);
-  const at = (q: number): number => s[Math.min(s.length - 1, Math.floor(q * s.length))] ?? 0;
+  const at = (q: number): number => s[Math.min(s.length - 1, Math.floor(q * s.length))] ?? NaN;
   return { p50Ms: at(0.5), p99Ms: at(0.99) };
 }
 
