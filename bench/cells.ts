@@ -789,6 +789,7 @@ export async function openBossMtls(adminUrl: string, pki: BenchPki, n: number) {
   };
   const peer = {
     route: caller.route,
+    authorizeUrl: caller.env.sandbox.authorizeUrl,
     completions,
     /** Jobs whose authorization was refused or whose provider call did not classify as succeeded. */
     notSucceeded: 0,

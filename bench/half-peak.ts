@@ -55,6 +55,8 @@ interface OpenLoopResult {
   sendUnseen: number;
   elu: number;
   cpu: CpuSplit;
+  /** The authorization requests made during the arrivals. */
+  authorization: AuthorizationWatch;
   check: string;
 }
 
@@ -155,6 +157,65 @@ function watchSends(endpoint: string, header: string): { sentAt: Map<string, num
   return { sentAt, stop: () => unsubscribe('undici:request:bodySent', listener) };
 }
 
+/** The authorization requests of an open loop: their durations, how many were out at once, connections opened. */
+export interface AuthorizationWatch {
+  /** Request created -> response headers received, ms. */
+  p50Ms: number;
+  p99Ms: number;
+  maxInFlight: number;
+  /** TLS connections opened to the authorizer while watching (each a mutual-TLS handshake on these cores). */
+  connects: number;
+}
+
+/**
+ * Watches undici's requests to `url`'s origin and path (the authorizer): from `undici:request:create` to
+ * `undici:request:headers`, the most out at once, and the connections opened to that origin
+ * (`undici:client:connected`).
+ */
+function watchAuthorizations(url: string): { read: () => AuthorizationWatch; stop: () => void } {
+  const target = new URL(url);
+  const path = `${target.pathname}${target.search}`;
+  const started = new WeakMap<object, number>();
+  const durations: number[] = [];
+  let inFlight = 0;
+  let maxInFlight = 0;
+  let connects = 0;
+  const mine = (req: UndiciRequestMessage['request']): req is object & UndiciRequestMessage['request'] =>
+    req !== undefined && req !== null && req.origin === target.origin && req.path === path;
+  const onCreate = (message: unknown): void => {
+    const req = (message as UndiciRequestMessage | null)?.request;
+    if (!mine(req)) return;
+    started.set(req, performance.now());
+    maxInFlight = Math.max(maxInFlight, ++inFlight);
+  };
+  const onEnd = (message: unknown): void => {
+    const req = (message as UndiciRequestMessage | null)?.request;
+    if (!mine(req)) return;
+    const t0 = started.get(req);
+    if (t0 === undefined) return;
+    started.delete(req);
+    inFlight--;
+    durations.push(performance.now() - t0);
+  };
+  const onConnected = (message: unknown): void => {
+    const params = (message as { connectParams?: { hostname?: string; port?: string | number } } | null)?.connectParams;
+    if (params !== undefined && String(params.port) === target.port && params.hostname === target.hostname) connects++;
+  };
+  const channels: [string, (m: unknown) => void][] = [
+    ['undici:request:create', onCreate],
+    ['undici:request:headers', onEnd],
+    ['undici:request:error', onEnd],
+    ['undici:client:connected', onConnected],
+  ];
+  for (const [name, fn] of channels) subscribe(name, fn);
+  return {
+    read: () => ({ ...percentiles(durations), maxInFlight, connects }),
+    stop: () => {
+      for (const [name, fn] of channels) unsubscribe(name, fn);
+    },
+  };
+}
+
 export async function halfPeakCell(
   adminUrl: string,
   pki: BenchPki,
@@ -222,8 +283,9 @@ export async function halfPeakCell(
         gaps.push(gap);
       }
     };
+    const auth = watchAuthorizations(env.sandbox.authorizeUrl);
     const { start, arrivals, failed, arrivalLagP99Ms, used } = await poissonArrivals(targetOpsPerS, seconds, one);
-
+    auth.stop();
     const { rows } = await env.producerPool.query<{ status: string; n: number }>(
       'SELECT status, count(*)::int AS n FROM actionledger.operations GROUP BY status ORDER BY status',
     );
@@ -273,6 +335,7 @@ export async function halfPeakCell(
       notSucceeded: notSucceeded + failed,
       sendUnseen,
       ...used,
+      authorization: auth.read(),
       check,
     };
   } finally {
@@ -325,7 +388,9 @@ export async function peerOpenLoopCell(
       if (sent === undefined) sendUnseen++;
       else toSent.push(sent - committed);
     };
+    const auth = watchAuthorizations(peer.authorizeUrl);
     const { start, arrivals, failed, arrivalLagP99Ms, used } = await poissonArrivals(targetOpsPerS, seconds, one);
+    auth.stop();
     const { ok, check } = await peer.verify();
     const notSucceeded = peer.notSucceeded + failed;
     if (!ok || failed > 0 || sendUnseen > 0)
@@ -349,6 +414,7 @@ export async function peerOpenLoopCell(
       notSucceeded,
       sendUnseen,
       ...used,
+      authorization: auth.read(),
       check: `arrivals ${arrivals} (${failed} failed); ${check}`,
     };
   } finally {

@@ -82,7 +82,13 @@ import { backlogCell, type BacklogRow } from './backlog.js';
 import { DEFAULT_CASES, runClaimScaling, scalingReport, type ScalingRow } from './claim-scaling.js';
 import { findPostmaster, waitForQuiet } from './cpu.js';
 import { createBenchPki } from './dispatch-env.js';
-import { halfPeakCell, peerOpenLoopCell, type HalfPeakResult, type PeerOpenLoopResult } from './half-peak.js';
+import {
+  halfPeakCell,
+  peerOpenLoopCell,
+  type AuthorizationWatch,
+  type HalfPeakResult,
+  type PeerOpenLoopResult,
+} from './half-peak.js';
 import { runDispatchBench } from './dispatch.js';
 import { runReserveBench } from './reserve.js';
 import { runHttpBench } from './http.js';
@@ -188,6 +194,11 @@ function stageList(all: Record<string, number>, tail?: Record<string, number>): 
   return Object.keys(all)
     .map((k) => `${k} ${all[k]!.toFixed(1)}${tail === undefined ? '' : ` / ${(tail[k] ?? NaN).toFixed(1)}`}`)
     .join(', ');
+}
+
+/** "authorization requests p50 3.1 ms, p99 40.2 ms, up to 32 at once, 4 connections opened". */
+function authorizationLine(a: AuthorizationWatch): string {
+  return `authorization requests p50 ${a.p50Ms.toFixed(1)} ms, p99 ${a.p99Ms.toFixed(1)} ms, up to ${a.maxInFlight} at once, ${a.connects} connections opened`;
 }
 
 /** Median over rounds of a / b, each ratio taken within one round. */
@@ -479,7 +490,7 @@ async function mainParts(): Promise<void> {
         log(
           `  round ${round} open loop at half the peak (${h.peakOpsPerS.toFixed(0)}/s at N=${h.concurrency}): offered ${h.offeredOpsPerS.toFixed(0)}/s, achieved ${h.achievedOpsPerS.toFixed(0)}/s, ` +
             `reserve commit -> provider request sent p50 ${h.p50Ms.toFixed(1)} ms p99 ${h.p99Ms.toFixed(1)} ms; -> outcome commit p50 ${h.outcomeP50Ms.toFixed(1)} ms p99 ${h.outcomeP99Ms.toFixed(1)} ms; ` +
-            `-> claim p50 ${h.claimP50Ms.toFixed(1)} ms p99 ${h.claimP99Ms.toFixed(1)} ms (${h.tailClaimMs.toFixed(1)} ms for the sends at or past the p99)\n    ${h.check}\n` +
+            `-> claim p50 ${h.claimP50Ms.toFixed(1)} ms p99 ${h.claimP99Ms.toFixed(1)} ms (${h.tailClaimMs.toFixed(1)} ms for the sends at or past the p99)\n    ${h.check}; ${authorizationLine(h.authorization)}\n` +
             `    after the claim, median ms (all / sends at or past the p99): ${stageList(h.stages.all, h.stages.tail)}`,
         );
         if (peerPeak !== undefined) {
@@ -492,7 +503,7 @@ async function mainParts(): Promise<void> {
             into.push(p);
             log(
               `  round ${round} peer open loop at ${what}, N=${n}: offered ${p.offeredOpsPerS.toFixed(0)}/s, achieved ${p.achievedOpsPerS.toFixed(0)}/s, ` +
-                `send commit -> provider request sent p50 ${p.p50Ms.toFixed(1)} ms p99 ${p.p99Ms.toFixed(1)} ms; -> complete p50 ${p.outcomeP50Ms.toFixed(1)} ms p99 ${p.outcomeP99Ms.toFixed(1)} ms\n    ${p.check}`,
+                `send commit -> provider request sent p50 ${p.p50Ms.toFixed(1)} ms p99 ${p.p99Ms.toFixed(1)} ms; -> complete p50 ${p.outcomeP50Ms.toFixed(1)} ms p99 ${p.outcomeP99Ms.toFixed(1)} ms\n    ${p.check}; ${authorizationLine(p.authorization)}`,
             );
           }
         }
@@ -834,6 +845,7 @@ async function mainParts(): Promise<void> {
       commit_to_claim_p50_ms_at_half_peak: h.claimP50Ms,
       commit_to_claim_p99_ms_at_half_peak: h.claimP99Ms,
       commit_to_claim_ms_of_sends_at_or_past_p99: round2(h.tailClaimMs),
+      authorization_requests: authorizationLine(h.authorization),
       after_claim_stage_p50_ms: stageList(h.stages.all),
       after_claim_stage_p50_ms_of_sends_at_or_past_p99: stageList(h.stages.tail),
       peak_ops_per_s: h.peakOpsPerS,
@@ -903,6 +915,7 @@ async function mainParts(): Promise<void> {
         not_succeeded: p.notSucceeded,
         p99_ms_rounds: runs.map((x) => x.p99Ms.toFixed(1)).join(', '),
         level_rounds: runs.map((x) => x.concurrency).join(', '),
+        authorization_requests: authorizationLine(p.authorization),
         check: p.check,
         main_thread_elu: round2(p.elu),
         machine_cpu_cores: round2(p.cpu.machineCores),
@@ -940,7 +953,7 @@ async function mainParts(): Promise<void> {
     );
     halfWhere =
       `Where commit -> request sent went, in the median round (median ms, all operations / those sent at or past the p99): ` +
-      `to the claim ${h.claimP50Ms.toFixed(1)} / ${h.tailClaimMs.toFixed(1)}; after it, ${stageList(h.stages.all, h.stages.tail)} ` +
+      `to the claim ${h.claimP50Ms.toFixed(1)} / ${h.tailClaimMs.toFixed(1)}; after it, ${stageList(h.stages.all, h.stages.tail)}; ${authorizationLine(h.authorization)} (medians over rounds) ` +
       '(authorize: claim -> evidence statement sent, the authorization call and the wait for an evidence batch; evidence: that statement; wait batch: -> the row-lock statement of its dispatch batch sent; lock: that statement; check + send: the final check and the request until written).';
     log(halfWhere);
   }
