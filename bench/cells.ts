@@ -373,7 +373,7 @@ export type LeastResult = Run & { notSucceeded: number; check: string };
  * Runs `write` for each item at once (`single`), or (`batched`) for all items that arrived in the same tick or
  * while the previous write was in flight; each caller learns whether its id came back.
  */
-function leastWriter<T extends { id: string }>(
+export function leastWriter<T extends { id: string }>(
   mode: LeastWrites,
   write: (items: T[]) => Promise<string[]>,
 ): (item: T) => Promise<boolean> {
