@@ -2,19 +2,25 @@
  * withTransaction against a real PostgreSQL: a connection cut from another session in the middle of a
  * transaction rejects the call with a coded error, the process survives, and the pool goes on working.
  */
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { createPool, withTransaction } from '../../core/db.js';
 import { isActionLedgerError } from '../../core/errors.js';
 import { createTestDatabase } from '../helpers/db.js';
 
-t.test('a connection cut mid-transaction rejects with database_unavailable and the process survives', async (t) => {
+/** A test database, a pool of `max` on it, and the uncaught exceptions seen until the test ends. */
+async function poolWatchingUncaught(t: Test, max: number) {
   const url = await createTestDatabase(t);
-  const pool = createPool(url, { max: 2, statementTimeoutMs: 30_000, applicationName: 'db-test' });
+  const pool = createPool(url, { max, statementTimeoutMs: 30_000, applicationName: 'db-test' });
   t.teardown(() => pool.end());
   const uncaught: unknown[] = [];
   const onUncaught = (err: unknown): void => void uncaught.push(err);
   process.on('uncaughtException', onUncaught);
   t.teardown(() => void process.off('uncaughtException', onUncaught));
+  return { url, pool, uncaught };
+}
+
+t.test('a connection cut mid-transaction rejects with database_unavailable and the process survives', async (t) => {
+  const { url, pool, uncaught } = await poolWatchingUncaught(t, 2);
 
   for (const where of ['idle in the transaction', 'in a statement'] as const) {
     let pidSeen!: (pid: number) => void;
@@ -49,13 +55,7 @@ t.test('a connection cut mid-transaction rejects with database_unavailable and t
 });
 
 t.test("a checked-out client's error with no listener of its own does not end the process", async (t) => {
-  const url = await createTestDatabase(t);
-  const pool = createPool(url, { max: 1, statementTimeoutMs: 30_000, applicationName: 'db-test' });
-  t.teardown(() => pool.end());
-  const uncaught: unknown[] = [];
-  const onUncaught = (err: unknown): void => void uncaught.push(err);
-  process.on('uncaughtException', onUncaught);
-  t.teardown(() => void process.off('uncaughtException', onUncaught));
+  const { url, pool, uncaught } = await poolWatchingUncaught(t, 1);
   // Held idle, as a lock connection is across a pass, with no 'error' listener of the caller's.
   const held = await pool.connect();
   const { rows } = await held.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
