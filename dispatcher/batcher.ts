@@ -1,23 +1,32 @@
 /**
  * Groups a dispatcher's per-operation database work into batches without making a lone operation wait.
  *
- * One batch at a time is in its opening phase (`open`); items added meanwhile queue and form the next batch
- * (at most `max` of them) as soon as that phase ends. With one operation in flight, a batch of one opens at
- * once; with many, each round trip serves every operation that became ready during the previous one (the
- * group-commit pattern). `open` settles every item it was given; if it throws instead, every item of the
- * batch is rejected with that error (settling an item twice is a no-op).
+ * Up to `openings` batches (two by default) are in their opening phase (`open`) at once, each on its own
+ * connection; items added while all of them are busy queue and form the next batch (at most `max` of them) as
+ * soon as one phase ends. With one operation in flight, a batch of one opens at once; with many, each round trip
+ * serves every operation that became ready meanwhile (the group-commit pattern). A second opening keeps a burst
+ * from queueing behind one round trip after another: with one, an operation that arrives just after a batch
+ * opened waits for that whole round trip before its own starts. An item is in one batch at a time, so the
+ * batches in flight hold disjoint items. `open` settles every item it was given; if it throws instead, every
+ * item of the batch is rejected with that error (settling an item twice is a no-op).
  */
 import { isConnectionError, isRetryable, isTransient } from '../core/db.js';
 import { sleep, type RetryPolicy } from '../core/retry.js';
 
+/** Batches of one batcher in their opening phase at once. */
+export const BATCH_OPENINGS = 2;
+
 export class Batcher<T extends Settle<never>> {
   readonly #max: number;
+  readonly #openings: number;
   readonly #open: (items: T[]) => Promise<void>;
   #queue: T[] = [];
-  #busy = false;
+  /** Batches in their opening phase now. */
+  #busy = 0;
 
-  constructor(max: number, open: (items: T[]) => Promise<void>) {
+  constructor(max: number, open: (items: T[]) => Promise<void>, openings = BATCH_OPENINGS) {
     this.#max = Math.max(1, max);
+    this.#openings = Math.max(1, openings);
     this.#open = open;
   }
 
@@ -27,16 +36,16 @@ export class Batcher<T extends Settle<never>> {
   }
 
   #next(): void {
-    if (this.#busy || this.#queue.length === 0) return;
+    if (this.#busy >= this.#openings || this.#queue.length === 0) return;
     const items = this.#queue.splice(0, this.#max);
-    this.#busy = true;
+    this.#busy += 1;
     void Promise.resolve()
       .then(() => this.#open(items))
       .catch((err: unknown) => {
         for (const item of items) item.reject(err);
       })
       .finally(() => {
-        this.#busy = false;
+        this.#busy -= 1;
         this.#next();
       });
   }

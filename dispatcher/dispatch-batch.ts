@@ -6,12 +6,12 @@
  * hangs holds its own batch-mates' outcomes and locks until its timeout, never another provider's.
  *
  * States of one batch:
- *   queued     - its items wait for the opening phase of the provider's previous batch to end
- *                (dispatcher/batcher.ts)
+ *   queued     - its items wait while the provider's batcher has all its openings busy (two batches in
+ *                their opening phase, each on its own connection; dispatcher/batcher.ts)
  *   locking    - BEGIN; the row locks no other session holds (the busy items go into a later batch); a
  *                lost connection or a conflict rolls back and retries from the start (`BATCH_RETRY_POLICY`)
- *   checking   - the final check over the locked rows (fresh, young, not killed, no role revoked); the next
- *                batch may open now
+ *   checking   - the final check over the locked rows (fresh, young, not killed, no role revoked); its
+ *                opening ends here and another batch may open
  *   sending    - the checked operations' requests are out, savepoint `outcomes` taken meanwhile
  *   writing    - their outcomes in one statement; if it fails, each on its own from the savepoint, under the
  *                same locks (transient failures retried); COMMIT
@@ -66,8 +66,9 @@ export class DispatchBatch {
   /**
    * Opens a dispatch batch: one transaction takes the row locks of its operations that no other session holds
    * (the others go into a later batch), then (a second statement) the final check over the locked ones. Once
-   * the locks are held the next batch may open, and this one sends its requests in parallel and writes all
-   * their outcomes before it commits. A lost connection or a conflict here retries from the start; any other failure
+   * the check has run the opening ends (another of the provider's batches may be opening meanwhile on its own
+   * connection, over other operations), and this one sends its requests in parallel and writes all their
+   * outcomes before it commits. A lost connection or a conflict here retries from the start; any other failure
    * rejects the items, none of which has been sent.
    */
   async #open(items: DispatchItem[]): Promise<void> {

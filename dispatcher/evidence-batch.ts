@@ -3,7 +3,7 @@
  * judged by the database clock and only while its claim is current.
  *
  * States of one item:
- *   queued    - waiting for the batch in its opening phase to end (dispatcher/batcher.ts)
+ *   queued    - waiting while the batcher's openings are busy (two statements in flight; dispatcher/batcher.ts)
  *   recording - in the batch statement; the whole statement is retried on a lost connection or a conflict
  *               (`BATCH_RETRY_POLICY`: the insert is idempotent per claim, so one that landed without its reply
  *               is harmless to repeat)

@@ -374,3 +374,55 @@ t.test(
     await e.provider.stop();
   },
 );
+
+t.test(
+  'an evidence statement that waits on a lock does not hold the next operation: two batches open at once',
+  async (t) => {
+    const e = await dispatchEnv(t, ROOMY);
+    // The first operation's evidence insert waits on an advisory lock the test holds, so its evidence batch
+    // stays in its opening phase until the test lets it go.
+    const stuck = await e.ledger.reserve(ctx('stuck'), 'issue_refund', args(1));
+    await e.pool.query(`
+    CREATE FUNCTION public.wait_for_test() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      IF NEW.operation_id = '${stuck.operation_id}' THEN PERFORM pg_advisory_xact_lock(4242); END IF;
+      RETURN NEW;
+    END $$;
+    CREATE TRIGGER wait_for_test AFTER INSERT ON actionledger.authorization_evidence
+      FOR EACH ROW EXECUTE FUNCTION public.wait_for_test();`);
+    const holder = await e.pool.connect();
+    let held = true;
+    const letGo = async () => {
+      if (!held) return;
+      held = false;
+      await holder.query('SELECT pg_advisory_unlock(4242)');
+      holder.release();
+    };
+    t.teardown(letGo);
+    await holder.query('SELECT pg_advisory_lock(4242)');
+    await e.dispatcher(4);
+    const deadline = Date.now() + 10_000;
+    let waiting = 0;
+    while (waiting === 0 && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 10));
+      const { rows } = await e.pool.query<{ n: number }>(
+        "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+      );
+      waiting = rows[0]!.n;
+    }
+    t.equal(waiting, 1, "the first operation's evidence batch waits on the lock");
+    const next = await e.ledger.reserve(ctx('next'), 'issue_refund', args(2));
+    const done = await settled(e.pool, next.operation_id);
+    t.equal(done.status, 'succeeded', 'the next operation succeeded through a second evidence batch meanwhile');
+    t.equal(e.provider.requestsFor(next.effect_key), 1, 'sent once');
+    const { rows } = await e.pool.query<{ status: string }>(
+      'SELECT status FROM actionledger.operations WHERE operation_id = $1',
+      [stuck.operation_id],
+    );
+    t.equal(rows[0]?.status, 'executing', 'while the first one still waits');
+    t.equal(e.provider.requestsFor(stuck.effect_key), 0, 'unsent');
+    await letGo();
+    t.equal((await settled(e.pool, stuck.operation_id)).status, 'succeeded', 'let go, it succeeds');
+    t.equal(e.provider.requestsFor(stuck.effect_key), 1, 'sent once');
+  },
+);
