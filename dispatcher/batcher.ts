@@ -67,7 +67,7 @@ export function submit<I, R = void>(batcher: Batcher<I & Settle<R>>, item: I): P
  * few times (100 ms, doubling to 800 ms): it is idempotent per claim and nothing of the batch has been sent yet.
  * The policy narrows `isTransient`: a full disk, a timeout or an exhausted server rejects the items at once, and
  * their claims are released (the release itself retried until written) rather than held by the batch while their
- * authorizations age.
+ * authorizations age. Each batch runs it with the worker's halt signal ({@link batchRetryPolicy}).
  */
 export const BATCH_RETRY_POLICY: RetryPolicy = {
   tries: 5,
@@ -75,6 +75,15 @@ export const BATCH_RETRY_POLICY: RetryPolicy = {
   maxDelayMs: 800,
   retryOn: (err) => isTransient(err) && (isConnectionError(err) || isRetryable(err)),
 };
+
+/**
+ * {@link BATCH_RETRY_POLICY} ended by `halt`: once a stop's deadline has passed, no batch statement starts again
+ * (nor a first time), and the batch's items are rejected with the signal's reason (`WorkerHalted`). Nothing of
+ * such a batch has been sent; its claims stay executing for the reconciler, as every claim a halted worker holds.
+ */
+export function batchRetryPolicy(halt: AbortSignal): RetryPolicy {
+  return { ...BATCH_RETRY_POLICY, signal: halt };
+}
 
 /** A row another session holds is tried again after 20 ms, doubling to this cap, while its claim holds. */
 const BUSY_RETRY_MAX_MS = 1_000;

@@ -20,7 +20,7 @@
  */
 import { isConnectionError, isTransient, type PoolClient } from '../core/db.js';
 import { retry, type RetryPolicy } from '../core/retry.js';
-import { Batcher, BATCH_RETRY_POLICY, retryBusy, submit } from './batcher.js';
+import { Batcher, batchRetryPolicy, retryBusy, submit } from './batcher.js';
 import { providerContact, reviewReason, type Completer } from './completer.js';
 import type { DispatchContext } from './context.js';
 import { callProvider, classify, type Outcome } from './executor.js';
@@ -73,7 +73,10 @@ export class DispatchBatch {
    */
   async #open(items: DispatchItem[]): Promise<void> {
     this.#ctx.o.metrics.batchOperations.observe({ stage: 'dispatch' }, items.length);
-    const { held, state, locked, checks } = await retry(() => this.#lockAndCheck(items), BATCH_RETRY_POLICY);
+    const { held, state, locked, checks } = await retry(
+      () => this.#lockAndCheck(items),
+      batchRetryPolicy(this.#ctx.halt()),
+    );
     // Only now, with nothing left to retry: an item is settled (or queued again) exactly once.
     for (const item of items) {
       const s = state.get(item.op.operation_id);

@@ -14,7 +14,7 @@
 import { ActionLedgerError, isActionLedgerError } from '../core/errors.js';
 import { retry } from '../core/retry.js';
 import { checkWindows, type AuthorizationDecision } from './authorize.js';
-import { Batcher, BATCH_RETRY_POLICY, retryBusy, submit } from './batcher.js';
+import { Batcher, batchRetryPolicy, retryBusy, submit } from './batcher.js';
 import type { DispatchContext } from './context.js';
 import type { ClaimedOperation, EvidenceItem } from './types.js';
 
@@ -37,7 +37,7 @@ export class EvidenceBatch {
 
   async #record(items: EvidenceItem[]): Promise<void> {
     this.#ctx.o.metrics.batchOperations.observe({ stage: 'evidence' }, items.length);
-    const { refused, busy } = await retry(() => this.#recordOnce(items), BATCH_RETRY_POLICY);
+    const { refused, busy } = await retry(() => this.#recordOnce(items), batchRetryPolicy(this.#ctx.halt()));
     for (const item of items) {
       const err = refused.get(item);
       if (busy.has(item)) retryBusy(this.#batcher, item, this.#ctx.halt());

@@ -126,3 +126,43 @@ t.test('a stop called while another drains resolves after it; stop after stop re
   );
   t.same(rows, [{ stopped: true }], 'the worker is marked stopped');
 });
+
+t.test("a batch statement retrying a conflict gives up at the stop's deadline and sends nothing", async (t) => {
+  const e = await dispatchEnv(t);
+  // Every evidence statement fails with a serialization failure, a conflict the batch retries (100 ms, doubling),
+  // and counts its tries.
+  await e.pool.query(`
+    CREATE SEQUENCE public.evidence_tries;
+    CREATE FUNCTION public.conflict() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      PERFORM nextval('public.evidence_tries');
+      RAISE EXCEPTION 'simulated conflict' USING ERRCODE = '40001';
+    END $$;
+    CREATE TRIGGER conflict BEFORE INSERT ON actionledger.authorization_evidence
+      FOR EACH ROW EXECUTE FUNCTION public.conflict();`);
+  // The count survives the failed statement's rollback: sequences are not transactional.
+  const tries = async () =>
+    (
+      await e.pool.query<{ n: string }>(
+        'SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS n FROM public.evidence_tries',
+      )
+    ).rows[0]!.n;
+  const op = await e.ledger.reserve(ctx('retrying'), 'issue_refund', args(1));
+  const d = await openDispatcher(e.runtime, e.env, { concurrency: 1 });
+  t.teardown(() => d.stop(5000));
+  await d.start();
+  const deadline = Date.now() + 10_000;
+  while ((await tries()) === '0' && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
+  t.ok(Number(await tries()) >= 1, 'the first evidence statement failed, and the batch retries');
+  await d.stop(50);
+  const atStop = await tries();
+  // Longer than every wait the policy has left (100 + 200 + 400 + 800 ms).
+  await new Promise((r) => setTimeout(r, 2_000));
+  t.equal(await tries(), atStop, 'no evidence statement ran after the stop returned');
+  const { rows } = await e.pool.query<{ status: string }>(
+    'SELECT status FROM actionledger.operations WHERE operation_id = $1',
+    [op.operation_id],
+  );
+  t.equal(rows[0]?.status, 'executing', 'the claim stays executing for the reconciler');
+  t.equal(e.provider.requestsFor(op.effect_key), 0, 'nothing was sent');
+});
