@@ -8,7 +8,7 @@ import { bindQueries, createPool } from '../../core/db.js';
 import { Metrics } from '../../core/metrics.js';
 import { openDispatcher } from '../../dispatcher/index.js';
 import { dispatcherQueries } from '../../dispatcher/queries.js';
-import { ctx, dispatchEnv, settled } from '../helpers/fleet.js';
+import { ctx, dispatchEnv, pauseEvidenceOn, settled } from '../helpers/fleet.js';
 import { gateFixture } from '../helpers/gate.js';
 
 /**
@@ -382,14 +382,7 @@ t.test(
     // The first operation's evidence insert waits on an advisory lock the test holds, so its evidence batch
     // stays in its opening phase until the test lets it go.
     const stuck = await e.ledger.reserve(ctx('stuck'), 'issue_refund', args(1));
-    await e.pool.query(`
-    CREATE FUNCTION public.wait_for_test() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-      IF NEW.operation_id = '${stuck.operation_id}' THEN PERFORM pg_advisory_xact_lock(4242); END IF;
-      RETURN NEW;
-    END $$;
-    CREATE TRIGGER wait_for_test AFTER INSERT ON actionledger.authorization_evidence
-      FOR EACH ROW EXECUTE FUNCTION public.wait_for_test();`);
+    await pauseEvidenceOn(e.pool, stuck.operation_id, 4242);
     const holder = await e.pool.connect();
     let held = true;
     const letGo = async () => {

@@ -6,7 +6,7 @@
  */
 import t, { type Test } from 'tap';
 import type { Pool, PoolClient } from '../../core/db.js';
-import { ctx, dispatchEnv, settled } from '../helpers/fleet.js';
+import { ctx, dispatchEnv, pauseEvidenceOn, settled } from '../helpers/fleet.js';
 
 const args = (n: number) => ({ order_id: `ord-${n}`, amount: 100 + n, currency: 'EUR' });
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -95,14 +95,7 @@ t.test(
     // The held operation's evidence statement pauses (holding its row lock) until the test lets it commit: the
     // stranger's FOR UPDATE queued behind it then gets the row the moment the evidence commits, before the
     // dispatch batch asks for it.
-    await e.pool.query(`
-    CREATE FUNCTION public.pause_evidence() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-      IF NEW.operation_id = '${held.operation_id}' THEN PERFORM pg_advisory_xact_lock(4242); END IF;
-      RETURN NEW;
-    END $$;
-    CREATE TRIGGER pause_evidence BEFORE INSERT ON actionledger.authorization_evidence
-      FOR EACH ROW EXECUTE FUNCTION public.pause_evidence();`);
+    await pauseEvidenceOn(e.pool, held.operation_id, 4242);
     const gate = await connect(t, e.pool);
     const holder = await connect(t, e.pool);
     await gate.query('SELECT pg_advisory_lock(4242)');

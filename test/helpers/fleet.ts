@@ -187,6 +187,22 @@ export async function dispatchEnv(
   };
 }
 
+/**
+ * Makes the evidence statement that records `operationId` wait, inside that statement (its row lock held), on
+ * advisory lock `key`: a test holding the lock keeps that operation's evidence batch in its opening phase until
+ * it lets go.
+ */
+export async function pauseEvidenceOn(pool: Pool, operationId: string, key: number): Promise<void> {
+  await pool.query(`
+    CREATE FUNCTION public.pause_evidence() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      IF NEW.operation_id = '${operationId}' THEN PERFORM pg_advisory_xact_lock(${key}); END IF;
+      RETURN NEW;
+    END $$;
+    CREATE TRIGGER pause_evidence BEFORE INSERT ON actionledger.authorization_evidence
+      FOR EACH ROW EXECUTE FUNCTION public.pause_evidence();`);
+}
+
 /** Polls until `op` reaches a state outside `executing`/`pending`, or times out. */
 export async function settled(
   pool: Pool,
