@@ -126,7 +126,7 @@ async function poissonArrivals(
 }
 
 interface UndiciRequestMessage {
-  request?: { origin?: unknown; path?: unknown; headers?: unknown };
+  request?: { origin?: unknown; path?: unknown; headers?: unknown; body?: unknown };
 }
 
 /**
@@ -167,15 +167,34 @@ export interface AuthorizationWatch {
   connects: number;
 }
 
+/** One operation's authorization request: created and its response's body received (performance.now()). */
+interface AuthorizationTimes {
+  created: number;
+  received?: number;
+}
+
+/** The `operation_id` of an authorization request body (a JSON string or its bytes), if it has one. */
+function operationOf(body: unknown): string | undefined {
+  const text = typeof body === 'string' ? body : Buffer.isBuffer(body) ? body.toString('utf8') : undefined;
+  return text === undefined ? undefined : /"operation_id":"([0-9a-f-]{36})"/.exec(text)?.[1];
+}
+
 /**
  * Watches undici's requests to `url`'s origin and path (the authorizer): from `undici:request:create` to
  * `undici:request:headers`, the most out at once, and the connections opened to that origin
- * (`undici:client:connected`).
+ * (`undici:client:connected`); and, by the `operation_id` of each request body, when that operation's request
+ * was created and its response body received (`undici:request:trailers`), in `byOperation`.
  */
-function watchAuthorizations(url: string): { read: () => AuthorizationWatch; stop: () => void } {
+function watchAuthorizations(url: string): {
+  read: () => AuthorizationWatch;
+  byOperation: Map<string, AuthorizationTimes>;
+  stop: () => void;
+} {
   const target = new URL(url);
   const path = `${target.pathname}${target.search}`;
   const started = new WeakMap<object, number>();
+  const operations = new WeakMap<object, AuthorizationTimes>();
+  const byOperation = new Map<string, AuthorizationTimes>();
   const durations: number[] = [];
   let inFlight = 0;
   let maxInFlight = 0;
@@ -185,8 +204,21 @@ function watchAuthorizations(url: string): { read: () => AuthorizationWatch; sto
   const onCreate = (message: unknown): void => {
     const req = (message as UndiciRequestMessage | null)?.request;
     if (!mine(req)) return;
-    started.set(req, performance.now());
+    const now = performance.now();
+    started.set(req, now);
     maxInFlight = Math.max(maxInFlight, ++inFlight);
+    const op = operationOf(req.body);
+    if (op !== undefined) {
+      const times = { created: now };
+      byOperation.set(op, times);
+      operations.set(req, times);
+    }
+  };
+  const onReceived = (message: unknown): void => {
+    const req = (message as UndiciRequestMessage | null)?.request;
+    if (!mine(req)) return;
+    const times = operations.get(req);
+    if (times !== undefined) times.received = performance.now();
   };
   const onEnd = (message: unknown): void => {
     const req = (message as UndiciRequestMessage | null)?.request;
@@ -204,12 +236,14 @@ function watchAuthorizations(url: string): { read: () => AuthorizationWatch; sto
   const channels: [string, (m: unknown) => void][] = [
     ['undici:request:create', onCreate],
     ['undici:request:headers', onEnd],
+    ['undici:request:trailers', onReceived],
     ['undici:request:error', onEnd],
     ['undici:client:connected', onConnected],
   ];
   for (const [name, fn] of channels) subscribe(name, fn);
   return {
     read: () => ({ ...percentiles(durations), maxInFlight, connects }),
+    byOperation,
     stop: () => {
       for (const [name, fn] of channels) unsubscribe(name, fn);
     },
@@ -280,6 +314,15 @@ export async function halfPeakCell(
           const from = points[k - 1]![1];
           if (to !== undefined && from !== undefined) gap[name] = to - from;
         }
+        // The authorize stage in two: the authorization call itself (request created -> its body received),
+        // then the rest until the evidence statement went out (the decision's checks, the wait for an evidence
+        // batch and for its connection).
+        const a = auth.byOperation.get(r.operation_id);
+        auth.byOperation.delete(r.operation_id);
+        if (a?.received !== undefined) {
+          gap['authorization call'] = a.received - a.created;
+          if (st.evidenceSent !== undefined) gap['after the call'] = st.evidenceSent - a.received;
+        }
         gaps.push(gap);
       }
     };
@@ -307,7 +350,15 @@ export async function halfPeakCell(
     const tail = toClaim.filter((_, i) => toSent[i]! >= sent.p99Ms);
     const medians = (rows: Record<string, number>[]): Record<string, number> => {
       const out: Record<string, number> = {};
-      for (const name of ['authorize', 'evidence', 'wait batch', 'lock', 'check + send']) {
+      for (const name of [
+        'authorize',
+        'authorization call',
+        'after the call',
+        'evidence',
+        'wait batch',
+        'lock',
+        'check + send',
+      ]) {
         const xs = rows.map((g) => g[name]).filter((x): x is number => x !== undefined);
         if (xs.length > 0) out[name] = percentiles(xs).p50Ms;
       }
