@@ -187,8 +187,12 @@ t.test('kill switches: capability, tenant isolation, engage and lift, audited wi
   t.equal(lift.status, 200);
   t.equal(await count(f.pool, 'actionledger.gate_kill_switches'), 0);
 
-  await new Promise((r) => setTimeout(r, 100)); // the api audit row is written after the answer
-  const rows = await auditRows(f.pool, "action = 'api' AND principal_id = 'ops-1'");
+  // The api audit rows are written after the answer (grouped): wait for the three, up to 5 s.
+  let rows = await auditRows(f.pool, "action = 'api' AND principal_id = 'ops-1'");
+  for (const deadline = Date.now() + 5_000; rows.length < 3 && Date.now() < deadline;) {
+    await new Promise((r) => setTimeout(r, 20));
+    rows = await auditRows(f.pool, "action = 'api' AND principal_id = 'ops-1'");
+  }
   t.same(
     rows.map((r) => [(r.detail as { method: string }).method, r.outcome]),
     [
