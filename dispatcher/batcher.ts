@@ -1,8 +1,8 @@
 /**
  * Groups a dispatcher's per-operation database work into batches without making a lone operation wait.
  *
- * Up to `openings` batches (two by default) are in their opening phase (`open`) at once, each on its own
- * connection; items added while all of them are busy queue and form the next batch (at most `max` of them) as
+ * Up to `openings` batches (two by default; a worker's batchers ask `batchOpenings`) are in their opening phase
+ * (`open`) at once, each on its own connection; items added while all of them are busy queue and form the next batch (at most `max` of them) as
  * soon as one phase ends. With one operation in flight, a batch of one opens at once; with many, each round trip
  * serves every operation that became ready meanwhile (the group-commit pattern). A second opening keeps a burst
  * from queueing behind one round trip after another: with one, an operation that arrives just after a batch
@@ -13,20 +13,31 @@
 import { isConnectionError, isRetryable, isTransient } from '../core/db.js';
 import { sleep, type RetryPolicy } from '../core/retry.js';
 
-/** Batches of one batcher in their opening phase at once. */
+/** Batches of one batcher in their opening phase at once, at most. */
 export const BATCH_OPENINGS = 2;
+
+/**
+ * The openings a worker's batchers may use with `inFlight` of its `concurrency` slots taken: two while at most
+ * half are, one above. A second opening shortens a burst's wait but halves the batches it splits; when most
+ * slots are taken the worker is near saturation, where each round trip serving more operations is worth more
+ * than the wait it saves (measured in the README's benchmark notes).
+ */
+export function batchOpenings(inFlight: number, concurrency: number): number {
+  return inFlight * 2 <= concurrency ? BATCH_OPENINGS : 1;
+}
 
 export class Batcher<T extends Settle<never>> {
   readonly #max: number;
-  readonly #openings: number;
+  readonly #openings: () => number;
   readonly #open: (items: T[]) => Promise<void>;
   #queue: T[] = [];
   /** Batches in their opening phase now. */
   #busy = 0;
 
-  constructor(max: number, open: (items: T[]) => Promise<void>, openings = BATCH_OPENINGS) {
+  /** `openings`: how many batches may be in their opening phase, asked each time one could open. */
+  constructor(max: number, open: (items: T[]) => Promise<void>, openings: number | (() => number) = BATCH_OPENINGS) {
     this.#max = Math.max(1, max);
-    this.#openings = Math.max(1, openings);
+    this.#openings = typeof openings === 'number' ? () => openings : openings;
     this.#open = open;
   }
 
@@ -36,7 +47,7 @@ export class Batcher<T extends Settle<never>> {
   }
 
   #next(): void {
-    if (this.#busy >= this.#openings || this.#queue.length === 0) return;
+    if (this.#queue.length === 0 || this.#busy >= Math.max(1, this.#openings())) return;
     const items = this.#queue.splice(0, this.#max);
     this.#busy += 1;
     void Promise.resolve()

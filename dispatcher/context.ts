@@ -42,6 +42,8 @@ export interface DispatchContext {
   readonly prepared: PreparedStatements;
   /** Aborted (with a `WorkerHalted` reason) when a stop's deadline has passed: owed writes give up. */
   halt(): AbortSignal;
+  /** Batch openings each batcher may use now (`batchOpenings` of the slots taken; dispatcher/batcher.ts). */
+  readonly openings: () => number;
   /** Asks the producer to claim (as a NOTIFY would): for work this worker made claimable later, as a release. */
   wake(): void;
   /** The agents of the current run; throws `WorkerHalted` when the worker has none (stopped). */

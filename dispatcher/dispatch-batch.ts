@@ -7,7 +7,8 @@
  *
  * States of one batch:
  *   queued     - its items wait while the provider's batcher has all its openings busy (two batches in
- *                their opening phase, each on its own connection; dispatcher/batcher.ts)
+ *                their opening phase, each on its own connection, or one when most of the worker's slots are
+ *                taken; dispatcher/batcher.ts)
  *   locking    - BEGIN; the row locks no other session holds (the busy items go into a later batch); a
  *                lost connection or a conflict rolls back and retries from the start (`BATCH_RETRY_POLICY`)
  *   checking   - the final check over the locked rows (fresh, young, not killed, no role revoked); its
@@ -57,7 +58,7 @@ export class DispatchBatch {
   #batcherFor(providerId: string): Batcher<DispatchItem> {
     let batcher = this.#batchers.get(providerId);
     if (batcher === undefined) {
-      batcher = new Batcher(this.#ctx.o.batchSize, (items) => this.#open(items));
+      batcher = new Batcher(this.#ctx.o.batchSize, (items) => this.#open(items), this.#ctx.openings);
       this.#batchers.set(providerId, batcher);
     }
     return batcher;

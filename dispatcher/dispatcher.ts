@@ -23,6 +23,7 @@ import type { Agent } from 'undici';
 import { bindQueries, prepared } from '../core/db.js';
 import { asActionLedgerError } from '../core/errors.js';
 import { RepeatedFailureLog } from '../core/log.js';
+import { batchOpenings } from './batcher.js';
 import { Completer } from './completer.js';
 import type { DispatchContext, DispatcherOptions } from './context.js';
 import { DispatchBatch } from './dispatch-batch.js';
@@ -57,6 +58,7 @@ export class Dispatcher {
         operationCompleteBatch: prepared(q.operationCompleteBatch),
       },
       halt: () => this.#halt.signal,
+      openings: () => batchOpenings(this.#producer.inFlight, options.concurrency),
       wake: () => this.#producer.wake(),
       agent: (kind) => this.#agent(kind),
       writeFailures: new RepeatedFailureLog(options.log, 'a write this worker owes failed; retrying it'),

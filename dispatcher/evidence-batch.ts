@@ -3,7 +3,8 @@
  * judged by the database clock and only while its claim is current.
  *
  * States of one item:
- *   queued    - waiting while the batcher's openings are busy (two statements in flight; dispatcher/batcher.ts)
+ *   queued    - waiting while the batcher's openings are busy (two statements in flight, one when most of the
+ *               worker's slots are taken; dispatcher/batcher.ts)
  *   recording - in the batch statement; the whole statement is retried on a lost connection or a conflict
  *               (`BATCH_RETRY_POLICY`: the insert is idempotent per claim, so one that landed without its reply
  *               is harmless to repeat)
@@ -24,7 +25,7 @@ export class EvidenceBatch {
 
   constructor(ctx: DispatchContext) {
     this.#ctx = ctx;
-    this.#batcher = new Batcher(ctx.o.batchSize, (items) => this.#record(items));
+    this.#batcher = new Batcher(ctx.o.batchSize, (items) => this.#record(items), ctx.openings);
   }
 
   /**

@@ -1,10 +1,11 @@
 /**
  * The batcher on its own (dispatcher/batcher.ts): how many batches are in their opening phase at once, which
- * items form each batch, and how a failed opening settles its items. The evidence and dispatch batches use it
- * with its default number of openings; their database behaviour is in batching.test.ts and busy-rows.test.ts.
+ * items form each batch, how a failed opening settles its items, and the rule a worker's batchers follow
+ * (`batchOpenings`: two openings while at most half its slots are taken, one above). Their database behaviour
+ * is in batching.test.ts and busy-rows.test.ts.
  */
 import t from 'tap';
-import { Batcher, BATCH_OPENINGS, submit } from '../../dispatcher/batcher.js';
+import { Batcher, BATCH_OPENINGS, batchOpenings, submit } from '../../dispatcher/batcher.js';
 
 interface Item {
   id: string;
@@ -68,6 +69,44 @@ t.test('one opening: an item waits for the batch in its opening phase', async (t
   t.same(opened[1]?.ids, ['b', 'c'], 'the items that waited open together');
   opened[1]!.end();
   await Promise.all([c, d]);
+});
+
+t.test("a worker's batchers open a second batch only while at most half its slots are taken", (t) => {
+  t.equal(batchOpenings(0, 32), 2, 'idle');
+  t.equal(batchOpenings(16, 32), 2, 'half the slots taken');
+  t.equal(batchOpenings(17, 32), 1, 'more than half');
+  t.equal(batchOpenings(32, 32), 1, 'every slot');
+  t.equal(batchOpenings(1, 2), 2, 'one of two');
+  t.equal(batchOpenings(2, 2), 1, 'two of two');
+  t.equal(batchOpenings(1, 1), 1, 'a worker of one slot never has a second item to open for');
+  t.end();
+});
+
+t.test('openings given as a function are asked each time a batch could open', async (t) => {
+  const { opened, open } = controlledOpen();
+  let openings = 1;
+  const b = new Batcher<Item>(16, open, () => openings);
+  const a = submit(b, { id: 'a' });
+  const bb = submit(b, { id: 'b' });
+  await tick();
+  t.same(ids(opened), [['a']], 'with one opening allowed, the second item waits');
+  openings = 2;
+  const c = submit(b, { id: 'c' });
+  await tick();
+  t.same(ids(opened), [['a'], ['b', 'c']], 'allowed two, the next arrival opens a second batch with what waited');
+  openings = 1;
+  const d = submit(b, { id: 'd' });
+  opened[1]!.end();
+  await Promise.all([bb, c]);
+  await tick();
+  t.equal(opened.length, 2, 'back to one: with the first batch still open, nothing else opens');
+  openings = 0;
+  opened[0]!.end();
+  await a;
+  await tick();
+  t.same(opened[2]?.ids, ['d'], 'an answer below one counts as one: the queue never stalls');
+  opened[2]!.end();
+  await d;
 });
 
 t.test('a batch holds at most max items; the rest wait for the next slot', async (t) => {

@@ -4,7 +4,8 @@
  * authorizer over mTLS, a real Dispatcher.
  */
 import t from 'tap';
-import { bindQueries, createPool } from '../../core/db.js';
+import type { Test } from 'tap';
+import { bindQueries, createPool, type Pool } from '../../core/db.js';
 import { Metrics } from '../../core/metrics.js';
 import { openDispatcher } from '../../dispatcher/index.js';
 import { dispatcherQueries } from '../../dispatcher/queries.js';
@@ -375,47 +376,85 @@ t.test(
   },
 );
 
-t.test(
-  'an evidence statement that waits on a lock does not hold the next operation: two batches open at once',
-  async (t) => {
-    const e = await dispatchEnv(t, ROOMY);
-    // The first operation's evidence insert waits on an advisory lock the test holds, so its evidence batch
-    // stays in its opening phase until the test lets it go.
-    const stuck = await e.ledger.reserve(ctx('stuck'), 'issue_refund', args(1));
-    await pauseEvidenceOn(e.pool, stuck.operation_id, 4242);
-    const holder = await e.pool.connect();
-    let held = true;
-    const letGo = async () => {
-      if (!held) return;
-      held = false;
-      await holder.query('SELECT pg_advisory_unlock(4242)');
-      holder.release();
-    };
-    t.teardown(letGo);
-    await holder.query('SELECT pg_advisory_lock(4242)');
-    await e.dispatcher(4);
-    const deadline = Date.now() + 10_000;
-    let waiting = 0;
-    while (waiting === 0 && Date.now() < deadline) {
-      await new Promise((r) => setTimeout(r, 10));
-      const { rows } = await e.pool.query<{ n: number }>(
-        "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
-      );
-      waiting = rows[0]!.n;
-    }
-    t.equal(waiting, 1, "the first operation's evidence batch waits on the lock");
-    const next = await e.ledger.reserve(ctx('next'), 'issue_refund', args(2));
-    const done = await settled(e.pool, next.operation_id);
-    t.equal(done.status, 'succeeded', 'the next operation succeeded through a second evidence batch meanwhile');
-    t.equal(e.provider.requestsFor(next.effect_key), 1, 'sent once');
-    const { rows } = await e.pool.query<{ status: string }>(
-      'SELECT status FROM actionledger.operations WHERE operation_id = $1',
-      [stuck.operation_id],
+/**
+ * One operation's evidence statement waits on an advisory lock the test holds, so its evidence batch stays in
+ * its opening phase; then a second operation is reserved. With `concurrency` 4 the two take half the slots and
+ * a second evidence batch may open; with 2 they take every slot and it may not.
+ */
+async function nextBehindStuckEvidence(
+  t: Test,
+  concurrency: number,
+  whileStuck: (e: Awaited<ReturnType<typeof dispatchEnv>>, stuck: Reserved, next: Reserved) => Promise<void>,
+): Promise<void> {
+  const e = await dispatchEnv(t, ROOMY);
+  const stuck = await e.ledger.reserve(ctx('stuck'), 'issue_refund', args(1));
+  await pauseEvidenceOn(e.pool, stuck.operation_id, 4242);
+  const holder = await e.pool.connect();
+  let held = true;
+  const letGo = async () => {
+    if (!held) return;
+    held = false;
+    await holder.query('SELECT pg_advisory_unlock(4242)');
+    holder.release();
+  };
+  t.teardown(letGo);
+  await holder.query('SELECT pg_advisory_lock(4242)');
+  await e.dispatcher(concurrency);
+  const deadline = Date.now() + 10_000;
+  let waiting = 0;
+  while (waiting === 0 && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 10));
+    const { rows } = await e.pool.query<{ n: number }>(
+      "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
     );
-    t.equal(rows[0]?.status, 'executing', 'while the first one still waits');
-    t.equal(e.provider.requestsFor(stuck.effect_key), 0, 'unsent');
-    await letGo();
-    t.equal((await settled(e.pool, stuck.operation_id)).status, 'succeeded', 'let go, it succeeds');
-    t.equal(e.provider.requestsFor(stuck.effect_key), 1, 'sent once');
-  },
+    waiting = rows[0]!.n;
+  }
+  t.equal(waiting, 1, "the first operation's evidence batch waits on the lock");
+  const next = await e.ledger.reserve(ctx('next'), 'issue_refund', args(2));
+  await whileStuck(e, stuck, next);
+  t.equal(e.provider.requestsFor(stuck.effect_key), 0, 'the first is unsent while its evidence waits');
+  await letGo();
+  for (const op of [stuck, next]) {
+    t.equal((await settled(e.pool, op.operation_id)).status, 'succeeded', 'let go, both succeed');
+    t.equal(e.provider.requestsFor(op.effect_key), 1, 'each sent once');
+  }
+}
+
+type Reserved = { operation_id: string; effect_key: string };
+
+async function statusOf(pool: Pool, operationId: string): Promise<string | undefined> {
+  const { rows } = await pool.query<{ status: string }>(
+    'SELECT status FROM actionledger.operations WHERE operation_id = $1',
+    [operationId],
+  );
+  return rows[0]?.status;
+}
+
+t.test(
+  'an evidence statement that waits on a lock does not hold the next operation while most slots are free: two batches open at once',
+  (t) =>
+    nextBehindStuckEvidence(t, 4, async (e, stuck, next) => {
+      const done = await settled(e.pool, next.operation_id);
+      t.equal(done.status, 'succeeded', 'the next operation succeeded through a second evidence batch meanwhile');
+      t.equal(e.provider.requestsFor(next.effect_key), 1, 'sent once');
+      t.equal(await statusOf(e.pool, stuck.operation_id), 'executing', 'while the first one still waits');
+    }),
+);
+
+t.test('with every slot taken, one evidence batch opens at a time: the next operation waits its turn', (t) =>
+  nextBehindStuckEvidence(t, 2, async (e, _stuck, next) => {
+    // It was claimed (both slots taken) and authorized; its evidence waits for the open batch.
+    const deadline = Date.now() + 10_000;
+    while ((await statusOf(e.pool, next.operation_id)) !== 'executing' && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 10));
+    t.equal(await statusOf(e.pool, next.operation_id), 'executing', 'the next operation is claimed');
+    await new Promise((r) => setTimeout(r, 750));
+    const { rows } = await e.pool.query<{ n: number }>(
+      'SELECT count(*)::int AS n FROM actionledger.authorization_evidence WHERE operation_id = $1',
+      [next.operation_id],
+    );
+    t.equal(rows[0]!.n, 0, 'no evidence recorded for it while the one batch is open');
+    t.equal(await statusOf(e.pool, next.operation_id), 'executing', 'still executing');
+    t.equal(e.provider.requestsFor(next.effect_key), 0, 'and unsent');
+  }),
 );
