@@ -22,7 +22,7 @@ import { createLogger } from '../core/log.js';
 import { Metrics } from '../core/metrics.js';
 import type { Runtime } from '../core/runtime.js';
 import { Secret } from '../core/secret.js';
-import { openDispatcher, type Dispatcher } from '../dispatcher/index.js';
+import { dispatcherPoolFloor, openDispatcher, type Dispatcher } from '../dispatcher/index.js';
 import type { ClaimEvent } from '../dispatcher/producer.js';
 import { dispatcherQueries } from '../dispatcher/queries.js';
 import { EffectKeyer, Ledger } from '../ledger/index.js';
@@ -415,8 +415,10 @@ export async function openDispatchBench(
     statementTimeoutMs: 60_000,
     applicationName: 'bench-producer',
   });
+  // Sized and kept as a worker of `actionledger start` keeps its pool (bin/dispatcher-worker.ts).
   const dispatcherPool = createPool(url, {
     max: dispatcherPoolMax,
+    min: dispatcherPoolFloor(concurrency),
     statementTimeoutMs: 60_000,
     applicationName: 'bench-dispatcher',
   });

@@ -75,6 +75,11 @@ export interface HalfPeakResult extends OpenLoopResult {
    * sent (waiting for a dispatch batch), lock answered, -> request sent (the final check, the request's start).
    */
   stages: { all: Record<string, number>; tail: Record<string, number> };
+  /**
+   * Connections the dispatcher's pool opened while the arrivals ran: each one opened while an operation waited
+   * for it (it kept `dispatcherPoolFloor` open from its start).
+   */
+  dbConnectionsOpened: number;
 }
 
 /** mulberry32: a small seeded generator, so the arrival pattern is the same in every run. */
@@ -327,7 +332,11 @@ export async function halfPeakCell(
       }
     };
     const auth = watchAuthorizations(env.sandbox.authorizeUrl);
+    let dbConnectionsOpened = 0;
+    const onConnect = (): void => void dbConnectionsOpened++;
+    env.dispatcherPool.on('connect', onConnect);
     const { start, arrivals, failed, arrivalLagP99Ms, used } = await poissonArrivals(targetOpsPerS, seconds, one);
+    env.dispatcherPool.off('connect', onConnect);
     auth.stop();
     const { rows } = await env.producerPool.query<{ status: string; n: number }>(
       'SELECT status, count(*)::int AS n FROM actionledger.operations GROUP BY status ORDER BY status',
@@ -380,6 +389,7 @@ export async function halfPeakCell(
       claimP99Ms: claim.p99Ms,
       tailClaimMs: tail.length === 0 ? NaN : percentiles(tail).p50Ms,
       stages,
+      dbConnectionsOpened,
       outcomeP50Ms: outcome.p50Ms,
       outcomeP99Ms: outcome.p99Ms,
       arrivalLagP99Ms,

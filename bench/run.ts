@@ -490,7 +490,7 @@ async function mainParts(): Promise<void> {
         log(
           `  round ${round} open loop at half the peak (${h.peakOpsPerS.toFixed(0)}/s at N=${h.concurrency}): offered ${h.offeredOpsPerS.toFixed(0)}/s, achieved ${h.achievedOpsPerS.toFixed(0)}/s, ` +
             `reserve commit -> provider request sent p50 ${h.p50Ms.toFixed(1)} ms p99 ${h.p99Ms.toFixed(1)} ms; -> outcome commit p50 ${h.outcomeP50Ms.toFixed(1)} ms p99 ${h.outcomeP99Ms.toFixed(1)} ms; ` +
-            `-> claim p50 ${h.claimP50Ms.toFixed(1)} ms p99 ${h.claimP99Ms.toFixed(1)} ms (${h.tailClaimMs.toFixed(1)} ms for the sends at or past the p99)\n    ${h.check}; ${authorizationLine(h.authorization)}\n` +
+            `-> claim p50 ${h.claimP50Ms.toFixed(1)} ms p99 ${h.claimP99Ms.toFixed(1)} ms (${h.tailClaimMs.toFixed(1)} ms for the sends at or past the p99)\n    ${h.check}; ${authorizationLine(h.authorization)}; ${h.dbConnectionsOpened} database connections opened by the dispatcher's pool during the arrivals\n` +
             `    after the claim, median ms (all / sends at or past the p99): ${stageList(h.stages.all, h.stages.tail)}`,
         );
         if (peerPeak !== undefined) {
@@ -846,6 +846,7 @@ async function mainParts(): Promise<void> {
       commit_to_claim_p99_ms_at_half_peak: h.claimP99Ms,
       commit_to_claim_ms_of_sends_at_or_past_p99: round2(h.tailClaimMs),
       authorization_requests: authorizationLine(h.authorization),
+      database_connections_opened_rounds: halfPeak.map((x) => x.dbConnectionsOpened).join(', '),
       after_claim_stage_p50_ms: stageList(h.stages.all),
       after_claim_stage_p50_ms_of_sends_at_or_past_p99: stageList(h.stages.tail),
       peak_ops_per_s: h.peakOpsPerS,

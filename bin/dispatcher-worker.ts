@@ -7,7 +7,7 @@ import { AggregatorRegistry } from 'prom-client';
 import { loadConfig } from '../core/config.js';
 import { asActionLedgerError } from '../core/errors.js';
 import { openRuntime, type Runtime } from '../core/runtime.js';
-import { openDispatcher } from '../dispatcher/index.js';
+import { dispatcherPoolFloor, openDispatcher } from '../dispatcher/index.js';
 import { AuditWriter } from '../gate/index.js';
 import { NotificationDelivery } from '../notifier/index.js';
 import { printRefusal } from './cli-util.js';
@@ -36,11 +36,13 @@ export async function runWorker(env: NodeJS.ProcessEnv, concurrency: number | un
     // Each operation in flight holds a connection from its final check to its outcome; plus the LISTEN
     // connection, heartbeats and evidence batches. A smaller pool starves dispatches (and heartbeats) under load.
     // The claim connection is one more, outside the pool (dispatcher/claim-session.ts).
-    const poolMax = Math.max(config.database.poolMax, (concurrency ?? config.dispatcher.concurrency) + 4);
+    const slots = concurrency ?? config.dispatcher.concurrency;
+    const poolMax = Math.max(config.database.poolMax, slots + 4);
     rt = await openRuntime({
       name: 'dispatcher',
       config,
       poolMax,
+      poolMin: dispatcherPoolFloor(slots),
       effectKeys: false,
       ledgerMetrics: false,
       ...(env.ACTIONLEDGER_WORKER_DATABASE_URL === undefined

@@ -28,6 +28,12 @@ export function createPool(
   url: string,
   options: {
     max: number;
+    /**
+     * Idle connections kept open however long they wait (pg-pool's `min`; above it they close after 10 s idle).
+     * A dispatcher worker's pool keeps `dispatcherPoolFloor` of them: a connection opened in the middle of a
+     * burst costs tens of milliseconds, and the operation that asked for it waits that long.
+     */
+    min?: number;
     statementTimeoutMs: number;
     applicationName: string;
     /**
@@ -41,6 +47,7 @@ export function createPool(
     connectionString: url,
     ...(options.notifications === false ? { options: '-c actionledger.notifications=off' } : {}),
     max: options.max,
+    ...(options.min === undefined ? {} : { min: Math.min(options.min, options.max) }),
     statement_timeout: options.statementTimeoutMs,
     application_name: options.applicationName,
     connectionTimeoutMillis: 10_000,
@@ -53,6 +60,18 @@ export function createPool(
   // statement fails with a connection error, and pg-pool discards it on release.
   pool.on('connect', (client: pg.PoolClient) => client.on('error', () => undefined));
   return pool;
+}
+
+/**
+ * Opens connections until `pool` holds `count` (at most its `max`): `count` clients checked out at once, then
+ * given back. Resolves with how many it holds; a connection that fails to open is not retried (the pool opens
+ * one on demand later).
+ */
+export async function warmPool(pool: pg.Pool, count: number): Promise<number> {
+  const want = Math.min(count, (pool.options as { max?: number }).max ?? 10);
+  const clients = await Promise.allSettled(Array.from({ length: want }, () => pool.connect()));
+  for (const c of clients) if (c.status === 'fulfilled') c.value.release();
+  return pool.totalCount;
 }
 
 /**

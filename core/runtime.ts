@@ -42,6 +42,8 @@ export interface OpenOptions {
   databaseUrl?: string;
   /** Pool size instead of `database.pool_max` (a dispatcher worker needs one connection per operation in flight). */
   poolMax?: number;
+  /** Idle connections the pool keeps open (`createPool`'s `min`; a dispatcher worker's `dispatcherPoolFloor`). */
+  poolMin?: number;
   /** The service: owns the embedded cluster (adopts one running on its folder) and restarts it when it dies. */
   embedded?: Pick<OpenEmbeddedOptions, 'own' | 'supervise'>;
 }
@@ -105,6 +107,7 @@ export async function openRuntime(options: OpenOptions): Promise<Runtime> {
   }
   const pool = createPool(url, {
     max: options.poolMax ?? config.database.poolMax,
+    ...(options.poolMin === undefined ? {} : { min: options.poolMin }),
     statementTimeoutMs: config.database.statementTimeoutMs,
     applicationName: `actionledger:${options.name}`,
     notifications: config.notifications.destinations.size > 0,

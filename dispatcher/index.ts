@@ -1,4 +1,4 @@
-export { Dispatcher, type DispatcherOptions } from './dispatcher.js';
+export { Dispatcher, dispatcherPoolFloor, type DispatcherOptions } from './dispatcher.js';
 export { openDispatcher } from './worker.js';
 export {
   BINDING_FIELDS,

@@ -1,9 +1,10 @@
 /**
  * withTransaction against a real PostgreSQL: a connection cut from another session in the middle of a
- * transaction rejects the call with a coded error, the process survives, and the pool goes on working.
+ * transaction rejects the call with a coded error, the process survives, and the pool goes on working. And the
+ * pool's floor: `warmPool` opens connections, `min` keeps them open while idle.
  */
 import t, { type Test } from 'tap';
-import { createPool, withTransaction } from '../../core/db.js';
+import { createPool, warmPool, withTransaction, type Pool } from '../../core/db.js';
 import { isActionLedgerError } from '../../core/errors.js';
 import { createTestDatabase } from '../helpers/db.js';
 
@@ -69,4 +70,40 @@ t.test("a checked-out client's error with no listener of its own does not end th
   held.release();
   const again = await pool.query<{ n: number }>('SELECT 1 AS n');
   t.same(again.rows, [{ n: 1 }], 'the pool discarded it and serves on a new connection');
+});
+
+t.test('warmPool opens connections up to its count and the pool max; min keeps them open while idle', async (t) => {
+  const url = await createTestDatabase(t);
+  const backends = async (pool: Pool, name: string): Promise<number> => {
+    const { rows } = await pool.query<{ n: number }>(
+      'SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()',
+      [name],
+    );
+    return rows[0]!.n;
+  };
+  const watcher = createPool(url, { max: 1, statementTimeoutMs: 30_000, applicationName: 'db-test-watcher' });
+  t.teardown(() => watcher.end());
+  for (const [name, min, kept] of [
+    ['db-test-min', 3, 3],
+    ['db-test-no-min', undefined, 0],
+  ] as const) {
+    const pool = createPool(url, {
+      max: 6,
+      ...(min === undefined ? {} : { min }),
+      statementTimeoutMs: 30_000,
+      applicationName: name,
+    });
+    t.teardown(() => pool.end());
+    // pg-pool closes an idle connection above `min` after this long (10 s unless set); shortened for the test.
+    (pool.options as { idleTimeoutMillis?: number }).idleTimeoutMillis = 50;
+    t.equal(await warmPool(pool, 5), 5, `${name}: five connections open`);
+    t.equal(await backends(watcher, name), 5, `${name}: five server sessions`);
+    t.equal(pool.idleCount, 5, `${name}: all given back`);
+    const deadline = Date.now() + 5_000;
+    while (pool.totalCount > kept && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    await new Promise((r) => setTimeout(r, 300));
+    t.equal(pool.totalCount, kept, `${name}: ${kept} left open after the idle timeout`);
+    t.equal(await backends(watcher, name), kept, `${name}: ${kept} server sessions`);
+    t.equal(await warmPool(pool, 20), 6, `${name}: warming stops at the pool's max`);
+  }
 });

@@ -1,6 +1,7 @@
 import t from 'tap';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { BIN } from '../helpers/cli.js';
+import { dispatcherPoolFloor } from '../../dispatcher/index.js';
 import { ctx, dispatchEnv, settled } from '../helpers/fleet.js';
 import { nodeCommand } from '../helpers/node-child.js';
 
@@ -61,6 +62,28 @@ t.test('8 worker processes, 2,000 operations: every effect key reaches the provi
   t.ok(reservations.every((r) => perKey.get(r.effect_key) === 1));
   const claimers = await e.pool.query('SELECT count(DISTINCT claimed_by)::int AS n FROM actionledger.operations');
   t.ok((claimers.rows[0] as { n: number }).n > 1, 'the work was spread over several workers');
+});
+
+t.test('a worker process opens its pool floor at start and keeps it open while idle', async (t) => {
+  const e = await dispatchEnv(t);
+  const floor = dispatcherPoolFloor(8);
+  const sessions = async (): Promise<number> => {
+    const { rows } = await e.pool.query<{ n: number }>(
+      "SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'actionledger:dispatcher' AND datname = current_database()",
+    );
+    return rows[0]!.n;
+  };
+  const child = worker(e.env, 8);
+  t.teardown(() => stopAll([child]).then(() => undefined));
+  const deadline = Date.now() + 30_000;
+  while ((await sessions()) < floor && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+  t.equal(await sessions(), floor, `${floor} pool connections open once it runs`);
+  // pg-pool closes an idle connection above the pool's min after 10 s.
+  await new Promise((r) => setTimeout(r, 11_000));
+  t.equal(await sessions(), floor, 'all still open after 11 s with nothing to do');
+  const op = await e.ledger.reserve(ctx('after-idle'), 'issue_refund', { order_id: 'o-1', amount: 1, currency: 'EUR' });
+  t.equal((await settled(e.pool, op.operation_id)).status, 'succeeded', 'and it dispatches');
+  t.same(await stopAll([child]), [0], 'exits 0 on SIGTERM');
 });
 
 t.test('a worker SIGKILLed mid-dispatch: its row stays executing and no other worker dispatches it', async (t) => {

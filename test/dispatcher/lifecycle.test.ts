@@ -4,7 +4,7 @@
  * sandbox provider and authorizer over mTLS, dispatchers built by openDispatcher.
  */
 import t from 'tap';
-import { openDispatcher } from '../../dispatcher/index.js';
+import { dispatcherPoolFloor, openDispatcher } from '../../dispatcher/index.js';
 import { ctx, dispatchEnv, settled } from '../helpers/fleet.js';
 
 const args = (n: number) => ({ order_id: `ord-${n}`, amount: 100 + n, currency: 'EUR' });
@@ -29,6 +29,14 @@ t.test('a dispatcher stopped and opened again on the same runtime dispatches aga
   );
   const claims = await e.runtime.metrics.registry.getSingleMetric('actionledger_claims_total')?.get();
   t.equal(claims?.values[0]?.value, 2, 'both count on the one registered metric');
+});
+
+t.test("start() opens the worker's pool floor before it claims", async (t) => {
+  const e = await dispatchEnv(t);
+  await e.dispatcher(8);
+  t.ok(e.pool.totalCount >= dispatcherPoolFloor(8), `the floor, opened at start (${e.pool.totalCount})`);
+  t.equal(dispatcherPoolFloor(8), 7, 'LISTEN, two evidence and two dispatch openings, a quarter of the slots');
+  t.equal(dispatcherPoolFloor(32), 13);
 });
 
 t.test('start() after stop() runs the worker again', async (t) => {
