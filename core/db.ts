@@ -52,6 +52,8 @@ export function createPool(
     application_name: options.applicationName,
     connectionTimeoutMillis: 10_000,
     keepAlive: true,
+    // The floor a pool keeps (`min`) may sit idle for hours: probe it long before a NAT or balancer forgets it.
+    keepAliveInitialDelayMillis: 30_000,
   });
   // An idle client's error (server restart, network) must not crash the process; the pool discards it.
   pool.on('error', () => undefined);
@@ -63,14 +65,37 @@ export function createPool(
 }
 
 /**
- * Opens connections until `pool` holds `count` (at most its `max`): `count` clients checked out at once, then
- * given back. Resolves with how many it holds; a connection that fails to open is not retried (the pool opens
- * one on demand later).
+ * Opens new connections so that `pool` has about `count` (never past its `max`): as many clients as are not
+ * checked out by others, up to `count`, are checked out at once and then given back. It never waits for another
+ * user's client: it does nothing while callers wait for one, and gives up after `waitMs` (a client that arrives
+ * later is given back at once). Connections that fail to open are not retried: the pool opens them on demand.
+ * Resolves with the pool's connections.
  */
-export async function warmPool(pool: pg.Pool, count: number): Promise<number> {
-  const want = Math.min(count, (pool.options as { max?: number }).max ?? 10);
-  const clients = await Promise.allSettled(Array.from({ length: want }, () => pool.connect()));
-  for (const c of clients) if (c.status === 'fulfilled') c.value.release();
+export async function warmPool(pool: pg.Pool, count: number, waitMs = 2_000): Promise<number> {
+  const max = (pool.options as { max?: number }).max ?? 10;
+  const want = Math.min(count, max - (pool.totalCount - pool.idleCount));
+  if (want <= 0 || pool.waitingCount > 0) return pool.totalCount;
+  let late = false;
+  const held: pg.PoolClient[] = [];
+  const each = Array.from({ length: want }, () =>
+    pool.connect().then(
+      (client) => {
+        if (late) client.release();
+        else held.push(client);
+      },
+      () => undefined,
+    ),
+  );
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([
+    Promise.all(each),
+    new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, waitMs);
+    }),
+  ]);
+  clearTimeout(timer);
+  late = true;
+  for (const client of held) client.release();
   return pool.totalCount;
 }
 

@@ -46,19 +46,36 @@ export class Batcher<T extends Settle<never>> {
     this.#next();
   }
 
+  /** Opens what the openings allow now: for a caller whose answer to `openings` may have grown (a slot freed). */
+  poke(): void {
+    this.#next();
+  }
+
+  /** The openings allowed now: at least one, whatever `openings` answers (a throw or a non-number counts as one). */
+  #limit(): number {
+    let n: number;
+    try {
+      n = this.#openings();
+    } catch {
+      return 1;
+    }
+    return Number.isFinite(n) ? Math.max(1, Math.floor(n)) : 1;
+  }
+
   #next(): void {
-    if (this.#queue.length === 0 || this.#busy >= Math.max(1, this.#openings())) return;
-    const items = this.#queue.splice(0, this.#max);
-    this.#busy += 1;
-    void Promise.resolve()
-      .then(() => this.#open(items))
-      .catch((err: unknown) => {
-        for (const item of items) item.reject(err);
-      })
-      .finally(() => {
-        this.#busy -= 1;
-        this.#next();
-      });
+    while (this.#queue.length > 0 && this.#busy < this.#limit()) {
+      const items = this.#queue.splice(0, this.#max);
+      this.#busy += 1;
+      void Promise.resolve()
+        .then(() => this.#open(items))
+        .catch((err: unknown) => {
+          for (const item of items) item.reject(err);
+        })
+        .finally(() => {
+          this.#busy -= 1;
+          this.#next();
+        });
+    }
   }
 }
 

@@ -55,6 +55,11 @@ export class DispatchBatch {
     return submit(this.#batcherFor(item.op.provider_id), item);
   }
 
+  /** Opens a batch of what waits, for each provider, if the openings allowed grew (a slot of the worker freed). */
+  poke(): void {
+    for (const batcher of this.#batchers.values()) batcher.poke();
+  }
+
   #batcherFor(providerId: string): Batcher<DispatchItem> {
     let batcher = this.#batchers.get(providerId);
     if (batcher === undefined) {

@@ -75,8 +75,17 @@ export class Dispatcher {
       writeFailures: new RepeatedFailureLog(options.log, 'a write this worker owes failed; retrying it'),
     };
     const completer = new Completer(ctx);
-    const pipeline = new Pipeline(ctx, new EvidenceBatch(ctx), new DispatchBatch(ctx, completer), completer);
-    this.#producer = new Producer(ctx, (op) => pipeline.run(op));
+    const evidence = new EvidenceBatch(ctx);
+    const dispatches = new DispatchBatch(ctx, completer);
+    const pipeline = new Pipeline(ctx, evidence, dispatches, completer);
+    this.#producer = new Producer(
+      ctx,
+      (op) => pipeline.run(op),
+      () => {
+        evidence.poke();
+        dispatches.poke();
+      },
+    );
     this.#agents = { authorizer: options.agent(), provider: options.agent() };
   }
 

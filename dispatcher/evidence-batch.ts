@@ -36,6 +36,11 @@ export class EvidenceBatch {
     return submit(this.#batcher, { op, decision });
   }
 
+  /** Opens a batch of what waits if the openings allowed grew (a slot of the worker freed). */
+  poke(): void {
+    this.#batcher.poke();
+  }
+
   async #record(items: EvidenceItem[]): Promise<void> {
     this.#ctx.o.metrics.batchOperations.observe({ stage: 'evidence' }, items.length);
     const { refused, busy } = await retry(() => this.#recordOnce(items), batchRetryPolicy(this.#ctx.halt()));

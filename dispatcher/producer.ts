@@ -43,6 +43,7 @@ const claimChannel = diagnosticsChannel.channel('actionledger:claim');
 export class Producer {
   readonly #ctx: DispatchContext;
   readonly #work: (op: ClaimedOperation) => Promise<void>;
+  readonly #freed: () => void;
   readonly #channel: string;
   readonly #inFlight = new Set<Promise<void>>();
   /** Claim tokens this worker holds: claimed and not yet finished, released, or given up. The heartbeat lists them. */
@@ -71,10 +72,18 @@ export class Producer {
   readonly #claimFailures: RepeatedFailureLog;
   readonly #heartbeatFailures: RepeatedFailureLog;
 
-  /** `work` carries one claimed operation to its end; it must never reject (the slot is freed when it settles). */
-  constructor(ctx: DispatchContext, work: (op: ClaimedOperation) => Promise<void>) {
+  /**
+   * `work` carries one claimed operation to its end; it must never reject (the slot is freed when it settles).
+   * `freed` is told each time a slot frees (the batchers may then open a second batch: `batchOpenings`).
+   */
+  constructor(
+    ctx: DispatchContext,
+    work: (op: ClaimedOperation) => Promise<void>,
+    freed: () => void = () => undefined,
+  ) {
     this.#ctx = ctx;
     this.#work = work;
+    this.#freed = freed;
     this.#channel = `${ctx.o.config.schema}_outbox`;
     this.#claimFailures = new RepeatedFailureLog(ctx.o.log, 'claim failed; retrying on the next wake-up');
     this.#heartbeatFailures = new RepeatedFailureLog(ctx.o.log, 'heartbeat failed');
@@ -222,6 +231,7 @@ export class Producer {
       this.#held.delete(op.claim_token);
       this.#inFlight.delete(p);
       this.#ctx.o.metrics.inFlight.dec();
+      this.#freed();
       if (this.#backlog) this.#kick();
     });
     this.#inFlight.add(p);

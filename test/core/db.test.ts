@@ -4,7 +4,7 @@
  * pool's floor: `warmPool` opens connections, `min` keeps them open while idle.
  */
 import t, { type Test } from 'tap';
-import { createPool, warmPool, withTransaction, type Pool } from '../../core/db.js';
+import { createPool, warmPool, withTransaction } from '../../core/db.js';
 import { isActionLedgerError } from '../../core/errors.js';
 import { createTestDatabase } from '../helpers/db.js';
 
@@ -74,15 +74,16 @@ t.test("a checked-out client's error with no listener of its own does not end th
 
 t.test('warmPool opens connections up to its count and the pool max; min keeps them open while idle', async (t) => {
   const url = await createTestDatabase(t);
-  const backends = async (pool: Pool, name: string): Promise<number> => {
-    const { rows } = await pool.query<{ n: number }>(
-      'SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND pid <> pg_backend_pid()',
+  const watcher = createPool(url, { max: 1, statementTimeoutMs: 30_000, applicationName: 'db-test-watcher' });
+  t.teardown(() => watcher.end());
+  const backends = async (name: string): Promise<number> => {
+    const { rows } = await watcher.query<{ n: number }>(
+      'SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1',
       [name],
     );
     return rows[0]!.n;
   };
-  const watcher = createPool(url, { max: 1, statementTimeoutMs: 30_000, applicationName: 'db-test-watcher' });
-  t.teardown(() => watcher.end());
+  await backends('warm the watcher');
   for (const [name, min, kept] of [
     ['db-test-min', 3, 3],
     ['db-test-no-min', undefined, 0],
@@ -95,15 +96,35 @@ t.test('warmPool opens connections up to its count and the pool max; min keeps t
     });
     t.teardown(() => pool.end());
     // pg-pool closes an idle connection above `min` after this long (10 s unless set); shortened for the test.
-    (pool.options as { idleTimeoutMillis?: number }).idleTimeoutMillis = 50;
+    (pool.options as { idleTimeoutMillis?: number }).idleTimeoutMillis = 1_000;
     t.equal(await warmPool(pool, 5), 5, `${name}: five connections open`);
-    t.equal(await backends(watcher, name), 5, `${name}: five server sessions`);
     t.equal(pool.idleCount, 5, `${name}: all given back`);
-    const deadline = Date.now() + 5_000;
+    t.equal(await backends(name), 5, `${name}: five server sessions`);
+    const deadline = Date.now() + 10_000;
     while (pool.totalCount > kept && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-    await new Promise((r) => setTimeout(r, 300));
+    await new Promise((r) => setTimeout(r, 1_300));
     t.equal(pool.totalCount, kept, `${name}: ${kept} left open after the idle timeout`);
-    t.equal(await backends(watcher, name), kept, `${name}: ${kept} server sessions`);
-    t.equal(await warmPool(pool, 20), 6, `${name}: warming stops at the pool's max`);
+    t.equal(await backends(name), kept, `${name}: ${kept} server sessions`);
   }
+});
+
+t.test("warmPool never waits for another caller's client", async (t) => {
+  const url = await createTestDatabase(t);
+  const pool = createPool(url, { max: 3, statementTimeoutMs: 30_000, applicationName: 'db-test-busy' });
+  t.teardown(() => pool.end());
+  const a = await pool.connect();
+  const b = await pool.connect();
+  t.equal(await warmPool(pool, 5), 3, 'two held elsewhere: it opens the one left, and returns at once');
+  t.equal(pool.idleCount, 1, 'and gives it back');
+  const c = await pool.connect();
+  // A wait here would last the 60 s given, past the test's timeout.
+  t.equal(await warmPool(pool, 5, 60_000), 3, 'all three held: nothing to open, no wait');
+  const waiter = pool.connect();
+  t.equal(pool.waitingCount, 1, 'a caller waits for a client');
+  t.equal(await warmPool(pool, 5, 60_000), 3, 'it does not queue beside that caller');
+  a.release();
+  (await waiter).release();
+  b.release();
+  c.release();
+  t.equal(await warmPool(pool, 5), 3, 'all idle: it stops at the max');
 });

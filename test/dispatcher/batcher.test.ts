@@ -109,6 +109,41 @@ t.test('openings given as a function are asked each time a batch could open', as
   await d;
 });
 
+t.test('poke opens what the openings allow now; an answer that is not a number counts as one', async (t) => {
+  const { opened, open } = controlledOpen();
+  let openings: () => number = () => 1;
+  const b = new Batcher<Item>(1, open, () => openings());
+  const items = ['a', 'b', 'c', 'd'].map((id) => submit(b, { id }));
+  await tick();
+  t.same(ids(opened), [['a']], 'one opening: one batch of one (max 1)');
+  openings = () => 3;
+  b.poke();
+  await tick();
+  t.same(ids(opened), [['a'], ['b'], ['c']], 'allowed three, a poke opens two more at once');
+  for (const o of opened) o.end();
+  await Promise.all(items.slice(0, 3));
+  await tick();
+  t.same(opened[3]?.ids, ['d'], 'the last one opens as a batch ends');
+  openings = () => NaN;
+  const e = submit(b, { id: 'e' });
+  const f = submit(b, { id: 'f' });
+  await tick();
+  t.equal(opened.length, 4, 'NaN counts as one: with d open, e waits');
+  openings = () => {
+    throw new Error('no answer');
+  };
+  b.poke();
+  await tick();
+  t.equal(opened.length, 4, 'a throw counts as one too');
+  opened[3]!.end();
+  await tick();
+  t.same(opened[4]?.ids, ['e'], 'and the queue moves on');
+  opened[4]!.end();
+  await tick();
+  opened[5]!.end();
+  await Promise.all([...items, e, f]);
+});
+
 t.test('a batch holds at most max items; the rest wait for the next slot', async (t) => {
   const { opened, open } = controlledOpen();
   const b = new Batcher<Item>(3, open);

@@ -384,9 +384,15 @@ t.test(
 async function nextBehindStuckEvidence(
   t: Test,
   concurrency: number,
-  whileStuck: (e: Awaited<ReturnType<typeof dispatchEnv>>, stuck: Reserved, next: Reserved) => Promise<void>,
+  whileStuck: (
+    e: Awaited<ReturnType<typeof dispatchEnv>>,
+    stuck: Reserved,
+    next: Reserved,
+    asked: Set<string>,
+  ) => Promise<void>,
 ): Promise<void> {
   const e = await dispatchEnv(t, ROOMY);
+  const asked = recordAsked(e);
   const stuck = await e.ledger.reserve(ctx('stuck'), 'issue_refund', args(1));
   await pauseEvidenceOn(e.pool, stuck.operation_id, 4242);
   const holder = await e.pool.connect();
@@ -411,7 +417,7 @@ async function nextBehindStuckEvidence(
   }
   t.equal(waiting, 1, "the first operation's evidence batch waits on the lock");
   const next = await e.ledger.reserve(ctx('next'), 'issue_refund', args(2));
-  await whileStuck(e, stuck, next);
+  await whileStuck(e, stuck, next, asked);
   t.equal(e.provider.requestsFor(stuck.effect_key), 0, 'the first is unsent while its evidence waits');
   await letGo();
   for (const op of [stuck, next]) {
@@ -441,14 +447,28 @@ t.test(
     }),
 );
 
+/** Records the operations the sandbox authorizer is asked about, from now on (whatever it decides). */
+function recordAsked(e: Awaited<ReturnType<typeof dispatchEnv>>): Set<string> {
+  const asked = new Set<string>();
+  const decide = e.authorizer.decide;
+  e.authorizer.decide = (req) => {
+    asked.add(req.operation_id);
+    return decide(req);
+  };
+  return asked;
+}
+
+async function askedAbout(asked: Set<string>, operationId: string): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  while (!asked.has(operationId) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+}
+
 t.test('with every slot taken, one evidence batch opens at a time: the next operation waits its turn', (t) =>
-  nextBehindStuckEvidence(t, 2, async (e, _stuck, next) => {
-    // It was claimed (both slots taken) and authorized; its evidence waits for the open batch.
-    const deadline = Date.now() + 10_000;
-    while ((await statusOf(e.pool, next.operation_id)) !== 'executing' && Date.now() < deadline)
-      await new Promise((r) => setTimeout(r, 10));
+  nextBehindStuckEvidence(t, 2, async (e, _stuck, next, asked) => {
+    // It is claimed (both slots taken) and authorized; its evidence waits for the open batch.
+    await askedAbout(asked, next.operation_id);
     t.equal(await statusOf(e.pool, next.operation_id), 'executing', 'the next operation is claimed');
-    await new Promise((r) => setTimeout(r, 750));
+    await new Promise((r) => setTimeout(r, 500));
     const { rows } = await e.pool.query<{ n: number }>(
       'SELECT count(*)::int AS n FROM actionledger.authorization_evidence WHERE operation_id = $1',
       [next.operation_id],
@@ -458,3 +478,58 @@ t.test('with every slot taken, one evidence batch opens at a time: the next oper
     t.equal(e.provider.requestsFor(next.effect_key), 0, 'and unsent');
   }),
 );
+
+t.test('a slot that frees lets a waiting operation open a second evidence batch at once', async (t) => {
+  const e = await dispatchEnv(t, ROOMY);
+  const stuck = await e.ledger.reserve(ctx('stuck'), 'issue_refund', args(1));
+  await pauseEvidenceOn(e.pool, stuck.operation_id, 4242);
+  const holder = await e.pool.connect();
+  let held = true;
+  const letGo = async () => {
+    if (!held) return;
+    held = false;
+    await holder.query('SELECT pg_advisory_unlock(4242)');
+    holder.release();
+  };
+  t.teardown(letGo);
+  await holder.query('SELECT pg_advisory_lock(4242)');
+  // The denied operation's answer waits for the test: until then it holds a slot.
+  let answer!: () => void;
+  const answered = new Promise<void>((r) => (answer = r));
+  const denied = await e.ledger.reserve(ctx('denied'), 'issue_refund', args(2));
+  e.authorizer.decide = async (req) => {
+    if (req.operation_id !== denied.operation_id) return 'allow';
+    await answered;
+    return 'deny';
+  };
+  const asked = recordAsked(e);
+  await e.dispatcher(4);
+  await askedAbout(asked, denied.operation_id);
+  const deadline = Date.now() + 10_000;
+  let waiting = 0;
+  while (waiting === 0 && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 10));
+    const { rows } = await e.pool.query<{ n: number }>(
+      "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+    );
+    waiting = rows[0]!.n;
+  }
+  t.equal(waiting, 1, "the first operation's evidence batch waits on the lock");
+  // Three of four slots taken: one opening, and it is busy.
+  const next = await e.ledger.reserve(ctx('next'), 'issue_refund', args(3));
+  await askedAbout(asked, next.operation_id);
+  await new Promise((r) => setTimeout(r, 500));
+  t.equal(e.provider.requestsFor(next.effect_key), 0, 'with three of four slots taken, the next one waits');
+  answer();
+  t.equal((await settled(e.pool, denied.operation_id)).status, 'needs_review', 'the denied one frees its slot');
+  t.equal(
+    (await settled(e.pool, next.operation_id)).status,
+    'succeeded',
+    'the waiting one opened a second evidence batch as the slot freed',
+  );
+  t.equal(e.provider.requestsFor(next.effect_key), 1, 'sent once');
+  t.equal(await statusOf(e.pool, stuck.operation_id), 'executing', 'while the first one still waits');
+  await letGo();
+  t.equal((await settled(e.pool, stuck.operation_id)).status, 'succeeded', 'let go, it succeeds');
+  t.equal(e.provider.requestsFor(stuck.effect_key), 1, 'sent once');
+});

@@ -31,7 +31,7 @@ t.test('a dispatcher stopped and opened again on the same runtime dispatches aga
   t.equal(claims?.values[0]?.value, 2, 'both count on the one registered metric');
 });
 
-t.test("start() opens the worker's pool floor before it claims", async (t) => {
+t.test("start() opens the worker's pool floor", async (t) => {
   const e = await dispatchEnv(t);
   await e.dispatcher(8);
   t.ok(e.pool.totalCount >= dispatcherPoolFloor(8), `the floor, opened at start (${e.pool.totalCount})`);
