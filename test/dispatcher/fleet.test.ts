@@ -77,10 +77,12 @@ t.test('a worker process opens its pool floor at start and keeps it open while i
   t.teardown(() => stopAll([child]).then(() => undefined));
   const deadline = Date.now() + 30_000;
   while ((await sessions()) < floor && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
-  t.equal(await sessions(), floor, `${floor} pool connections open once it runs`);
+  // The floor, and any the worker's other parts (audit, notifications) opened meanwhile.
+  t.ok((await sessions()) >= floor, `${floor} pool connections open once it runs`);
   // pg-pool closes an idle connection above the pool's min after 10 s.
   await new Promise((r) => setTimeout(r, 11_000));
-  t.equal(await sessions(), floor, 'all still open after 11 s with nothing to do');
+  const idle = await sessions();
+  t.ok(idle >= floor, `at least ${floor} still open after 11 s with nothing to do (${idle})`);
   const op = await e.ledger.reserve(ctx('after-idle'), 'issue_refund', { order_id: 'o-1', amount: 1, currency: 'EUR' });
   t.equal((await settled(e.pool, op.operation_id)).status, 'succeeded', 'and it dispatches');
   t.same(await stopAll([child]), [0], 'exits 0 on SIGTERM');
