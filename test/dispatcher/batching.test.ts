@@ -377,6 +377,43 @@ t.test(
 );
 
 /**
+ * Reserves one operation whose evidence statement will wait on an advisory lock the test holds (so its evidence
+ * batch stays in its opening phase); `letGo` releases the lock (and runs at teardown).
+ */
+async function holdEvidence(
+  t: Test,
+  e: Awaited<ReturnType<typeof dispatchEnv>>,
+): Promise<{ stuck: Reserved; letGo: () => Promise<void> }> {
+  const stuck = await e.ledger.reserve(ctx('stuck'), 'issue_refund', args(1));
+  await pauseEvidenceOn(e.pool, stuck.operation_id, 4242);
+  const holder = await e.pool.connect();
+  let held = true;
+  const letGo = async () => {
+    if (!held) return;
+    held = false;
+    await holder.query('SELECT pg_advisory_unlock(4242)');
+    holder.release();
+  };
+  t.teardown(letGo);
+  await holder.query('SELECT pg_advisory_lock(4242)');
+  return { stuck, letGo };
+}
+
+/** Polls (up to 10 s) until a session waits on an advisory lock; returns how many do. */
+async function evidenceWaiting(pool: Pool): Promise<number> {
+  const deadline = Date.now() + 10_000;
+  let waiting = 0;
+  while (waiting === 0 && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 10));
+    const { rows } = await pool.query<{ n: number }>(
+      "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+    );
+    waiting = rows[0]!.n;
+  }
+  return waiting;
+}
+
+/**
  * One operation's evidence statement waits on an advisory lock the test holds, so its evidence batch stays in
  * its opening phase; then a second operation is reserved. With `concurrency` 4 the two take half the slots and
  * a second evidence batch may open; with 2 they take every slot and it may not.
@@ -393,29 +430,9 @@ async function nextBehindStuckEvidence(
 ): Promise<void> {
   const e = await dispatchEnv(t, ROOMY);
   const asked = recordAsked(e);
-  const stuck = await e.ledger.reserve(ctx('stuck'), 'issue_refund', args(1));
-  await pauseEvidenceOn(e.pool, stuck.operation_id, 4242);
-  const holder = await e.pool.connect();
-  let held = true;
-  const letGo = async () => {
-    if (!held) return;
-    held = false;
-    await holder.query('SELECT pg_advisory_unlock(4242)');
-    holder.release();
-  };
-  t.teardown(letGo);
-  await holder.query('SELECT pg_advisory_lock(4242)');
+  const { stuck, letGo } = await holdEvidence(t, e);
   await e.dispatcher(concurrency);
-  const deadline = Date.now() + 10_000;
-  let waiting = 0;
-  while (waiting === 0 && Date.now() < deadline) {
-    await new Promise((r) => setTimeout(r, 10));
-    const { rows } = await e.pool.query<{ n: number }>(
-      "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
-    );
-    waiting = rows[0]!.n;
-  }
-  t.equal(waiting, 1, "the first operation's evidence batch waits on the lock");
+  t.equal(await evidenceWaiting(e.pool), 1, "the first operation's evidence batch waits on the lock");
   const next = await e.ledger.reserve(ctx('next'), 'issue_refund', args(2));
   await whileStuck(e, stuck, next, asked);
   t.equal(e.provider.requestsFor(stuck.effect_key), 0, 'the first is unsent while its evidence waits');
@@ -481,18 +498,7 @@ t.test('with every slot taken, one evidence batch opens at a time: the next oper
 
 t.test('a slot that frees lets a waiting operation open a second evidence batch at once', async (t) => {
   const e = await dispatchEnv(t, ROOMY);
-  const stuck = await e.ledger.reserve(ctx('stuck'), 'issue_refund', args(1));
-  await pauseEvidenceOn(e.pool, stuck.operation_id, 4242);
-  const holder = await e.pool.connect();
-  let held = true;
-  const letGo = async () => {
-    if (!held) return;
-    held = false;
-    await holder.query('SELECT pg_advisory_unlock(4242)');
-    holder.release();
-  };
-  t.teardown(letGo);
-  await holder.query('SELECT pg_advisory_lock(4242)');
+  const { stuck, letGo } = await holdEvidence(t, e);
   // The denied operation's answer waits for the test: until then it holds a slot.
   let answer!: () => void;
   const answered = new Promise<void>((r) => (answer = r));
@@ -505,16 +511,7 @@ t.test('a slot that frees lets a waiting operation open a second evidence batch 
   const asked = recordAsked(e);
   await e.dispatcher(4);
   await askedAbout(asked, denied.operation_id);
-  const deadline = Date.now() + 10_000;
-  let waiting = 0;
-  while (waiting === 0 && Date.now() < deadline) {
-    await new Promise((r) => setTimeout(r, 10));
-    const { rows } = await e.pool.query<{ n: number }>(
-      "SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
-    );
-    waiting = rows[0]!.n;
-  }
-  t.equal(waiting, 1, "the first operation's evidence batch waits on the lock");
+  t.equal(await evidenceWaiting(e.pool), 1, "the first operation's evidence batch waits on the lock");
   // Three of four slots taken: one opening, and it is busy.
   const next = await e.ledger.reserve(ctx('next'), 'issue_refund', args(3));
   await askedAbout(asked, next.operation_id);
