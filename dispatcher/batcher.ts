@@ -2,13 +2,13 @@
  * Groups a dispatcher's per-operation database work into batches without making a lone operation wait.
  *
  * Up to `openings` batches (two by default; a worker's batchers ask `batchOpenings`) are in their opening phase
- * (`open`) at once, each on its own connection; items added while all of them are busy queue and form the next batch (at most `max` of them) as
- * soon as one phase ends. With one operation in flight, a batch of one opens at once; with many, each round trip
- * serves every operation that became ready meanwhile (the group-commit pattern). A second opening keeps a burst
- * from queueing behind one round trip after another: with one, an operation that arrives just after a batch
- * opened waits for that whole round trip before its own starts. An item is in one batch at a time, so the
- * batches in flight hold disjoint items. `open` settles every item it was given; if it throws instead, every
- * item of the batch is rejected with that error (settling an item twice is a no-op).
+ * (`open`) at once, each on its own connection; items added while all of them are busy queue and form the next
+ * batch (at most `max` of them) as soon as one phase ends. With one operation in flight, a batch of one opens at
+ * once; with many, each round trip serves every operation that became ready meanwhile (the group-commit pattern). A
+ * second opening keeps a burst from queueing behind one round trip after another: with one, an operation that
+ * arrives just after a batch opened waits for that whole round trip before its own starts. An item is in one batch
+ * at a time, so the batches in flight hold disjoint items. `open` settles every item it was given; if it throws
+ * instead, every item of the batch is rejected with that error (settling an item twice is a no-op).
  */
 import { isConnectionError, isRetryable, isTransient } from '../core/db.js';
 import { sleep, type RetryPolicy } from '../core/retry.js';

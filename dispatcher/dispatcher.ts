@@ -38,9 +38,10 @@ export type { DispatcherOptions } from './context.js';
 /**
  * Connections a dispatcher worker's pool keeps open (`createPool`'s `min`), and opens when the worker starts:
  * the LISTEN connection, the openings of the evidence batcher and of one provider's dispatch batcher, and a
- * quarter of the slots for dispatch batches out at their provider. The most the benchmark saw in use at once:
- * 7 at concurrency 8, 9 to 12 at 32 (saturated, and bursts at half the peak). A connection opened during a burst
- * instead costs the operation waiting for it tens of milliseconds. The claim connection is outside the pool.
+ * quarter of the slots for dispatch batches out at their provider. The benchmark's dispatcher pool, opening
+ * connections on demand, held 7 after a saturated run at concurrency 8, and 9 to 12 at 32 (saturated, and after
+ * bursts at half the peak). A connection opened during a burst costs the operation waiting for it tens of
+ * milliseconds. The claim connection is outside the pool.
  */
 export function dispatcherPoolFloor(concurrency: number): number {
   return 1 + 2 * BATCH_OPENINGS + Math.ceil(concurrency / 4);
