@@ -18,7 +18,7 @@ export const BATCH_OPENINGS = 2;
 
 /**
  * The openings a worker's batchers may use with `inFlight` of its `concurrency` slots taken: two while at most
- * half are, one above. A second opening shortens a burst's wait but halves the batches it splits; when most
+ * half are, one above. A second opening shortens a burst's wait but splits the batches it shares out; when most
  * slots are taken the worker is near saturation, where each round trip serving more operations is worth more
  * than the wait it saves (measured in the README's benchmark notes).
  */
