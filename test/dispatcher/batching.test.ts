@@ -9,7 +9,15 @@ import { bindQueries, createPool, type Pool } from '../../core/db.js';
 import { Metrics } from '../../core/metrics.js';
 import { openDispatcher } from '../../dispatcher/index.js';
 import { dispatcherQueries } from '../../dispatcher/queries.js';
-import { ctx, dispatchEnv, pauseEvidenceOn, settled } from '../helpers/fleet.js';
+import {
+  ctx,
+  dispatchEnv,
+  evidenceRows,
+  pauseEvidenceOn,
+  settled,
+  statusOf,
+  type DispatchEnv,
+} from '../helpers/fleet.js';
 import { gateFixture } from '../helpers/gate.js';
 
 /**
@@ -119,7 +127,7 @@ t.test('a revocation issued while a batch is at the provider waits for its outco
 
 // A dispatch batch's locks and sends when a batch-mate fails, a row is held elsewhere, or a switch is engaged.
 
-async function untilSent(e: Awaited<ReturnType<typeof dispatchEnv>>, key: string): Promise<void> {
+async function untilSent(e: DispatchEnv, key: string): Promise<void> {
   const deadline = Date.now() + 10_000;
   while (e.provider.requestsFor(key) === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
 }
@@ -380,10 +388,7 @@ t.test(
  * Reserves one operation whose evidence statement will wait on an advisory lock the test holds (so its evidence
  * batch stays in its opening phase); `letGo` releases the lock (and runs at teardown).
  */
-async function holdEvidence(
-  t: Test,
-  e: Awaited<ReturnType<typeof dispatchEnv>>,
-): Promise<{ stuck: Reserved; letGo: () => Promise<void> }> {
+async function holdEvidence(t: Test, e: DispatchEnv): Promise<{ stuck: Reserved; letGo: () => Promise<void> }> {
   const stuck = await e.ledger.reserve(ctx('stuck'), 'issue_refund', args(1));
   await pauseEvidenceOn(e.pool, stuck.operation_id, 4242);
   const holder = await e.pool.connect();
@@ -421,12 +426,7 @@ async function evidenceWaiting(pool: Pool): Promise<number> {
 async function nextBehindStuckEvidence(
   t: Test,
   concurrency: number,
-  whileStuck: (
-    e: Awaited<ReturnType<typeof dispatchEnv>>,
-    stuck: Reserved,
-    next: Reserved,
-    asked: Set<string>,
-  ) => Promise<void>,
+  whileStuck: (e: DispatchEnv, stuck: Reserved, next: Reserved, asked: Set<string>) => Promise<void>,
 ): Promise<void> {
   const e = await dispatchEnv(t, ROOMY);
   const asked = recordAsked(e);
@@ -445,14 +445,6 @@ async function nextBehindStuckEvidence(
 
 type Reserved = { operation_id: string; effect_key: string };
 
-async function statusOf(pool: Pool, operationId: string): Promise<string | undefined> {
-  const { rows } = await pool.query<{ status: string }>(
-    'SELECT status FROM actionledger.operations WHERE operation_id = $1',
-    [operationId],
-  );
-  return rows[0]?.status;
-}
-
 t.test(
   'an evidence statement that waits on a lock does not hold the next operation while most slots are free: two batches open at once',
   (t) =>
@@ -465,7 +457,7 @@ t.test(
 );
 
 /** Records the operations the sandbox authorizer is asked about, from now on (whatever it decides). */
-function recordAsked(e: Awaited<ReturnType<typeof dispatchEnv>>): Set<string> {
+function recordAsked(e: DispatchEnv): Set<string> {
   const asked = new Set<string>();
   const decide = e.authorizer.decide;
   e.authorizer.decide = (req) => {
@@ -486,11 +478,11 @@ t.test('with every slot taken, one evidence batch opens at a time: the next oper
     await askedAbout(asked, next.operation_id);
     t.equal(await statusOf(e.pool, next.operation_id), 'executing', 'the next operation is claimed');
     await new Promise((r) => setTimeout(r, 500));
-    const { rows } = await e.pool.query<{ n: number }>(
-      'SELECT count(*)::int AS n FROM actionledger.authorization_evidence WHERE operation_id = $1',
-      [next.operation_id],
+    t.equal(
+      await evidenceRows(e.pool, next.operation_id),
+      0,
+      'no evidence recorded for it while the one batch is open',
     );
-    t.equal(rows[0]!.n, 0, 'no evidence recorded for it while the one batch is open');
     t.equal(await statusOf(e.pool, next.operation_id), 'executing', 'still executing');
     t.equal(e.provider.requestsFor(next.effect_key), 0, 'and unsent');
   }),

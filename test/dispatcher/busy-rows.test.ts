@@ -6,7 +6,7 @@
  */
 import t, { type Test } from 'tap';
 import type { Pool, PoolClient } from '../../core/db.js';
-import { ctx, dispatchEnv, pauseEvidenceOn, settled } from '../helpers/fleet.js';
+import { ctx, dispatchEnv, evidenceRows, pauseEvidenceOn, settled, statusOf } from '../helpers/fleet.js';
 
 const args = (n: number) => ({ order_id: `ord-${n}`, amount: 100 + n, currency: 'EUR' });
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -17,23 +17,6 @@ async function until(what: string, check: () => Promise<boolean>, timeoutMs = 15
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await sleep(20);
   }
-}
-
-async function status(pool: Pool, id: string): Promise<string | undefined> {
-  return (
-    await pool.query<{ status: string }>('SELECT status FROM actionledger.operations WHERE operation_id = $1', [id])
-  ).rows[0]?.status;
-}
-
-async function evidenceRows(pool: Pool, id: string): Promise<number> {
-  return (
-    (
-      await pool.query<{ n: number }>(
-        'SELECT count(*)::int AS n FROM actionledger.authorization_evidence WHERE operation_id = $1',
-        [id],
-      )
-    ).rows[0]?.n ?? 0
-  );
 }
 
 async function connect(t: Test, pool: Pool): Promise<PoolClient> {
@@ -76,7 +59,7 @@ t.test(
       );
       t.equal(e.provider.requestsFor(m.effect_key), 1);
     }
-    t.equal(await status(e.pool, held.operation_id), 'executing', 'the held one waits, still claimed');
+    t.equal(await statusOf(e.pool, held.operation_id), 'executing', 'the held one waits, still claimed');
     t.equal(await evidenceRows(e.pool, held.operation_id), 0, 'its evidence was not recorded under the stranger');
     t.equal(e.provider.requestsFor(held.effect_key), 0, 'and it was not sent');
     await holder.query('ROLLBACK');
@@ -146,7 +129,7 @@ t.test(
       );
       t.equal(e.provider.requestsFor(m.effect_key), 1);
     }
-    t.equal(await status(e.pool, held.operation_id), 'executing', 'the held one waits, still claimed');
+    t.equal(await statusOf(e.pool, held.operation_id), 'executing', 'the held one waits, still claimed');
     t.equal(e.provider.requestsFor(held.effect_key), 0, 'and it was not sent');
     await holder.query('ROLLBACK');
     t.equal((await settled(e.pool, held.operation_id)).status, 'succeeded', 'let go, it is dispatched');

@@ -203,6 +203,27 @@ export async function pauseEvidenceOn(pool: Pool, operationId: string, key: numb
       FOR EACH ROW EXECUTE FUNCTION public.pause_evidence();`);
 }
 
+/** The operation's status now (undefined when there is no such operation). */
+export async function statusOf(pool: Pool, operationId: string): Promise<string | undefined> {
+  return (
+    await pool.query<{ status: string }>('SELECT status FROM actionledger.operations WHERE operation_id = $1', [
+      operationId,
+    ])
+  ).rows[0]?.status;
+}
+
+/** How many evidence rows the operation has (one per claim that recorded a decision). */
+export async function evidenceRows(pool: Pool, operationId: string): Promise<number> {
+  return (
+    (
+      await pool.query<{ n: number }>(
+        'SELECT count(*)::int AS n FROM actionledger.authorization_evidence WHERE operation_id = $1',
+        [operationId],
+      )
+    ).rows[0]?.n ?? 0
+  );
+}
+
 /** Polls until `op` reaches a state outside `executing`/`pending`, or times out. */
 export async function settled(
   pool: Pool,
