@@ -51,6 +51,11 @@ export function createPool(
     statement_timeout: options.statementTimeoutMs,
     application_name: options.applicationName,
     connectionTimeoutMillis: 10_000,
+    // A statement issued while the one before it is still out is written at once instead of after its reply
+    // (pg's pipeline mode): the server runs them in order, each with its own snapshot, so a caller that awaits
+    // each statement sees no change, and one that issues several together (a dispatch batch's BEGIN, locks,
+    // final check and savepoint) pays one round trip for them.
+    pipeline: true,
     keepAlive: true,
     // The floor a pool keeps (`min`) may sit idle for hours: probe it long before a NAT or balancer forgets it.
     keepAliveInitialDelayMillis: 30_000,

@@ -11,9 +11,10 @@
  *                taken; dispatcher/batcher.ts)
  *   locking    - BEGIN; the row locks no other session holds (the busy items go into a later batch); a
  *                lost connection or a conflict rolls back and retries from the start (`BATCH_RETRY_POLICY`)
- *   checking   - the final check over the locked rows (fresh, young, not killed, no role revoked); its
+ *   checking   - the final check over the locked rows (fresh, young, not killed, no role revoked), and
+ *                savepoint `outcomes`: written with BEGIN and the locks in one round trip, run after them; its
  *                opening ends here and another batch may open
- *   sending    - the checked operations' requests are out, savepoint `outcomes` taken meanwhile
+ *   sending    - the checked operations' requests are out
  *   writing    - their outcomes in one statement; if it fails, each on its own from the savepoint, under the
  *                same locks (transient failures retried); COMMIT
  *   settled    - every item resolved or rejected; an outcome the commit did not carry is written again after
@@ -71,8 +72,8 @@ export class DispatchBatch {
 
   /**
    * Opens a dispatch batch: one transaction takes the row locks of its operations that no other session holds
-   * (the others go into a later batch), then (a second statement) the final check over the locked ones. Once
-   * the check has run the opening ends (another of the provider's batches may be opening meanwhile on its own
+   * (the others go into a later batch), then (a second statement, run after the first but written with it) the
+   * final check over the locked ones. Once the check has run the opening ends (another of the provider's batches may be opening meanwhile on its own
    * connection, over other operations), and this one sends its requests in parallel and writes all their
    * outcomes before it commits. A lost connection or a conflict here retries from the start; any other failure
    * rejects the items, none of which has been sent.
@@ -97,7 +98,10 @@ export class DispatchBatch {
     void this.#sendBatch(held, locked, checks);
   }
 
-  /** BEGIN, the row locks and the final check: one try. On a failure it rolls back and releases, then throws. */
+  /**
+   * BEGIN, the row locks, the final check and the savepoint, in one round trip: one try. On a failure it rolls
+   * back and releases, then throws.
+   */
   async #lockAndCheck(items: DispatchItem[]): Promise<{
     held: HeldConnection;
     state: Map<string, boolean>;
@@ -106,36 +110,43 @@ export class DispatchBatch {
   }> {
     const { o, prepared } = this.#ctx;
     const maxAgeMs = o.profile.maximumAuthorizationAgeMs + o.profile.maximumClockSkewMs;
+    const ids = items.map((i) => i.op.operation_id);
+    const tokens = items.map((i) => i.op.claim_token);
     let held: HeldConnection | undefined;
     try {
       held = holdConnection(await o.pool.connect());
       const { client } = held;
-      await client.query('BEGIN');
-      const { rows: claimed } = await client.query<{ operation_id: string; locked: boolean }>({
+      // One round trip: the pool's connections pipeline (core/db.ts `createPool`), so the four statements are
+      // written together. The server still runs them one after another, each with its own snapshot and clock:
+      // the check's are taken once the locks are held, as if it had been sent after them. It reads every item;
+      // the result of a row this batch did not lock is dropped. The savepoint is what a failed outcome write
+      // rolls back to.
+      const begin = client.query('BEGIN');
+      const lock = client.query<{ operation_id: string; locked: boolean }>({
         ...prepared.operationLockForDispatchBatch,
-        values: [items.map((i) => i.op.operation_id), items.map((i) => i.op.claim_token)],
+        values: [ids, tokens],
       });
-      const state = new Map(claimed.map((r) => [r.operation_id, r.locked]));
+      const check = client.query<{
+        operation_id: string;
+        fresh: boolean;
+        young: boolean;
+        killed: boolean;
+        revoked: boolean;
+      }>({ ...prepared.operationFinalCheckBatch, values: [ids, tokens, maxAgeMs] });
+      const savepoint = client.query('SAVEPOINT outcomes');
+      const sent = [begin, lock, check, savepoint];
+      // Every statement answered (so none is still in flight on a connection given back), then the first failure.
+      const failed = (await Promise.allSettled(sent)).find((r) => r.status === 'rejected');
+      if (failed !== undefined) throw failed.reason;
+      const state = new Map((await lock).rows.map((r) => [r.operation_id, r.locked]));
       const locked = items.filter((i) => state.get(i.op.operation_id) === true);
-      let checks = new Map<string, FinalCheck>();
-      if (locked.length > 0) {
-        const { rows } = await client.query<{
-          operation_id: string;
-          fresh: boolean;
-          young: boolean;
-          killed: boolean;
-          revoked: boolean;
-        }>({
-          ...prepared.operationFinalCheckBatch,
-          values: [locked.map((i) => i.op.operation_id), locked.map((i) => i.op.claim_token), maxAgeMs],
-        });
-        checks = new Map(
-          rows.map((r) => [
+      const checks = new Map<string, FinalCheck>();
+      for (const r of (await check).rows)
+        if (state.get(r.operation_id) === true)
+          checks.set(
             r.operation_id,
             r.killed ? 'tool_disabled' : r.revoked ? 'role_revoked' : r.fresh && r.young ? 'go' : 'authorization_stale',
-          ]),
-        );
-      }
+          );
       return { held, state, locked, checks };
     } catch (err) {
       if (held !== undefined) {
@@ -158,10 +169,6 @@ export class DispatchBatch {
     checks: ReadonlyMap<string, FinalCheck>,
   ): Promise<void> {
     const go = items.filter((i) => checks.get(i.op.operation_id) === 'go');
-    // The savepoint the outcome write may fall back to travels while the requests are out, not after them.
-    const savepoint =
-      go.length === 0 ? Promise.resolve() : held.client.query('SAVEPOINT outcomes').then(() => undefined);
-    savepoint.catch(() => undefined); // awaited below; a failure there is the commit's failure
     const sends = await Promise.allSettled(go.map((i) => this.#send(i)));
     const written: Written[] = [];
     go.forEach((item, n) => {
@@ -174,7 +181,6 @@ export class DispatchBatch {
     let committed = false;
     let broken: Error | undefined;
     try {
-      await savepoint;
       if (written.length > 0) await this.#writeOutcomes(held.client, written, unwritten);
       await held.client.query('COMMIT');
       committed = true;

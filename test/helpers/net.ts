@@ -1,4 +1,4 @@
-import { createServer } from 'node:net';
+import { connect, createServer, type Socket } from 'node:net';
 
 /** A loopback port free a moment ago: for a server the test starts, or, left unused, one nothing answers on. */
 export async function freePort(): Promise<number> {
@@ -8,4 +8,107 @@ export async function freePort(): Promise<number> {
       s.close(() => resolve(port));
     });
   });
+}
+
+/** What a `HoldingProxy` saw after one BEGIN: whether every marker reached the server before BEGIN's reply. */
+export interface Hold {
+  /** True: every marker arrived while BEGIN's reply was held; false: `holdMs` ran out first. */
+  pipelined: boolean;
+  /** The markers that arrived while held. */
+  seen: string[];
+}
+
+/**
+ * A loopback TCP proxy to PostgreSQL that tells whether a client writes statements before the reply to its
+ * BEGIN: after a client chunk that carries a simple-protocol `BEGIN`, it holds the server's bytes for that
+ * connection until the client has also sent every marker (statement names or texts, as they appear in the
+ * protocol messages), or `holdMs` has passed. A client that waits for each reply shows no marker while held.
+ */
+export class HoldingProxy {
+  readonly holds: Hold[] = [];
+  readonly #server = createServer((client) => this.#accept(client));
+  readonly #target: { host: string; port: number };
+  readonly #markers: string[];
+  readonly #holdMs: number;
+  readonly #sockets = new Set<Socket>();
+
+  constructor(target: { host: string; port: number }, markers: string[], holdMs = 2_000) {
+    this.#target = target;
+    this.#markers = markers;
+    this.#holdMs = holdMs;
+  }
+
+  async listen(): Promise<number> {
+    await new Promise<void>((resolve) => this.#server.listen(0, '127.0.0.1', resolve));
+    return (this.#server.address() as { port: number }).port;
+  }
+
+  async close(): Promise<void> {
+    for (const s of this.#sockets) s.destroy();
+    await new Promise<void>((resolve) => this.#server.close(() => resolve()));
+  }
+
+  #accept(client: Socket): void {
+    const server = connect(this.#target.port, this.#target.host);
+    for (const s of [client, server]) {
+      this.#sockets.add(s);
+      s.on('error', () => undefined).on('close', () => {
+        client.destroy();
+        server.destroy();
+      });
+    }
+    let held: { sent: string; buffered: Buffer[]; hold: Hold; timer: NodeJS.Timeout } | null = null;
+    const release = (): void => {
+      if (held === null) return;
+      clearTimeout(held.timer);
+      for (const b of held.buffered) client.write(b);
+      held = null;
+    };
+    const check = (): void => {
+      if (held === null) return;
+      const h = held;
+      h.hold.seen = this.#markers.filter((m) => h.sent.includes(m));
+      if (h.hold.seen.length === this.#markers.length) {
+        h.hold.pipelined = true;
+        release();
+      }
+    };
+    const messages = new ClientMessages();
+    client.on('data', (chunk: Buffer) => {
+      server.write(chunk);
+      for (const m of messages.push(chunk)) {
+        if (held !== null) held.sent += m.toString('latin1');
+        else if (m[0] === 0x51 && /^\s*BEGIN\b/i.test(m.subarray(5).toString('utf8'))) {
+          const hold: Hold = { pipelined: false, seen: [] };
+          this.holds.push(hold);
+          held = { sent: '', buffered: [], hold, timer: setTimeout(release, this.#holdMs) };
+        }
+      }
+      check();
+    });
+    server.on('data', (chunk: Buffer) => {
+      if (held !== null) held.buffered.push(chunk);
+      else client.write(chunk);
+    });
+  }
+}
+
+/** Splits a client-to-server PostgreSQL stream into whole messages (the untyped startup message first). */
+class ClientMessages {
+  #buffer = Buffer.alloc(0);
+  #started = false;
+
+  push(chunk: Buffer): Buffer[] {
+    this.#buffer = Buffer.concat([this.#buffer, chunk]);
+    const out: Buffer[] = [];
+    for (;;) {
+      const head = this.#started ? 1 : 0;
+      if (this.#buffer.length < head + 4) return out;
+      const end = head + this.#buffer.readUInt32BE(head);
+      if (this.#buffer.length < end) return out;
+      if (this.#started) out.push(this.#buffer.subarray(0, end));
+      this.#started = true;
+      this.#buffer = this.#buffer.subarray(end);
+    }
+  }
 }

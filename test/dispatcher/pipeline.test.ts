@@ -1,0 +1,87 @@
+/**
+ * Statements written together (pg's pipeline mode on every pool core/db.ts makes): a dispatch batch's BEGIN, row
+ * locks, final check and savepoint reach PostgreSQL before the reply to its BEGIN, through a proxy that holds
+ * that reply back. Real PostgreSQL, the sandbox provider and authorizer over mTLS, a real Dispatcher.
+ */
+import t from 'tap';
+import { bindQueries, createPool, prepared } from '../../core/db.js';
+import { Metrics } from '../../core/metrics.js';
+import { openDispatcher } from '../../dispatcher/index.js';
+import { dispatcherQueries } from '../../dispatcher/queries.js';
+import { ctx, dispatchEnv, settled } from '../helpers/fleet.js';
+import { HoldingProxy } from '../helpers/net.js';
+
+/** `url` with its host and port replaced by the proxy's. */
+function through(url: string, port: number): string {
+  const u = new URL(url);
+  u.hostname = '127.0.0.1';
+  u.port = String(port);
+  return u.toString();
+}
+
+async function proxyTo(url: string, markers: string[]): Promise<{ proxy: HoldingProxy; url: string }> {
+  const u = new URL(url);
+  const proxy = new HoldingProxy({ host: u.hostname, port: Number(u.port) }, markers);
+  return { proxy, url: through(url, await proxy.listen()) };
+}
+
+t.test(
+  'a pool client writes a statement issued while the one before it is out without waiting for its reply',
+  async (t) => {
+    const e = await dispatchEnv(t);
+    const { proxy, url } = await proxyTo(e.url, ['SELECT 41 + 1']);
+    t.teardown(() => proxy.close());
+    const pool = createPool(url, { max: 1, statementTimeoutMs: 10_000, applicationName: 'pipeline-test' });
+    t.teardown(() => pool.end());
+    const client = await pool.connect();
+    try {
+      const [, answer] = await Promise.all([
+        client.query('BEGIN'),
+        client.query('SELECT 41 + 1 AS n'),
+        client.query('COMMIT'),
+      ]);
+      t.equal((answer.rows[0] as { n: number }).n, 42, 'answered in order');
+    } finally {
+      client.release();
+    }
+    t.same(
+      proxy.holds,
+      [{ pipelined: true, seen: ['SELECT 41 + 1'] }],
+      'the SELECT reached the server before BEGIN was answered',
+    );
+  },
+);
+
+t.test('a dispatch batch writes BEGIN, its locks, its final check and its savepoint in one round trip', async (t) => {
+  const e = await dispatchEnv(t, { provider_http_timeout_seconds: 30, authorization_http_timeout_seconds: 30 });
+  const q = bindQueries(dispatcherQueries, e.config.schemaQuoted);
+  const lockName = prepared(q.operationLockForDispatchBatch).name;
+  const checkName = prepared(q.operationFinalCheckBatch).name;
+  const { proxy, url } = await proxyTo(e.url, [lockName, checkName, 'SAVEPOINT outcomes']);
+  t.teardown(() => proxy.close());
+  // The dispatcher's own pool (not the test's) goes through the proxy.
+  const pool = createPool(url, { max: 20, statementTimeoutMs: 30_000, applicationName: 'pipeline-test' });
+  const d = await openDispatcher(
+    { ...e.runtime, pool, databaseUrl: url, metrics: new Metrics({ defaultMetrics: false, ledger: false }) },
+    { ...e.env, DATABASE_URL: url },
+    { concurrency: 4 },
+  );
+  t.teardown(async () => {
+    await d.stop(5000);
+    await pool.end();
+  });
+  await d.start();
+  const r = await e.ledger.reserve(ctx('pipelined'), 'issue_refund', {
+    order_id: 'ord-p',
+    amount: 120,
+    currency: 'EUR',
+  });
+  t.equal((await settled(e.pool, r.operation_id)).status, 'succeeded');
+  t.equal(e.provider.requestsFor(r.effect_key), 1, 'sent once');
+  t.ok(proxy.holds.length >= 1, `the dispatcher began a transaction (${proxy.holds.length})`);
+  t.same(
+    proxy.holds.filter((h) => h.seen.includes(lockName)),
+    [{ pipelined: true, seen: [lockName, checkName, 'SAVEPOINT outcomes'] }],
+    'the batch: its locks, check and savepoint reached the server before BEGIN was answered',
+  );
+});
