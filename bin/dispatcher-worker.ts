@@ -58,6 +58,9 @@ export async function runWorker(env: NodeJS.ProcessEnv, concurrency: number | un
   process.on('unhandledRejection', (reason) =>
     log.warn({ code: asActionLedgerError(reason).code, err: reason }, 'unhandled rejection in dispatcher worker'),
   );
+  // Listening from here on: a signal that arrives while the dispatcher starts stops it once started, instead of
+  // ending the process with a worker row registered and the runtime left open.
+  const stopSignal = waitForSignal();
   try {
     const dispatcher = await openDispatcher(rt, env, concurrency === undefined ? {} : { concurrency });
     if (cluster.isWorker) {
@@ -77,7 +80,7 @@ export async function runWorker(env: NodeJS.ProcessEnv, concurrency: number | un
     await dispatcher.start();
     notifier.start();
     rt.log.info({ concurrency: concurrency ?? rt.config.dispatcher.concurrency }, 'dispatcher running');
-    const signal = await waitForSignal();
+    const signal = await stopSignal;
     rt.log.info({ signal, in_flight: dispatcher.inFlight }, 'dispatcher stopping');
     await Promise.all([dispatcher.stop(rt.config.dispatcher.shutdownDeadlineMs), notifier.stop()]);
     return 0;

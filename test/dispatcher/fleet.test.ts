@@ -1,6 +1,7 @@
 import t from 'tap';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { BIN } from '../helpers/cli.js';
+import { TcpProxy } from '../../chaos/tcp-proxy.js';
 import { dispatcherPoolFloor } from '../../dispatcher/index.js';
 import { ctx, dispatchEnv, settled } from '../helpers/fleet.js';
 import { nodeCommand } from '../helpers/node-child.js';
@@ -86,6 +87,35 @@ t.test('a worker process opens its pool floor at start and keeps it open while i
   const op = await e.ledger.reserve(ctx('after-idle'), 'issue_refund', { order_id: 'o-1', amount: 1, currency: 'EUR' });
   t.equal((await settled(e.pool, op.operation_id)).status, 'succeeded', 'and it dispatches');
   t.same(await stopAll([child]), [0], 'exits 0 on SIGTERM');
+});
+
+t.test('a SIGTERM while the worker is starting stops it once started, exit 0', async (t) => {
+  const e = await dispatchEnv(t);
+  const db = new URL(e.url);
+  const proxy = new TcpProxy({ host: db.hostname, port: Number(db.port) });
+  const port = await proxy.listen();
+  t.teardown(() => proxy.close());
+  const through = new URL(e.url);
+  through.hostname = '127.0.0.1';
+  through.port = String(port);
+  // The worker's database traffic is held: its start waits on its first statement (registering the worker).
+  proxy.pause();
+  const child = worker({ ...e.env, ACTIONLEDGER_WORKER_DATABASE_URL: through.toString() }, 2);
+  t.teardown(() => stopAll([child]).then(() => undefined));
+  const exited = new Promise<[number | null, string | null]>((resolve) =>
+    child.once('exit', (code, signal) => resolve([code, signal])),
+  );
+  const deadline = Date.now() + 30_000;
+  while (proxy.stats.connections === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  t.ok(proxy.stats.connections > 0, 'the worker is connecting, inside its start');
+  child.kill('SIGTERM');
+  await new Promise((r) => setTimeout(r, 300));
+  proxy.resume();
+  t.same(await exited, [0, null], 'it finished starting, stopped and exited 0 (not killed by the signal)');
+  const { rows } = await e.pool.query<{ stopped: boolean }>(
+    'SELECT stopped_at IS NOT NULL AS stopped FROM actionledger.workers',
+  );
+  t.same(rows, [{ stopped: true }], 'its row says it stopped');
 });
 
 t.test('a worker SIGKILLed mid-dispatch: its row stays executing and no other worker dispatches it', async (t) => {
