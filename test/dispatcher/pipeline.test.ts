@@ -4,6 +4,7 @@
  * that reply back. Real PostgreSQL, the sandbox provider and authorizer over mTLS, a real Dispatcher.
  */
 import t from 'tap';
+import pg from 'pg';
 import { bindQueries, createPool, prepared } from '../../core/db.js';
 import { Metrics } from '../../core/metrics.js';
 import { openDispatcher } from '../../dispatcher/index.js';
@@ -85,3 +86,62 @@ t.test('a dispatch batch writes BEGIN, its locks, its final check and its savepo
     'the batch: its locks, check and savepoint reached the server before BEGIN was answered',
   );
 });
+
+t.test(
+  'a kill switch committed while the batch waits for its row locks is seen by the final check written with them',
+  async (t) => {
+    const e = await dispatchEnv(t, { provider_http_timeout_seconds: 30, authorization_http_timeout_seconds: 30 });
+    const q = bindQueries(dispatcherQueries, e.config.schemaQuoted);
+    const lockName = prepared(q.operationLockForDispatchBatch).name;
+    const checkName = prepared(q.operationFinalCheckBatch).name;
+    const { proxy, url } = await proxyTo(e.url, [lockName, checkName, 'SAVEPOINT outcomes']);
+    t.teardown(() => proxy.close());
+    const pool = createPool(url, { max: 20, statementTimeoutMs: 30_000, applicationName: 'pipeline-test' });
+    const d = await openDispatcher(
+      { ...e.runtime, pool, databaseUrl: url, metrics: new Metrics({ defaultMetrics: false, ledger: false }) },
+      { ...e.env, DATABASE_URL: url },
+      { concurrency: 4 },
+    );
+    t.teardown(async () => {
+      await d.stop(5000);
+      await pool.end();
+    });
+    const other = new pg.Client({ connectionString: e.url });
+    await other.connect();
+    t.teardown(() => other.end());
+    const held = proxy.holdNextRequests();
+    await d.start();
+    const r = await e.ledger.reserve(ctx('switched'), 'issue_refund', {
+      order_id: 'ord-s',
+      amount: 120,
+      currency: 'EUR',
+    });
+    // The batch's BEGIN, locks, check and savepoint wait in the proxy (its evidence is committed by now).
+    const text = await held.arrived;
+    t.ok(text.includes(checkName), 'the final check was written with the locks');
+    // Another session takes a lock the row locks wait for, so they run first and wait, with the check behind them.
+    await other.query('BEGIN');
+    await other.query(`LOCK TABLE ${e.config.schemaQuoted}.operations IN EXCLUSIVE MODE`);
+    held.release();
+    for (let i = 0; ; i++) {
+      const { rows } = await e.pool.query<{ n: number }>(
+        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND application_name = 'pipeline-test'",
+      );
+      if (rows[0]!.n > 0) break;
+      if (i > 500) throw new Error('the row locks never waited');
+      await new Promise((res) => setTimeout(res, 20));
+    }
+    await other.query(
+      `INSERT INTO ${e.config.schemaQuoted}.gate_kill_switches (tenant_id, tool_name, engaged_by, reason) VALUES ('tenant-a', '*', 'oncall', 'incident')`,
+    );
+    await other.query('COMMIT');
+    const done = await settled(e.pool, r.operation_id);
+    t.equal(done.status, 'needs_review');
+    t.equal(
+      done.review_reason,
+      'final_check:tool_disabled',
+      'the check saw the switch committed before the locks were granted',
+    );
+    t.equal(e.provider.requestsFor(r.effect_key), 0, 'nothing sent');
+  },
+);

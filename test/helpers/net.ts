@@ -23,6 +23,8 @@ export interface Hold {
  * BEGIN: after a client chunk that carries a simple-protocol `BEGIN`, it holds the server's bytes for that
  * connection until the client has also sent every marker (statement names or texts, as they appear in the
  * protocol messages), or `holdMs` has passed. A client that waits for each reply shows no marker while held.
+ * It can also hold what a client writes after its next BEGIN (`holdNextRequests`), so that a test can arrange
+ * the server's state before those statements run.
  */
 export class HoldingProxy {
   readonly holds: Hold[] = [];
@@ -31,6 +33,8 @@ export class HoldingProxy {
   readonly #markers: string[];
   readonly #holdMs: number;
   readonly #sockets = new Set<Socket>();
+  #requestsArmed: ((text: string) => void) | null = null;
+  #requestsRelease: (() => void)[] = [];
 
   constructor(target: { host: string; port: number }, markers: string[], holdMs = 2_000) {
     this.#target = target;
@@ -43,7 +47,22 @@ export class HoldingProxy {
     return (this.#server.address() as { port: number }).port;
   }
 
+  /**
+   * Holds the next BEGIN any connection sends, and everything that connection writes after it, from the server
+   * until `release()`. `arrived` resolves, with the held bytes as text, once every marker is among them.
+   */
+  holdNextRequests(): { arrived: Promise<string>; release(): void } {
+    const arrived = new Promise<string>((resolve) => (this.#requestsArmed = resolve));
+    return {
+      arrived,
+      release: () => {
+        for (const go of this.#requestsRelease.splice(0)) go();
+      },
+    };
+  }
+
   async close(): Promise<void> {
+    for (const go of this.#requestsRelease.splice(0)) go();
     for (const s of this.#sockets) s.destroy();
     await new Promise<void>((resolve) => this.#server.close(() => resolve()));
   }
@@ -74,11 +93,31 @@ export class HoldingProxy {
       }
     };
     const messages = new ClientMessages();
+    let requests: { chunks: Buffer[]; text: string; arrived: ((text: string) => void) | null } | null = null;
+    const holdRequests = (chunk: Buffer, text: string): void => {
+      const r = requests!;
+      r.chunks.push(chunk);
+      r.text += text;
+      if (r.arrived !== null && this.#markers.every((m) => r.text.includes(m))) {
+        r.arrived(r.text);
+        r.arrived = null;
+      }
+    };
     client.on('data', (chunk: Buffer) => {
-      server.write(chunk);
-      for (const m of messages.push(chunk)) {
+      const texts = messages.push(chunk);
+      if (requests === null && this.#requestsArmed !== null && texts.some(isBegin)) {
+        requests = { chunks: [], text: '', arrived: this.#requestsArmed };
+        this.#requestsArmed = null;
+        this.#requestsRelease.push(() => {
+          for (const c of requests!.chunks) server.write(c);
+          requests = null;
+        });
+      }
+      if (requests !== null) holdRequests(chunk, texts.map((m) => m.toString('latin1')).join(''));
+      else server.write(chunk);
+      for (const m of texts) {
         if (held !== null) held.sent += m.toString('latin1');
-        else if (m[0] === 0x51 && /^\s*BEGIN\b/i.test(m.subarray(5).toString('utf8'))) {
+        else if (isBegin(m)) {
           const hold: Hold = { pipelined: false, seen: [] };
           this.holds.push(hold);
           held = { sent: '', buffered: [], hold, timer: setTimeout(release, this.#holdMs) };
@@ -91,6 +130,11 @@ export class HoldingProxy {
       else client.write(chunk);
     });
   }
+}
+
+/** A simple-protocol Query message whose text is BEGIN. */
+function isBegin(m: Buffer): boolean {
+  return m[0] === 0x51 && /^\s*BEGIN\b/i.test(m.subarray(5).toString('utf8'));
 }
 
 /** Splits a client-to-server PostgreSQL stream into whole messages (the untyped startup message first). */
