@@ -266,7 +266,12 @@ t.test(
     await untilSent(e, slow.effect_key);
     t.equal(e.provider.requestsFor(slow.effect_key), 1, 'the request is out');
     const engaging = g.gate.engageKillSwitch('tenant-a', 'issue_refund', 'oncall', 'incident');
-    await new Promise((r) => setTimeout(r, 300));
+    // Once the switch has committed (a loaded machine may take a while), it waits for the slow request.
+    for (let i = 0; i < 300; i++) {
+      const { rows } = await e.pool.query('SELECT 1 FROM actionledger.gate_kill_switches');
+      if (rows.length > 0) break;
+      await new Promise((r) => setTimeout(r, 20));
+    }
     // Reserved while the switch waits for the slow request: held, never sent.
     const late = await e.ledger.reserve(ctx('late'), 'issue_refund', args(2));
     const waited = await engaging;
