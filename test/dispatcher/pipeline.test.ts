@@ -4,6 +4,7 @@
  * that reply back. Real PostgreSQL, the sandbox provider and authorizer over mTLS, a real Dispatcher.
  */
 import t from 'tap';
+import type { Test } from 'tap';
 import pg from 'pg';
 import { bindQueries, createPool, prepared } from '../../core/db.js';
 import { Metrics } from '../../core/metrics.js';
@@ -24,6 +25,30 @@ async function proxyTo(url: string, markers: string[]): Promise<{ proxy: Holding
   const u = new URL(url);
   const proxy = new HoldingProxy({ host: u.hostname, port: Number(u.port) }, markers);
   return { proxy, url: through(url, await proxy.listen()) };
+}
+
+/**
+ * A dispatch environment whose dispatcher (4 slots, not yet started) has its own pool and claim connection
+ * through a `HoldingProxy` watching for the batch's row locks, final check and savepoint.
+ */
+async function dispatcherThroughProxy(t: Test) {
+  const e = await dispatchEnv(t, { provider_http_timeout_seconds: 30, authorization_http_timeout_seconds: 30 });
+  const q = bindQueries(dispatcherQueries, e.config.schemaQuoted);
+  const lockName = prepared(q.operationLockForDispatchBatch).name;
+  const checkName = prepared(q.operationFinalCheckBatch).name;
+  const { proxy, url } = await proxyTo(e.url, [lockName, checkName, 'SAVEPOINT outcomes']);
+  t.teardown(() => proxy.close());
+  const pool = createPool(url, { max: 20, statementTimeoutMs: 30_000, applicationName: 'pipeline-test' });
+  const d = await openDispatcher(
+    { ...e.runtime, pool, databaseUrl: url, metrics: new Metrics({ defaultMetrics: false, ledger: false }) },
+    { ...e.env, DATABASE_URL: url },
+    { concurrency: 4 },
+  );
+  t.teardown(async () => {
+    await d.stop(5000);
+    await pool.end();
+  });
+  return { e, d, proxy, lockName, checkName };
 }
 
 t.test(
@@ -54,23 +79,7 @@ t.test(
 );
 
 t.test('a dispatch batch writes BEGIN, its locks, its final check and its savepoint in one round trip', async (t) => {
-  const e = await dispatchEnv(t, { provider_http_timeout_seconds: 30, authorization_http_timeout_seconds: 30 });
-  const q = bindQueries(dispatcherQueries, e.config.schemaQuoted);
-  const lockName = prepared(q.operationLockForDispatchBatch).name;
-  const checkName = prepared(q.operationFinalCheckBatch).name;
-  const { proxy, url } = await proxyTo(e.url, [lockName, checkName, 'SAVEPOINT outcomes']);
-  t.teardown(() => proxy.close());
-  // The dispatcher's own pool (not the test's) goes through the proxy.
-  const pool = createPool(url, { max: 20, statementTimeoutMs: 30_000, applicationName: 'pipeline-test' });
-  const d = await openDispatcher(
-    { ...e.runtime, pool, databaseUrl: url, metrics: new Metrics({ defaultMetrics: false, ledger: false }) },
-    { ...e.env, DATABASE_URL: url },
-    { concurrency: 4 },
-  );
-  t.teardown(async () => {
-    await d.stop(5000);
-    await pool.end();
-  });
+  const { e, d, proxy, lockName, checkName } = await dispatcherThroughProxy(t);
   await d.start();
   const r = await e.ledger.reserve(ctx('pipelined'), 'issue_refund', {
     order_id: 'ord-p',
@@ -90,22 +99,7 @@ t.test('a dispatch batch writes BEGIN, its locks, its final check and its savepo
 t.test(
   'a kill switch committed while the batch waits for its row locks is seen by the final check written with them',
   async (t) => {
-    const e = await dispatchEnv(t, { provider_http_timeout_seconds: 30, authorization_http_timeout_seconds: 30 });
-    const q = bindQueries(dispatcherQueries, e.config.schemaQuoted);
-    const lockName = prepared(q.operationLockForDispatchBatch).name;
-    const checkName = prepared(q.operationFinalCheckBatch).name;
-    const { proxy, url } = await proxyTo(e.url, [lockName, checkName, 'SAVEPOINT outcomes']);
-    t.teardown(() => proxy.close());
-    const pool = createPool(url, { max: 20, statementTimeoutMs: 30_000, applicationName: 'pipeline-test' });
-    const d = await openDispatcher(
-      { ...e.runtime, pool, databaseUrl: url, metrics: new Metrics({ defaultMetrics: false, ledger: false }) },
-      { ...e.env, DATABASE_URL: url },
-      { concurrency: 4 },
-    );
-    t.teardown(async () => {
-      await d.stop(5000);
-      await pool.end();
-    });
+    const { e, d, proxy, checkName } = await dispatcherThroughProxy(t);
     const other = new pg.Client({ connectionString: e.url });
     await other.connect();
     t.teardown(() => other.end());
