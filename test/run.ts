@@ -1,8 +1,8 @@
 /**
  * `npm test`: one PostgreSQL for the whole run, a template database migrated once, then the compiled test files
- * (node-tap tests), three at a time (test/runner.ts): on 2 cores two files left about a fifth of the CPU idle, as
- * many files wait on child processes, servers and timers. Each test file clones the template (`CREATE DATABASE
- * ... TEMPLATE`), so files run in parallel without sharing rows (graphile-worker's arrangement).
+ * (node-tap tests), two at a time (test/runner.ts; three were tried and took as long on 2 cores: the run is bound
+ * by CPU). Each test file clones the template (`CREATE DATABASE ... TEMPLATE`), so files run in parallel without
+ * sharing rows (graphile-worker's arrangement).
  *
  * With DATABASE_URL set, that server is used as it is configured (its role needs CREATEDB); otherwise an
  * embedded PostgreSQL starts in a temporary folder, without fsync, and is removed afterwards.
@@ -70,7 +70,7 @@ async function main(): Promise<number> {
     const args = process.argv.slice(2);
     return await runFiles({
       files: args.length > 0 ? args : testFiles('dist/test'),
-      jobs: 3,
+      jobs: 2,
       timeoutS: 300,
       env: { ...process.env, AL_TEST_ADMIN_URL: adminUrl, AL_TEST_TEMPLATE: template, AL_TEST_DB_PREFIX: prefix },
     });
