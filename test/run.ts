@@ -1,7 +1,8 @@
 /**
  * `npm test`: one PostgreSQL for the whole run, a template database migrated once, then the compiled test files
- * (node-tap tests), two at a time (test/runner.ts; three were tried on 2 cores and took as long). Each test file clones the template (`CREATE DATABASE ... TEMPLATE`), so files run in parallel without
- * sharing rows (graphile-worker's arrangement).
+ * (node-tap tests), two at a time (test/runner.ts; three were tried on 2 cores and took as long). Each test file
+ * clones the template (`CREATE DATABASE ... TEMPLATE`), so files run in parallel without sharing rows
+ * (graphile-worker's arrangement).
  *
  * With DATABASE_URL set, that server is used as it is configured (its role needs CREATEDB); otherwise an
  * embedded PostgreSQL starts in a temporary folder, without fsync, and is removed afterwards.
