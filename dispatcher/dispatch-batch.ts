@@ -75,8 +75,8 @@ export class DispatchBatch {
    * (the others go into a later batch), then (a second statement, run after the first but written with it) the
    * final check, whose answer is kept for the locked ones. Once the check has run the opening ends (another of
    * the provider's batches may be opening meanwhile on its own connection, over other operations), and this one
-   * sends its requests in parallel and writes all their outcomes before it commits. A lost connection or a conflict here retries from the start; any other failure
-   * rejects the items, none of which has been sent.
+   * sends its requests in parallel and writes all their outcomes before it commits. A lost connection or a
+   * conflict here retries from the start; any other failure rejects the items, none of which has been sent.
    */
   async #open(items: DispatchItem[]): Promise<void> {
     this.#ctx.o.metrics.batchOperations.observe({ stage: 'dispatch' }, items.length);
