@@ -11,9 +11,9 @@
  *                taken; dispatcher/batcher.ts)
  *   locking    - BEGIN; the row locks no other session holds (the busy items go into a later batch); a
  *                lost connection or a conflict rolls back and retries from the start (`BATCH_RETRY_POLICY`)
- *   checking   - the final check over the locked rows (fresh, young, not killed, no role revoked), and
- *                savepoint `outcomes`: written with BEGIN and the locks in one round trip, run after them; its
- *                opening ends here and another batch may open
+ *   checking   - the final check, kept for the locked rows (fresh, young, not killed, no role revoked), and
+ *                savepoint `outcomes`, both sent with BEGIN and the locks (`#lockAndCheck`); its opening ends
+ *                here and another batch may open
  *   sending    - the checked operations' requests are out
  *   writing    - their outcomes in one statement; if it fails, each on its own from the savepoint, under the
  *                same locks (transient failures retried); COMMIT
@@ -72,8 +72,8 @@ export class DispatchBatch {
 
   /**
    * Opens a dispatch batch: one transaction takes the row locks of its operations that no other session holds
-   * (the others go into a later batch), then (a second statement, run after the first but written with it) the
-   * final check, whose answer is kept for the locked ones. Once the check has run the opening ends (another of
+   * (the others go into a later batch), then (a second statement) the final check, whose answer is kept for the
+   * locked ones. Once the check has run the opening ends (another of
    * the provider's batches may be opening meanwhile on its own connection, over other operations), and this one
    * sends its requests in parallel and writes all their outcomes before it commits. A lost connection or a
    * conflict here retries from the start; any other failure rejects the items, none of which has been sent.
@@ -116,11 +116,10 @@ export class DispatchBatch {
     try {
       held = holdConnection(await o.pool.connect());
       const { client } = held;
-      // One round trip: the pool's connections pipeline (core/db.ts `createPool`), so the four statements are
-      // written together. The server still runs them one after another, each with its own snapshot and clock:
-      // the check's are taken once the locks are held, as if it had been sent after them. It reads every item;
-      // the result of a row this batch did not lock is dropped. The savepoint is what a failed outcome write
-      // rolls back to.
+      // One round trip: the pool's connections pipeline (core/db.ts `createPool`). The server runs the four in
+      // order, so the check's snapshot and clock are taken once the locks are held. It reads every item; the
+      // answer for a row this batch did not lock is dropped. The savepoint is what a failed outcome write rolls
+      // back to.
       const begin = client.query('BEGIN');
       const lock = client.query<{ operation_id: string; locked: boolean }>({
         ...prepared.operationLockForDispatchBatch,

@@ -159,14 +159,15 @@ export const dispatcherQueries = {
     FROM claimed k LEFT JOIN locked x ON x.operation_id = k.operation_id`,
 
   /**
-   * The final check, a separate statement once the batch's locks are held, over the operations it locked (so
-   * with a snapshot and a clock taken after them): still executing under this claim, same approval and policy
-   * version, the recorded evidence inside its windows now ($3: maximum age + skew, ms), no kill switch on the
-   * operation's tenant or tool, and no role revoked since the decision: neither the role the gate recorded for
-   * the requester nor the role any approver of its approval voted with (a vote whose role was never recorded
-   * matches any revocation of that approver). A row absent from the result lost its claim or its evidence no
-   * longer matches. Every lookup is by key: operations and evidence by primary key, the gate's record of the
-   * operation and the approval by primary key, revocations by (tenant, principal, role).
+   * The final check, a separate statement run once the batch's locks are held (so with a snapshot and a clock
+   * taken after them; the caller keeps its answer for the operations it locked): still executing under this
+   * claim, same approval and policy version, the recorded evidence inside its windows now ($3: maximum age +
+   * skew, ms), no kill switch on the operation's tenant or tool, and no role revoked since the decision: neither
+   * the role the gate recorded for the requester nor the role any approver of its approval voted with (a vote
+   * whose role was never recorded matches any revocation of that approver). A row absent from the result lost
+   * its claim or its evidence no longer matches. Every lookup is by key: operations and evidence by primary key,
+   * the gate's record of the operation and the approval by primary key, revocations by (tenant, principal,
+   * role).
    */
   operationFinalCheckBatch: `
     SELECT l.operation_id,

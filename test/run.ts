@@ -1,6 +1,6 @@
 /**
  * `npm test`: one PostgreSQL for the whole run, a template database migrated once, then the compiled test files
- * (node-tap tests), two at a time (test/runner.ts; three were tried on 2 cores and took as long). Each test file
+ * (node-tap tests), two at a time (test/runner.ts; three were no faster in one run on 2 cores). Each test file
  * clones the template (`CREATE DATABASE ... TEMPLATE`), so files run in parallel without sharing rows
  * (graphile-worker's arrangement).
  *

@@ -97,7 +97,7 @@ t.test('a dispatch batch writes BEGIN, its locks, its final check and its savepo
 });
 
 t.test(
-  'a kill switch committed while the batch waits for its row locks is seen by the final check written with them',
+  'a kill switch committed while the row-lock statement waits on a table lock is seen by the check written with it',
   async (t) => {
     const { e, d, proxy, checkName } = await dispatcherThroughProxy(t);
     const other = new pg.Client({ connectionString: e.url });
@@ -113,7 +113,8 @@ t.test(
     // The batch's BEGIN, locks, check and savepoint wait in the proxy (its evidence is committed by now).
     const text = await held.arrived;
     t.ok(text.includes(checkName), 'the final check was written with the locks');
-    // Another session takes a lock the row locks wait for, so they run first and wait, with the check behind them.
+    // Another session takes a table lock the row-lock statement waits on (SKIP LOCKED skips rows, not tables),
+    // so it runs first and waits, with the check behind it.
     await other.query('BEGIN');
     await other.query(`LOCK TABLE ${e.config.schemaQuoted}.operations IN EXCLUSIVE MODE`);
     held.release();
