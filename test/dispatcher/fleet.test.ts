@@ -4,6 +4,7 @@ import { BIN } from '../helpers/cli.js';
 import { TcpProxy } from '../../chaos/tcp-proxy.js';
 import { dispatcherPoolFloor } from '../../dispatcher/index.js';
 import { ctx, dispatchEnv, settled } from '../helpers/fleet.js';
+import { throughPort } from '../helpers/net.js';
 import { nodeCommand } from '../helpers/node-child.js';
 
 function worker(env: NodeJS.ProcessEnv, concurrency: number): ChildProcess {
@@ -95,12 +96,9 @@ t.test('a SIGTERM while the worker is starting stops it once started, exit 0', a
   const proxy = new TcpProxy({ host: db.hostname, port: Number(db.port) });
   const port = await proxy.listen();
   t.teardown(() => proxy.close());
-  const through = new URL(e.url);
-  through.hostname = '127.0.0.1';
-  through.port = String(port);
-  // The worker's database traffic is held: its start waits on its first statement (registering the worker).
+  // The worker's database traffic is held: its start waits on its first connection (to register the worker).
   proxy.pause();
-  const child = worker({ ...e.env, ACTIONLEDGER_WORKER_DATABASE_URL: through.toString() }, 2);
+  const child = worker({ ...e.env, ACTIONLEDGER_WORKER_DATABASE_URL: throughPort(e.url, port) }, 2);
   t.teardown(() => stopAll([child]).then(() => undefined));
   const exited = new Promise<[number | null, string | null]>((resolve) =>
     child.once('exit', (code, signal) => resolve([code, signal])),

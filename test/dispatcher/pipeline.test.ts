@@ -11,20 +11,12 @@ import { Metrics } from '../../core/metrics.js';
 import { openDispatcher } from '../../dispatcher/index.js';
 import { dispatcherQueries } from '../../dispatcher/queries.js';
 import { ctx, dispatchEnv, settled } from '../helpers/fleet.js';
-import { HoldingProxy } from '../helpers/net.js';
-
-/** `url` with its host and port replaced by the proxy's. */
-function through(url: string, port: number): string {
-  const u = new URL(url);
-  u.hostname = '127.0.0.1';
-  u.port = String(port);
-  return u.toString();
-}
+import { HoldingProxy, throughPort } from '../helpers/net.js';
 
 async function proxyTo(url: string, markers: string[]): Promise<{ proxy: HoldingProxy; url: string }> {
   const u = new URL(url);
   const proxy = new HoldingProxy({ host: u.hostname, port: Number(u.port) }, markers);
-  return { proxy, url: through(url, await proxy.listen()) };
+  return { proxy, url: throughPort(url, await proxy.listen()) };
 }
 
 /**

@@ -10,6 +10,14 @@ export async function freePort(): Promise<number> {
   });
 }
 
+/** `url` with its host and port replaced by a loopback proxy's (a database URL the test routes through it). */
+export function throughPort(url: string, port: number): string {
+  const u = new URL(url);
+  u.hostname = '127.0.0.1';
+  u.port = String(port);
+  return u.toString();
+}
+
 /** What a `HoldingProxy` saw after one BEGIN: whether every marker reached the server before BEGIN's reply. */
 export interface Hold {
   /** True: every marker arrived while BEGIN's reply was held; false: `holdMs` ran out first. */

@@ -5,6 +5,7 @@ import PgBoss from 'pg-boss';
 import { createLogger } from '../../core/log.js';
 import { LEGACY_RECONCILE_QUEUE, RECONCILE_QUEUE, ReconcileSchedule } from '../../reconciler/index.js';
 import { createTestDatabase } from '../helpers/db.js';
+import { throughPort } from '../helpers/net.js';
 
 const silent = createLogger({ level: 'silent', name: 'test' });
 
@@ -200,15 +201,12 @@ async function cuttableProxy(t: Test, url: string): Promise<{ url: string; cut()
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   const address = server.address() as { port: number };
-  const proxied = new URL(url);
-  proxied.hostname = '127.0.0.1';
-  proxied.port = String(address.port);
   const cut = async (): Promise<void> => {
     for (const s of sockets) s.destroy();
     await new Promise((r) => server.close(r));
   };
   t.teardown(() => (server.listening ? cut() : undefined));
-  return { url: proxied.toString(), cut };
+  return { url: throughPort(url, address.port), cut };
 }
 
 t.test(
