@@ -12,6 +12,7 @@ import { dispatcherQueries } from '../../dispatcher/queries.js';
 import {
   ctx,
   dispatchEnv,
+  dispatcherThroughProxy,
   evidenceRows,
   pauseEvidenceOn,
   settled,
@@ -135,7 +136,8 @@ async function untilSent(e: DispatchEnv, key: string): Promise<void> {
 t.test(
   "one batch-mate's failed outcome write does not release the others' locks while their requests are out",
   async (t) => {
-    const e = await dispatchEnv(t);
+    // The provider's timeout stays the profile's 1 s: the slow request is cut by it.
+    const { e, d, proxy } = await dispatcherThroughProxy(t, { concurrency: 16, profile: {}, watchBatch: false });
     const mates = [];
     for (let i = 1; i <= 6; i++) mates.push(await e.ledger.reserve(ctx(`mate-${i}`), 'issue_refund', args(i)));
     const slow = await e.ledger.reserve(ctx('slow'), 'issue_refund', args(0));
@@ -153,7 +155,30 @@ t.test(
     END $$;
     CREATE TRIGGER poison BEFORE UPDATE ON actionledger.operations FOR EACH ROW EXECUTE FUNCTION public.poison();`);
     e.provider.inject({ kind: 'hangHeaders', commit: true }, { when: (key) => key === slow.effect_key });
-    await e.dispatcher(16);
+    // The slow operation shares its dispatch batch with mates whatever the timing: its authorization is answered
+    // only once the first dispatch batch (mates only) is held at the proxy, and that batch is let go only once
+    // every operation has its evidence, so the rest queue behind it (13 of 16 slots taken: one opening at a
+    // time) and open together.
+    let answerSlow!: () => void;
+    const slowAnswered = new Promise<void>((resolve) => (answerSlow = resolve));
+    const decide = e.authorizer.decide;
+    e.authorizer.decide = async (request) => {
+      if (request.operation_id === slow.operation_id) await slowAnswered;
+      return decide(request);
+    };
+    t.teardown(() => answerSlow());
+    const firstBatch = proxy.holdNextRequests();
+    await d.start();
+    await firstBatch.arrived;
+    answerSlow();
+    const deadline = Date.now() + 10_000;
+    while ((await evidenceCount(e.pool)) < 13 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+    t.equal(await evidenceCount(e.pool), 13, 'every operation has its evidence while the first batch is held');
+    t.equal(e.provider.requests().length, 0, 'nothing was sent yet');
+    // The evidence statement's reply reaches the dispatcher as its commit becomes visible; a margin for the
+    // dispatcher to queue the operations for a dispatch batch.
+    await new Promise((r) => setTimeout(r, 200));
+    firstBatch.release();
     await untilSent(e, slow.effect_key);
     await new Promise((r) => setTimeout(r, 100));
     const { rows: open } = await e.pool.query<{ operation_id: string }>(
@@ -186,6 +211,11 @@ t.test(
     );
   },
 );
+
+async function evidenceCount(pool: Pool): Promise<number> {
+  return (await pool.query<{ n: number }>('SELECT count(*)::int AS n FROM actionledger.authorization_evidence'))
+    .rows[0]!.n;
+}
 
 t.test('the dispatch lock skips a row another session holds instead of waiting for it', async (t) => {
   const e = await dispatchEnv(t, ROOMY);

@@ -4,44 +4,10 @@
  * that reply back. Real PostgreSQL, the sandbox provider and authorizer over mTLS, a real Dispatcher.
  */
 import t from 'tap';
-import type { Test } from 'tap';
 import pg from 'pg';
-import { bindQueries, createPool, prepared } from '../../core/db.js';
-import { Metrics } from '../../core/metrics.js';
-import { openDispatcher } from '../../dispatcher/index.js';
-import { dispatcherQueries } from '../../dispatcher/queries.js';
-import { ctx, dispatchEnv, settled } from '../helpers/fleet.js';
-import { HoldingProxy, throughPort } from '../helpers/net.js';
-
-async function proxyTo(url: string, markers: string[]): Promise<{ proxy: HoldingProxy; url: string }> {
-  const u = new URL(url);
-  const proxy = new HoldingProxy({ host: u.hostname, port: Number(u.port) }, markers);
-  return { proxy, url: throughPort(url, await proxy.listen()) };
-}
-
-/**
- * A dispatch environment whose dispatcher (4 slots, not yet started) has its own pool and claim connection
- * through a `HoldingProxy` watching for the batch's row locks, final check and savepoint.
- */
-async function dispatcherThroughProxy(t: Test) {
-  const e = await dispatchEnv(t, { provider_http_timeout_seconds: 30, authorization_http_timeout_seconds: 30 });
-  const q = bindQueries(dispatcherQueries, e.config.schemaQuoted);
-  const lockName = prepared(q.operationLockForDispatchBatch).name;
-  const checkName = prepared(q.operationFinalCheckBatch).name;
-  const { proxy, url } = await proxyTo(e.url, [lockName, checkName, 'SAVEPOINT outcomes']);
-  t.teardown(() => proxy.close());
-  const pool = createPool(url, { max: 20, statementTimeoutMs: 30_000, applicationName: 'pipeline-test' });
-  const d = await openDispatcher(
-    { ...e.runtime, pool, databaseUrl: url, metrics: new Metrics({ defaultMetrics: false, ledger: false }) },
-    { ...e.env, DATABASE_URL: url },
-    { concurrency: 4 },
-  );
-  t.teardown(async () => {
-    await d.stop(5000);
-    await pool.end();
-  });
-  return { e, d, proxy, lockName, checkName };
-}
+import { createPool } from '../../core/db.js';
+import { ctx, dispatchEnv, dispatcherThroughProxy, PROXIED_DISPATCHER, settled } from '../helpers/fleet.js';
+import { proxyTo } from '../helpers/net.js';
 
 t.test(
   'a pool client writes a statement issued while the one before it is out without waiting for its reply',
@@ -112,7 +78,8 @@ t.test(
     held.release();
     for (let i = 0; ; i++) {
       const { rows } = await e.pool.query<{ n: number }>(
-        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND application_name = 'pipeline-test'",
+        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND application_name = $1",
+        [PROXIED_DISPATCHER],
       );
       if (rows[0]!.n > 0) break;
       if (i > 500) throw new Error('the row locks never waited');

@@ -8,11 +8,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Test } from 'tap';
 import { compileConfig, type Config } from '../../core/config.js';
-import { createPool, type Pool } from '../../core/db.js';
+import { bindQueries, createPool, prepared, type Pool } from '../../core/db.js';
 import { createLogger } from '../../core/log.js';
 import { Metrics } from '../../core/metrics.js';
 import type { Runtime } from '../../core/runtime.js';
 import { openDispatcher, type Dispatcher } from '../../dispatcher/index.js';
+import { dispatcherQueries } from '../../dispatcher/queries.js';
 import { Ledger } from '../../ledger/index.js';
 import type { SandboxAuthorizer, SandboxProvider } from '../../sandbox/index.js';
 import { startDispatchKit } from '../../sandbox/kit.js';
@@ -20,6 +21,7 @@ import { createTestDatabase, TEST_SECRET, testKeyer } from './db.js';
 import { Secret } from '../../core/secret.js';
 import { openReconciler, type ReconcileKit } from '../../reconciler/index.js';
 import { nodeCommand } from './node-child.js';
+import { proxyTo, type HoldingProxy } from './net.js';
 
 export const PROVIDER_TOKEN = 'provider-token-for-tests';
 
@@ -185,6 +187,54 @@ export async function dispatchEnv(
       return kit;
     },
   };
+}
+
+/** The application name of a `dispatcherThroughProxy` pool's sessions (in `pg_stat_activity`). */
+export const PROXIED_DISPATCHER = 'proxied-dispatcher';
+
+export interface ProxiedDispatcher {
+  e: DispatchEnv;
+  /** Not yet started. */
+  d: Dispatcher;
+  proxy: HoldingProxy;
+  /** The prepared-statement names of a dispatch batch's row locks and final check, as they appear on the wire. */
+  lockName: string;
+  checkName: string;
+}
+
+/**
+ * A dispatch environment whose dispatcher has its own pool and claim connection through a `HoldingProxy`.
+ * `watchBatch` (default true): the proxy holds each BEGIN's reply until a batch's row locks, final check and
+ * savepoint have arrived (or 2 s); false: replies pass at once, and only `holdNextRequests` holds anything.
+ * `profile`: the dispatch profile's overrides (default: 30 s timeouts, which no healthy request reaches).
+ */
+export async function dispatcherThroughProxy(
+  t: Test,
+  o: { concurrency?: number; profile?: Record<string, unknown>; watchBatch?: boolean } = {},
+): Promise<ProxiedDispatcher> {
+  const e = await dispatchEnv(
+    t,
+    o.profile ?? { provider_http_timeout_seconds: 30, authorization_http_timeout_seconds: 30 },
+  );
+  const q = bindQueries(dispatcherQueries, e.config.schemaQuoted);
+  const lockName = prepared(q.operationLockForDispatchBatch).name;
+  const checkName = prepared(q.operationFinalCheckBatch).name;
+  const { proxy, url } = await proxyTo(
+    e.url,
+    o.watchBatch === false ? [] : [lockName, checkName, 'SAVEPOINT outcomes'],
+  );
+  t.teardown(() => proxy.close());
+  const pool = createPool(url, { max: 20, statementTimeoutMs: 30_000, applicationName: PROXIED_DISPATCHER });
+  const d = await openDispatcher(
+    { ...e.runtime, pool, databaseUrl: url, metrics: new Metrics({ defaultMetrics: false, ledger: false }) },
+    { ...e.env, DATABASE_URL: url },
+    { concurrency: o.concurrency ?? 4 },
+  );
+  t.teardown(async () => {
+    await d.stop(5000);
+    await pool.end();
+  });
+  return { e, d, proxy, lockName, checkName };
 }
 
 /**

@@ -140,6 +140,13 @@ export class HoldingProxy {
   }
 }
 
+/** A `HoldingProxy` (watching for `markers`) to the database at `url`, and that database's URL through it. */
+export async function proxyTo(url: string, markers: string[]): Promise<{ proxy: HoldingProxy; url: string }> {
+  const u = new URL(url);
+  const proxy = new HoldingProxy({ host: u.hostname, port: Number(u.port) }, markers);
+  return { proxy, url: throughPort(url, await proxy.listen()) };
+}
+
 /** A simple-protocol Query message whose text is BEGIN. */
 function isBegin(m: Buffer): boolean {
   return m[0] === 0x51 && /^\s*BEGIN\b/i.test(m.subarray(5).toString('utf8'));
