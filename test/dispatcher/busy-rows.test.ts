@@ -6,18 +6,10 @@
  */
 import t, { type Test } from 'tap';
 import type { Pool, PoolClient } from '../../core/db.js';
-import { ctx, dispatchEnv, evidenceRows, pauseEvidenceOn, settled, statusOf } from '../helpers/fleet.js';
+import { ctx, dispatchEnv, dispatcherThroughProxy, evidenceRows, settled, statusOf } from '../helpers/fleet.js';
 
 const args = (n: number) => ({ order_id: `ord-${n}`, amount: 100 + n, currency: 'EUR' });
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
-async function until(what: string, check: () => Promise<boolean>, timeoutMs = 15_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await sleep(20);
-  }
-}
 
 async function connect(t: Test, pool: Pool): Promise<PoolClient> {
   const c = await pool.connect();
@@ -71,20 +63,17 @@ t.test(
 t.test(
   'a row held by another session when its dispatch batch locks: its batch-mates are dispatched, it follows once let go',
   async (t) => {
-    const e = await dispatchEnv(t);
+    // The dispatcher talks to the database through a proxy that holds its first dispatch batch (BEGIN, the row
+    // locks, the final check) until the stranger has taken the held operation's row: its evidence is committed
+    // by then, and nothing races the stranger for the row.
+    const { e, d, proxy } = await dispatcherThroughProxy(t, { concurrency: 8 });
     const held = await e.ledger.reserve(ctx('held'), 'issue_refund', args(0));
     const mates = [];
     for (let i = 1; i <= 6; i++) mates.push(await e.ledger.reserve(ctx(`mate-${i}`), 'issue_refund', args(i)));
-    // The held operation's evidence statement pauses (holding its row lock) until the test lets it commit: the
-    // stranger's FOR UPDATE queued behind it then gets the row the moment the evidence commits, before the
-    // dispatch batch asks for it.
-    await pauseEvidenceOn(e.pool, held.operation_id, 4242);
-    const gate = await connect(t, e.pool);
     const holder = await connect(t, e.pool);
-    await gate.query('SELECT pg_advisory_lock(4242)');
-    const holderPid = (await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
     let markHeld!: () => void;
     const isHeld = new Promise<void>((r) => (markHeld = r));
+    t.teardown(() => markHeld());
     e.authorizer.decide = async (req): Promise<'allow'> => {
       if (req.operation_id !== held.operation_id) {
         await isHeld;
@@ -92,34 +81,18 @@ t.test(
       }
       return 'allow';
     };
-    await e.dispatcher(8);
-    await until(
-      'the evidence statement to pause',
-      async () =>
-        (
-          await e.pool.query(
-            "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'",
-          )
-        ).rowCount === 1,
-    );
+    const batch = proxy.holdNextRequests();
+    await d.start();
+    await batch.arrived;
     await holder.query('BEGIN');
-    const holding = holder.query('SELECT 1 FROM actionledger.operations WHERE operation_id = $1 FOR UPDATE', [
-      held.operation_id,
-    ]);
-    await until(
-      'the stranger to queue for the row',
-      async () =>
-        (await e.pool.query("SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'", [holderPid]))
-          .rowCount === 1,
-    );
-    await gate.query('SELECT pg_advisory_unlock(4242)');
-    await holding;
-    markHeld();
+    await holder.query('SELECT 1 FROM actionledger.operations WHERE operation_id = $1 FOR UPDATE', [held.operation_id]);
     t.equal(
       await evidenceRows(e.pool, held.operation_id),
       1,
       'its evidence is recorded; the stranger holds it from here',
     );
+    batch.release();
+    markHeld();
 
     for (const m of mates) {
       t.equal(
