@@ -47,6 +47,18 @@ t.test('operations in flight together share batches, and each is sent exactly on
   const e = await dispatchEnv(t, ROOMY);
   const reserved = [];
   for (let i = 0; i < 24; i++) reserved.push(await e.ledger.reserve(ctx(`batch-${i}`), 'issue_refund', args(i)));
+  // Every authorization is answered once all 24 have been asked: the answers arrive together, so batches are
+  // shared by construction, however the claims and requests were spread in time.
+  let asked = 0;
+  let answerAll!: () => void;
+  const allAsked = new Promise<void>((resolve) => (answerAll = resolve));
+  t.teardown(() => answerAll());
+  const decide = e.authorizer.decide;
+  e.authorizer.decide = async (request) => {
+    if (++asked === 24) answerAll();
+    await allAsked;
+    return decide(request);
+  };
   const metrics = new Metrics({ defaultMetrics: false, ledger: false });
   const d = await openDispatcher({ ...e.runtime, metrics }, e.env, { concurrency: 24 });
   t.teardown(() => d.stop(5000));
@@ -359,7 +371,8 @@ t.test(
 t.test(
   'a batch connection lost while its requests are out neither crashes the worker nor loses the outcome',
   async (t) => {
-    const e = await dispatchEnv(t);
+    // The hanging request is cut after 3 s: time enough, on a loaded machine, to find the batch still open.
+    const e = await dispatchEnv(t, { provider_http_timeout_seconds: 3 });
     const slow = await e.ledger.reserve(ctx('slow'), 'issue_refund', args(0));
     e.provider.inject({ kind: 'hangHeaders', commit: true }, { when: (key) => key === slow.effect_key });
     let uncaught: Error | null = null;

@@ -20,7 +20,8 @@ async function connect(t: Test, pool: Pool): Promise<PoolClient> {
 t.test(
   'a row held by another session when its evidence is recorded: its batch-mates are dispatched, it follows once let go',
   async (t) => {
-    const e = await dispatchEnv(t);
+    // Timeouts no answer here reaches: the mates' decisions wait for the held one's, then 300 ms more.
+    const e = await dispatchEnv(t, { provider_http_timeout_seconds: 30, authorization_http_timeout_seconds: 30 });
     const held = await e.ledger.reserve(ctx('held'), 'issue_refund', args(0));
     const mates = [];
     for (let i = 1; i <= 6; i++) mates.push(await e.ledger.reserve(ctx(`mate-${i}`), 'issue_refund', args(i)));

@@ -19,6 +19,12 @@ t.test('a reservation through the gate or a direct one over the API wakes the di
   listener.on('notification', (n) => heard.push(n.channel));
   await listener.query('LISTEN actionledger_outbox');
   const settle = () => new Promise((r) => setTimeout(r, 300));
+  /** Waits (up to 10 s) until `n` wake-ups were heard, then long enough for an extra one to show. */
+  const hear = async (n: number) => {
+    for (const deadline = Date.now() + 10_000; heard.length < n && Date.now() < deadline;)
+      await new Promise((r) => setTimeout(r, 10));
+    await settle();
+  };
 
   const refused = await f.gate.call(gctx({ task_id: 'w-0' }), 'transfer_funds', { to_account: 'nope' });
   t.match(refused, { ok: false, error: 'invalid_arguments' });
@@ -27,7 +33,7 @@ t.test('a reservation through the gate or a direct one over the API wakes the di
 
   const reserved = await f.gate.call(gctx({ task_id: 'w-1' }), 'transfer_funds', TRANSFER);
   t.match(reserved, { ok: true, status: 'reserved', created: true });
-  await settle();
+  await hear(1);
   t.same(heard, ['actionledger_outbox'], 'woken once the call committed');
 
   const svc = await f.token('svc-1', ['service']);
@@ -43,6 +49,6 @@ t.test('a reservation through the gate or a direct one over the API wakes the di
     },
   });
   t.match(direct.body, { ok: true, created: true });
-  await settle();
+  await hear(2);
   t.same(heard, ['actionledger_outbox', 'actionledger_outbox'], 'and once the direct reservation committed');
 });

@@ -1,5 +1,6 @@
 import t from 'tap';
 import { spawn } from 'node:child_process';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { BIN, lastJson, runCli } from '../helpers/cli.js';
 import { ctx, dispatchEnv, settled, type DispatchEnv } from '../helpers/fleet.js';
 import { nodeCommand } from '../helpers/node-child.js';
@@ -83,10 +84,13 @@ t.test(
     t.equal((await row(e, r.operation_id)).status, 'executing', 'the outcome was never written');
     t.equal(e.provider.effectsFor(r.effect_key), 1, 'the provider applied it');
     const kit = await e.reconciler();
+    // The dead worker's last heartbeat is set by hand, so no time the machine takes can make it stale early.
+    await e.pool.query("UPDATE actionledger.workers SET heartbeat_at = now() + interval '1 hour'");
     const first = await kit.pass();
     t.equal(first.reconcile.examined, 0, 'a claim whose worker heartbeated recently is not touched yet');
     t.equal((await row(e, r.operation_id)).status, 'executing');
-    await passUntilExamined(kit);
+    await e.pool.query("UPDATE actionledger.workers SET heartbeat_at = now() - interval '1 hour'");
+    t.equal(await passUntilExamined(kit), 1, 'a stale heartbeat: the next pass examines it');
     const after = await row(e, r.operation_id);
     t.equal(after.status, 'succeeded');
     t.equal(
@@ -195,15 +199,25 @@ t.test(
 
     // 2. The worker is recorded stopped while it still holds a claim: the reconciler wins, the worker's fenced
     //    evidence write then changes nothing and it sends nothing.
+    //    Its authorization is answered only after the pass: the pass cannot lose the row to the worker.
+    let answer!: () => void;
+    const answered = new Promise<void>((resolve) => (answer = resolve));
+    t.teardown(() => answer());
+    const decide = e.authorizer.decide;
+    e.authorizer.decide = async (request) => {
+      await answered;
+      return decide(request);
+    };
     const late = await e.ledger.reserve(ctx('late-worker'), 'issue_refund', {
       order_id: 'o-4',
       amount: 400,
       currency: 'EUR',
     });
-    e.authorizer.inject({ kind: 'slow', delayMs: 2000 });
     while ((await row(e, late.operation_id)).status !== 'executing') await new Promise((r) => setTimeout(r, 20));
     await e.pool.query('UPDATE actionledger.workers SET stopped_at = now()');
     const won = await kit.pass();
+    answer();
+    e.authorizer.decide = decide;
     t.equal(won.reconcile.escalated, 1);
     t.match(await row(e, late.operation_id), { status: 'needs_review', review_reason: 'no_effect_confirmed' });
     await new Promise((r) => setTimeout(r, 2500));
@@ -218,10 +232,25 @@ t.test(
       amount: 500,
       currency: 'EUR',
     });
-    e.provider.inject({ kind: 'slowDrip', intervalMs: 15 }, { when: (k) => k === inCall.effect_key });
-    while (e.provider.requestsFor(inCall.effect_key) === 0) await new Promise((r) => setTimeout(r, 20));
+    //    The provider answers only after the pass: the call is still out whatever the timing.
+    let arrive!: () => void;
+    const arrived = new Promise<void>((resolve) => (arrive = resolve));
+    let respond!: () => void;
+    const responding = new Promise<void>((resolve) => (respond = resolve));
+    t.teardown(() => respond());
+    const provider = e.provider as unknown as { handle: (req: IncomingMessage, res: ServerResponse) => Promise<void> };
+    const handle = provider.handle.bind(e.provider);
+    provider.handle = async (req, res) => {
+      if (req.method === 'POST' && req.headers['idempotency-key'] === inCall.effect_key) {
+        arrive();
+        await responding;
+      }
+      return handle(req, res);
+    };
+    await arrived;
     await e.pool.query('UPDATE actionledger.workers SET stopped_at = now()');
     const skipped = await kit.pass();
+    respond();
     t.equal(skipped.reconcile.examined, 0);
     t.equal(skipped.reconcile.skipped, 1, 'skipped: locked by the dispatcher');
     const done = await settled(e.pool, inCall.operation_id);
@@ -236,7 +265,7 @@ t.test(
     const e = await dispatchEnv(
       t,
       {},
-      { reconciler: { backoff_initial_ms: 400, backoff_max_ms: 800, max_attempts: 3 } },
+      { reconciler: { backoff_initial_ms: 60_000, backoff_max_ms: 120_000, max_attempts: 3 } },
     );
     const applied = await e.ledger.reserve(ctx('u-applied'), 'issue_refund', {
       order_id: 'o-6',
@@ -260,12 +289,26 @@ t.test(
     t.match(p1.reconcile, { examined: 2, succeeded: 1, still_unknown: 1, escalated: 0 });
     t.equal((await row(e, applied.operation_id)).status, 'succeeded');
     t.match(await row(e, vague.operation_id), { status: 'unknown', reconcile_attempts: 1 });
+    // The backoffs are long, so no pass can find the row due by accident; the test makes it due by hand.
+    const dueIn = async () =>
+      (
+        await e.pool.query<{ s: number }>(
+          'SELECT extract(epoch FROM next_reconcile_at - now())::float8 AS s FROM actionledger.operations WHERE operation_id = $1',
+          [vague.operation_id],
+        )
+      ).rows[0]!.s;
+    const makeDue = () =>
+      e.pool.query('UPDATE actionledger.operations SET next_reconcile_at = now() WHERE operation_id = $1', [
+        vague.operation_id,
+      ]);
+    t.ok((await dueIn()) > 30 && (await dueIn()) <= 60, 'the first backoff is the initial 60 s');
     const p2 = await kit.pass();
     t.equal(p2.reconcile.examined, 0, 'backing off: not due yet');
-    await new Promise((r) => setTimeout(r, 450));
+    await makeDue();
     t.equal((await kit.pass()).reconcile.still_unknown, 1);
     t.match(await row(e, vague.operation_id), { status: 'unknown', reconcile_attempts: 2 });
-    await new Promise((r) => setTimeout(r, 850));
+    t.ok((await dueIn()) > 90 && (await dueIn()) <= 120, 'the second backoff doubles, up to the 120 s maximum');
+    await makeDue();
     t.equal((await kit.pass()).reconcile.escalated, 1);
     t.match(await row(e, vague.operation_id), {
       status: 'needs_review',
