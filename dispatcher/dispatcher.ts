@@ -47,6 +47,12 @@ export function dispatcherPoolFloor(concurrency: number): number {
   return 1 + 2 * BATCH_OPENINGS + Math.ceil(concurrency / 4);
 }
 
+/**
+ * The least time between two attempts to open the pool's floor again after it lost connections: a server that
+ * refuses connections (too many clients) is not asked again at every heartbeat.
+ */
+export const FLOOR_REOPEN_INTERVAL_MS = 10_000;
+
 export class Dispatcher {
   readonly #o: DispatcherOptions;
   readonly #producer: Producer;
@@ -56,6 +62,9 @@ export class Dispatcher {
   /** Aborted when a stop's deadline has passed (or the stop found nothing in flight): owed writes give up. */
   #halt = new AbortController();
   #agents: { authorizer: Agent; provider: Agent } | undefined;
+  /** The floor being opened again (at most one attempt at a time), and when the next may start. */
+  #reopening: Promise<unknown> | undefined;
+  #nextReopenAt = 0;
 
   constructor(options: DispatcherOptions) {
     this.#o = options;
@@ -86,6 +95,7 @@ export class Dispatcher {
         evidence.poke();
         dispatches.poke();
       },
+      () => this.#keepFloor(),
     );
     this.#agents = { authorizer: options.agent(), provider: options.agent() };
   }
@@ -158,9 +168,28 @@ export class Dispatcher {
         'stop deadline passed with operations in flight; they stay executing for the reconciler',
       );
     await this.#producer.close();
+    await this.#reopening;
     // Idle keep-alive connections only: in-flight work has drained or the deadline passed.
     if (clean) await this.#closeAgents();
     this.#state = 'idle';
+  }
+
+  /**
+   * After a heartbeat the database took: a pool that lost connections (a server restart, a failover, connections
+   * terminated) has them opened again, up to the floor it keeps (its `min`, at most `dispatcherPoolFloor`). pg-pool
+   * opens connections only on demand, so without this the first operations after an outage would each wait for
+   * a connect. Never while callers wait for a client, never twice at once, and at most every
+   * `FLOOR_REOPEN_INTERVAL_MS`.
+   */
+  #keepFloor(): void {
+    const pool = this.#o.pool;
+    const floor = Math.min((pool.options as { min?: number }).min ?? 0, dispatcherPoolFloor(this.#o.concurrency));
+    if (this.#state !== 'running' || this.#reopening !== undefined || pool.totalCount >= floor) return;
+    if (pool.waitingCount > 0 || Date.now() < this.#nextReopenAt) return;
+    this.#nextReopenAt = Date.now() + FLOOR_REOPEN_INTERVAL_MS;
+    this.#reopening = warmPool(pool, floor).finally(() => {
+      this.#reopening = undefined;
+    });
   }
 
   async #closeAgents(): Promise<void> {

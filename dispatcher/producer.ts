@@ -44,6 +44,7 @@ export class Producer {
   readonly #ctx: DispatchContext;
   readonly #work: (op: ClaimedOperation) => Promise<void>;
   readonly #freed: () => void;
+  readonly #beaten: () => void;
   readonly #channel: string;
   readonly #inFlight = new Set<Promise<void>>();
   /** Claim tokens this worker holds: claimed and not yet finished, released, or given up. The heartbeat lists them. */
@@ -74,16 +75,19 @@ export class Producer {
 
   /**
    * `work` carries one claimed operation to its end; it must never reject (the slot is freed when it settles).
-   * `freed` is told each time a slot frees (the batchers may then open a second batch: `batchOpenings`).
+   * `freed` is told each time a slot frees (the batchers may then open a second batch: `batchOpenings`);
+   * `beaten` after each heartbeat the database took (it is reachable).
    */
   constructor(
     ctx: DispatchContext,
     work: (op: ClaimedOperation) => Promise<void>,
     freed: () => void = () => undefined,
+    beaten: () => void = () => undefined,
   ) {
     this.#ctx = ctx;
     this.#work = work;
     this.#freed = freed;
+    this.#beaten = beaten;
     this.#channel = `${ctx.o.config.schema}_outbox`;
     this.#claimFailures = new RepeatedFailureLog(ctx.o.log, 'claim failed; retrying on the next wake-up');
     this.#heartbeatFailures = new RepeatedFailureLog(ctx.o.log, 'heartbeat failed');
@@ -261,6 +265,7 @@ export class Producer {
       client.on('error', onError);
       await client.query(q.workerHeartbeat, [o.workerId, [...this.#held]]);
       this.#heartbeatFailures.ok();
+      if (this.#state === 'running') this.#beaten();
     } catch (err) {
       if (isConnectionError(err)) lost ??= err as Error;
       this.#heartbeatFailures.fail(err);

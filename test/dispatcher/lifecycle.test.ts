@@ -4,6 +4,7 @@
  * sandbox provider and authorizer over mTLS, dispatchers built by openDispatcher.
  */
 import t from 'tap';
+import { createPool } from '../../core/db.js';
 import { dispatcherPoolFloor, openDispatcher } from '../../dispatcher/index.js';
 import { ctx, dispatchEnv, settled } from '../helpers/fleet.js';
 
@@ -37,6 +38,41 @@ t.test("start() opens the worker's pool floor", async (t) => {
   t.ok(e.pool.totalCount >= dispatcherPoolFloor(8), `the floor, opened at start (${e.pool.totalCount})`);
   t.equal(dispatcherPoolFloor(8), 7, 'LISTEN, two evidence and two dispatch openings, a quarter of the slots');
   t.equal(dispatcherPoolFloor(32), 13);
+});
+
+t.test('a worker whose pool lost its connections opens its floor again once the database answers', async (t) => {
+  const e = await dispatchEnv(t);
+  const floor = dispatcherPoolFloor(8);
+  const name = 'floor-reopened';
+  const pool = createPool(e.url, { max: 20, min: floor, statementTimeoutMs: 30_000, applicationName: name });
+  const d = await openDispatcher({ ...e.runtime, pool }, e.env, { concurrency: 8 });
+  t.teardown(async () => {
+    await d.stop(5000);
+    await pool.end();
+  });
+  const sessions = async (): Promise<number> =>
+    (
+      await e.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1', [
+        name,
+      ])
+    ).rows[0]!.n;
+  await d.start();
+  t.ok((await sessions()) >= floor, 'the floor, opened at start');
+  // Every session of the worker's pool is ended by the server, as a restart or failover would.
+  await e.pool.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1', [name]);
+  for (const deadline = Date.now() + 10_000; pool.totalCount >= floor && Date.now() < deadline;)
+    await new Promise((r) => setTimeout(r, 20));
+  t.ok(pool.totalCount < floor, `the pool dropped the dead connections (${pool.totalCount} left)`);
+  // Nothing is dispatched meanwhile: only the heartbeat (every 500 ms) and the LISTEN reconnect ask for
+  // connections, which alone would leave the pool at two.
+  let open = 0;
+  for (const deadline = Date.now() + 10_000; open < floor && Date.now() < deadline;) {
+    await new Promise((r) => setTimeout(r, 50));
+    open = await sessions();
+  }
+  t.ok(open >= floor, `the floor is open again on the server (${open} of ${floor})`);
+  const a = await e.ledger.reserve(ctx('after'), 'issue_refund', args(1));
+  t.equal((await settled(e.pool, a.operation_id)).status, 'succeeded', 'and it dispatches');
 });
 
 t.test('start() after stop() runs the worker again', async (t) => {
