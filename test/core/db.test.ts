@@ -108,6 +108,17 @@ t.test('warmPool opens connections up to its count and the pool max; min keeps t
   }
 });
 
+t.test('warmPool counts the clients others hold toward its count: it tops the pool up, never past it', async (t) => {
+  const url = await createTestDatabase(t);
+  const pool = createPool(url, { max: 8, statementTimeoutMs: 30_000, applicationName: 'db-test-top-up' });
+  t.teardown(() => pool.end());
+  const held = [await pool.connect(), await pool.connect()];
+  t.equal(await warmPool(pool, 5), 5, 'two held elsewhere: three more opened, five in all');
+  t.equal(pool.idleCount, 3, 'the three given back; the slots left stay free for callers');
+  t.equal(await warmPool(pool, 5), 5, 'at its count already: nothing opened');
+  for (const c of held) c.release();
+});
+
 t.test("warmPool never waits for another caller's client", async (t) => {
   const url = await createTestDatabase(t);
   const pool = createPool(url, { max: 3, statementTimeoutMs: 30_000, applicationName: 'db-test-busy' });
