@@ -73,8 +73,8 @@ export function createPool(
  * Opens new connections so that `pool` has about `count` (never past its `max`): clients are checked out at once,
  * up to `count` counting those others hold, and then given back; the pool's other free slots stay free for its
  * callers. It never waits for another user's client: it does nothing while callers wait for one, and gives up
- * after `waitMs` (a client that arrives later is given back at once). Connections that fail to open are not retried: the pool opens them on demand.
- * Resolves with the pool's connections.
+ * after `waitMs` (a client that arrives later is given back at once). Connections that fail to open are not
+ * retried: the pool opens them on demand. Resolves with the pool's connections.
  */
 export async function warmPool(pool: pg.Pool, count: number, waitMs = 2_000): Promise<number> {
   const max = (pool.options as { max?: number }).max ?? 10;
