@@ -1,4 +1,4 @@
-export { Dispatcher, dispatcherPoolFloor, type DispatcherOptions } from './dispatcher.js';
+export { Dispatcher, dispatcherPoolFloor, FLOOR_REOPEN_INTERVAL_MS, type DispatcherOptions } from './dispatcher.js';
 export { openDispatcher } from './worker.js';
 export {
   BINDING_FIELDS,

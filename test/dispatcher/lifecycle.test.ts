@@ -5,8 +5,7 @@
  */
 import t from 'tap';
 import { createPool } from '../../core/db.js';
-import { FLOOR_REOPEN_INTERVAL_MS } from '../../dispatcher/dispatcher.js';
-import { dispatcherPoolFloor, openDispatcher } from '../../dispatcher/index.js';
+import { dispatcherPoolFloor, FLOOR_REOPEN_INTERVAL_MS, openDispatcher } from '../../dispatcher/index.js';
 import { ctx, dispatchEnv, settled } from '../helpers/fleet.js';
 
 const args = (n: number) => ({ order_id: `ord-${n}`, amount: 100 + n, currency: 'EUR' });
@@ -65,8 +64,8 @@ t.test('a worker whose pool lost its connections opens its floor again once the 
     await new Promise((r) => setTimeout(r, 20));
   t.ok(pool.totalCount < floor, `the pool dropped the dead connections (${pool.totalCount} left)`);
   // Nothing is dispatched meanwhile: only the heartbeat (every 500 ms) and the LISTEN reconnect ask for
-  // connections, which alone would leave the pool at two.
-  // Beyond one reopening interval: an attempt that caught clients whose sessions were still ending is wasted.
+  // connections, which alone would leave the pool at two. The wait outlasts one reopening interval: an attempt
+  // that caught clients whose sessions were still ending is wasted.
   let open = 0;
   for (const deadline = Date.now() + 2 * FLOOR_REOPEN_INTERVAL_MS + 5_000; open < floor && Date.now() < deadline;) {
     await new Promise((r) => setTimeout(r, 50));

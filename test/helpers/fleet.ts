@@ -3,6 +3,7 @@
  * over mTLS on loopback, a signed dispatch profile, a migrated database and a config routing tools to them.
  */
 import { spawn } from 'node:child_process';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -374,4 +375,13 @@ export function postmasterPidIn(dataDir: string): number | undefined {
   } catch {
     return undefined;
   }
+}
+
+/** A request handler of the sandbox provider. */
+export type ProviderHandler = (req: IncomingMessage, res: ServerResponse) => Promise<void>;
+
+/** Replaces the sandbox provider's request handler with `fn(its own handler)`: a test answers some requests itself. */
+export function patchProvider(provider: SandboxProvider, fn: (orig: ProviderHandler) => ProviderHandler): void {
+  const s = provider as unknown as { handle: ProviderHandler };
+  s.handle = fn(s.handle.bind(provider));
 }

@@ -1,8 +1,7 @@
 import t from 'tap';
 import { spawn } from 'node:child_process';
-import type { IncomingMessage, ServerResponse } from 'node:http';
 import { BIN, lastJson, runCli } from '../helpers/cli.js';
-import { ctx, dispatchEnv, settled, type DispatchEnv } from '../helpers/fleet.js';
+import { ctx, dispatchEnv, patchProvider, settled, type DispatchEnv } from '../helpers/fleet.js';
 import { nodeCommand } from '../helpers/node-child.js';
 
 type Row = {
@@ -238,15 +237,13 @@ t.test(
     let respond!: () => void;
     const responding = new Promise<void>((resolve) => (respond = resolve));
     t.teardown(() => respond());
-    const provider = e.provider as unknown as { handle: (req: IncomingMessage, res: ServerResponse) => Promise<void> };
-    const handle = provider.handle.bind(e.provider);
-    provider.handle = async (req, res) => {
+    patchProvider(e.provider, (orig) => async (req, res) => {
       if (req.method === 'POST' && req.headers['idempotency-key'] === inCall.effect_key) {
         arrive();
         await responding;
       }
-      return handle(req, res);
-    };
+      return orig(req, res);
+    });
     await arrived;
     await e.pool.query('UPDATE actionledger.workers SET stopped_at = now()');
     const skipped = await kit.pass();
@@ -301,13 +298,15 @@ t.test(
       e.pool.query('UPDATE actionledger.operations SET next_reconcile_at = now() WHERE operation_id = $1', [
         vague.operation_id,
       ]);
-    t.ok((await dueIn()) > 30 && (await dueIn()) <= 60, 'the first backoff is the initial 60 s');
+    const first = await dueIn();
+    t.ok(first > 30 && first <= 60, `the first backoff is the initial 60 s (due in ${first} s)`);
     const p2 = await kit.pass();
     t.equal(p2.reconcile.examined, 0, 'backing off: not due yet');
     await makeDue();
     t.equal((await kit.pass()).reconcile.still_unknown, 1);
     t.match(await row(e, vague.operation_id), { status: 'unknown', reconcile_attempts: 2 });
-    t.ok((await dueIn()) > 90 && (await dueIn()) <= 120, 'the second backoff doubles, up to the 120 s maximum');
+    const second = await dueIn();
+    t.ok(second > 90 && second <= 120, `the second backoff doubles, up to the 120 s maximum (due in ${second} s)`);
     await makeDue();
     t.equal((await kit.pass()).reconcile.escalated, 1);
     t.match(await row(e, vague.operation_id), {

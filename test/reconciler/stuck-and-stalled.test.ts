@@ -3,17 +3,11 @@
  * operation stuck, stall every pass, or let the verifier miss (or invent) a discrepancy.
  */
 import t, { type Test } from 'tap';
-import type { IncomingMessage, ServerResponse } from 'node:http';
-import { ctx, dispatchEnv, settled, type DispatchEnv } from '../helpers/fleet.js';
+import { ctx, dispatchEnv, patchProvider, settled, type DispatchEnv } from '../helpers/fleet.js';
 import { loadDispatchIdentity } from '../../core/identity.js';
 import { EffectKeyer } from '../../ledger/effect-key.js';
 import { verifyLedger } from '../../reconciler/index.js';
 
-type Handler = (req: IncomingMessage, res: ServerResponse) => Promise<void>;
-function patch(provider: unknown, fn: (orig: Handler) => Handler): void {
-  const s = provider as { handle: Handler };
-  s.handle = fn(s.handle.bind(provider));
-}
 async function row(
   e: DispatchEnv,
   id: string,
@@ -63,7 +57,7 @@ t.test('a readback answer with a NUL character neither stalls the passes nor the
   const poison = await e.ledger.reserve(ctx('poison'), 'issue_refund', { order_id: 'p', amount: 3, currency: 'EUR' });
   e.provider.inject({ kind: 'status', status: 422 }, { when: (k) => k === s2.effect_key });
   e.provider.inject({ kind: 'resetBeforeCommit' }, { when: (k) => k === poison.effect_key });
-  patch(e.provider, (orig) => async (req, res) => {
+  patchProvider(e.provider, (orig) => async (req, res) => {
     if (req.method === 'GET' && (req.url ?? '').includes(`/by-key/${encodeURIComponent(poison.effect_key)}`)) {
       res.writeHead(200, { 'content-type': 'application/json' });
       res.end('{"state":"\\u0000"}');
@@ -209,7 +203,7 @@ t.test(
     e.provider.inject({ kind: 'commitThenReset' }, { when: (k) => k === op.effect_key });
     let lie = true;
     let raced: string | undefined;
-    patch(e.provider, (orig) => async (req, res) => {
+    patchProvider(e.provider, (orig) => async (req, res) => {
       if (lie && req.method === 'GET' && (req.url ?? '').includes('/by-key/')) {
         res.writeHead(404, { 'content-type': 'application/json' });
         res.end('{"state":"no_effect"}');
