@@ -71,8 +71,9 @@ export interface HalfPeakResult extends OpenLoopResult {
   tailClaimMs: number;
   /**
    * Where commit -> sent went, stage by stage (median ms), for all operations and for those at or past the p99:
-   * claim -> evidence sent (the authorization, and waiting for an evidence batch), evidence answered, -> lock
-   * sent (waiting for a dispatch batch), lock answered, -> request sent (the final check, the request's start).
+   * claim -> evidence sent (the authorization, and waiting for a dispatch batch), evidence answered, -> lock
+   * sent (written with the evidence statement), lock answered, -> request sent (the final check, the request's
+   * start).
    */
   stages: { all: Record<string, number>; tail: Record<string, number> };
   /**
@@ -320,7 +321,7 @@ export async function halfPeakCell(
           if (to !== undefined && from !== undefined) gap[name] = to - from;
         }
         // The authorize stage in two: the authorization call itself (request created -> its body received),
-        // then the rest until the evidence statement went out (the decision's checks, the wait for an evidence
+        // then the rest until the evidence statement went out (the decision's checks, the wait for a dispatch
         // batch and for its connection).
         const a = auth.byOperation.get(r.operation_id);
         auth.byOperation.delete(r.operation_id);

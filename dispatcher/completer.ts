@@ -15,7 +15,7 @@
  */
 import type { ProviderContact } from '../ledger/index.js';
 import { databaseErrorCode, isConnectionError, isTransient, sqlState } from '../core/db.js';
-import { isActionLedgerError, type ErrorCode } from '../core/errors.js';
+import { isActionLedgerError, type ActionLedgerError, type ErrorCode } from '../core/errors.js';
 import type { JsonValue } from '../core/json.js';
 import type { DispatchContext } from './context.js';
 import type { Outcome } from './executor.js';
@@ -153,6 +153,17 @@ export class Completer {
         'dispatched',
       );
       o.crash.reach('after_outcome_commit');
+      item.resolve();
+    } catch (err) {
+      item.reject(err);
+    }
+  }
+
+  /** An operation whose evidence the dispatch batch's evidence statement refused: its claim was lost, or review. */
+  async settleEvidence(item: DispatchItem, refusal: ActionLedgerError): Promise<void> {
+    try {
+      if (refusal.code === 'claim_lost') this.lost(item.op, 'evidence');
+      else await this.refuse(item.op, 'evidence', refusal.code, refusal);
       item.resolve();
     } catch (err) {
       item.reject(err);

@@ -1,20 +1,22 @@
 /**
- * The dispatch batch: one transaction takes the row locks of its operations, runs the final check over them,
- * sends the checked ones in parallel and writes their outcomes before it commits. A revocation either committed
- * before the check (nothing is sent) or waits for the outcome. A batch holds one provider's operations only
- * (each provider has its own batcher): a batch commits when its slowest request returns, so a provider that
- * hangs holds its own batch-mates' outcomes and locks until its timeout, never another provider's.
+ * The dispatch batch: one round trip records the authorization evidence of its operations (a statement of its own
+ * transaction, committed and flushed), then opens a transaction that takes their row locks and runs the final
+ * check; the batch sends the checked ones in parallel and writes their outcomes before it commits. A revocation
+ * either committed before the check (nothing is sent) or waits for the outcome. A batch holds one provider's
+ * operations only (each provider has its own batcher): a batch commits when its slowest request returns, so a
+ * provider that hangs holds its own batch-mates' outcomes and locks until its timeout, never another provider's.
  *
  * States of one batch:
  *   queued     - its items wait while the provider's batcher has all its openings busy (two batches in
  *                their opening phase, each on its own connection, or one when most of the worker's slots are
  *                taken; dispatcher/batcher.ts)
- *   locking    - BEGIN; the row locks no other session holds (the busy items go into a later batch); a
- *                lost connection or a conflict rolls back and retries from the start (`BATCH_RETRY_POLICY`)
- *   checking   - the final check, kept for the locked rows (fresh, young, not killed, no role revoked), and
- *                savepoint `outcomes`, both sent with BEGIN and the locks (`#lockAndCheck`); its opening ends
- *                here and another batch may open
- *   sending    - the checked operations' requests are out
+ *   opening    - written together (`#open`): the evidence statement, BEGIN, the row locks (of the rows with
+ *                evidence that no other session holds), the final check and savepoint `outcomes`; a lost
+ *                connection or a conflict rolls back and retries from the start (`BATCH_RETRY_POLICY`: the
+ *                evidence insert is idempotent per claim). An item whose evidence was refused is settled at once
+ *                (`claim_lost`, or review at stage `evidence`); one whose row another session held goes into a
+ *                later batch. The opening ends here and another batch may open
+ *   sending    - [after_evidence_commit] the checked operations' requests are out
  *   writing    - their outcomes in one statement; if it fails, each on its own from the savepoint, under the
  *                same locks (transient failures retried); COMMIT
  *   settled    - every item resolved or rejected; an outcome the commit did not carry is written again after
@@ -27,6 +29,7 @@ import { providerContact, reviewReason, type Completer } from './completer.js';
 import type { DispatchContext } from './context.js';
 import { callProvider, classify, type Outcome } from './executor.js';
 import { guardExternalWrite, withExternalWrites } from '../core/external-writes.js';
+import { evidenceValues, evidenceVerdict, type EvidenceRow, type EvidenceVerdict } from './evidence.js';
 import type { DispatchItem, FinalCheck } from './types.js';
 
 /** One outcome written on its own under the batch's locks: 40 ms, doubling to 320 ms, five tries in all. */
@@ -71,55 +74,68 @@ export class DispatchBatch {
   }
 
   /**
-   * Opens a dispatch batch: one transaction takes the row locks of its operations that no other session holds
-   * (the others go into a later batch), then (a second statement) the final check, whose answer is kept for the
-   * locked ones. Once the check has run the opening ends (another of
-   * the provider's batches may be opening meanwhile on its own connection, over other operations), and this one
-   * sends its requests in parallel and writes all their outcomes before it commits. A lost connection or a
-   * conflict here retries from the start; any other failure rejects the items, none of which has been sent.
+   * Opens a dispatch batch, in one round trip on one connection: the evidence statement (its own transaction,
+   * committed before what follows runs), then BEGIN, the row locks of the operations with evidence that no other
+   * session holds, and (a separate statement) the final check, whose answer is kept for the locked ones. An item
+   * whose evidence was refused is settled now, one whose row was held elsewhere goes into a later batch. Once the
+   * opening has been answered another of the provider's batches may open (on its own connection, over other
+   * operations), and this one sends its requests in parallel and writes all their outcomes before it commits. A
+   * lost connection or a conflict here retries from the start; any other failure rejects the items, none of
+   * which has been sent.
    */
   async #open(items: DispatchItem[]): Promise<void> {
     this.#ctx.o.metrics.batchOperations.observe({ stage: 'dispatch' }, items.length);
-    const { held, state, locked, checks } = await retry(
+    const { held, evidence, state, checks } = await retry(
       () => this.#lockAndCheck(items),
       batchRetryPolicy(this.#ctx.halt()),
     );
     // Only now, with nothing left to retry: an item is settled (or queued again) exactly once.
+    const locked: DispatchItem[] = [];
     for (const item of items) {
+      const verdict = evidence.get(item)!;
       const s = state.get(item.op.operation_id);
-      if (s === false) retryBusy(this.#batcherFor(item.op.provider_id), item, this.#ctx.halt());
+      if (verdict !== 'busy' && verdict !== 'recorded') void this.#completer.settleEvidence(item, verdict);
+      else if (verdict === 'busy' || s === false)
+        retryBusy(this.#batcherFor(item.op.provider_id), item, this.#ctx.halt());
       else if (s === undefined) void this.#completer.settleUnchecked(item, undefined);
+      else locked.push(item);
     }
     if (locked.length === 0) {
       await held.client.query('ROLLBACK').catch(() => undefined);
       held.release();
       return;
     }
+    for (let i = 0; i < locked.length; i++) this.#ctx.o.crash.reach('after_evidence_commit');
     void this.#sendBatch(held, locked, checks);
   }
 
   /**
-   * BEGIN, the row locks, the final check and the savepoint, in one round trip: one try. On a failure it rolls
-   * back and releases, then throws.
+   * The evidence statement, BEGIN, the row locks, the final check and the savepoint, in one round trip: one try.
+   * On a failure it rolls back and releases, then throws.
    */
   async #lockAndCheck(items: DispatchItem[]): Promise<{
     held: HeldConnection;
+    evidence: Map<DispatchItem, EvidenceVerdict>;
     state: Map<string, boolean>;
-    locked: DispatchItem[];
     checks: Map<string, FinalCheck>;
   }> {
     const { o, prepared } = this.#ctx;
-    const maxAgeMs = o.profile.maximumAuthorizationAgeMs + o.profile.maximumClockSkewMs;
+    const { profile } = o;
+    const maxAgeMs = profile.maximumAuthorizationAgeMs + profile.maximumClockSkewMs;
     const ids = items.map((i) => i.op.operation_id);
     const tokens = items.map((i) => i.op.claim_token);
     let held: HeldConnection | undefined;
     try {
       held = holdConnection(await o.pool.connect());
       const { client } = held;
-      // One round trip: the pool's connections pipeline (core/db.ts `createPool`). The server runs the four in
-      // order, so the check's snapshot and clock are taken once the locks are held. It reads every item; the
-      // answer for a row this batch did not lock is dropped. The savepoint is what a failed outcome write rolls
-      // back to.
+      // One round trip: the pool's connections pipeline (core/db.ts `createPool`). The server runs the five in
+      // order: the evidence commits (and is flushed) before BEGIN, and the check's snapshot and clock are taken
+      // once the locks are held. The check reads every item; the answer for a row this batch did not lock is
+      // dropped. The savepoint is what a failed outcome write rolls back to.
+      const recorded = client.query<EvidenceRow>({
+        ...prepared.evidenceRecordBatch,
+        values: evidenceValues(items, profile),
+      });
       const begin = client.query('BEGIN');
       const lock = client.query<{ operation_id: string; locked: boolean }>({
         ...prepared.operationLockForDispatchBatch,
@@ -133,12 +149,13 @@ export class DispatchBatch {
         revoked: boolean;
       }>({ ...prepared.operationFinalCheckBatch, values: [ids, tokens, maxAgeMs] });
       const savepoint = client.query('SAVEPOINT outcomes');
-      const sent = [begin, lock, check, savepoint];
+      const sent = [recorded, begin, lock, check, savepoint];
       // Every statement answered (so none is still in flight on a connection given back), then the first failure.
       const failed = (await Promise.allSettled(sent)).find((r) => r.status === 'rejected');
       if (failed !== undefined) throw failed.reason;
+      const rows = new Map((await recorded).rows.map((r) => [r.operation_id, r]));
+      const evidence = new Map(items.map((i) => [i, evidenceVerdict(i, rows, profile)]));
       const state = new Map((await lock).rows.map((r) => [r.operation_id, r.locked]));
-      const locked = items.filter((i) => state.get(i.op.operation_id) === true);
       const checks = new Map<string, FinalCheck>();
       for (const r of (await check).rows)
         if (state.get(r.operation_id) === true)
@@ -146,7 +163,7 @@ export class DispatchBatch {
             r.operation_id,
             r.killed ? 'tool_disabled' : r.revoked ? 'role_revoked' : r.fresh && r.young ? 'go' : 'authorization_stale',
           );
-      return { held, state, locked, checks };
+      return { held, evidence, state, checks };
     } catch (err) {
       if (held !== undefined) {
         await held.client.query('ROLLBACK').catch(() => undefined);

@@ -1,8 +1,8 @@
 /**
  * One dispatcher worker, composed River style: the producer (dispatcher/producer.ts) claims only as many
  * operations as it has free slots and hands each to the pipeline (dispatcher/pipeline.ts), which carries it
- * through route check -> fresh authorization -> evidence batch (dispatcher/evidence-batch.ts) -> dispatch batch
- * (dispatcher/dispatch-batch.ts: locks, final check, one provider call, savepoint writes) -> fenced outcome; the
+ * through route check -> fresh authorization -> dispatch batch (dispatcher/dispatch-batch.ts: evidence, locks,
+ * final check, one provider call, savepoint writes) -> fenced outcome; the
  * completer (dispatcher/completer.ts) writes what ends a claim outside the batch.
  *
  * Lifecycle states:
@@ -27,7 +27,6 @@ import { BATCH_OPENINGS, batchOpenings } from './batcher.js';
 import { Completer } from './completer.js';
 import type { DispatchContext, DispatcherOptions } from './context.js';
 import { DispatchBatch } from './dispatch-batch.js';
-import { EvidenceBatch } from './evidence-batch.js';
 import { WorkerHalted } from './persist.js';
 import { Pipeline } from './pipeline.js';
 import { Producer } from './producer.js';
@@ -37,8 +36,9 @@ export type { DispatcherOptions } from './context.js';
 
 /**
  * Connections a dispatcher worker's pool keeps open (`createPool`'s `min`), and opens when the worker starts:
- * the LISTEN connection, the openings of the evidence batcher and of one provider's dispatch batcher, and a
- * quarter of the slots for dispatch batches out at their provider. The benchmark's dispatcher pool, opening
+ * the LISTEN connection, the openings of two providers' dispatch batchers (each opening records its batch's
+ * evidence and takes its locks on one connection), and a quarter of the slots for dispatch batches out at their
+ * provider. The benchmark's dispatcher pool, opening
  * connections on demand, held 7 after a saturated run at concurrency 8, and 9 to 12 at 32 (saturated, and after
  * bursts at half the peak). A connection opened during a burst costs the operation waiting for it tens of
  * milliseconds. The claim connection is outside the pool.
@@ -85,16 +85,12 @@ export class Dispatcher {
       writeFailures: new RepeatedFailureLog(options.log, 'a write this worker owes failed; retrying it'),
     };
     const completer = new Completer(ctx);
-    const evidence = new EvidenceBatch(ctx);
     const dispatches = new DispatchBatch(ctx, completer);
-    const pipeline = new Pipeline(ctx, evidence, dispatches, completer);
+    const pipeline = new Pipeline(ctx, dispatches, completer);
     this.#producer = new Producer(
       ctx,
       (op) => pipeline.run(op),
-      () => {
-        evidence.poke();
-        dispatches.poke();
-      },
+      () => dispatches.poke(),
       () => this.#keepFloor(),
     );
     this.#agents = { authorizer: options.agent(), provider: options.agent() };

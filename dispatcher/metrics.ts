@@ -85,7 +85,7 @@ export class DispatchMetrics {
     });
     this.batchOperations = new Histogram({
       name: 'actionledger_dispatch_batch_operations',
-      help: 'Operations per batch: evidence (one statement records their authorization evidence) and dispatch (one transaction holds their row locks across the provider calls).',
+      help: 'Operations per dispatch batch (stage dispatch): one round trip records their authorization evidence and opens the transaction that holds their row locks across the provider calls.',
       labelNames: ['stage'],
       buckets: [1, 2, 4, 8, 16, 32, 64, 128],
       registers,

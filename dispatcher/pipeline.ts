@@ -1,16 +1,15 @@
 /**
- * The pipeline of one claimed operation: route check -> fresh authorization -> evidence -> final check under the
+ * The pipeline of one claimed operation: route check -> fresh authorization -> evidence and final check under the
  * row lock -> one provider call -> fenced outcome.
  *
  * States of one operation (the crash points' names in brackets):
  *   claimed       - [after_claim] its route, arguments hash and credential checked against today's config;
  *                   a mismatch is refused (`needs_review`), nothing sent
  *   authorizing   - a fresh decision from the authorizer over mTLS; a denial or failure is refused
- *   evidence      - [after_authorization_request] the decision recorded in an evidence batch
- *                   (dispatcher/evidence-batch.ts); a lost claim ends here, a refusal goes to review
- *   dispatching   - [after_evidence_commit] in a dispatch batch (dispatcher/dispatch-batch.ts): locks, final
- *                   check, [after_provider_request_sent] the call, [after_response_before_outcome] the outcome
- *                   write, [after_outcome_commit]
+ *   dispatching   - [after_authorization_request] in a dispatch batch (dispatcher/dispatch-batch.ts): the
+ *                   decision recorded as evidence (a lost claim ends here, a refusal goes to review), locks,
+ *                   final check, [after_evidence_commit] before the send, [after_provider_request_sent] the call,
+ *                   [after_response_before_outcome] the outcome write, [after_outcome_commit]
  *   recovering    - anything it could not finish: released (never sent, transient), `unknown` (possibly sent) or
  *                   `needs_review` (dispatcher/completer.ts `recover`)
  *   done          - settled; the producer frees its slot and drops its claim from the heartbeat listing
@@ -21,19 +20,16 @@ import { authorizationRequest, fetchAuthorization, type AuthorizationDecision } 
 import type { Completer } from './completer.js';
 import type { DispatchContext } from './context.js';
 import type { DispatchBatch } from './dispatch-batch.js';
-import type { EvidenceBatch } from './evidence-batch.js';
 import { WorkerHalted } from './persist.js';
 import type { ClaimedOperation } from './types.js';
 
 export class Pipeline {
   readonly #ctx: DispatchContext;
-  readonly #evidence: EvidenceBatch;
   readonly #dispatches: DispatchBatch;
   readonly #completer: Completer;
 
-  constructor(ctx: DispatchContext, evidence: EvidenceBatch, dispatches: DispatchBatch, completer: Completer) {
+  constructor(ctx: DispatchContext, dispatches: DispatchBatch, completer: Completer) {
     this.#ctx = ctx;
-    this.#evidence = evidence;
     this.#dispatches = dispatches;
     this.#completer = completer;
   }
@@ -94,15 +90,6 @@ export class Pipeline {
       endAuth();
     }
     crash.reach('after_authorization_request');
-
-    try {
-      await this.#evidence.record(op, decision);
-    } catch (err) {
-      if (isActionLedgerError(err, 'claim_lost')) return completer.lost(op, 'evidence');
-      if (isActionLedgerError(err)) return completer.refuse(op, 'evidence', err.code, err);
-      throw err;
-    }
-    crash.reach('after_evidence_commit');
-    await this.#dispatches.dispatch({ op, route, credential, progress });
+    await this.#dispatches.dispatch({ op, decision, route, credential, progress });
   }
 }

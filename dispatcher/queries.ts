@@ -87,7 +87,8 @@ export const dispatcherQueries = {
     FROM claimed CROSS JOIN async_commit`,
 
   /**
-   * Records a batch of authorization decisions in one statement (its own transaction). Element i of the arrays
+   * Records a batch of authorization decisions in one statement (its own transaction, committed and flushed before
+   * the dispatch batch's BEGIN that follows it on the same connection: dispatcher/dispatch-batch.ts). Element i of the arrays
    * is one decision. Each operation is locked (in key order) and its evidence inserted only while it is still
    * executing under that claim with the same approval and policy version, and with the decision inside the
    * profile's windows by the database clock: $10 maximum TTL, $11 maximum age, $12 clock skew, all in ms (the
@@ -135,11 +136,13 @@ export const dispatcherQueries = {
     LEFT JOIN recorded r ON r.operation_id = k.operation_id`,
 
   /**
-   * A dispatch batch's row locks: the rows of ($1[i], $2[i]) still executing under that claim, locked in key
-   * order, held until the batch's outcomes commit. A revocation that updates one of these rows waits for that
-   * commit. A row another session holds is skipped (never waited for, so its batch-mates are not stalled by
-   * a stranger); the caller tries it again in a later batch while its claim holds. Returns one row per
-   * operation still under its claim (in this statement's snapshot), `locked` saying whether this batch holds it.
+   * A dispatch batch's row locks: the rows of ($1[i], $2[i]) still executing under that claim and with evidence
+   * recorded under it, locked in key order, held until the batch's outcomes commit. A revocation that updates one
+   * of these rows waits for that commit. A row another session holds is skipped (never waited for, so its
+   * batch-mates are not stalled by a stranger); the caller tries it again in a later batch while its claim holds.
+   * A row without evidence (the evidence statement before it refused the decision or skipped the row) is not
+   * locked: its refusal is written at once, not after this batch commits. Returns one row per operation still
+   * under its claim (in this statement's snapshot), `locked` saying whether this batch holds it.
    */
   operationLockForDispatchBatch: `
     WITH claimed AS (
@@ -152,6 +155,9 @@ export const dispatcherQueries = {
       FROM unnest($1::uuid[], $2::uuid[]) AS i(operation_id, claim_token)
       JOIN @schema.operations l ON l.operation_id = i.operation_id AND l.claim_token = i.claim_token
       WHERE l.operation_id = ANY($1::uuid[]) AND l.status || '' = 'executing'
+        AND EXISTS (
+          SELECT 1 FROM @schema.authorization_evidence e
+          WHERE e.operation_id = l.operation_id AND e.claim_token = l.claim_token)
       ORDER BY l.operation_id
       FOR UPDATE OF l SKIP LOCKED
     )

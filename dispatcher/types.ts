@@ -31,17 +31,10 @@ export interface ClaimedOperation {
 export type DispatchStage =
   'route' | 'arguments' | 'credential' | 'authorization' | 'evidence' | 'final_check' | 'provider';
 
-/** A claimed operation waiting for its evidence to be recorded in a batch. */
-export interface EvidenceItem extends Settle {
-  op: ClaimedOperation;
-  decision: AuthorizationDecision;
-  /** How many times its row was found held by another session. */
-  busyRetries?: number;
-}
-
-/** A claimed operation with recorded evidence, waiting for a dispatch batch. */
+/** A claimed operation with a fresh authorization decision, waiting for a dispatch batch to record and send it. */
 export interface DispatchItem extends Settle {
   op: ClaimedOperation;
+  decision: AuthorizationDecision;
   route: ToolRoute;
   credential: Secret | null;
   progress: { sent: boolean };

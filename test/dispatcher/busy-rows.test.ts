@@ -1,7 +1,7 @@
 /**
  * A row another session holds (a reviewer, a revocation in progress, a migration) does not stall its
- * batch-mates: the evidence statement and the dispatch lock skip it and try it again in a later batch, and it
- * is dispatched once it is let go. Real PostgreSQL, the sandbox provider and authorizer over mTLS, a real
+ * batch-mates: the evidence statement and the dispatch lock (the first statements of a dispatch batch, written
+ * together) skip it and try it again in a later batch, and it is dispatched once it is let go. Real PostgreSQL, the sandbox provider and authorizer over mTLS, a real
  * Dispatcher; the stranger is a second connection holding `SELECT ... FOR UPDATE`.
  */
 import t, { type Test } from 'tap';
@@ -64,9 +64,9 @@ t.test(
 t.test(
   'a row held by another session when its dispatch batch locks: its batch-mates are dispatched, it follows once let go',
   async (t) => {
-    // The dispatcher talks to the database through a proxy that holds its first dispatch batch (BEGIN, the row
-    // locks, the final check) until the stranger has taken the held operation's row: its evidence is committed
-    // by then, and nothing races the stranger for the row.
+    // The dispatcher talks to the database through a proxy that passes the first dispatch batch's evidence
+    // statement and holds the rest of its opening (BEGIN, the row locks, the final check) until the stranger has
+    // taken the held operation's row once its evidence committed: nothing races the stranger for the row.
     const { e, d, proxy } = await dispatcherThroughProxy(t, { concurrency: 8 });
     const held = await e.ledger.reserve(ctx('held'), 'issue_refund', args(0));
     const mates = [];
@@ -85,13 +85,11 @@ t.test(
     const batch = proxy.holdNextRequests();
     await d.start();
     await batch.arrived;
+    const deadline = Date.now() + 10_000;
+    while ((await evidenceRows(e.pool, held.operation_id)) === 0 && Date.now() < deadline) await sleep(10);
+    t.equal(await evidenceRows(e.pool, held.operation_id), 1, 'its evidence is recorded, its row not yet locked');
     await holder.query('BEGIN');
     await holder.query('SELECT 1 FROM actionledger.operations WHERE operation_id = $1 FOR UPDATE', [held.operation_id]);
-    t.equal(
-      await evidenceRows(e.pool, held.operation_id),
-      1,
-      'its evidence is recorded; the stranger holds it from here',
-    );
     batch.release();
     markHeld();
 

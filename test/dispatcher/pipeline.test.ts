@@ -1,7 +1,7 @@
 /**
- * Statements written together (pg's pipeline mode on every pool core/db.ts makes): a dispatch batch's BEGIN, row
- * locks, final check and savepoint reach PostgreSQL before the reply to its BEGIN, through a proxy that holds
- * that reply back. Real PostgreSQL, the sandbox provider and authorizer over mTLS, a real Dispatcher.
+ * Statements written together (pg's pipeline mode on every pool core/db.ts makes): a dispatch batch's evidence
+ * statement, BEGIN, row locks, final check and savepoint reach PostgreSQL before the reply to the first of them,
+ * through a proxy that holds that reply back. Real PostgreSQL, the sandbox provider and authorizer over mTLS, a real Dispatcher.
  */
 import t from 'tap';
 import pg from 'pg';
@@ -55,6 +55,26 @@ t.test('a dispatch batch writes BEGIN, its locks, its final check and its savepo
 });
 
 t.test(
+  'a dispatch batch writes its evidence statement, BEGIN, its locks, its final check and its savepoint in one round trip',
+  async (t) => {
+    const { e, d, proxy, lockName, checkName } = await dispatcherThroughProxy(t, { watchBatch: 'evidence' });
+    await d.start();
+    const r = await e.ledger.reserve(ctx('evidence-pipelined'), 'issue_refund', {
+      order_id: 'ord-e',
+      amount: 130,
+      currency: 'EUR',
+    });
+    t.equal((await settled(e.pool, r.operation_id)).status, 'succeeded');
+    t.equal(e.provider.requestsFor(r.effect_key), 1, 'sent once');
+    t.same(
+      proxy.holds,
+      [{ pipelined: true, seen: ['BEGIN', lockName, checkName, 'SAVEPOINT outcomes'] }],
+      'the batch reached the server before its evidence statement was answered',
+    );
+  },
+);
+
+t.test(
   'a kill switch committed while the row-lock statement waits on a table lock is seen by the check written with it',
   async (t) => {
     const { e, d, proxy, checkName } = await dispatcherThroughProxy(t);
@@ -68,7 +88,7 @@ t.test(
       amount: 120,
       currency: 'EUR',
     });
-    // The batch's BEGIN, locks, check and savepoint wait in the proxy (its evidence is committed by now).
+    // The batch's BEGIN, locks, check and savepoint wait in the proxy (its evidence statement went ahead).
     const text = await held.arrived;
     t.ok(text.includes(checkName), 'the final check was written with the locks');
     // Another session takes a table lock the row-lock statement waits on (SKIP LOCKED skips rows, not tables),

@@ -198,7 +198,8 @@ export interface ProxiedDispatcher {
   /** Not yet started. */
   d: Dispatcher;
   proxy: HoldingProxy;
-  /** The prepared-statement names of a dispatch batch's row locks and final check, as they appear on the wire. */
+  /** The prepared-statement names of a dispatch batch's evidence, row locks and final check, as on the wire. */
+  evidenceName: string;
   lockName: string;
   checkName: string;
 }
@@ -206,24 +207,27 @@ export interface ProxiedDispatcher {
 /**
  * A dispatch environment whose dispatcher has its own pool and claim connection through a `HoldingProxy`.
  * `watchBatch` (default true): the proxy holds each BEGIN's reply until a batch's row locks, final check and
- * savepoint have arrived (or 2 s); false: replies pass at once, and only `holdNextRequests` holds anything.
+ * savepoint have arrived (or 2 s); `'evidence'`: it holds each evidence statement's reply until BEGIN and those
+ * have; false: replies pass at once, and only `holdNextRequests` holds anything.
  * `profile`: the dispatch profile's overrides (default: 30 s timeouts, which no healthy request reaches).
  */
 export async function dispatcherThroughProxy(
   t: Test,
-  o: { concurrency?: number; profile?: Record<string, unknown>; watchBatch?: boolean } = {},
+  o: { concurrency?: number; profile?: Record<string, unknown>; watchBatch?: boolean | 'evidence' } = {},
 ): Promise<ProxiedDispatcher> {
   const e = await dispatchEnv(
     t,
     o.profile ?? { provider_http_timeout_seconds: 30, authorization_http_timeout_seconds: 30 },
   );
   const q = bindQueries(dispatcherQueries, e.config.schemaQuoted);
+  const evidenceName = prepared(q.evidenceRecordBatch).name;
   const lockName = prepared(q.operationLockForDispatchBatch).name;
   const checkName = prepared(q.operationFinalCheckBatch).name;
-  const { proxy, url } = await proxyTo(
-    e.url,
-    o.watchBatch === false ? [] : [lockName, checkName, 'SAVEPOINT outcomes'],
-  );
+  const batch = [lockName, checkName, 'SAVEPOINT outcomes'];
+  const { proxy, url } =
+    o.watchBatch === 'evidence'
+      ? await proxyTo(e.url, ['BEGIN', ...batch], evidenceName)
+      : await proxyTo(e.url, o.watchBatch === false ? [] : batch);
   t.teardown(() => proxy.close());
   const pool = createPool(url, { max: 20, statementTimeoutMs: 30_000, applicationName: PROXIED_DISPATCHER });
   const d = await openDispatcher(
@@ -235,7 +239,7 @@ export async function dispatcherThroughProxy(
     await d.stop(5000);
     await pool.end();
   });
-  return { e, d, proxy, lockName, checkName };
+  return { e, d, proxy, evidenceName, lockName, checkName };
 }
 
 /**

@@ -18,9 +18,9 @@ export function throughPort(url: string, port: number): string {
   return u.toString();
 }
 
-/** What a `HoldingProxy` saw after one BEGIN: whether every marker reached the server before BEGIN's reply. */
+/** What a `HoldingProxy` saw after one BEGIN (or trigger): whether every marker reached the server before its reply. */
 export interface Hold {
-  /** True: every marker arrived while BEGIN's reply was held; false: `holdMs` ran out first. */
+  /** True: every marker arrived while the reply was held; false: `holdMs` ran out first. */
   pipelined: boolean;
   /** The markers that arrived while held. */
   seen: string[];
@@ -28,11 +28,12 @@ export interface Hold {
 
 /**
  * A loopback TCP proxy to PostgreSQL that tells whether a client writes statements before the reply to its
- * BEGIN: after a client chunk that carries a simple-protocol `BEGIN`, it holds the server's bytes for that
- * connection until the client has also sent every marker (statement names or texts, as they appear in the
- * protocol messages), or `holdMs` has passed. A client that waits for each reply shows no marker while held.
- * It can also hold what a client writes after its next BEGIN (`holdNextRequests`), so that a test can arrange
- * the server's state before those statements run.
+ * BEGIN (or to another trigger statement): after a client message that is a simple-protocol `BEGIN`, it holds the
+ * server's bytes for that connection until the client has also sent every marker (statement names or texts, as
+ * they appear in the protocol messages), or `holdMs` has passed. A client that waits for each reply shows no marker while held.
+ * It can also hold what a client writes from its next BEGIN on (`holdNextRequests`; what it wrote before the
+ * BEGIN, in the same write or not, is forwarded), so that a test can arrange the server's state before those
+ * statements run.
  */
 export class HoldingProxy {
   readonly holds: Hold[] = [];
@@ -40,14 +41,20 @@ export class HoldingProxy {
   readonly #target: { host: string; port: number };
   readonly #markers: string[];
   readonly #holdMs: number;
+  readonly #startsHold: (m: Buffer) => boolean;
   readonly #sockets = new Set<Socket>();
   #requestsArmed: ((text: string) => void) | null = null;
   #requestsRelease: (() => void)[] = [];
 
-  constructor(target: { host: string; port: number }, markers: string[], holdMs = 2_000) {
+  /**
+   * `trigger`: the text (a statement's name or text) of the message after which a hold starts, instead of a
+   * simple-protocol BEGIN.
+   */
+  constructor(target: { host: string; port: number }, markers: string[], holdMs = 2_000, trigger?: string) {
     this.#target = target;
     this.#markers = markers;
     this.#holdMs = holdMs;
+    this.#startsHold = trigger === undefined ? isBegin : (m) => m.toString('latin1').includes(trigger);
   }
 
   async listen(): Promise<number> {
@@ -112,8 +119,14 @@ export class HoldingProxy {
       }
     };
     client.on('data', (chunk: Buffer) => {
+      // Forwarded whole messages at a time, so that a hold starts exactly at its BEGIN: what the client wrote
+      // before it in the same chunk (a statement pipelined ahead of the transaction) goes to the server now.
       const texts = messages.push(chunk);
-      if (requests === null && this.#requestsArmed !== null && texts.some(isBegin)) {
+      let from = 0;
+      const begin = texts.findIndex(isBegin);
+      if (requests === null && this.#requestsArmed !== null && begin >= 0) {
+        if (begin > 0) server.write(Buffer.concat(texts.slice(0, begin)));
+        from = begin;
         requests = { chunks: [], text: '', arrived: this.#requestsArmed };
         this.#requestsArmed = null;
         this.#requestsRelease.push(() => {
@@ -121,11 +134,14 @@ export class HoldingProxy {
           requests = null;
         });
       }
-      if (requests !== null) holdRequests(chunk, texts.map((m) => m.toString('latin1')).join(''));
-      else server.write(chunk);
+      const rest = texts.slice(from);
+      if (rest.length > 0) {
+        if (requests !== null) holdRequests(Buffer.concat(rest), rest.map((m) => m.toString('latin1')).join(''));
+        else server.write(Buffer.concat(rest));
+      }
       for (const m of texts) {
         if (held !== null) held.sent += m.toString('latin1');
-        else if (isBegin(m)) {
+        else if (this.#startsHold(m)) {
           const hold: Hold = { pipelined: false, seen: [] };
           this.holds.push(hold);
           held = { sent: '', buffered: [], hold, timer: setTimeout(release, this.#holdMs) };
@@ -140,10 +156,17 @@ export class HoldingProxy {
   }
 }
 
-/** A `HoldingProxy` (watching for `markers`) to the database at `url`, and that database's URL through it. */
-export async function proxyTo(url: string, markers: string[]): Promise<{ proxy: HoldingProxy; url: string }> {
+/**
+ * A `HoldingProxy` (watching for `markers`, after each BEGIN or `trigger`) to the database at `url`, and that
+ * database's URL through it.
+ */
+export async function proxyTo(
+  url: string,
+  markers: string[],
+  trigger?: string,
+): Promise<{ proxy: HoldingProxy; url: string }> {
   const u = new URL(url);
-  const proxy = new HoldingProxy({ host: u.hostname, port: Number(u.port) }, markers);
+  const proxy = new HoldingProxy({ host: u.hostname, port: Number(u.port) }, markers, 2_000, trigger);
   return { proxy, url: throughPort(url, await proxy.listen()) };
 }
 
@@ -152,7 +175,10 @@ function isBegin(m: Buffer): boolean {
   return m[0] === 0x51 && /^\s*BEGIN\b/i.test(m.subarray(5).toString('utf8'));
 }
 
-/** Splits a client-to-server PostgreSQL stream into whole messages (the untyped startup message first). */
+/**
+ * Splits a client-to-server PostgreSQL stream into whole messages, the untyped startup message first (the
+ * proxies' clients do not ask for TLS); bytes of a message not yet complete wait for the rest.
+ */
 class ClientMessages {
   #buffer = Buffer.alloc(0);
   #started = false;
@@ -165,7 +191,7 @@ class ClientMessages {
       if (this.#buffer.length < head + 4) return out;
       const end = head + this.#buffer.readUInt32BE(head);
       if (this.#buffer.length < end) return out;
-      if (this.#started) out.push(this.#buffer.subarray(0, end));
+      out.push(this.#buffer.subarray(0, end));
       this.#started = true;
       this.#buffer = this.#buffer.subarray(end);
     }
