@@ -71,8 +71,8 @@ export interface HalfPeakResult extends OpenLoopResult {
   tailClaimMs: number;
   /**
    * Where commit -> sent went, stage by stage (median ms), for all operations and for those at or past the p99:
-   * claim -> evidence sent (the authorization, and waiting for a dispatch batch), evidence answered, -> lock
-   * sent (written with the evidence statement), lock answered, -> request sent (the final check, the request's
+   * claim -> evidence sent (the authorization, and waiting for a dispatch batch), -> row locks answered (the
+   * evidence statement, BEGIN and the locks, written together), -> request sent (the final check, the request's
    * start).
    */
   stages: { all: Record<string, number>; tail: Record<string, number> };
@@ -309,9 +309,7 @@ export async function halfPeakCell(
         const points: [string, number | undefined][] = [
           ['claim', claimed],
           ['authorize', st.evidenceSent],
-          ['evidence', st.evidenceDone],
-          ['wait batch', st.lockSent],
-          ['lock', st.lockDone],
+          ['evidence + lock', st.lockDone],
           ['check + send', sent],
         ];
         const gap: Record<string, number> = {};
@@ -360,15 +358,7 @@ export async function halfPeakCell(
     const tail = toClaim.filter((_, i) => toSent[i]! >= sent.p99Ms);
     const medians = (rows: Record<string, number>[]): Record<string, number> => {
       const out: Record<string, number> = {};
-      for (const name of [
-        'authorize',
-        'authorization call',
-        'after the call',
-        'evidence',
-        'wait batch',
-        'lock',
-        'check + send',
-      ]) {
+      for (const name of ['authorize', 'authorization call', 'after the call', 'evidence + lock', 'check + send']) {
         const xs = rows.map((g) => g[name]).filter((x): x is number => x !== undefined);
         if (xs.length > 0) out[name] = percentiles(xs).p50Ms;
       }

@@ -955,7 +955,7 @@ async function mainParts(): Promise<void> {
     halfWhere =
       `Where commit -> request sent went (each stage's median ms in a round, all operations / those sent at or past the p99; then each stage's median over rounds on its own, so the stages need not add up): ` +
       `to the claim ${h.claimP50Ms.toFixed(1)} / ${h.tailClaimMs.toFixed(1)}; after it, ${stageList(h.stages.all, h.stages.tail)}; ${authorizationLine(h.authorization)} (medians over rounds) ` +
-      '(authorize: claim -> evidence statement sent, in two parts: the authorization call, request created -> response body received, and after the call, the checks of the decision and the wait for an evidence batch and its connection; evidence: that statement; wait batch: -> the row-lock statement of its dispatch batch sent; lock: that statement; check + send: the final check and the request until written).';
+      '(authorize: claim -> evidence statement sent, in two parts: the authorization call, request created -> response body received, and after the call, the checks of the decision and the wait for a dispatch batch and its connection; evidence + lock: that statement, BEGIN and the row-lock statement written with it, until the locks are answered; check + send: the final check and the request until written).';
     log(halfWhere);
   }
 

@@ -33,8 +33,8 @@ export async function runWorker(env: NodeJS.ProcessEnv, concurrency: number | un
   let rt: Runtime;
   try {
     const config = loadConfig(env);
-    // Each operation in flight holds a connection from its final check to its outcome; plus the LISTEN
-    // connection, heartbeats and evidence batches. A smaller pool starves dispatches (and heartbeats) under load.
+    // Each operation in flight holds a connection from its batch's opening to its outcome; plus the LISTEN
+    // connection and heartbeats. A smaller pool starves dispatches (and heartbeats) under load.
     // The claim connection is one more, outside the pool (dispatcher/claim-session.ts).
     const slots = concurrency ?? config.dispatcher.concurrency;
     const poolMax = Math.max(config.database.poolMax, slots + 4);

@@ -16,7 +16,7 @@
  *                evidence insert is idempotent per claim). An item whose evidence was refused is settled at once
  *                (`claim_lost`, or review at stage `evidence`); one whose row another session held goes into a
  *                later batch. The opening ends here and another batch may open
- *   sending    - [after_evidence_commit] the checked operations' requests are out
+ *   sending    - [after_evidence_commit, reached once per locked item] the checked operations' requests are out
  *   writing    - their outcomes in one statement; if it fails, each on its own from the savepoint, under the
  *                same locks (transient failures retried); COMMIT
  *   settled    - every item resolved or rejected; an outcome the commit did not carry is written again after
@@ -89,24 +89,34 @@ export class DispatchBatch {
       () => this.#lockAndCheck(items),
       batchRetryPolicy(this.#ctx.halt()),
     );
-    // Only now, with nothing left to retry: an item is settled (or queued again) exactly once.
+    // Only now, with nothing left to retry: an item is settled (or queued again) exactly once. One this batch
+    // locked but will not send (its evidence, recorded by an earlier try, was refused or found busy this time) is
+    // settled once the batch has ended: its refusal write would wait for this batch's lock, and a retry find it
+    // held by this batch.
     const locked: DispatchItem[] = [];
+    const afterBatch: (() => void)[] = [];
     for (const item of items) {
       const verdict = evidence.get(item)!;
-      const s = state.get(item.op.operation_id);
-      if (verdict !== 'busy' && verdict !== 'recorded') void this.#completer.settleEvidence(item, verdict);
+      const s = state.get(claimKey(item));
+      const settle = (fn: () => void): void => {
+        if (s === true) afterBatch.push(fn);
+        else fn();
+      };
+      if (verdict !== 'busy' && verdict !== 'recorded')
+        settle(() => void this.#completer.settleEvidence(item, verdict));
       else if (verdict === 'busy' || s === false)
-        retryBusy(this.#batcherFor(item.op.provider_id), item, this.#ctx.halt());
+        settle(() => retryBusy(this.#batcherFor(item.op.provider_id), item, this.#ctx.halt()));
       else if (s === undefined) void this.#completer.settleUnchecked(item, undefined);
       else locked.push(item);
     }
     if (locked.length === 0) {
       await held.client.query('ROLLBACK').catch(() => undefined);
       held.release();
+      for (const fn of afterBatch) fn();
       return;
     }
     for (let i = 0; i < locked.length; i++) this.#ctx.o.crash.reach('after_evidence_commit');
-    void this.#sendBatch(held, locked, checks);
+    void this.#sendBatch(held, locked, checks, afterBatch);
   }
 
   /**
@@ -137,12 +147,13 @@ export class DispatchBatch {
         values: evidenceValues(items, profile),
       });
       const begin = client.query('BEGIN');
-      const lock = client.query<{ operation_id: string; locked: boolean }>({
+      const lock = client.query<{ operation_id: string; claim_token: string; locked: boolean }>({
         ...prepared.operationLockForDispatchBatch,
         values: [ids, tokens],
       });
       const check = client.query<{
         operation_id: string;
+        claim_token: string;
         fresh: boolean;
         young: boolean;
         killed: boolean;
@@ -153,14 +164,16 @@ export class DispatchBatch {
       // Every statement answered (so none is still in flight on a connection given back), then the first failure.
       const failed = (await Promise.allSettled(sent)).find((r) => r.status === 'rejected');
       if (failed !== undefined) throw failed.reason;
-      const rows = new Map((await recorded).rows.map((r) => [r.operation_id, r]));
-      const evidence = new Map(items.map((i) => [i, evidenceVerdict(i, rows, profile)]));
-      const state = new Map((await lock).rows.map((r) => [r.operation_id, r.locked]));
+      // Every answer is keyed by operation and claim: two claims of one operation in a batch (the worker lost the
+      // first to the reconciler and claimed it again) never read each other's rows.
+      const rows = new Map((await recorded).rows.map((r) => [`${r.operation_id}/${r.claim_token}`, r]));
+      const evidence = new Map(items.map((i) => [i, evidenceVerdict(rows.get(claimKey(i)), i, profile)]));
+      const state = new Map((await lock).rows.map((r) => [`${r.operation_id}/${r.claim_token}`, r.locked]));
       const checks = new Map<string, FinalCheck>();
       for (const r of (await check).rows)
-        if (state.get(r.operation_id) === true)
+        if (state.get(`${r.operation_id}/${r.claim_token}`) === true)
           checks.set(
-            r.operation_id,
+            `${r.operation_id}/${r.claim_token}`,
             r.killed ? 'tool_disabled' : r.revoked ? 'role_revoked' : r.fresh && r.young ? 'go' : 'authorization_stale',
           );
       return { held, evidence, state, checks };
@@ -175,7 +188,7 @@ export class DispatchBatch {
 
   /**
    * Sends the batch's checked operations, writes their outcomes in the transaction that holds their locks, and
-   * commits; then settles every item. An operation that failed the check is handled after the commit, as
+   * commits; then runs `afterBatch` (what waited for the batch's end) and settles every item. An operation that failed the check is handled after the commit, as
    * before any send: its claim was lost, or it goes to review (`authorization_stale`, `tool_disabled`,
    * `role_revoked`).
    */
@@ -183,8 +196,9 @@ export class DispatchBatch {
     held: HeldConnection,
     items: DispatchItem[],
     checks: ReadonlyMap<string, FinalCheck>,
+    afterBatch: readonly (() => void)[],
   ): Promise<void> {
-    const go = items.filter((i) => checks.get(i.op.operation_id) === 'go');
+    const go = items.filter((i) => checks.get(claimKey(i)) === 'go');
     const sends = await Promise.allSettled(go.map((i) => this.#send(i)));
     const written: Written[] = [];
     go.forEach((item, n) => {
@@ -206,6 +220,7 @@ export class DispatchBatch {
       this.#ctx.o.log.warn({ err, operations: written.length }, 'outcome commit failed; writing each again');
     } finally {
       held.release(broken);
+      for (const fn of afterBatch) fn();
     }
     const settled = written.map(({ item, outcome }) =>
       this.#completer.settleOutcome(item, outcome, committed && !unwritten.has(item)),
@@ -217,7 +232,7 @@ export class DispatchBatch {
     await Promise.all([
       ...settled,
       ...items.flatMap((item) => {
-        const check = checks.get(item.op.operation_id);
+        const check = checks.get(claimKey(item));
         return check === 'go' ? [] : [this.#completer.settleUnchecked(item, check)];
       }),
     ]);
@@ -320,6 +335,11 @@ export class DispatchBatch {
     o.crash.reach('after_response_before_outcome');
     return classify(http, route);
   }
+}
+
+/** An item's key in a batch's answers: its operation and its claim. */
+function claimKey(item: DispatchItem): string {
+  return `${item.op.operation_id}/${item.op.claim_token}`;
 }
 
 interface Written {

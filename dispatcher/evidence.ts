@@ -14,6 +14,7 @@ import type { DispatchItem } from './types.js';
 export interface EvidenceRow {
   db_now: Date;
   operation_id: string;
+  claim_token: string;
   locked: boolean;
   current_approval_id: string;
   current_policy_version: string;
@@ -45,14 +46,13 @@ export function evidenceValues(items: readonly DispatchItem[], profile: Dispatch
   ];
 }
 
-/** The verdict on `item` from the statement's reply (`rows` by operation id). */
+/** The verdict on `item` from its row of the statement's reply (none: its claim is no longer current). */
 export function evidenceVerdict(
+  row: EvidenceRow | undefined,
   item: DispatchItem,
-  rows: ReadonlyMap<string, EvidenceRow>,
   profile: DispatchProfile,
 ): EvidenceVerdict {
   const { op, decision: d } = item;
-  const row = rows.get(op.operation_id);
   if (row === undefined) return new ActionLedgerError('claim_lost', 'claim is no longer current');
   if (!row.locked) return 'busy';
   if (row.current_approval_id !== op.current_approval_id || row.current_policy_version !== op.current_policy_version)

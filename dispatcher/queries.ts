@@ -96,7 +96,7 @@ export const dispatcherQueries = {
    *
    * A row another session holds (a reviewer, a revocation, a migration) is skipped, not waited for: its
    * batch-mates go on, and it comes back with `locked` false for the caller to try again in a later batch.
-   * Returns one row per operation still under its claim (in this statement's snapshot); `recorded` says its
+   * Returns one row per (operation, claim) still current (in this statement's snapshot); `recorded` says its
    * evidence exists, inserted now or by an earlier attempt of this statement whose reply was lost.
    */
   evidenceRecordBatch: `
@@ -104,12 +104,12 @@ export const dispatcherQueries = {
       SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::int[], $4::text[], $5::text[], $6::text[], $7::text[], $8::timestamptz[], $9::timestamptz[])
         AS i(operation_id, claim_token, attempt, approval_id, policy_version, args_sha256, decision_sha256, authorized_at, expires_at)
     ), claimed AS (
-      SELECT l.operation_id
+      SELECT l.operation_id, l.claim_token
       FROM input i
       JOIN @schema.operations l ON l.operation_id = i.operation_id AND l.claim_token = i.claim_token
       WHERE l.operation_id = ANY($1::uuid[]) AND l.status || '' = 'executing'
     ), current AS (
-      SELECT l.operation_id, l.current_approval_id, l.current_policy_version
+      SELECT l.operation_id, l.claim_token, l.current_approval_id, l.current_policy_version
       FROM input i
       JOIN @schema.operations l ON l.operation_id = i.operation_id AND l.claim_token = i.claim_token
       WHERE l.operation_id = ANY($1::uuid[]) AND l.status || '' = 'executing'
@@ -119,7 +119,7 @@ export const dispatcherQueries = {
       INSERT INTO @schema.authorization_evidence AS e (
         operation_id, attempt, claim_token, approval_id, policy_version, args_sha256, decision_sha256, authorized_at, expires_at)
       SELECT i.operation_id, i.attempt, i.claim_token, i.approval_id, i.policy_version, i.args_sha256, i.decision_sha256, i.authorized_at, i.expires_at
-      FROM input i JOIN current c ON c.operation_id = i.operation_id
+      FROM input i JOIN current c ON c.operation_id = i.operation_id AND c.claim_token = i.claim_token
       WHERE c.current_approval_id = i.approval_id AND c.current_policy_version = i.policy_version
         AND i.expires_at > i.authorized_at
         AND i.expires_at - i.authorized_at <= make_interval(secs => $10::float8 / 1000)
@@ -127,13 +127,13 @@ export const dispatcherQueries = {
         AND now() - i.authorized_at <= make_interval(secs => ($11::float8 + $12::float8) / 1000)
         AND i.expires_at > now() - make_interval(secs => $12::float8 / 1000)
       ON CONFLICT (operation_id, claim_token) DO UPDATE SET decision_sha256 = e.decision_sha256
-      RETURNING e.operation_id
+      RETURNING e.operation_id, e.claim_token
     )
-    SELECT now() AS db_now, k.operation_id, c.operation_id IS NOT NULL AS locked, c.current_approval_id,
-           c.current_policy_version, r.operation_id IS NOT NULL AS recorded
+    SELECT now() AS db_now, k.operation_id, k.claim_token, c.operation_id IS NOT NULL AS locked,
+           c.current_approval_id, c.current_policy_version, r.operation_id IS NOT NULL AS recorded
     FROM claimed k
-    LEFT JOIN current c ON c.operation_id = k.operation_id
-    LEFT JOIN recorded r ON r.operation_id = k.operation_id`,
+    LEFT JOIN current c ON c.operation_id = k.operation_id AND c.claim_token = k.claim_token
+    LEFT JOIN recorded r ON r.operation_id = k.operation_id AND r.claim_token = k.claim_token`,
 
   /**
    * A dispatch batch's row locks: the rows of ($1[i], $2[i]) still executing under that claim and with evidence
@@ -141,12 +141,13 @@ export const dispatcherQueries = {
    * of these rows waits for that commit. A row another session holds is skipped (never waited for, so its
    * batch-mates are not stalled by a stranger); the caller tries it again in a later batch while its claim holds.
    * A row without evidence (the evidence statement before it refused the decision or skipped the row) is not
-   * locked: its refusal is written at once, not after this batch commits. Returns one row per operation still
-   * under its claim (in this statement's snapshot), `locked` saying whether this batch holds it.
+   * locked, so its refusal is written at once; one whose evidence an earlier try recorded may be, and the caller
+   * then settles it once this batch has ended. Returns one row per operation still under its claim (in this
+   * statement's snapshot), with that claim, `locked` saying whether this batch holds it.
    */
   operationLockForDispatchBatch: `
     WITH claimed AS (
-      SELECT l.operation_id
+      SELECT l.operation_id, l.claim_token
       FROM unnest($1::uuid[], $2::uuid[]) AS i(operation_id, claim_token)
       JOIN @schema.operations l ON l.operation_id = i.operation_id AND l.claim_token = i.claim_token
       WHERE l.operation_id = ANY($1::uuid[]) AND l.status || '' = 'executing'
@@ -161,7 +162,7 @@ export const dispatcherQueries = {
       ORDER BY l.operation_id
       FOR UPDATE OF l SKIP LOCKED
     )
-    SELECT k.operation_id, x.operation_id IS NOT NULL AS locked
+    SELECT k.operation_id, k.claim_token, x.operation_id IS NOT NULL AS locked
     FROM claimed k LEFT JOIN locked x ON x.operation_id = k.operation_id`,
 
   /**
@@ -176,7 +177,7 @@ export const dispatcherQueries = {
    * role).
    */
   operationFinalCheckBatch: `
-    SELECT l.operation_id,
+    SELECT l.operation_id, l.claim_token,
            e.expires_at > statement_timestamp() AS fresh,
            e.authorized_at >= statement_timestamp() - make_interval(secs => $3::float8 / 1000) AS young,
            EXISTS (

@@ -309,7 +309,7 @@ t.test('the dispatch lock skips a row another session holds instead of waiting f
   await batch.query('BEGIN');
   const ids = ops.map((o) => o.operation_id);
   const tokens = ops.map((o) => o.claim_token);
-  const { rows: locked } = await batch.query<{ operation_id: string; locked: boolean }>(
+  const { rows: locked } = await batch.query<{ operation_id: string; claim_token: string; locked: boolean }>(
     q.operationLockForDispatchBatch,
     [ids, tokens],
   );
@@ -318,12 +318,97 @@ t.test('the dispatch lock skips a row another session holds instead of waiting f
   t.same(
     locked.sort((x, y) => (x.operation_id < y.operation_id ? -1 : 1)),
     [
-      { operation_id: ops[0]!.operation_id, locked: true },
-      { operation_id: ops[1]!.operation_id, locked: false },
+      { ...ops[0]!, locked: true },
+      { ...ops[1]!, locked: false },
     ],
     'the free row is locked; the held one is reported as still claimed but not locked',
   );
 });
+
+t.test(
+  "a batch's statements answer by claim: an earlier claim of the same operation gets no evidence, lock or check",
+  async (t) => {
+    // A worker that lost a claim to the reconciler may claim the operation again while its first claim still
+    // waits for a batch: the two items can meet in one batch, and only the current claim may be answered.
+    const e = await dispatchEnv(t, ROOMY);
+    const q = bindQueries(dispatcherQueries, '"actionledger"');
+    const op = await e.ledger.reserve(ctx('reclaimed'), 'issue_refund', args(3));
+    const { rows } = await e.pool.query<{
+      claim_token: string;
+      attempt: number;
+      approval: string;
+      policy: string;
+      sha: string;
+    }>(
+      `UPDATE actionledger.operations SET status = 'executing', claim_token = gen_random_uuid(), claimed_by = 'w', claimed_at = now()
+       WHERE operation_id = $1
+       RETURNING claim_token, attempt, current_approval_id AS approval, current_policy_version AS policy, canonical_args_sha256 AS sha`,
+      [op.operation_id],
+    );
+    const now = rows[0]!;
+    const earlier = '00000000-0000-4000-8000-000000000001';
+    const id = op.operation_id;
+    const at = new Date().toISOString();
+    const until = new Date(Date.now() + 30_000).toISOString();
+    const { rows: evidence } = await e.pool.query<{ claim_token: string; locked: boolean; recorded: boolean }>(
+      q.evidenceRecordBatch,
+      [
+        [id, id],
+        [earlier, now.claim_token],
+        [now.attempt, now.attempt],
+        [now.approval, now.approval],
+        [now.policy, now.policy],
+        [now.sha, now.sha],
+        ['d1', 'd2'],
+        [at, at],
+        [until, until],
+        60_000,
+        60_000,
+        5_000,
+      ],
+    );
+    t.same(
+      evidence.map((r) => [r.claim_token, r.locked, r.recorded]),
+      [[now.claim_token, true, true]],
+      'one answer, for the current claim',
+    );
+    const { rows: recorded } = await e.pool.query<{ claim_token: string }>(
+      'SELECT claim_token FROM actionledger.authorization_evidence WHERE operation_id = $1',
+      [id],
+    );
+    t.same(
+      recorded.map((r) => r.claim_token),
+      [now.claim_token],
+      'no evidence recorded under the earlier claim',
+    );
+    const batch = await e.pool.connect();
+    t.teardown(() => batch.release());
+    await batch.query('BEGIN');
+    const { rows: locked } = await batch.query<{ claim_token: string; locked: boolean }>(
+      q.operationLockForDispatchBatch,
+      [
+        [id, id],
+        [earlier, now.claim_token],
+      ],
+    );
+    const { rows: checked } = await batch.query<{ claim_token: string }>(q.operationFinalCheckBatch, [
+      [id, id],
+      [earlier, now.claim_token],
+      60_000,
+    ]);
+    await batch.query('ROLLBACK');
+    t.same(
+      locked.map((r) => [r.claim_token, r.locked]),
+      [[now.claim_token, true]],
+      'the lock answers for the current claim only',
+    );
+    t.same(
+      checked.map((r) => r.claim_token),
+      [now.claim_token],
+      'so does the final check',
+    );
+  },
+);
 
 t.test('a kill switch engaged after the decision was recorded stops the send at the final check', async (t) => {
   const e = await dispatchEnv(t);
