@@ -3,10 +3,17 @@
  * statement, BEGIN, row locks, final check and savepoint reach PostgreSQL before the reply to the first of them,
  * through a proxy that holds that reply back. Real PostgreSQL, the sandbox provider and authorizer over mTLS, a real Dispatcher.
  */
-import t from 'tap';
+import t, { type Test } from 'tap';
 import pg from 'pg';
 import { createPool } from '../../core/db.js';
-import { ctx, dispatchEnv, dispatcherThroughProxy, PROXIED_DISPATCHER, settled } from '../helpers/fleet.js';
+import {
+  ctx,
+  dispatchEnv,
+  dispatcherThroughProxy,
+  PROXIED_DISPATCHER,
+  settled,
+  type ProxiedDispatcher,
+} from '../helpers/fleet.js';
 import { proxyTo } from '../helpers/net.js';
 
 t.test(
@@ -36,16 +43,27 @@ t.test(
   },
 );
 
-t.test('a dispatch batch writes BEGIN, its locks, its final check and its savepoint in one round trip', async (t) => {
-  const { e, d, proxy, lockName, checkName } = await dispatcherThroughProxy(t);
+/** A started dispatcher behind a proxy watching `watchBatch`, once it has dispatched one operation reserved for `step`. */
+async function dispatchOneThroughProxy(
+  t: Test,
+  step: string,
+  watchBatch: true | 'evidence',
+): Promise<ProxiedDispatcher> {
+  const proxied = await dispatcherThroughProxy(t, { watchBatch });
+  const { e, d } = proxied;
   await d.start();
-  const r = await e.ledger.reserve(ctx('pipelined'), 'issue_refund', {
-    order_id: 'ord-p',
+  const r = await e.ledger.reserve(ctx(step), 'issue_refund', {
+    order_id: `ord-${step}`,
     amount: 120,
     currency: 'EUR',
   });
   t.equal((await settled(e.pool, r.operation_id)).status, 'succeeded');
   t.equal(e.provider.requestsFor(r.effect_key), 1, 'sent once');
+  return proxied;
+}
+
+t.test('a dispatch batch writes BEGIN, its locks, its final check and its savepoint in one round trip', async (t) => {
+  const { proxy, lockName, checkName } = await dispatchOneThroughProxy(t, 'pipelined', true);
   t.ok(proxy.holds.length >= 1, `the dispatcher began a transaction (${proxy.holds.length})`);
   t.same(
     proxy.holds.filter((h) => h.seen.includes(lockName)),
@@ -57,15 +75,7 @@ t.test('a dispatch batch writes BEGIN, its locks, its final check and its savepo
 t.test(
   'a dispatch batch writes its evidence statement, BEGIN, its locks, its final check and its savepoint in one round trip',
   async (t) => {
-    const { e, d, proxy, lockName, checkName } = await dispatcherThroughProxy(t, { watchBatch: 'evidence' });
-    await d.start();
-    const r = await e.ledger.reserve(ctx('evidence-pipelined'), 'issue_refund', {
-      order_id: 'ord-e',
-      amount: 130,
-      currency: 'EUR',
-    });
-    t.equal((await settled(e.pool, r.operation_id)).status, 'succeeded');
-    t.equal(e.provider.requestsFor(r.effect_key), 1, 'sent once');
+    const { proxy, lockName, checkName } = await dispatchOneThroughProxy(t, 'evidence-pipelined', 'evidence');
     t.same(
       proxy.holds,
       [{ pipelined: true, seen: ['BEGIN', lockName, checkName, 'SAVEPOINT outcomes'] }],
