@@ -8,24 +8,13 @@
  * embedded PostgreSQL starts in a temporary folder, without fsync, and is removed afterwards.
  */
 import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { migrate } from '../core/migrate.js';
 import { quoteSchemaName } from '../core/config.js';
+import { freePort } from './helpers/net.js';
 import { runFiles, testFiles } from './runner.js';
-
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = createServer();
-    srv.once('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const port = (srv.address() as { port: number }).port;
-      srv.close(() => resolve(port));
-    });
-  });
-}
 
 async function main(): Promise<number> {
   let adminUrl = process.env.DATABASE_URL;

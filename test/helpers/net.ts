@@ -1,11 +1,47 @@
+import { readFileSync } from 'node:fs';
 import { connect, createServer, type Socket } from 'node:net';
 
-/** A loopback port free a moment ago: for a server the test starts, or, left unused, one nothing answers on. */
+/**
+ * A loopback port free a moment ago: for a server the test starts (often later, and again after a restart), or,
+ * left unused, one nothing answers on. It is picked at random below the kernel's range of ephemeral ports: a
+ * port from that range (what listening on port 0 returns) can meanwhile become the local port of any outgoing
+ * connection on the machine, such as another test file's database client, and the server that later binds it
+ * fails with EADDRINUSE. Below the range only another listener can take it.
+ */
 export async function freePort(): Promise<number> {
-  return new Promise((resolve) => {
-    const s = createServer().listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => resolve(port));
+  const low = ephemeralLow();
+  for (let i = 0; i < 100; i++) {
+    const port = Math.max(1024, low - 12_000) + Math.floor(Math.random() * Math.min(12_000, low - 1024));
+    if (await canListen(port)) return port;
+  }
+  return listenOnce(0);
+}
+
+/** The lowest ephemeral port (Linux's `ip_local_port_range`; 32768 where it cannot be read). */
+function ephemeralLow(): number {
+  try {
+    const low = Number(readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]);
+    return Number.isInteger(low) && low > 2048 ? low : 32_768;
+  } catch {
+    return 32_768;
+  }
+}
+
+async function canListen(port: number): Promise<boolean> {
+  return listenOnce(port).then(
+    () => true,
+    () => false,
+  );
+}
+
+/** Listens on `port` of 127.0.0.1 and closes again; resolves with the port bound. */
+function listenOnce(port: number): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(port, '127.0.0.1', () => {
+      const bound = (s.address() as { port: number }).port;
+      s.close(() => resolve(bound));
     });
   });
 }
