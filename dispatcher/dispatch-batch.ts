@@ -188,9 +188,9 @@ export class DispatchBatch {
 
   /**
    * Sends the batch's checked operations, writes their outcomes in the transaction that holds their locks, and
-   * commits; then runs `afterBatch` (what waited for the batch's end) and settles every item. An operation that failed the check is handled after the commit, as
-   * before any send: its claim was lost, or it goes to review (`authorization_stale`, `tool_disabled`,
-   * `role_revoked`).
+   * commits; then runs `afterBatch` (what waited for the batch's end) and settles every item. An operation that
+   * failed the check is handled after the commit, as before any send: its claim was lost, or it goes to review
+   * (`authorization_stale`, `tool_disabled`, `role_revoked`).
    */
   async #sendBatch(
     held: HeldConnection,

@@ -2,8 +2,8 @@
  * One dispatcher worker, composed River style: the producer (dispatcher/producer.ts) claims only as many
  * operations as it has free slots and hands each to the pipeline (dispatcher/pipeline.ts), which carries it
  * through route check -> fresh authorization -> dispatch batch (dispatcher/dispatch-batch.ts: evidence, locks,
- * final check, one provider call, savepoint writes) -> fenced outcome; the
- * completer (dispatcher/completer.ts) writes what ends a claim outside the batch.
+ * final check, one provider call, savepoint writes) -> fenced outcome; the completer (dispatcher/completer.ts)
+ * writes what ends a claim outside the batch.
  *
  * Lifecycle states:
  *   idle      - not started, or stopped; `start()` (again) makes it running
@@ -38,9 +38,9 @@ export type { DispatcherOptions } from './context.js';
  * Connections a dispatcher worker's pool keeps open (`createPool`'s `min`), and opens when the worker starts:
  * the LISTEN connection, the openings of two providers' dispatch batchers (each opening records its batch's
  * evidence and takes its locks on one connection), and a quarter of the slots for dispatch batches out at their
- * provider. The benchmark's dispatcher pool, opening
- * connections on demand, held 7 after a saturated run at concurrency 8, and 9 to 12 at 32 (saturated, and after
- * bursts at half the peak). A connection opened during a burst costs the operation waiting for it tens of
+ * provider. The benchmark's dispatcher pool, opening connections on demand, held 7 after a saturated run at
+ * concurrency 8, and 9 to 12 at 32 (saturated, and after bursts at half the peak; measured with the evidence
+ * in batches of its own, before c2b8a47). A connection opened during a burst costs the operation waiting for it tens of
  * milliseconds. The claim connection is outside the pool.
  */
 export function dispatcherPoolFloor(concurrency: number): number {

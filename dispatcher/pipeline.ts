@@ -8,8 +8,9 @@
  *   authorizing   - a fresh decision from the authorizer over mTLS; a denial or failure is refused
  *   dispatching   - [after_authorization_request] in a dispatch batch (dispatcher/dispatch-batch.ts): the
  *                   decision recorded as evidence (a lost claim ends here, a refusal goes to review), locks,
- *                   final check, [after_evidence_commit] once per item the batch locked, [after_provider_request_sent] the call,
- *                   [after_response_before_outcome] the outcome write, [after_outcome_commit]
+ *                   final check, [after_evidence_commit] once per item the batch locked,
+ *                   [after_provider_request_sent] the call, [after_response_before_outcome] the outcome write,
+ *                   [after_outcome_commit]
  *   recovering    - anything it could not finish: released (never sent, transient), `unknown` (possibly sent) or
  *                   `needs_review` (dispatcher/completer.ts `recover`)
  *   done          - settled; the producer frees its slot and drops its claim from the heartbeat listing

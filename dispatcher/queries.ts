@@ -87,12 +87,13 @@ export const dispatcherQueries = {
     FROM claimed CROSS JOIN async_commit`,
 
   /**
-   * Records a batch of authorization decisions in one statement (its own transaction, committed and flushed before
-   * the dispatch batch's BEGIN that follows it on the same connection: dispatcher/dispatch-batch.ts). Element i of the arrays
-   * is one decision. Each operation is locked (in key order) and its evidence inserted only while it is still
-   * executing under that claim with the same approval and policy version, and with the decision inside the
-   * profile's windows by the database clock: $10 maximum TTL, $11 maximum age, $12 clock skew, all in ms (the
-   * same rules as `checkWindows`, which the caller applies to `db_now` for the refusal's code).
+   * Records a batch of authorization decisions in one statement (its own transaction, committed and flushed
+   * before the dispatch batch's BEGIN that follows it on the same connection: dispatcher/dispatch-batch.ts).
+   * Element i of the arrays is one decision. Each operation is locked (in key order) and its evidence inserted
+   * only while it is still executing under that claim with the same approval and policy version, and with the
+   * decision inside the profile's windows by the database clock: $10 maximum TTL, $11 maximum age, $12 clock
+   * skew, all in ms (the same rules as `checkWindows`, which the caller applies to `db_now` for the refusal's
+   * code).
    *
    * A row another session holds (a reviewer, a revocation, a migration) is skipped, not waited for: its
    * batch-mates go on, and it comes back with `locked` false for the caller to try again in a later batch.
