@@ -563,7 +563,7 @@ t.test(
 );
 
 /**
- * Reserves one operation whose evidence statement will wait on an advisory lock the test holds (so its evidence
+ * Reserves one operation whose evidence statement will wait on an advisory lock the test holds (so its dispatch
  * batch stays in its opening phase); `letGo` releases the lock (and runs at teardown).
  */
 async function holdEvidence(t: Test, e: DispatchEnv): Promise<{ stuck: Reserved; letGo: () => Promise<void> }> {
@@ -597,9 +597,9 @@ async function evidenceWaiting(pool: Pool): Promise<number> {
 }
 
 /**
- * One operation's evidence statement waits on an advisory lock the test holds, so its evidence batch stays in
+ * One operation's evidence statement waits on an advisory lock the test holds, so its dispatch batch stays in
  * its opening phase; then a second operation is reserved. With `concurrency` 4 the two take half the slots and
- * a second evidence batch may open; with 2 they take every slot and it may not.
+ * a second dispatch batch may open; with 2 they take every slot and it may not.
  */
 async function nextBehindStuckEvidence(
   t: Test,
@@ -610,7 +610,7 @@ async function nextBehindStuckEvidence(
   const asked = recordAsked(e);
   const { stuck, letGo } = await holdEvidence(t, e);
   await e.dispatcher(concurrency);
-  t.equal(await evidenceWaiting(e.pool), 1, "the first operation's evidence batch waits on the lock");
+  t.equal(await evidenceWaiting(e.pool), 1, "the first operation's dispatch batch waits on the lock");
   const next = await e.ledger.reserve(ctx('next'), 'issue_refund', args(2));
   await whileStuck(e, stuck, next, asked);
   t.equal(e.provider.requestsFor(stuck.effect_key), 0, 'the first is unsent while its evidence waits');
@@ -628,7 +628,7 @@ t.test(
   (t) =>
     nextBehindStuckEvidence(t, 4, async (e, stuck, next) => {
       const done = await settled(e.pool, next.operation_id);
-      t.equal(done.status, 'succeeded', 'the next operation succeeded through a second evidence batch meanwhile');
+      t.equal(done.status, 'succeeded', 'the next operation succeeded through a second dispatch batch meanwhile');
       t.equal(e.provider.requestsFor(next.effect_key), 1, 'sent once');
       t.equal(await statusOf(e.pool, stuck.operation_id), 'executing', 'while the first one still waits');
     }),
@@ -650,7 +650,7 @@ async function askedAbout(asked: Set<string>, operationId: string): Promise<void
   while (!asked.has(operationId) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
 }
 
-t.test('with every slot taken, one evidence batch opens at a time: the next operation waits its turn', (t) =>
+t.test('with every slot taken, one dispatch batch opens at a time: the next operation waits its turn', (t) =>
   nextBehindStuckEvidence(t, 2, async (e, _stuck, next, asked) => {
     // It is claimed (both slots taken) and authorized; its evidence waits for the open batch.
     await askedAbout(asked, next.operation_id);
@@ -666,7 +666,7 @@ t.test('with every slot taken, one evidence batch opens at a time: the next oper
   }),
 );
 
-t.test('a slot that frees lets a waiting operation open a second evidence batch at once', async (t) => {
+t.test('a slot that frees lets a waiting operation open a second dispatch batch at once', async (t) => {
   const e = await dispatchEnv(t, ROOMY);
   const { stuck, letGo } = await holdEvidence(t, e);
   // The denied operation's answer waits for the test: until then it holds a slot.
@@ -681,7 +681,7 @@ t.test('a slot that frees lets a waiting operation open a second evidence batch 
   const asked = recordAsked(e);
   await e.dispatcher(4);
   await askedAbout(asked, denied.operation_id);
-  t.equal(await evidenceWaiting(e.pool), 1, "the first operation's evidence batch waits on the lock");
+  t.equal(await evidenceWaiting(e.pool), 1, "the first operation's dispatch batch waits on the lock");
   // Three of four slots taken: one opening, and it is busy.
   const next = await e.ledger.reserve(ctx('next'), 'issue_refund', args(3));
   await askedAbout(asked, next.operation_id);
@@ -692,7 +692,7 @@ t.test('a slot that frees lets a waiting operation open a second evidence batch 
   t.equal(
     (await settled(e.pool, next.operation_id)).status,
     'succeeded',
-    'the waiting one opened a second evidence batch as the slot freed',
+    'the waiting one opened a second dispatch batch as the slot freed',
   );
   t.equal(e.provider.requestsFor(next.effect_key), 1, 'sent once');
   t.equal(await statusOf(e.pool, stuck.operation_id), 'executing', 'while the first one still waits');

@@ -36,7 +36,11 @@ t.test("start() opens the worker's pool floor", async (t) => {
   const e = await dispatchEnv(t);
   await e.dispatcher(8);
   t.ok(e.pool.totalCount >= dispatcherPoolFloor(8), `the floor, opened at start (${e.pool.totalCount})`);
-  t.equal(dispatcherPoolFloor(8), 7, 'LISTEN, two evidence and two dispatch openings, a quarter of the slots');
+  t.equal(
+    dispatcherPoolFloor(8),
+    7,
+    "LISTEN, the openings of two providers' dispatch batchers, a quarter of the slots",
+  );
   t.equal(dispatcherPoolFloor(32), 13);
 });
 

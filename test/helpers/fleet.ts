@@ -244,7 +244,7 @@ export async function dispatcherThroughProxy(
 
 /**
  * Makes the evidence statement that records `operationId` wait, inside that statement (its row lock held), on
- * advisory lock `key`: a test holding the lock keeps that operation's evidence batch in its opening phase until
+ * advisory lock `key`: a test holding the lock keeps that operation's dispatch batch in its opening phase until
  * it lets go.
  */
 export async function pauseEvidenceOn(pool: Pool, operationId: string, key: number): Promise<void> {
