@@ -213,7 +213,7 @@ export class PoolSampler {
   }
 }
 
-type Stage = 'evidenceSent' | 'evidenceDone' | 'lockSent' | 'lockDone';
+type Stage = 'evidenceSent' | 'lockDone';
 
 interface ClientState {
   inTxn: boolean;
@@ -228,7 +228,8 @@ export class DispatchProbe {
   readonly claimedAt = new Map<string, number>();
   /**
    * performance.now() of an operation's stages after its claim, the last try of each: its evidence statement sent
-   * (its authorization in hand) and answered, its dispatch batch's row-lock statement sent and answered.
+   * (its authorization in hand; the first statement of its dispatch batch's opening), and that batch's row-lock
+   * statement answered.
    */
   readonly stages = new Map<string, Partial<Record<Stage, number>>>();
   /** Final-check lock acquired -> outcome UPDATE sent: the provider call and its classification. */
@@ -260,11 +261,10 @@ export class DispatchProbe {
       if (text === q.evidenceRecordBatch) {
         const ops = (values?.[0] as string[] | undefined) ?? [];
         this.#stage(ops, 'evidenceSent');
-        return () => this.#stage(ops, 'evidenceDone');
+        return undefined;
       }
       if (text === q.operationLockForDispatchBatch) {
         const ops = (values?.[0] as string[] | undefined) ?? [];
-        this.#stage(ops, 'lockSent');
         return (res) => {
           if (res.rows.length > 0) s.lockedAt = performance.now();
           this.#stage(ops, 'lockDone');

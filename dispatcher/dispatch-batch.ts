@@ -97,7 +97,7 @@ export class DispatchBatch {
     const afterBatch: (() => void)[] = [];
     for (const item of items) {
       const verdict = evidence.get(item)!;
-      const s = state.get(claimKey(item));
+      const s = state.get(claimKey(item.op));
       const settle = (fn: () => void): void => {
         if (s === true) afterBatch.push(fn);
         else fn();
@@ -166,14 +166,14 @@ export class DispatchBatch {
       if (failed !== undefined) throw failed.reason;
       // Every answer is keyed by operation and claim: two claims of one operation in a batch (the worker lost the
       // first to the reconciler and claimed it again) never read each other's rows.
-      const rows = new Map((await recorded).rows.map((r) => [`${r.operation_id}/${r.claim_token}`, r]));
-      const evidence = new Map(items.map((i) => [i, evidenceVerdict(rows.get(claimKey(i)), i, profile)]));
-      const state = new Map((await lock).rows.map((r) => [`${r.operation_id}/${r.claim_token}`, r.locked]));
+      const rows = new Map((await recorded).rows.map((r) => [claimKey(r), r]));
+      const evidence = new Map(items.map((i) => [i, evidenceVerdict(rows.get(claimKey(i.op)), i, profile)]));
+      const state = new Map((await lock).rows.map((r) => [claimKey(r), r.locked]));
       const checks = new Map<string, FinalCheck>();
       for (const r of (await check).rows)
-        if (state.get(`${r.operation_id}/${r.claim_token}`) === true)
+        if (state.get(claimKey(r)) === true)
           checks.set(
-            `${r.operation_id}/${r.claim_token}`,
+            claimKey(r),
             r.killed ? 'tool_disabled' : r.revoked ? 'role_revoked' : r.fresh && r.young ? 'go' : 'authorization_stale',
           );
       return { held, evidence, state, checks };
@@ -198,7 +198,7 @@ export class DispatchBatch {
     checks: ReadonlyMap<string, FinalCheck>,
     afterBatch: readonly (() => void)[],
   ): Promise<void> {
-    const go = items.filter((i) => checks.get(claimKey(i)) === 'go');
+    const go = items.filter((i) => checks.get(claimKey(i.op)) === 'go');
     const sends = await Promise.allSettled(go.map((i) => this.#send(i)));
     const written: Written[] = [];
     go.forEach((item, n) => {
@@ -232,7 +232,7 @@ export class DispatchBatch {
     await Promise.all([
       ...settled,
       ...items.flatMap((item) => {
-        const check = checks.get(claimKey(item));
+        const check = checks.get(claimKey(item.op));
         return check === 'go' ? [] : [this.#completer.settleUnchecked(item, check)];
       }),
     ]);
@@ -337,9 +337,9 @@ export class DispatchBatch {
   }
 }
 
-/** An item's key in a batch's answers: its operation and its claim. */
-function claimKey(item: DispatchItem): string {
-  return `${item.op.operation_id}/${item.op.claim_token}`;
+/** The key of an item (its operation) or of an answer row in a batch's answers: the operation and its claim. */
+function claimKey(row: { operation_id: string; claim_token: string }): string {
+  return `${row.operation_id}/${row.claim_token}`;
 }
 
 interface Written {
