@@ -123,6 +123,15 @@ t.test('a crash before the WAL flush takes the claim back; a later synchronous c
   await c.pool.query('SELECT pg_reload_conf()');
   const session = await c.pool.connect();
   try {
+    // A reload reaches each backend as a signal it handles between commands: wait until this one has it.
+    for (let i = 0; ; i++) {
+      const { rows: now } = await session.query<{ s: string }>(
+        "SELECT current_setting('synchronous_standby_names') AS s",
+      );
+      if (now[0]?.s === 'a_standby') break;
+      if (i > 200) throw new Error('the reloaded setting never reached the session');
+      await new Promise((r) => setTimeout(r, 10));
+    }
     await session.query('BEGIN');
     t.equal((await session.query(q.outboxClaimBatch, [10, 'w-standby'])).rowCount, 1);
     const { rows } = await session.query<{ s: string }>("SELECT current_setting('synchronous_commit') AS s");
