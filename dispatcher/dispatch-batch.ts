@@ -22,7 +22,7 @@
  *   settled    - every item resolved or rejected; an outcome the commit did not carry is written again after
  *                it, fenced on the claim (dispatcher/completer.ts)
  */
-import { isConnectionError, isTransient, type PoolClient } from '../core/db.js';
+import { inOneWrite, isConnectionError, isTransient, type PoolClient } from '../core/db.js';
 import { retry, type RetryPolicy } from '../core/retry.js';
 import { Batcher, batchRetryPolicy, retryBusy, submit } from './batcher.js';
 import { providerContact, reviewReason, type Completer } from './completer.js';
@@ -142,25 +142,28 @@ export class DispatchBatch {
       // order: the evidence commits (and is flushed) before BEGIN, and the check's snapshot and clock are taken
       // once the locks are held. The check reads every item; the answer for a row this batch did not lock is
       // dropped. The savepoint is what a failed outcome write rolls back to.
-      const recorded = client.query<EvidenceRow>({
-        ...prepared.evidenceRecordBatch,
-        values: evidenceValues(items, profile),
+      const sent = inOneWrite(client, () => {
+        const recorded = client.query<EvidenceRow>({
+          ...prepared.evidenceRecordBatch,
+          values: evidenceValues(items, profile),
+        });
+        const begin = client.query('BEGIN');
+        const lock = client.query<{ operation_id: string; claim_token: string; locked: boolean }>({
+          ...prepared.operationLockForDispatchBatch,
+          values: [ids, tokens],
+        });
+        const check = client.query<{
+          operation_id: string;
+          claim_token: string;
+          fresh: boolean;
+          young: boolean;
+          killed: boolean;
+          revoked: boolean;
+        }>({ ...prepared.operationFinalCheckBatch, values: [ids, tokens, maxAgeMs] });
+        const savepoint = client.query('SAVEPOINT outcomes');
+        return [recorded, begin, lock, check, savepoint] as const;
       });
-      const begin = client.query('BEGIN');
-      const lock = client.query<{ operation_id: string; claim_token: string; locked: boolean }>({
-        ...prepared.operationLockForDispatchBatch,
-        values: [ids, tokens],
-      });
-      const check = client.query<{
-        operation_id: string;
-        claim_token: string;
-        fresh: boolean;
-        young: boolean;
-        killed: boolean;
-        revoked: boolean;
-      }>({ ...prepared.operationFinalCheckBatch, values: [ids, tokens, maxAgeMs] });
-      const savepoint = client.query('SAVEPOINT outcomes');
-      const sent = [recorded, begin, lock, check, savepoint];
+      const [recorded, , lock, check] = sent;
       // Every statement answered (so none is still in flight on a connection given back), then the first failure.
       const failed = (await Promise.allSettled(sent)).find((r) => r.status === 'rejected');
       if (failed !== undefined) throw failed.reason;

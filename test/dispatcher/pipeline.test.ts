@@ -1,11 +1,15 @@
 /**
  * Statements written together (pg's pipeline mode on every pool core/db.ts makes): a dispatch batch's evidence
  * statement, BEGIN, row locks, final check and savepoint reach PostgreSQL before the reply to the first of them,
- * through a proxy that holds that reply back. Real PostgreSQL, the sandbox provider and authorizer over mTLS, a real Dispatcher.
+ * through a proxy that holds that reply back, and leave the dispatcher's socket in one write. Real PostgreSQL, the
+ * sandbox provider and authorizer over mTLS, a real Dispatcher.
  */
 import t, { type Test } from 'tap';
 import pg from 'pg';
-import { createPool } from '../../core/db.js';
+import { Metrics } from '../../core/metrics.js';
+import { bindQueries, createPool, inOneWrite, prepared } from '../../core/db.js';
+import { openDispatcher } from '../../dispatcher/index.js';
+import { dispatcherQueries } from '../../dispatcher/queries.js';
 import {
   ctx,
   dispatchEnv,
@@ -39,6 +43,96 @@ t.test(
       proxy.holds,
       [{ pipelined: true, seen: ['SELECT 41 + 1'] }],
       'the SELECT reached the server before BEGIN was answered',
+    );
+  },
+);
+
+/**
+ * Records, for every connection `pool` opens from now on, each write its socket is given (a corked socket's
+ * buffered messages come as one `_writev`), as text.
+ */
+function recordSocketWrites(pool: pg.Pool): string[] {
+  const writes: string[] = [];
+  type Chunk = { chunk: Buffer | string };
+  type Stream = {
+    _write(chunk: Buffer | string, encoding: string, cb: (err?: Error) => void): void;
+    _writev?(chunks: Chunk[], cb: (err?: Error) => void): void;
+  };
+  const text = (c: Buffer | string): string => (typeof c === 'string' ? c : c.toString('latin1'));
+  pool.on('connect', (client) => {
+    const stream = (client as unknown as { connection: { stream: Stream } }).connection.stream;
+    const write = stream._write.bind(stream);
+    stream._write = (chunk, encoding, cb) => {
+      writes.push(text(chunk));
+      write(chunk, encoding, cb);
+    };
+    const writev = stream._writev?.bind(stream);
+    if (writev !== undefined)
+      stream._writev = (chunks, cb) => {
+        writes.push(chunks.map((c) => text(c.chunk)).join(''));
+        writev(chunks, cb);
+      };
+  });
+  return writes;
+}
+
+t.test('statements issued in inOneWrite leave the socket in one write; issued alone, in one write each', async (t) => {
+  const e = await dispatchEnv(t);
+  const pool = createPool(e.url, { max: 1, statementTimeoutMs: 10_000, applicationName: 'one-write-test' });
+  t.teardown(() => pool.end());
+  const writes = recordSocketWrites(pool);
+  const client = await pool.connect();
+  try {
+    const statements = (): Promise<unknown>[] => [
+      client.query('BEGIN'),
+      client.query({ text: 'SELECT $1::int + 1 AS n', values: [41] }),
+      client.query('COMMIT'),
+    ];
+    writes.length = 0;
+    await Promise.all(inOneWrite(client, statements));
+    t.equal(writes.length, 1, 'one write');
+    t.match(writes[0], /BEGIN[^]*SELECT \$1::int \+ 1[^]*COMMIT/, 'with all three, in order');
+    writes.length = 0;
+    await Promise.all(statements());
+    t.equal(writes.length, 3, 'without it: one write per statement');
+  } finally {
+    client.release();
+  }
+});
+
+t.test(
+  'a dispatch batch leaves its connection in one write: evidence, BEGIN, locks, final check, savepoint',
+  async (t) => {
+    const e = await dispatchEnv(t);
+    const q = bindQueries(dispatcherQueries, e.config.schemaQuoted);
+    const names = [q.evidenceRecordBatch, q.operationLockForDispatchBatch, q.operationFinalCheckBatch].map(
+      (text) => prepared(text).name,
+    );
+    const pool = createPool(e.url, { max: 20, statementTimeoutMs: 30_000, applicationName: 'one-write-dispatcher' });
+    const writes = recordSocketWrites(pool);
+    const d = await openDispatcher(
+      { ...e.runtime, pool, metrics: new Metrics({ defaultMetrics: false, ledger: false }) },
+      e.env,
+      { concurrency: 4 },
+    );
+    t.teardown(async () => {
+      await d.stop(5000);
+      await pool.end();
+    });
+    await d.start();
+    const r = await e.ledger.reserve(ctx('one-write'), 'issue_refund', {
+      order_id: 'ord-1w',
+      amount: 120,
+      currency: 'EUR',
+    });
+    t.equal((await settled(e.pool, r.operation_id)).status, 'succeeded');
+    const batch = writes.filter((w) => w.includes(names[0]!));
+    t.equal(batch.length, 1, 'one write carried the evidence statement');
+    const at = (marker: string): number => batch[0]?.indexOf(marker) ?? -1;
+    const order = [names[0]!, 'BEGIN', names[1]!, names[2]!, 'SAVEPOINT outcomes'].map(at);
+    t.ok(
+      order.every((p, i) => p >= 0 && (i === 0 || p > order[i - 1]!)),
+      `and, in order, BEGIN, the locks, the final check and the savepoint (${order.join(', ')})`,
     );
   },
 );
