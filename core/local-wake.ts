@@ -7,10 +7,15 @@
  * Channels are the outbox NOTIFY channels (`<schema>_outbox`). A subscriber of another database with the same
  * schema name gets a wake-up that is not its own: it claims, finds nothing, and that costs one claim statement.
  * NOTIFY stays the wake-up across processes, and the dispatchers' poll covers both being lost.
+ *
+ * A listener answers whether it takes the wake-up: it will claim the operation that caused it, with a slot no
+ * earlier wake-up took. When one does, the ledger leaves the NOTIFY out (ledger/notifier.ts): every dispatcher
+ * of every other process would wake for it, claim, and find nothing this one did not take first.
  */
 import { randomBytes } from 'node:crypto';
 
-type Listener = () => void;
+/** Called on each wake-up of its channel; true when it takes it (see the module comment). */
+type Listener = () => boolean | void;
 
 /**
  * This process's mark, sent as the payload of the NOTIFY it sends after waking its own listeners: a listener
@@ -20,17 +25,22 @@ export const localWakeId = randomBytes(8).toString('hex');
 
 const listeners = new Map<string, Set<Listener>>();
 
-/** Calls every listener of `channel` in this process, synchronously; a listener that throws is skipped. */
-export function wakeLocal(channel: string): void {
+/**
+ * Calls every listener of `channel` in this process, synchronously; a listener that throws is skipped. Returns
+ * true when one of them took the wake-up.
+ */
+export function wakeLocal(channel: string): boolean {
   const set = listeners.get(channel);
-  if (set === undefined) return;
+  if (set === undefined) return false;
+  let taken = false;
   for (const fn of set) {
     try {
-      fn();
+      if (fn() === true) taken = true;
     } catch {
       // A wake-up is a hint: the poll and NOTIFY still reach the listener.
     }
   }
+  return taken;
 }
 
 /** Subscribes `fn` to `channel`; returns the unsubscribe. */

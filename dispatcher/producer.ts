@@ -61,6 +61,15 @@ export class Producer {
    * it) waits for the poll.
    */
   #backlog = true;
+  /**
+   * Slots promised to reservations of this process: local wake-ups this producer took (`#takeLocal`) since its
+   * last claim statement was sent, which claims them.
+   */
+  #promised = 0;
+  /** The limit of the claim statement in flight (0 when none): slots its rows may fill. */
+  #claimLimit = 0;
+  /** The last claim failed: local wake-ups are not taken, so their NOTIFY wakes the other processes. */
+  #claimsFailing = false;
   /** The heartbeat in flight, if any. */
   #beating: Promise<void> | undefined;
   #listener: PoolClient | undefined;
@@ -120,7 +129,7 @@ export class Producer {
   async start(): Promise<void> {
     this.#state = 'running';
     this.#heartbeat = setInterval(() => this.#beat(), this.#ctx.o.heartbeatIntervalMs);
-    this.#unsubscribeLocal = onLocalWake(this.#channel, () => this.wake());
+    this.#unsubscribeLocal = onLocalWake(this.#channel, () => this.#takeLocal());
     await this.#listen();
     this.#poll = setInterval(() => this.wake(), this.#ctx.o.pollIntervalMs);
     this.wake();
@@ -180,6 +189,21 @@ export class Producer {
     this.#kick();
   }
 
+  /**
+   * A reservation this process committed (core/local-wake.ts): wakes the producer, and returns true when it takes
+   * the operation, so that the ledger sends no NOTIFY for it: the producer is running, its claims succeed, and it
+   * has a slot that neither its operations in flight, nor the claim in flight, nor an earlier wake-up it took may
+   * fill. Its next claim statement then sees the operation (committed before this call) with that slot free.
+   */
+  #takeLocal(): boolean {
+    const { o } = this.#ctx;
+    const room = o.concurrency - this.#inFlight.size - this.#claimLimit - this.#promised;
+    const take = this.#state === 'running' && !this.#claimsFailing && room > 0;
+    if (take) this.#promised++;
+    this.wake();
+    return take;
+  }
+
   /** Claims now if no claim is in flight, or once more after the one in flight. */
   #kick(): void {
     if (this.#state !== 'running') return;
@@ -206,7 +230,12 @@ export class Producer {
         // A wake-up while the statement runs sets it again (and `#wakeAgain`): what committed after the
         // statement's snapshot is claimed by the next one.
         this.#backlog = false;
-        const rows = await this.#claims.claim([limit, o.workerId]);
+        this.#promised = 0;
+        this.#claimLimit = limit;
+        const rows = await this.#claims.claim([limit, o.workerId]).finally(() => {
+          this.#claimLimit = 0;
+        });
+        this.#claimsFailing = false;
         if (claimChannel.hasSubscribers)
           claimChannel.publish({ workerId: o.workerId, limit, rows } satisfies ClaimEvent);
         if (rows.length === limit) this.#backlog = true;
@@ -223,6 +252,7 @@ export class Producer {
       if (claimChannel.hasSubscribers)
         claimChannel.publish({ workerId: o.workerId, limit, rows: [], error: err } satisfies ClaimEvent);
       this.#backlog = true;
+      this.#claimsFailing = true;
       this.#claimFailures.fail(err);
     }
   }

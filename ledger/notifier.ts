@@ -6,7 +6,9 @@
  * own statement call {@link OutboxNotifier.poke} after they commit; the first poke sends at once, later ones
  * within the interval collapse into one trailing NOTIFY, so every commit is followed by a wake-up within
  * `intervalMs`. A dispatcher in this process is woken directly on every poke (core/local-wake.ts), without
- * the NOTIFY's round trip. Dispatchers also poll, so a lost NOTIFY delays work and never loses it.
+ * the NOTIFY's round trip, and when it takes the wake-up (it has a slot free for the operation) the poke sends no
+ * NOTIFY at all: it would wake every other dispatcher for an operation this one claims at once. Dispatchers also
+ * poll, so a lost NOTIFY delays work and never loses it.
  */
 import type { Pool } from '../core/db.js';
 import { localWakeId, wakeLocal } from '../core/local-wake.js';
@@ -25,10 +27,15 @@ export class OutboxNotifier {
     this.#intervalMs = intervalMs;
   }
 
-  poke(): void {
+  /**
+   * After a commit that made work claimable: `one` operation (a reservation), or `many` (a kill switch lifted),
+   * which always sends the NOTIFY: a dispatcher of this process that takes the wake-up has a slot for one.
+   */
+  poke(work: 'one' | 'many' = 'one'): void {
     if (this.#stopped) return;
-    // A dispatcher in this process claims at once; the others hear the NOTIFY below.
-    wakeLocal(this.#channel);
+    // A dispatcher in this process claims at once; when it has no slot free for this operation, the others
+    // hear the NOTIFY below.
+    if (wakeLocal(this.#channel) && work === 'one') return;
     if (this.#timer !== undefined) {
       this.#trailing = true;
       return;

@@ -341,10 +341,12 @@ export class Ledger {
   /**
    * Wakes the dispatchers (a NOTIFY on the pool, coalesced with others within the notifier's interval): for a
    * caller that reserved in its own transaction with `notifyOnCommit: false`, once it has committed. A wake-up
-   * that never arrives only delays the claim to the dispatchers' next poll.
+   * that never arrives only delays the claim to the dispatchers' next poll. `many` when the commit made more than
+   * one operation claimable (a lifted kill switch): the NOTIFY is then sent even when a dispatcher of this process
+   * takes the wake-up (ledger/notifier.ts).
    */
-  wake(): void {
-    this.#notifier.poke();
+  wake(work: 'one' | 'many' = 'one'): void {
+    this.#notifier.poke(work);
   }
 
   stop(): void {

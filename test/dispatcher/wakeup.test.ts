@@ -19,22 +19,31 @@ const afterStartClaim = (): Promise<void> => new Promise((r) => setTimeout(r, 10
 
 t.test('local wake-ups reach every listener of their channel, and none after it unsubscribes', (t) => {
   const heard: string[] = [];
-  const offA = onLocalWake('s1_outbox', () => heard.push('a'));
+  const offA = onLocalWake('s1_outbox', () => {
+    heard.push('a');
+  });
   const offB = onLocalWake('s1_outbox', () => {
     heard.push('b');
     throw new Error('a listener that throws does not stop the others');
   });
-  const offC = onLocalWake('s2_outbox', () => heard.push('c'));
-  wakeLocal('s1_outbox');
+  let takes = true;
+  const offC = onLocalWake('s2_outbox', () => {
+    heard.push('c');
+    return takes;
+  });
+  t.equal(wakeLocal('s1_outbox'), false, 'no listener took it');
   t.same(heard, ['a', 'b']);
   offA();
   offB();
   offB();
-  wakeLocal('s1_outbox');
+  t.equal(wakeLocal('s1_outbox'), false);
   t.same(heard, ['a', 'b'], 'nothing after unsubscribing');
-  wakeLocal('s2_outbox');
-  t.same(heard, ['a', 'b', 'c']);
+  t.equal(wakeLocal('s2_outbox'), true, 'a listener took it');
+  takes = false;
+  t.equal(wakeLocal('s2_outbox'), false);
+  t.same(heard, ['a', 'b', 'c', 'c']);
   offC();
+  t.equal(wakeLocal('s2_outbox'), false, 'no listener at all');
   t.match(localWakeId, /^[0-9a-f]{16}$/);
   t.end();
 });
@@ -47,6 +56,53 @@ t.test('a reservation committed in this process wakes its dispatcher directly', 
   // which its dispatcher skips: only the local wake-up can start the claim before the poll.
   const op = await e.ledger.reserve(ctx('local-wake'), 'issue_refund', REFUND);
   t.equal((await settled(e.pool, op.operation_id, SETTLE_MS)).status, 'succeeded');
+});
+
+t.test('a reservation the dispatcher of its process has a slot for sends no NOTIFY; the others do', async (t) => {
+  const e = await dispatchEnv(t, {}, { pollIntervalMs: NO_POLL_MS });
+  // Every NOTIFY on the outbox channel, heard as another process's dispatcher would hear it.
+  const heard: string[] = [];
+  const listener = await e.pool.connect();
+  t.teardown(() => listener.release());
+  listener.on('notification', (msg) => heard.push(msg.payload ?? ''));
+  await listener.query('LISTEN actionledger_outbox');
+  const hearOne = async (): Promise<void> => {
+    for (const deadline = Date.now() + 10_000; heard.length === 0 && Date.now() < deadline;)
+      await new Promise((r) => setTimeout(r, 10));
+  };
+  // A roundtrip on the listener's own connection: a NOTIFY committed before it has been delivered by then.
+  const delivered = (): Promise<unknown> => listener.query('SELECT 1');
+  await e.dispatcher(1);
+  await afterStartClaim();
+
+  const first = await e.ledger.reserve(ctx('taken-1'), 'issue_refund', { ...REFUND, order_id: 'n-1' });
+  t.equal((await settled(e.pool, first.operation_id, SETTLE_MS)).status, 'succeeded');
+  await delivered();
+  t.same(heard, [], 'taken by the dispatcher of this process: no NOTIFY');
+
+  // Its one slot busy with a request that hangs until the client's timeout: the next reservation has no slot.
+  const slow = await e.ledger.reserve(ctx('taken-2'), 'issue_refund', { ...REFUND, order_id: 'n-2' });
+  e.provider.inject({ kind: 'hangHeaders', commit: true }, { when: (key) => key === slow.effect_key });
+  for (const deadline = Date.now() + 10_000; e.provider.requestsFor(slow.effect_key) === 0 && Date.now() < deadline;)
+    await new Promise((r) => setTimeout(r, 10));
+  await delivered();
+  t.same(heard, [], 'the slow one was taken too');
+  const waiting = await e.ledger.reserve(ctx('not-taken'), 'issue_refund', { ...REFUND, order_id: 'n-3' });
+  await hearOne();
+  t.same(heard, [localWakeId], 'no slot free: the other processes are told');
+  t.equal((await settled(e.pool, waiting.operation_id, SETTLE_MS)).status, 'succeeded', 'claimed once the slot frees');
+
+  // A lifted kill switch makes any number of operations claimable: always told, whatever this process takes.
+  const gate = new Gate({ config: e.config, pool: e.pool, ledger: e.ledger });
+  await gate.engageKillSwitch('tenant-a', 'issue_refund', 'oncall', 'hold');
+  const held = await e.ledger.reserve(ctx('held-n'), 'issue_refund', { ...REFUND, order_id: 'n-4' });
+  await afterStartClaim();
+  await delivered();
+  heard.length = 0;
+  t.equal(await gate.liftKillSwitch('tenant-a', 'issue_refund', 'oncall'), true);
+  await hearOne();
+  t.same(heard, [localWakeId], 'the lift is announced');
+  t.equal((await settled(e.pool, held.operation_id, SETTLE_MS)).status, 'succeeded');
 });
 
 t.test('a NOTIFY from elsewhere still wakes the dispatcher', async (t) => {
