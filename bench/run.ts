@@ -541,6 +541,7 @@ async function mainParts(): Promise<void> {
   const entries: ResultEntry[] = [];
   const rows: (string | number)[][] = [];
   const loads: string[] = [];
+  const budgets: string[] = [];
   const dash = NaN;
   for (const n of LEVELS) {
     const rs = byLevel.get(n) ?? [];
@@ -653,6 +654,28 @@ async function mainParts(): Promise<void> {
       rs,
       (r) => r.floor.opsPerS,
       (r) => r.transport.opsPerS,
+    );
+    // CPU per operation of the whole work (this process's threads, the sandbox servers' included, and
+    // PostgreSQL), medians over rounds; and the cores end to end would need at the peer's rate.
+    const cpuOf = (f: (r: Round) => Run): { node: number; pg: number; all: number } => {
+      const per = (cores: (r: Run) => number): number => medianOf(rs.map((r) => (cores(f(r)) * 1000) / f(r).opsPerS));
+      return {
+        node: per((r) => r.cpu.nodeCores),
+        pg: per((r) => r.cpu.postgresCores),
+        all: per((r) => r.cpu.nodeCores + r.cpu.postgresCores),
+      };
+    };
+    const cpuAl = cpuOf((r) => r.al);
+    const cpuPeer = cpuOf((r) => r.bossMtls);
+    const cpuFloor = cpuOf((r) => r.floor);
+    const coresAtPeerRate = medianOf(
+      rs.map((r) => ((r.al.cpu.nodeCores + r.al.cpu.postgresCores) / r.al.opsPerS) * r.bossMtls.opsPerS),
+    );
+    const usedByPeer = medianOf(rs.map((r) => r.bossMtls.cpu.nodeCores + r.bossMtls.cpu.postgresCores));
+    const ms = (c: { node: number; pg: number; all: number }): string =>
+      `${c.all.toFixed(2)} (${c.node.toFixed(2)} + ${c.pg.toFixed(2)})`;
+    budgets.push(
+      `N = ${n}: end to end ${ms(cpuAl)}, the peer ${ms(cpuPeer)}, the floor ${ms(cpuFloor)}; end to end at the peer's rate would take ${coresAtPeerRate.toFixed(2)} cores, the peer took ${usedByPeer.toFixed(2)}`,
     );
     const N = String(n);
     rows.push(
@@ -776,6 +799,10 @@ async function mainParts(): Promise<void> {
         ratio_to_floor: alToFloor,
         ratio_to_floor_with_least_dispatch_writes: alToBestLeast,
         ratio_to_pgboss_mtls_handler: alToBossMtls,
+        cpu_ms_per_op: round2(cpuAl.all),
+        node_cpu_ms_per_op: round2(cpuAl.node),
+        postgres_cpu_ms_per_op: round2(cpuAl.pg),
+        cpu_cores_at_pgboss_mtls_handler_rate: round2(coresAtPeerRate),
         ops_per_s_rounds: rounds((r) => r.al),
         other_processes_cpu_cores_max_median: round2(other),
         rounds_discarded_for_other_load: discarded.get(n) ?? 0,
@@ -787,12 +814,18 @@ async function mainParts(): Promise<void> {
         ratio_to_floor: bossMtlsToFloor,
         ratio_to_floor_with_least_dispatch_writes: bossMtlsToBestLeast,
         not_succeeded: bossMtls.notSucceeded,
+        cpu_ms_per_op: round2(cpuPeer.all),
+        node_cpu_ms_per_op: round2(cpuPeer.node),
+        postgres_cpu_ms_per_op: round2(cpuPeer.pg),
         ops_per_s_rounds: rounds((r) => r.bossMtls),
         check: bossMtls.check,
       }),
       e('floor_reserve_and_two_mtls_calls', floor, {
         ratio_to_sql_lifecycle: floorToSql,
         ratio_to_transport: floorToTransport,
+        cpu_ms_per_op: round2(cpuFloor.all),
+        node_cpu_ms_per_op: round2(cpuFloor.node),
+        postgres_cpu_ms_per_op: round2(cpuFloor.pg),
         ops_per_s_rounds: rounds((r) => r.floor),
       }),
       e('floor_with_least_dispatch_writes', least, {
@@ -1066,6 +1099,7 @@ async function mainParts(): Promise<void> {
     '- floor: N callers each reserve and then make the two mutual-TLS calls themselves (the authorization, checked as the dispatcher checks it, and the provider call), with the dispatcher\'s client code, agents and sandbox servers, and nothing else: no claim, evidence, row lock or outcome write. No dispatcher can beat it on this machine; "end to end / floor" is the share of it the dispatcher reaches.',
     '- floor + the least dispatch writes: the floor, with the two writes a dispatcher that promises at most one provider effect without trusting the provider to deduplicate must add, each kept small: after the reservation and before the calls, the claim (a row of a two-column table keyed by the operation, inserted unless present, committed), and after the calls the outcome, where end to end ends (that row updated, fenced on `executing`, committed asynchronously: a crash may lose it and leave the claim for a readback, so no promise needs it flushed); prepared statements, autocommitted on pools of their own whose sessions leave the planner only index plans; one row a statement, or, in the next row, one statement a batch (the writes that arrive while the previous statement of their kind is in flight go together, as the dispatcher batches its own). No evidence, history, row lock, final check or claim query (each caller knows its operation). Its rate is the most such a dispatcher could reach here: "the better of the two / floor" is what those two commits leave of the floor, in each round the better of the two forms; "end to end / the better" and "peer / the better" measure actionledger and the peer against it (`ratio_to_floor_with_least_dispatch_writes` in bench/results.json).',
     '- transport: the floor with a bare undici Agent (same certificates, servers and requests) and `JSON.parse` instead of the dispatcher\'s client code (byte cap, strict parser, body hash, classification, checked decision); "floor / transport" is the share of the bare transport the floor reaches.',
+    `- CPU per operation, ms (this process's threads, the sandbox servers' included, + PostgreSQL's processes; medians over rounds; \`cpu_ms_per_op\` in bench/results.json), and the cores end to end would need at the peer's rate (its CPU per operation times the peer's rate, median over rounds; the machine has ${cpus().length}): ${budgets.join('; ')}.`,
     `- Other processes on the machine, most cores in any cell of each kept round: ${loads.join('; ')}. A round with 0.3 cores or more was run again, at most ${ROUNDS} times per level.`,
     '',
     ...(tHalf === ''
