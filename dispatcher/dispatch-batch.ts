@@ -17,12 +17,20 @@
  *                (`claim_lost`, or review at stage `evidence`); one whose row another session held goes into a
  *                later batch. The opening ends here and another batch may open
  *   sending    - [after_evidence_commit, reached once per locked item] the checked operations' requests are out
- *   writing    - their outcomes in one statement; if it fails, each on its own from the savepoint, under the
- *                same locks (transient failures retried); COMMIT
+ *   writing    - their outcomes in one statement, written with the COMMIT under one Sync (core/db.ts
+ *                `queryThenCommit`); if it fails, the COMMIT does not run, and each outcome is written on its own
+ *                from the savepoint, under the same locks (transient failures retried); COMMIT
  *   settled    - every item resolved or rejected; an outcome the commit did not carry is written again after
  *                it, fenced on the claim (dispatcher/completer.ts)
  */
-import { inOneWrite, isConnectionError, isTransient, type PoolClient } from '../core/db.js';
+import {
+  CommitFailed,
+  inOneWrite,
+  isConnectionError,
+  isTransient,
+  queryThenCommit,
+  type PoolClient,
+} from '../core/db.js';
 import { retry, type RetryPolicy } from '../core/retry.js';
 import { Batcher, batchRetryPolicy, retryBusy, submit } from './batcher.js';
 import { providerContact, reviewReason, type Completer } from './completer.js';
@@ -214,8 +222,10 @@ export class DispatchBatch {
     let committed = false;
     let broken: Error | undefined;
     try {
-      if (written.length > 0) await this.#writeOutcomes(held.client, written, unwritten);
-      await held.client.query('COMMIT');
+      // The outcomes travel with the COMMIT when their statement succeeds; otherwise each was written under the
+      // same locks, and the COMMIT follows.
+      if (!(written.length > 0 && (await this.#writeOutcomes(held.client, written, unwritten))))
+        await held.client.query('COMMIT');
       committed = true;
     } catch (err) {
       if (isConnectionError(err)) broken = err as Error;
@@ -247,11 +257,13 @@ export class DispatchBatch {
    * same locks, from the savepoint, retrying the transient failures: one operation's trouble never releases
    * its batch-mates' locks while their requests are out. An outcome still not written is left in
    * `unwritten`, for a fenced write after the commit. A lost connection throws: the locks went with it.
+   * The one statement travels with the COMMIT (`queryThenCommit`): resolves true when it committed, false when
+   * the caller still has to. A COMMIT that failed throws {@link CommitFailed}.
    */
-  async #writeOutcomes(client: PoolClient, written: Written[], unwritten: Set<DispatchItem>): Promise<void> {
+  async #writeOutcomes(client: PoolClient, written: Written[], unwritten: Set<DispatchItem>): Promise<boolean> {
     const { o, q, prepared } = this.#ctx;
     try {
-      await client.query({
+      await queryThenCommit(client, {
         ...prepared.operationCompleteBatch,
         values: [
           written.map((w) => w.item.op.operation_id),
@@ -265,9 +277,10 @@ export class DispatchBatch {
           written.map((w) => providerContact(w.outcome)),
         ],
       });
-      return;
+      return true;
     } catch (err) {
-      if (isConnectionError(err)) throw err;
+      // The COMMIT failed (the transaction is over) or the connection was lost: the caller's to handle.
+      if (isConnectionError(err) || err instanceof CommitFailed) throw err;
       o.log.warn({ err, operations: written.length }, 'batch outcome write failed; writing each under the same locks');
       await client.query('ROLLBACK TO SAVEPOINT outcomes');
     }
@@ -309,6 +322,7 @@ export class DispatchBatch {
       }
       await client.query('RELEASE SAVEPOINT outcome');
     }
+    return false;
   }
 
   /** One provider call under the gated scope, crash points around it; returns its classified outcome. */

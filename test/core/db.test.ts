@@ -1,12 +1,14 @@
 /**
  * withTransaction against a real PostgreSQL: a connection cut from another session in the middle of a
- * transaction rejects the call with a coded error, the process survives, and the pool goes on working. And the
- * pool's floor: `warmPool` opens connections, `min` keeps them open while idle.
+ * transaction rejects the call with a coded error, the process survives, and the pool goes on working. The
+ * pool's floor: `warmPool` opens connections, `min` keeps them open while idle. And `queryThenCommit`: a
+ * statement and its COMMIT in one write, the COMMIT skipped when the statement fails.
  */
+import pg from 'pg';
 import t, { type Test } from 'tap';
-import { createPool, warmPool, withTransaction } from '../../core/db.js';
+import { CommitFailed, createPool, queryThenCommit, sqlState, warmPool, withTransaction } from '../../core/db.js';
 import { isActionLedgerError } from '../../core/errors.js';
-import { createTestDatabase } from '../helpers/db.js';
+import { createTestDatabase, recordSocketWrites } from '../helpers/db.js';
 
 /** A test database, a pool of `max` on it, and the uncaught exceptions seen until the test ends. */
 async function poolWatchingUncaught(t: Test, max: number) {
@@ -138,4 +140,106 @@ t.test("warmPool never waits for another caller's client", async (t) => {
   b.release();
   c.release();
   t.equal(await warmPool(pool, 5), 3, 'all idle: it stops at the max');
+});
+
+t.test('queryThenCommit: the statement and its COMMIT leave in one write and commit together', async (t) => {
+  const { pool, uncaught } = await poolWatchingUncaught(t, 2);
+  const writes = recordSocketWrites(pool);
+  await pool.query('CREATE TABLE then_commit (id int PRIMARY KEY)');
+  const client = await pool.connect();
+  try {
+    await client.query('BEGIN');
+    writes.length = 0;
+    const r = await queryThenCommit<{ id: number }>(client, {
+      text: 'INSERT INTO then_commit VALUES ($1) RETURNING id',
+      values: [1],
+    });
+    t.same(r.rows, [{ id: 1 }], "the statement's result");
+    t.equal(writes.length, 1, 'one write');
+    t.match(writes[0], /INSERT INTO then_commit[^]*COMMIT/, 'the statement, then COMMIT');
+    t.equal(client.getTransactionStatus(), 'I', 'the transaction is over');
+    const again = await client.query<{ n: number }>('SELECT 41 + 1 AS n');
+    t.equal(again.rows[0]?.n, 42, 'the connection answers the next statement');
+  } finally {
+    client.release();
+  }
+  t.same((await pool.query('SELECT id FROM then_commit')).rows, [{ id: 1 }], 'committed, seen from another session');
+  t.same(uncaught, []);
+});
+
+t.test(
+  'queryThenCommit: a failed statement leaves its transaction open with its locks; a failed COMMIT ends it',
+  async (t) => {
+    const { pool, uncaught } = await poolWatchingUncaught(t, 3);
+    await pool.query('CREATE TABLE then_commit (id int PRIMARY KEY, n int NOT NULL)');
+    await pool.query('CREATE TABLE then_commit_ref (id int REFERENCES then_commit DEFERRABLE INITIALLY DEFERRED)');
+    await pool.query('INSERT INTO then_commit VALUES (1, 0)');
+    const client = await pool.connect();
+    const other = await pool.connect();
+    try {
+      await client.query('BEGIN');
+      await client.query('SELECT id FROM then_commit WHERE id = 1 FOR UPDATE');
+      await client.query('SAVEPOINT s');
+      const err: unknown = await queryThenCommit(client, {
+        text: 'UPDATE then_commit SET n = n / $1 RETURNING id',
+        values: [0],
+      }).catch((e: unknown) => e);
+      t.equal(sqlState(err), '22012', "rejected with the statement's own error (division by zero)");
+      t.notOk(err instanceof CommitFailed);
+      t.equal(client.getTransactionStatus(), 'E', 'the transaction is open and failed: its COMMIT never ran');
+      const locked: unknown = await other
+        .query('SELECT id FROM then_commit WHERE id = 1 FOR UPDATE NOWAIT')
+        .catch((e: unknown) => e);
+      t.equal(sqlState(locked), '55P03', 'its row lock is still held');
+      await client.query('ROLLBACK TO SAVEPOINT s');
+      await client.query('UPDATE then_commit SET n = 1 WHERE id = 1');
+      await client.query('COMMIT');
+      t.same(
+        (await pool.query('SELECT n FROM then_commit')).rows,
+        [{ n: 1 }],
+        'it went on under the lock and committed',
+      );
+
+      await client.query('BEGIN');
+      const failed: unknown = await queryThenCommit(client, {
+        text: 'INSERT INTO then_commit_ref VALUES ($1)',
+        values: [99],
+      }).catch((e: unknown) => e);
+      t.ok(failed instanceof CommitFailed, 'the statement ran and its COMMIT failed (a deferred foreign key)');
+      t.equal(sqlState((failed as CommitFailed).cause), '23503');
+      t.equal(client.getTransactionStatus(), 'I', 'the transaction is over');
+      t.same((await pool.query('SELECT id FROM then_commit_ref')).rows, [], 'nothing of it committed');
+
+      await client.query('BEGIN');
+      const unbound: unknown = await queryThenCommit(client, {
+        text: 'INSERT INTO then_commit VALUES ($1, $2)',
+        values: [
+          2,
+          {
+            toPostgres: () => {
+              throw new Error('a value that cannot be bound');
+            },
+          },
+        ],
+      }).catch((e: unknown) => e);
+      t.match(unbound, { message: 'a value that cannot be bound' }, 'a value that cannot be bound rejects');
+      t.equal(client.getTransactionStatus(), 'T', 'nothing ran: the transaction is open and well');
+      await client.query('ROLLBACK');
+      const after = await client.query<{ n: number }>('SELECT 41 + 1 AS n');
+      t.equal(after.rows[0]?.n, 42, 'and the connection still answers');
+    } finally {
+      client.release();
+      other.release();
+    }
+    t.same(uncaught, []);
+  },
+);
+
+t.test('queryThenCommit on a client that can no longer query rejects at once', async (t) => {
+  const url = await createTestDatabase(t);
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  await client.end();
+  const err: unknown = await queryThenCommit(client, { text: 'SELECT 1', values: [] }).catch((e: unknown) => e);
+  t.match(err, { message: /not queryable/ }, "node-postgres's refusal, not a wait for a reply that never comes");
 });

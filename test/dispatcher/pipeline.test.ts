@@ -8,6 +8,7 @@ import t, { type Test } from 'tap';
 import pg from 'pg';
 import { Metrics } from '../../core/metrics.js';
 import { bindQueries, createPool, inOneWrite, prepared } from '../../core/db.js';
+import { recordSocketWrites } from '../helpers/db.js';
 import { openDispatcher } from '../../dispatcher/index.js';
 import { dispatcherQueries } from '../../dispatcher/queries.js';
 import {
@@ -47,35 +48,6 @@ t.test(
   },
 );
 
-/**
- * Records, for every connection `pool` opens from now on, each write its socket is given (a corked socket's
- * buffered messages come as one `_writev`), as text.
- */
-function recordSocketWrites(pool: pg.Pool): string[] {
-  const writes: string[] = [];
-  type Chunk = { chunk: Buffer | string };
-  type Stream = {
-    _write(chunk: Buffer | string, encoding: string, cb: (err?: Error) => void): void;
-    _writev?(chunks: Chunk[], cb: (err?: Error) => void): void;
-  };
-  const text = (c: Buffer | string): string => (typeof c === 'string' ? c : c.toString('latin1'));
-  pool.on('connect', (client) => {
-    const stream = (client as unknown as { connection: { stream: Stream } }).connection.stream;
-    const write = stream._write.bind(stream);
-    stream._write = (chunk, encoding, cb) => {
-      writes.push(text(chunk));
-      write(chunk, encoding, cb);
-    };
-    const writev = stream._writev?.bind(stream);
-    if (writev !== undefined)
-      stream._writev = (chunks, cb) => {
-        writes.push(chunks.map((c) => text(c.chunk)).join(''));
-        writev(chunks, cb);
-      };
-  });
-  return writes;
-}
-
 t.test('statements issued in inOneWrite leave the socket in one write; issued alone, in one write each', async (t) => {
   const e = await dispatchEnv(t);
   const pool = createPool(e.url, { max: 1, statementTimeoutMs: 10_000, applicationName: 'one-write-test' });
@@ -101,13 +73,14 @@ t.test('statements issued in inOneWrite leave the socket in one write; issued al
 });
 
 t.test(
-  'a dispatch batch leaves its connection in one write: evidence, BEGIN, locks, final check, savepoint',
+  'a dispatch batch opens in one write (evidence, BEGIN, locks, final check, savepoint) and ends in one (outcomes, COMMIT)',
   async (t) => {
     const e = await dispatchEnv(t);
     const q = bindQueries(dispatcherQueries, e.config.schemaQuoted);
     const names = [q.evidenceRecordBatch, q.operationLockForDispatchBatch, q.operationFinalCheckBatch].map(
       (text) => prepared(text).name,
     );
+    const outcomeName = prepared(q.operationCompleteBatch).name;
     const pool = createPool(e.url, { max: 20, statementTimeoutMs: 30_000, applicationName: 'one-write-dispatcher' });
     const writes = recordSocketWrites(pool);
     const d = await openDispatcher(
@@ -133,6 +106,12 @@ t.test(
     t.ok(
       order.every((p, i) => p >= 0 && (i === 0 || p > order[i - 1]!)),
       `and, in order, BEGIN, the locks, the final check and the savepoint (${order.join(', ')})`,
+    );
+    const outcome = writes.filter((w) => w.includes(outcomeName));
+    t.equal(outcome.length, 1, 'one write carried the outcome statement');
+    t.ok(
+      (outcome[0]?.indexOf('COMMIT') ?? -1) > (outcome[0]?.indexOf(outcomeName) ?? 0),
+      'and the COMMIT behind it (core/db.ts queryThenCommit)',
     );
   },
 );

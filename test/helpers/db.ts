@@ -103,3 +103,32 @@ export const ctx = (over: Partial<Record<string, string>> = {}) => ({
   policy_version: 'policy-1',
   ...over,
 });
+
+/**
+ * Records, for every connection `pool` opens from now on, each write its socket is given (a corked socket's
+ * buffered messages come as one `_writev`), as text.
+ */
+export function recordSocketWrites(pool: pg.Pool): string[] {
+  const writes: string[] = [];
+  type Chunk = { chunk: Buffer | string };
+  type Stream = {
+    _write(chunk: Buffer | string, encoding: string, cb: (err?: Error) => void): void;
+    _writev?(chunks: Chunk[], cb: (err?: Error) => void): void;
+  };
+  const text = (c: Buffer | string): string => (typeof c === 'string' ? c : c.toString('latin1'));
+  pool.on('connect', (client) => {
+    const stream = (client as unknown as { connection: { stream: Stream } }).connection.stream;
+    const write = stream._write.bind(stream);
+    stream._write = (chunk, encoding, cb) => {
+      writes.push(text(chunk));
+      write(chunk, encoding, cb);
+    };
+    const writev = stream._writev?.bind(stream);
+    if (writev !== undefined)
+      stream._writev = (chunks, cb) => {
+        writes.push(chunks.map((c) => text(c.chunk)).join(''));
+        writev(chunks, cb);
+      };
+  });
+  return writes;
+}
