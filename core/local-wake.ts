@@ -9,13 +9,26 @@
  * NOTIFY stays the wake-up across processes, and the dispatchers' poll covers both being lost.
  *
  * A listener answers whether it takes the wake-up: it will claim the operation that caused it, with a slot no
- * earlier wake-up took. When one does, the ledger leaves the NOTIFY out (ledger/notifier.ts): every dispatcher
- * of every other process would wake for it, claim, and find nothing this one did not take first.
+ * earlier wake-up took. When one of the same database does, the ledger leaves the NOTIFY out
+ * (ledger/notifier.ts): every dispatcher of every other process would wake for it, claim, and find nothing this
+ * one did not take first. The database is told by the pools' connection settings ({@link databaseKey}): two
+ * pools that reach one database by different settings never suppress each other's NOTIFY, they only send it.
  */
-import { randomBytes } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
+import type pg from 'pg';
 
-/** Called on each wake-up of its channel; true when it takes it (see the module comment). */
-type Listener = () => boolean | void;
+/**
+ * Called on each wake-up of its channel, with the operation that caused it when there is exactly one; true when
+ * it takes that operation (see the module comment).
+ */
+type Listener = (operationId?: string) => boolean | void;
+
+/** Which database a pool's connections reach, as far as its settings tell (a hash: URLs may hold passwords). */
+export function databaseKey(pool: pg.Pool): string {
+  const o = pool.options as { connectionString?: string; host?: string; port?: number; database?: string };
+  const settings = JSON.stringify([o.connectionString ?? null, o.host ?? null, o.port ?? null, o.database ?? null]);
+  return createHash('sha256').update(settings).digest('hex');
+}
 
 /**
  * This process's mark, sent as the payload of the NOTIFY it sends after waking its own listeners: a listener
@@ -23,19 +36,20 @@ type Listener = () => boolean | void;
  */
 export const localWakeId = randomBytes(8).toString('hex');
 
-const listeners = new Map<string, Set<Listener>>();
+const listeners = new Map<string, Map<Listener, string>>();
 
 /**
  * Calls every listener of `channel` in this process, synchronously; a listener that throws is skipped. Returns
- * true when one of them took the wake-up.
+ * true when a listener of `database` (a {@link databaseKey}) took `operationId` (never without one: a wake-up
+ * for any number of operations cannot be taken).
  */
-export function wakeLocal(channel: string): boolean {
+export function wakeLocal(channel: string, database: string, operationId?: string): boolean {
   const set = listeners.get(channel);
   if (set === undefined) return false;
   let taken = false;
-  for (const fn of set) {
+  for (const [fn, db] of set) {
     try {
-      if (fn() === true) taken = true;
+      if (fn(operationId) === true && db === database && operationId !== undefined) taken = true;
     } catch {
       // A wake-up is a hint: the poll and NOTIFY still reach the listener.
     }
@@ -43,14 +57,14 @@ export function wakeLocal(channel: string): boolean {
   return taken;
 }
 
-/** Subscribes `fn` to `channel`; returns the unsubscribe. */
-export function onLocalWake(channel: string, fn: Listener): () => void {
+/** Subscribes `fn` to `channel`, for the dispatcher of `database` (a {@link databaseKey}); returns the unsubscribe. */
+export function onLocalWake(channel: string, database: string, fn: Listener): () => void {
   let set = listeners.get(channel);
   if (set === undefined) {
-    set = new Set();
+    set = new Map();
     listeners.set(channel, set);
   }
-  set.add(fn);
+  set.set(fn, database);
   return () => {
     const current = listeners.get(channel);
     if (current === undefined) return;

@@ -19,7 +19,7 @@
 import * as diagnosticsChannel from 'node:diagnostics_channel';
 import { hostname } from 'node:os';
 import { isConnectionError, prepared, type PoolClient } from '../core/db.js';
-import { localWakeId, onLocalWake } from '../core/local-wake.js';
+import { databaseKey, localWakeId, onLocalWake } from '../core/local-wake.js';
 import { RepeatedFailureLog } from '../core/log.js';
 import { ClaimSession, openClaimConnection } from './claim-session.js';
 import type { DispatchContext } from './context.js';
@@ -62,10 +62,10 @@ export class Producer {
    */
   #backlog = true;
   /**
-   * Slots promised to reservations of this process: local wake-ups this producer took (`#takeLocal`) since its
-   * last claim statement was sent, which claims them.
+   * Operations of this process this producer took (`#takeLocal`: no NOTIFY was sent for them) and has not yet
+   * sent a claim statement for; each holds a slot.
    */
-  #promised = 0;
+  #taken = new Set<string>();
   /** The limit of the claim statement in flight (0 when none): slots its rows may fill. */
   #claimLimit = 0;
   /** The last claim failed: local wake-ups are not taken, so their NOTIFY wakes the other processes. */
@@ -129,7 +129,7 @@ export class Producer {
   async start(): Promise<void> {
     this.#state = 'running';
     this.#heartbeat = setInterval(() => this.#beat(), this.#ctx.o.heartbeatIntervalMs);
-    this.#unsubscribeLocal = onLocalWake(this.#channel, () => this.#takeLocal());
+    this.#unsubscribeLocal = onLocalWake(this.#channel, databaseKey(this.#ctx.o.pool), (id) => this.#takeLocal(id));
     await this.#listen();
     this.#poll = setInterval(() => this.wake(), this.#ctx.o.pollIntervalMs);
     this.wake();
@@ -143,6 +143,8 @@ export class Producer {
     this.#state = 'draining';
     this.#unsubscribeLocal?.();
     this.#unsubscribeLocal = undefined;
+    // Reservations it took and will not claim now: the other dispatchers are told.
+    if (this.#taken.size > 0) this.#announce();
     clearInterval(this.#poll);
     clearInterval(this.#heartbeat);
     const drained = (async () => {
@@ -190,16 +192,28 @@ export class Producer {
   }
 
   /**
-   * A reservation this process committed (core/local-wake.ts): wakes the producer, and returns true when it takes
-   * the operation, so that the ledger sends no NOTIFY for it: the producer is running, its claims succeed, and it
-   * has a slot that neither its operations in flight, nor the claim in flight, nor an earlier wake-up it took may
-   * fill. Its next claim statement then sees the operation (committed before this call) with that slot free.
+   * Sends the NOTIFY the ledger left out for operations this producer took and may not claim (its claim came
+   * back full of other work, failed, or it is stopping): the other processes' dispatchers claim them instead.
+   * Its mark as payload: this process's dispatchers were woken already.
    */
-  #takeLocal(): boolean {
+  #announce(): void {
+    this.#taken.clear();
     const { o } = this.#ctx;
-    const room = o.concurrency - this.#inFlight.size - this.#claimLimit - this.#promised;
-    const take = this.#state === 'running' && !this.#claimsFailing && room > 0;
-    if (take) this.#promised++;
+    o.pool.query('SELECT pg_notify($1, $2)', [this.#channel, localWakeId]).catch(() => undefined);
+  }
+
+  /**
+   * Work this process committed (core/local-wake.ts): wakes the producer, and returns true when it takes
+   * `operationId`, so that the ledger sends no NOTIFY for it: the producer is running, its claims succeed, and it
+   * has a slot that neither its operations in flight, nor the claim in flight, nor an operation it took earlier
+   * may fill. Its next claim statement sees the operation (committed before this call); if older work fills that
+   * claim first, the operation goes to the next claim or is announced (`#claim`).
+   */
+  #takeLocal(operationId?: string): boolean {
+    const { o } = this.#ctx;
+    const room = o.concurrency - this.#inFlight.size - this.#claimLimit - this.#taken.size;
+    const take = operationId !== undefined && this.#state === 'running' && !this.#claimsFailing && room > 0;
+    if (take) this.#taken.add(operationId);
     this.wake();
     return take;
   }
@@ -230,12 +244,29 @@ export class Producer {
         // A wake-up while the statement runs sets it again (and `#wakeAgain`): what committed after the
         // statement's snapshot is claimed by the next one.
         this.#backlog = false;
-        this.#promised = 0;
+        // The operations taken so far committed before this statement's snapshot: it claims them, unless older
+        // work fills its limit first.
+        const taken = this.#taken;
+        this.#taken = new Set();
         this.#claimLimit = limit;
-        const rows = await this.#claims.claim([limit, o.workerId]).finally(() => {
-          this.#claimLimit = 0;
-        });
+        const rows = await this.#claims
+          .claim([limit, o.workerId])
+          .catch((err: unknown) => {
+            for (const id of taken) this.#taken.add(id);
+            throw err;
+          })
+          .finally(() => {
+            this.#claimLimit = 0;
+          });
         this.#claimsFailing = false;
+        for (const op of rows) taken.delete(op.operation_id);
+        // Left out of a full claim (older work came first): the next claim takes them while slots remain; with
+        // none left, the other dispatchers are told. Left out of a claim that was not full, another session had
+        // them already.
+        if (taken.size > 0 && rows.length === limit) {
+          if (limit >= o.concurrency - this.#inFlight.size) this.#announce();
+          else for (const id of taken) this.#taken.add(id);
+        }
         if (claimChannel.hasSubscribers)
           claimChannel.publish({ workerId: o.workerId, limit, rows } satisfies ClaimEvent);
         if (rows.length === limit) this.#backlog = true;
@@ -254,6 +285,7 @@ export class Producer {
       this.#backlog = true;
       this.#claimsFailing = true;
       this.#claimFailures.fail(err);
+      if (this.#taken.size > 0) this.#announce();
     }
   }
 

@@ -89,6 +89,6 @@ export class GateCore {
    * gate reserves without a NOTIFY in its transaction, whose commits PostgreSQL would otherwise serialize).
    */
   wakeIfReserved(result: GateResult): void {
-    if (result.ok && result.created === true) this.ledger.wake();
+    if (result.ok && result.created === true) this.ledger.wake(result.operation_id);
   }
 }

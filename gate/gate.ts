@@ -350,7 +350,7 @@ export class Gate {
       }),
     );
     // The operations it held are claimable now: the dispatchers are told, as after a reservation.
-    if (lifted) this.#core.ledger.wake('many');
+    if (lifted) this.#core.ledger.wake();
     return lifted;
   }
 

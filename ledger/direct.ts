@@ -56,7 +56,7 @@ export class DirectReservations {
           );
         return r;
       });
-      if (reserved.created) this.#ledger.wake();
+      if (reserved.created) this.#ledger.wake(reserved.operation_id);
       return reserved;
     } catch (err) {
       throw asActionLedgerError(err);

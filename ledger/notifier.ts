@@ -11,11 +11,12 @@
  * poll, so a lost NOTIFY delays work and never loses it.
  */
 import type { Pool } from '../core/db.js';
-import { localWakeId, wakeLocal } from '../core/local-wake.js';
+import { databaseKey, localWakeId, wakeLocal } from '../core/local-wake.js';
 
 export class OutboxNotifier {
   readonly #pool: Pool;
   readonly #channel: string;
+  readonly #database: string;
   readonly #intervalMs: number;
   #timer: NodeJS.Timeout | undefined;
   #trailing = false;
@@ -24,18 +25,19 @@ export class OutboxNotifier {
   constructor(pool: Pool, channel: string, intervalMs = 10) {
     this.#pool = pool;
     this.#channel = channel;
+    this.#database = databaseKey(pool);
     this.#intervalMs = intervalMs;
   }
 
   /**
-   * After a commit that made work claimable: `one` operation (a reservation), or `many` (a kill switch lifted),
-   * which always sends the NOTIFY: a dispatcher of this process that takes the wake-up has a slot for one.
+   * After a commit that made work claimable: operation `operationId` (a reservation), or, without one, any number
+   * of operations (a kill switch lifted), which always sends the NOTIFY.
    */
-  poke(work: 'one' | 'many' = 'one'): void {
+  poke(operationId?: string): void {
     if (this.#stopped) return;
-    // A dispatcher in this process claims at once; when it has no slot free for this operation, the others
+    // A dispatcher in this process claims at once; when none has a slot free for this operation, the others
     // hear the NOTIFY below.
-    if (wakeLocal(this.#channel) && work === 'one') return;
+    if (wakeLocal(this.#channel, this.#database, operationId)) return;
     if (this.#timer !== undefined) {
       this.#trailing = true;
       return;
@@ -45,12 +47,14 @@ export class OutboxNotifier {
     this.#timer.unref();
   }
 
+  /** The interval is over: the trailing NOTIFY, for the pokes since the last one that no local dispatcher took. */
   #tick(): void {
     this.#timer = undefined;
-    if (this.#trailing) {
-      this.#trailing = false;
-      this.poke();
-    }
+    if (!this.#trailing || this.#stopped) return;
+    this.#trailing = false;
+    this.#send();
+    this.#timer = setTimeout(() => this.#tick(), this.#intervalMs);
+    this.#timer.unref();
   }
 
   #send(): void {

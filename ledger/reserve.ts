@@ -250,7 +250,7 @@ export class Ledger {
           : await a.db.query<ReservedStep>(this.#q.ledgerInsertReservationNotify, [...params, this.#channel]);
     const row = inserted.rows[0];
     if (row === undefined) return null;
-    if (options.client === undefined) this.#notifier.poke();
+    if (options.client === undefined) this.#notifier.poke(row.operation_id);
     return {
       ok: true,
       operation_id: row.operation_id,
@@ -341,12 +341,13 @@ export class Ledger {
   /**
    * Wakes the dispatchers (a NOTIFY on the pool, coalesced with others within the notifier's interval): for a
    * caller that reserved in its own transaction with `notifyOnCommit: false`, once it has committed. A wake-up
-   * that never arrives only delays the claim to the dispatchers' next poll. `many` when the commit made more than
-   * one operation claimable (a lifted kill switch): the NOTIFY is then sent even when a dispatcher of this process
-   * takes the wake-up (ledger/notifier.ts).
+   * that never arrives only delays the claim to the dispatchers' next poll. With `operationId`, when the commit
+   * made that one operation claimable: a dispatcher of this process with a slot for it then claims it and no
+   * NOTIFY is sent (ledger/notifier.ts). Without (any number: several reservations in one transaction, a lifted
+   * kill switch), the NOTIFY is always sent.
    */
-  wake(work: 'one' | 'many' = 'one'): void {
-    this.#notifier.poke(work);
+  wake(operationId?: string): void {
+    this.#notifier.poke(operationId);
   }
 
   stop(): void {

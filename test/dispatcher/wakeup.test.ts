@@ -1,12 +1,13 @@
 import * as diagnosticsChannel from 'node:diagnostics_channel';
-import t from 'tap';
-import { bindQueries } from '../../core/db.js';
-import { localWakeId, onLocalWake, wakeLocal } from '../../core/local-wake.js';
+import t, { type Test } from 'tap';
+import { bindQueries, createPool, type Pool } from '../../core/db.js';
+import { databaseKey, localWakeId, onLocalWake, wakeLocal } from '../../core/local-wake.js';
 import { Metrics } from '../../core/metrics.js';
 import { openDispatcher } from '../../dispatcher/index.js';
 import type { ClaimEvent } from '../../dispatcher/producer.js';
 import { dispatcherQueries } from '../../dispatcher/queries.js';
 import { Gate } from '../../gate/index.js';
+import { OutboxNotifier } from '../../ledger/notifier.js';
 import { ctx, dispatchEnv, settled } from '../helpers/fleet.js';
 
 const REFUND = { order_id: 'o-1', amount: 5, currency: 'EUR' };
@@ -19,33 +20,106 @@ const afterStartClaim = (): Promise<void> => new Promise((r) => setTimeout(r, 10
 
 t.test('local wake-ups reach every listener of their channel, and none after it unsubscribes', (t) => {
   const heard: string[] = [];
-  const offA = onLocalWake('s1_outbox', () => {
+  const offA = onLocalWake('s1_outbox', 'db-1', () => {
     heard.push('a');
   });
-  const offB = onLocalWake('s1_outbox', () => {
+  const offB = onLocalWake('s1_outbox', 'db-1', () => {
     heard.push('b');
     throw new Error('a listener that throws does not stop the others');
   });
   let takes = true;
-  const offC = onLocalWake('s2_outbox', () => {
-    heard.push('c');
+  const offC = onLocalWake('s2_outbox', 'db-1', (operationId) => {
+    heard.push(`c:${operationId ?? '-'}`);
     return takes;
   });
-  t.equal(wakeLocal('s1_outbox'), false, 'no listener took it');
+  t.equal(wakeLocal('s1_outbox', 'db-1', 'op-1'), false, 'no listener took it');
   t.same(heard, ['a', 'b']);
   offA();
   offB();
   offB();
-  t.equal(wakeLocal('s1_outbox'), false);
+  t.equal(wakeLocal('s1_outbox', 'db-1', 'op-1'), false);
   t.same(heard, ['a', 'b'], 'nothing after unsubscribing');
-  t.equal(wakeLocal('s2_outbox'), true, 'a listener took it');
+  t.equal(wakeLocal('s2_outbox', 'db-1', 'op-1'), true, 'a listener took it');
+  t.equal(wakeLocal('s2_outbox', 'db-1'), false, 'a wake-up for no one operation cannot be taken');
+  t.equal(
+    wakeLocal('s2_outbox', 'db-2', 'op-1'),
+    false,
+    'a listener of another database is woken, and its take does not count',
+  );
   takes = false;
-  t.equal(wakeLocal('s2_outbox'), false);
-  t.same(heard, ['a', 'b', 'c', 'c']);
+  t.equal(wakeLocal('s2_outbox', 'db-1', 'op-1'), false);
+  t.same(heard, ['a', 'b', 'c:op-1', 'c:-', 'c:op-1', 'c:op-1'], 'each with the operation, when there is one');
   offC();
-  t.equal(wakeLocal('s2_outbox'), false, 'no listener at all');
+  t.equal(wakeLocal('s2_outbox', 'db-1', 'op-1'), false, 'no listener at all');
   t.match(localWakeId, /^[0-9a-f]{16}$/);
   t.end();
+});
+
+t.test('a database is told by its pool settings', (t) => {
+  const a = createPool('postgres://u:secret@db.example:5432/ledger', {
+    max: 1,
+    statementTimeoutMs: 1000,
+    applicationName: 'k',
+  });
+  const b = createPool('postgres://u:secret@db.example:5432/ledger', {
+    max: 1,
+    statementTimeoutMs: 1000,
+    applicationName: 'k',
+  });
+  const c = createPool('postgres://u:secret@db.example:5432/other', {
+    max: 1,
+    statementTimeoutMs: 1000,
+    applicationName: 'k',
+  });
+  t.equal(databaseKey(a), databaseKey(b), 'the same settings, the same database');
+  t.not(databaseKey(a), databaseKey(c));
+  t.notMatch(databaseKey(a), /secret/, 'no password in the key');
+  t.end();
+});
+
+/**
+ * Every NOTIFY on the actionledger outbox channel of `pool`'s database, heard as another process's dispatcher would
+ * hear it; `delivered` resolves once what committed before it was called has arrived.
+ */
+async function outboxListener(t: Test, pool: Pool) {
+  const heard: string[] = [];
+  const listener = await pool.connect();
+  t.teardown(() => listener.release());
+  listener.on('notification', (msg) => heard.push(msg.payload ?? ''));
+  await listener.query('LISTEN actionledger_outbox');
+  return {
+    heard,
+    /** Waits until one has been heard (10 s at most). */
+    one: async (): Promise<void> => {
+      for (const deadline = Date.now() + 10_000; heard.length === 0 && Date.now() < deadline;)
+        await new Promise((r) => setTimeout(r, 10));
+    },
+    /** A round trip on the listener's own connection: a NOTIFY committed before it has been delivered by then. */
+    delivered: (): Promise<unknown> => listener.query('SELECT 1'),
+  };
+}
+
+t.test("the notifier's trailing NOTIFY is sent whatever a local dispatcher takes by then", async (t) => {
+  const e = await dispatchEnv(t, {}, { pollIntervalMs: NO_POLL_MS });
+  const outbox = await outboxListener(t, e.pool);
+  let takes = false;
+  const off = onLocalWake('actionledger_outbox', databaseKey(e.pool), () => takes);
+  t.teardown(off);
+  const notifier = new OutboxNotifier(e.pool, 'actionledger_outbox', 500);
+  t.teardown(() => notifier.stop());
+  notifier.poke('op-1');
+  await outbox.one();
+  t.same(outbox.heard, [localWakeId], 'not taken: announced at once');
+  // Within the interval: coalesced into the trailing NOTIFY, which a take made before it is sent cannot cancel.
+  notifier.poke();
+  takes = true;
+  await new Promise((r) => setTimeout(r, 700));
+  await outbox.delivered();
+  t.same(outbox.heard, [localWakeId, localWakeId], 'the trailing NOTIFY went');
+  await new Promise((r) => setTimeout(r, 600));
+  notifier.poke('op-2');
+  await outbox.delivered();
+  t.same(outbox.heard, [localWakeId, localWakeId], 'taken: nothing sent');
 });
 
 t.test('a reservation committed in this process wakes its dispatcher directly', async (t) => {
@@ -60,18 +134,7 @@ t.test('a reservation committed in this process wakes its dispatcher directly', 
 
 t.test('a reservation the dispatcher of its process has a slot for sends no NOTIFY; the others do', async (t) => {
   const e = await dispatchEnv(t, {}, { pollIntervalMs: NO_POLL_MS });
-  // Every NOTIFY on the outbox channel, heard as another process's dispatcher would hear it.
-  const heard: string[] = [];
-  const listener = await e.pool.connect();
-  t.teardown(() => listener.release());
-  listener.on('notification', (msg) => heard.push(msg.payload ?? ''));
-  await listener.query('LISTEN actionledger_outbox');
-  const hearOne = async (): Promise<void> => {
-    for (const deadline = Date.now() + 10_000; heard.length === 0 && Date.now() < deadline;)
-      await new Promise((r) => setTimeout(r, 10));
-  };
-  // A roundtrip on the listener's own connection: a NOTIFY committed before it has been delivered by then.
-  const delivered = (): Promise<unknown> => listener.query('SELECT 1');
+  const { heard, one: hearOne, delivered } = await outboxListener(t, e.pool);
   await e.dispatcher(1);
   await afterStartClaim();
 
@@ -103,6 +166,64 @@ t.test('a reservation the dispatcher of its process has a slot for sends no NOTI
   await hearOne();
   t.same(heard, [localWakeId], 'the lift is announced');
   t.equal((await settled(e.pool, held.operation_id, SETTLE_MS)).status, 'succeeded');
+});
+
+t.test('a taken reservation that older work kept from the claim is announced', async (t) => {
+  const e = await dispatchEnv(t, {}, { pollIntervalMs: NO_POLL_MS });
+  const { heard, one } = await outboxListener(t, e.pool);
+  await e.dispatcher(1);
+  await afterStartClaim();
+  // Older work the dispatcher was never told about: reserved in a caller's transaction with no wake-up.
+  const client = await e.pool.connect();
+  let older: string;
+  try {
+    await client.query('BEGIN');
+    older = (
+      await e.ledger.reserve(
+        ctx('older'),
+        'issue_refund',
+        { ...REFUND, order_id: 'k-1' },
+        { client, notifyOnCommit: false },
+      )
+    ).operation_id;
+    await client.query('COMMIT');
+  } finally {
+    client.release();
+  }
+  // Taken (one slot free), so the ledger sends nothing; its claim takes the older operation and fills the slot.
+  const taken = await e.ledger.reserve(ctx('taken'), 'issue_refund', { ...REFUND, order_id: 'k-2' });
+  await one();
+  t.same(heard, [localWakeId], 'the producer announced what its claim left');
+  t.equal((await settled(e.pool, older, SETTLE_MS)).status, 'succeeded');
+  t.equal((await settled(e.pool, taken.operation_id, SETTLE_MS)).status, 'succeeded');
+});
+
+t.test('a taken reservation whose claim failed is announced', async (t) => {
+  const e = await dispatchEnv(t, {}, { pollIntervalMs: NO_POLL_MS });
+  const { heard, one } = await outboxListener(t, e.pool);
+  await e.dispatcher(2);
+  await afterStartClaim();
+  // The next claim fails: a trigger refuses the claim's update of the operation while a flag is set.
+  await e.pool.query(`
+    CREATE TABLE public.refuse_claims (on_ boolean);
+    CREATE FUNCTION public.refuse_claim() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      IF NEW.status = 'executing' AND EXISTS (SELECT 1 FROM public.refuse_claims) THEN
+        RAISE EXCEPTION 'claim refused by the test';
+      END IF;
+      RETURN NEW;
+    END $$;
+    CREATE TRIGGER refuse_claim BEFORE UPDATE ON actionledger.operations FOR EACH ROW
+      EXECUTE FUNCTION public.refuse_claim();
+    INSERT INTO public.refuse_claims VALUES (true);`);
+  const taken = await e.ledger.reserve(ctx('failed-claim'), 'issue_refund', { ...REFUND, order_id: 'f-1' });
+  await one();
+  t.same(heard, [localWakeId], 'the producer announced it');
+  await e.pool.query('DELETE FROM public.refuse_claims');
+  // The next wake-up (this reservation) claims both.
+  const next = await e.ledger.reserve(ctx('after-failure'), 'issue_refund', { ...REFUND, order_id: 'f-2' });
+  t.equal((await settled(e.pool, next.operation_id, SETTLE_MS)).status, 'succeeded');
+  t.equal((await settled(e.pool, taken.operation_id, SETTLE_MS)).status, 'succeeded');
 });
 
 t.test('a NOTIFY from elsewhere still wakes the dispatcher', async (t) => {
