@@ -125,7 +125,10 @@ export function inOneWrite<T>(client: pg.ClientBase, issue: () => T): T {
   }
 }
 
-/** The statement of {@link queryThenCommit} succeeded and its COMMIT failed: the transaction is over. */
+/**
+ * The statement of {@link queryThenCommit} ran and then its COMMIT failed (or its rows could not be read after the
+ * COMMIT): the transaction is over, and whether it committed is for a fenced rewrite to settle.
+ */
 export class CommitFailed extends Error {
   constructor(cause: unknown) {
     super(`COMMIT failed: ${(cause as Error).message}`, { cause });
@@ -145,7 +148,6 @@ interface QueryInternals {
   handleCommandComplete(msg: unknown, connection: ProtocolConnection): void;
   handleError(err: unknown, connection: ProtocolConnection): void;
   handleReadyForQuery(connection: ProtocolConnection): void;
-  submit(connection: ProtocolConnection): Error | null;
 }
 const QueryWithInternals = pg.Query as unknown as new (
   config: pg.QueryConfig,
@@ -158,20 +160,23 @@ const QueryWithInternals = pg.Query as unknown as new (
  * statement succeeded; after a failure it skips everything up to the Sync.
  */
 class StatementThenCommit extends QueryWithInternals {
+  /** Marks the query for observers of a client's `query` calls (the benchmark's probe): it also commits. */
+  readonly thenCommit = true;
   /** The statement's CommandComplete arrived: a failure after it is the COMMIT's. */
   statementDone = false;
   /** The Sync's ReadyForQuery arrived: the client knows the transaction's state. */
   ready = false;
-  /** Handed to the connection: a Sync was (or is about to be) written, and its ReadyForQuery will come. */
+  /** Its messages were written: a Sync went, and its ReadyForQuery will come. */
   submitted = false;
   #failed = false;
 
-  override submit(connection: ProtocolConnection): Error | null {
-    this.submitted = true;
-    return super.submit(connection);
+  /** Always the extended protocol: without a name or values node-postgres would send the text alone, no COMMIT. */
+  requiresPreparation(): boolean {
+    return true;
   }
 
   override prepare(connection: ProtocolConnection): void {
+    this.submitted = true;
     // The statement's own Sync is held back (the prototype's method is restored by deleting the stand-in).
     Object.assign(connection, { sync: () => undefined });
     try {
