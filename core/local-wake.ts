@@ -49,7 +49,9 @@ export function wakeLocal(channel: string, database: string, operationId?: strin
   let taken = false;
   for (const [fn, db] of set) {
     try {
-      if (fn(operationId) === true && db === database && operationId !== undefined) taken = true;
+      // Only a listener of the same database is told the operation: it may take it.
+      if (db !== database) fn();
+      else if (fn(operationId) === true && operationId !== undefined) taken = true;
     } catch {
       // A wake-up is a hint: the poll and NOTIFY still reach the listener.
     }

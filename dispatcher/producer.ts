@@ -259,13 +259,17 @@ export class Producer {
             this.#claimLimit = 0;
           });
         this.#claimsFailing = false;
-        for (const op of rows) taken.delete(op.operation_id);
+        for (const op of rows) {
+          taken.delete(op.operation_id);
+          // Taken while this claim was out, and committed before its snapshot: claimed already.
+          this.#taken.delete(op.operation_id);
+        }
         // Left out of a full claim (older work came first): the next claim takes them while slots remain; with
-        // none left, the other dispatchers are told. Left out of a claim that was not full, another session had
-        // them already.
+        // none left, or the producer draining, the other dispatchers are told. Left out of a claim that was not
+        // full, another session had them already.
         if (taken.size > 0 && rows.length === limit) {
-          if (limit >= o.concurrency - this.#inFlight.size) this.#announce();
-          else for (const id of taken) this.#taken.add(id);
+          for (const id of taken) this.#taken.add(id);
+          if (limit >= o.concurrency - this.#inFlight.size || this.#state !== 'running') this.#announce();
         }
         if (claimChannel.hasSubscribers)
           claimChannel.publish({ workerId: o.workerId, limit, rows } satisfies ClaimEvent);
