@@ -147,10 +147,18 @@ export class Completions {
 type QueryFn = (...args: unknown[]) => unknown;
 type After = (result: pg.QueryResult) => void;
 
-/** Wraps `query` on every client the pool creates; `observe` may return a callback run on success. */
+/**
+ * Wraps `query` on every client the pool creates; `observe` may return a callback run on success. `thenCommit`:
+ * the statement travels with its COMMIT (core/db.ts `queryThenCommit`), and its success is the commit's.
+ */
 export function instrumentPool(
   pool: Pool,
-  observe: (client: pg.PoolClient, text: string, values: unknown[] | undefined) => After | undefined,
+  observe: (
+    client: pg.PoolClient,
+    text: string,
+    values: unknown[] | undefined,
+    thenCommit: boolean,
+  ) => After | undefined,
 ): void {
   pool.on('connect', (client: pg.PoolClient) => {
     const target = client as unknown as { query: QueryFn };
@@ -164,8 +172,18 @@ export function instrumentPool(
         : Array.isArray(inline)
           ? (inline as unknown[])
           : undefined;
-      const after = typeof text === 'string' ? observe(client, text, values) : undefined;
+      const query = first as { thenCommit?: unknown; submit?: unknown; callback?: unknown } | null;
+      const after = typeof text === 'string' ? observe(client, text, values, query?.thenCommit === true) : undefined;
       if (after === undefined) return original(...args);
+      if (query !== null && typeof query.submit === 'function') {
+        // A query object: it answers through its own callback (an array of results for several statements).
+        const cb = query.callback as (err: Error | null | undefined, res: pg.QueryResult | pg.QueryResult[]) => void;
+        query.callback = (err: Error | null | undefined, res: pg.QueryResult | pg.QueryResult[]) => {
+          if (err === null || err === undefined) after(Array.isArray(res) ? res[0]! : res);
+          cb(err, res);
+        };
+        return original(...args);
+      }
       const last = args[args.length - 1];
       if (typeof last === 'function') {
         const cb = last as (err: Error | null, res: pg.QueryResult) => void;
@@ -246,7 +264,7 @@ export class DispatchProbe {
     pool.on('acquire', (client: pg.PoolClient) =>
       this.#state.set(client, { inTxn: false, lockedAt: undefined, pending: undefined }),
     );
-    instrumentPool(pool, (client, text, values) => {
+    instrumentPool(pool, (client, text, values, thenCommit) => {
       let st = this.#state.get(client);
       if (st === undefined) {
         st = { inTxn: false, lockedAt: undefined, pending: undefined };
@@ -276,6 +294,19 @@ export class DispatchProbe {
         const done = batch
           ? (values?.[0] as string[]).map((op, i) => ({ op, status: String((values?.[2] as string[])[i]) }))
           : [{ op: String(values?.[0]), status: String(values?.[2]) }];
+        if (s.inTxn && thenCommit) {
+          // Its COMMIT travels with it: on success the outcomes are committed.
+          this.statements++;
+          const { lockedAt } = s;
+          s.inTxn = false;
+          s.pending = undefined;
+          s.lockedAt = undefined;
+          return () => {
+            const t = performance.now();
+            if (lockedAt !== undefined) this.lockHeldMs.push(t - lockedAt);
+            for (const d of done) this.#finish(d.op, d.status, t);
+          };
+        }
         if (s.inTxn) {
           s.pending = done;
           return undefined;
