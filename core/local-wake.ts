@@ -36,6 +36,14 @@ export function databaseKey(pool: pg.Pool): string {
  */
 export const localWakeId = randomBytes(8).toString('hex');
 
+/**
+ * The NOTIFY on `channel` that wakes the other processes' dispatchers, with this process's mark, on `pool`.
+ * Best effort by design: the dispatchers' poll covers a NOTIFY that never arrives.
+ */
+export function notifyOtherProcesses(pool: pg.Pool, channel: string): void {
+  pool.query('SELECT pg_notify($1, $2)', [channel, localWakeId]).catch(() => undefined);
+}
+
 const listeners = new Map<string, Map<Listener, string>>();
 
 /**

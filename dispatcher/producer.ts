@@ -19,7 +19,7 @@
 import * as diagnosticsChannel from 'node:diagnostics_channel';
 import { hostname } from 'node:os';
 import { isConnectionError, prepared, type PoolClient } from '../core/db.js';
-import { databaseKey, localWakeId, onLocalWake } from '../core/local-wake.js';
+import { databaseKey, localWakeId, notifyOtherProcesses, onLocalWake } from '../core/local-wake.js';
 import { RepeatedFailureLog } from '../core/log.js';
 import { ClaimSession, openClaimConnection } from './claim-session.js';
 import type { DispatchContext } from './context.js';
@@ -198,8 +198,7 @@ export class Producer {
    */
   #announce(): void {
     this.#taken.clear();
-    const { o } = this.#ctx;
-    o.pool.query('SELECT pg_notify($1, $2)', [this.#channel, localWakeId]).catch(() => undefined);
+    notifyOtherProcesses(this.#ctx.o.pool, this.#channel);
   }
 
   /**

@@ -11,7 +11,7 @@
  * poll, so a lost NOTIFY delays work and never loses it.
  */
 import type { Pool } from '../core/db.js';
-import { databaseKey, localWakeId, wakeLocal } from '../core/local-wake.js';
+import { databaseKey, notifyOtherProcesses, wakeLocal } from '../core/local-wake.js';
 
 export class OutboxNotifier {
   readonly #pool: Pool;
@@ -58,8 +58,7 @@ export class OutboxNotifier {
   }
 
   #send(): void {
-    // Best effort by design: the dispatchers' poll interval covers a NOTIFY that never arrives.
-    this.#pool.query('SELECT pg_notify($1, $2)', [this.#channel, localWakeId]).catch(() => undefined);
+    notifyOtherProcesses(this.#pool, this.#channel);
   }
 
   stop(): void {

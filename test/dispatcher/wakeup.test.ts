@@ -103,6 +103,15 @@ async function outboxListener(t: Test, pool: Pool) {
   };
 }
 
+/** A dispatcher of `concurrency` slots that polls only after the test, its start claim landed, and a listener. */
+async function listeningBeside(t: Test, concurrency: number) {
+  const e = await dispatchEnv(t, {}, { pollIntervalMs: NO_POLL_MS });
+  const outbox = await outboxListener(t, e.pool);
+  await e.dispatcher(concurrency);
+  await afterStartClaim();
+  return { e, ...outbox };
+}
+
 t.test("the notifier's trailing NOTIFY is sent whatever a local dispatcher takes by then", async (t) => {
   const e = await dispatchEnv(t, {}, { pollIntervalMs: NO_POLL_MS });
   const outbox = await outboxListener(t, e.pool);
@@ -173,10 +182,7 @@ t.test('a reservation the dispatcher of its process has a slot for sends no NOTI
 });
 
 t.test('a taken reservation that older work kept from the claim is announced', async (t) => {
-  const e = await dispatchEnv(t, {}, { pollIntervalMs: NO_POLL_MS });
-  const { heard, one } = await outboxListener(t, e.pool);
-  await e.dispatcher(1);
-  await afterStartClaim();
+  const { e, heard, one } = await listeningBeside(t, 1);
   // Older work the dispatcher was never told about: reserved in a caller's transaction with no wake-up.
   const client = await e.pool.connect();
   let older: string;
@@ -203,10 +209,7 @@ t.test('a taken reservation that older work kept from the claim is announced', a
 });
 
 t.test('a taken reservation whose claim failed is announced', async (t) => {
-  const e = await dispatchEnv(t, {}, { pollIntervalMs: NO_POLL_MS });
-  const { heard, one } = await outboxListener(t, e.pool);
-  await e.dispatcher(2);
-  await afterStartClaim();
+  const { e, heard, one } = await listeningBeside(t, 2);
   // The next claim fails: a trigger refuses the claim's update of the operation while a flag is set.
   await e.pool.query(`
     CREATE TABLE public.refuse_claims (on_ boolean);
