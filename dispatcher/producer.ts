@@ -6,9 +6,9 @@
  *   idle      - not started, or closed; `start()` makes it running
  *   running   - claims when it has free slots: woken by NOTIFY, a reservation committed by this process
  *               (core/local-wake.ts), or the poll timer, and by a finished slot while work may be waiting
- *               (the last claim filled its limit or failed, or a wake-up came since it was sent); one claim
- *               statement in flight at a time, for `free slots` (capped at batchSize) operations; a heartbeat
- *               every interval, skipped while the previous one is still in flight
+ *               (the last claim filled its limit and saw more waiting, or failed, or a wake-up came since it
+ *               was sent); one claim statement in flight at a time, for `free slots` (capped at batchSize)
+ *               operations; a heartbeat every interval, skipped while the previous one is still in flight
  *   draining  - no more claims and no more heartbeats; the claim statement in flight lands (its operations run
  *               too), then the operations in flight finish, up to the deadline
  *   idle      - after `close()`: the LISTEN connection released, the heartbeat in flight landed, the claim
@@ -34,11 +34,16 @@ export interface ClaimEvent {
   workerId: string;
   limit: number;
   rows: readonly ClaimedOperation[];
+  /** Whether the producer counts on more work waiting (the claim filled its limit and saw more). */
+  more?: boolean;
   /** Set when the claim failed (`rows` is then empty). */
   error?: unknown;
 }
 
 const claimChannel = diagnosticsChannel.channel('actionledger:claim');
+
+/** A row of the claim statement: a claimed operation, and whether more was waiting (dispatcher/queries.ts). */
+type ClaimRow = ClaimedOperation & { more_waiting: boolean };
 
 export class Producer {
   readonly #ctx: DispatchContext;
@@ -55,10 +60,10 @@ export class Producer {
   #wakeAgain = false;
   /**
    * Whether claimable work may be waiting: set by every wake-up from outside (NOTIFY, a local reservation, the
-   * poll, a release's timer), by a claim that filled its limit and by a claim that failed; cleared as a claim
-   * statement is sent. A finished operation claims again only while it is set, so an emptied queue costs no
-   * claim per finished operation. Work nothing announces (a row another session held when the claim skipped
-   * it) waits for the poll.
+   * poll, a release's timer), by a claim that filled its limit and saw more waiting, and by a claim that failed;
+   * cleared as a claim statement is sent. A finished operation claims again only while it is set, so an emptied
+   * queue costs no claim per finished operation, even when every claim fills its limit. Work nothing announces
+   * (a row another session held when the claim skipped it) waits for the poll.
    */
   #backlog = true;
   /**
@@ -74,7 +79,7 @@ export class Producer {
   #beating: Promise<void> | undefined;
   #listener: PoolClient | undefined;
   /** The connection claims run on (dispatcher/claim-session.ts), opened by the first claim. */
-  readonly #claims: ClaimSession<ClaimedOperation>;
+  readonly #claims: ClaimSession<ClaimRow>;
   #poll: NodeJS.Timeout | undefined;
   /** Unsubscribes from this process's wake-ups (reservations committed by this process). */
   #unsubscribeLocal: (() => void) | undefined;
@@ -270,17 +275,21 @@ export class Producer {
           for (const id of taken) this.#taken.add(id);
           if (limit >= o.concurrency - this.#inFlight.size || this.#state !== 'running') this.#announce();
         }
+        // More may be waiting after a claim that filled its limit and whose snapshot held more than it took, or
+        // that left out operations this process took; after one that did not fill its limit, nothing it could
+        // see. What committed after its snapshot sends a wake-up of its own.
+        const more = rows.length === limit && (rows[0]?.more_waiting !== false || this.#taken.size > 0);
         if (claimChannel.hasSubscribers)
-          claimChannel.publish({ workerId: o.workerId, limit, rows } satisfies ClaimEvent);
-        if (rows.length === limit) this.#backlog = true;
+          claimChannel.publish({ workerId: o.workerId, limit, rows, more } satisfies ClaimEvent);
+        if (more) this.#backlog = true;
         this.#claimFailures.ok();
         if (rows.length > 0) {
           o.metrics.claims.inc(rows.length);
           o.metrics.claimBatches.inc();
         }
         const claimedAt = performance.now();
-        for (const op of rows) this.#track({ ...op, claimed_at_ms: claimedAt });
-        if (rows.length < limit && !this.#wakeAgain) break;
+        for (const { more_waiting: _, ...op } of rows) this.#track({ ...op, claimed_at_ms: claimedAt });
+        if (!more && !this.#wakeAgain) break;
       }
     } catch (err) {
       if (claimChannel.hasSubscribers)

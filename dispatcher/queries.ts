@@ -30,6 +30,12 @@ export const dispatcherQueries = {
    * first rows of outbox_available_idx: 300-600 ms against 2.4-3.5 ms at 100,000 queued (`npm run bench`). Under the
    * OR it stays a filter, and the uncorrelated test runs once per statement.
    *
+   * `more_waiting` (the same on every row) says whether the statement's snapshot held more available outbox rows
+   * than its limit, counted without regard to locks, kill switches or status, so never fewer than remain
+   * claimable: a claim that filled its limit and saw no more needs no claim after it until a wake-up (a
+   * reservation committed after the snapshot sends one), and a worker whose every claim fills its limit (one
+   * slot) does not send an empty claim after each operation.
+   *
    * Without synchronous standbys, the claim commits asynchronously (`synchronous_commit` off for its own
    * transaction, set by `async_commit`): it does not wait for its WAL to reach the disk. What may follow a claim
    * before anything else is written is the authorization request, which changes no effect (the built-in service's
@@ -74,7 +80,10 @@ export const dispatcherQueries = {
       returning: `l.effect_key, l.principal_id, l.task_id, l.workflow_step_id, l.tool_name, l.tenant_id, l.provider_id,
                 l.provider_endpoint, l.idempotency_header, l.canonical_args_sha256, l.arguments_json,
                 l.current_approval_id, l.current_policy_version, l.claim_token, l.attempt`,
-    })}, async_commit AS (
+    })}, more AS (
+      SELECT count(*) > $1 AS waiting
+      FROM (SELECT 1 FROM @schema.outbox w WHERE w.available_at <= now() LIMIT $1 + 1) w
+    ), async_commit AS (
       SELECT set_config('synchronous_commit',
         CASE WHEN current_setting('synchronous_standby_names') = '' THEN 'off'
              ELSE current_setting('synchronous_commit') END, true) AS setting
@@ -83,8 +92,9 @@ export const dispatcherQueries = {
            provider_endpoint, idempotency_header, canonical_args_sha256, arguments_json, current_approval_id,
            current_policy_version, claim_token, attempt,
            greatest(extract(epoch FROM now() - (SELECT t.available_at FROM taken t
-                                                WHERE t.operation_id = claimed.operation_id)), 0)::float8 AS queued_s
-    FROM claimed CROSS JOIN async_commit`,
+                                                WHERE t.operation_id = claimed.operation_id)), 0)::float8 AS queued_s,
+           more.waiting AS more_waiting
+    FROM claimed CROSS JOIN async_commit CROSS JOIN more`,
 
   /**
    * Records a batch of authorization decisions in one statement (its own transaction, committed and flushed

@@ -297,6 +297,78 @@ t.test('a finished operation claims again only while work may be waiting', async
   t.equal(claims, 4, 'one claim per reservation, none per finished operation');
 });
 
+/** Every claim statement answered (or failed) in this process from now until the test ends. */
+function claimsHeard(t: Test): ClaimEvent[] {
+  const heard: ClaimEvent[] = [];
+  const onClaim = (message: unknown): void => void heard.push(message as ClaimEvent);
+  diagnosticsChannel.subscribe('actionledger:claim', onClaim);
+  t.teardown(() => diagnosticsChannel.unsubscribe('actionledger:claim', onClaim));
+  return heard;
+}
+
+t.test('a claim that fills its one slot and sees nothing more waiting is not followed by an empty claim', async (t) => {
+  const e = await dispatchEnv(t, {}, { pollIntervalMs: NO_POLL_MS });
+  const claims = claimsHeard(t);
+  await e.dispatcher(1);
+  await afterStartClaim();
+  t.equal(claims.length, 1, 'the claim at start');
+  // Each reservation wakes one claim of limit 1, which it fills; that claim saw nothing else waiting, so the
+  // operation finishing claims nothing.
+  for (const step of ['s1', 's2', 's3']) {
+    const op = await e.ledger.reserve(ctx(step), 'issue_refund', { ...REFUND, order_id: step });
+    t.equal((await settled(e.pool, op.operation_id, SETTLE_MS)).status, 'succeeded');
+  }
+  await afterStartClaim();
+  t.same(
+    claims.map((c) => [c.limit, c.rows.length, c.more]),
+    [
+      [1, 0, false],
+      [1, 1, false],
+      [1, 1, false],
+      [1, 1, false],
+    ],
+    'one claim per reservation, each full, none after an operation finished',
+  );
+});
+
+t.test('work queued behind a full claim is claimed as slots free, with no wake-up and no claim after it', async (t) => {
+  const e = await dispatchEnv(t, {}, { pollIntervalMs: NO_POLL_MS });
+  // Three operations committed with no wake-up at all, before the dispatcher starts.
+  const client = await e.pool.connect();
+  const ids: string[] = [];
+  try {
+    await client.query('BEGIN');
+    for (const step of ['q1', 'q2', 'q3'])
+      ids.push(
+        (
+          await e.ledger.reserve(
+            ctx(step),
+            'issue_refund',
+            { ...REFUND, order_id: step },
+            { client, notifyOnCommit: false },
+          )
+        ).operation_id,
+      );
+    await client.query('COMMIT');
+  } finally {
+    client.release();
+  }
+  const claims = claimsHeard(t);
+  await e.dispatcher(1);
+  for (const id of ids) t.equal((await settled(e.pool, id, SETTLE_MS)).status, 'succeeded');
+  await afterStartClaim();
+  // The claim at start takes one and sees two more; each finished operation claims the next; the last claim
+  // sees nothing more, and its operation finishing claims nothing.
+  t.same(
+    claims.map((c) => [c.limit, c.rows.length, c.more]),
+    [
+      [1, 1, true],
+      [1, 1, true],
+      [1, 1, false],
+    ],
+  );
+});
+
 t.test('the claim commits asynchronously, in its own transaction only', async (t) => {
   const e = await dispatchEnv(t);
   const q = bindQueries(dispatcherQueries, e.config.schemaQuoted);
