@@ -6,6 +6,10 @@
  *
  * With DATABASE_URL set, that server is used as it is configured (its role needs CREATEDB); otherwise an
  * embedded PostgreSQL starts in a temporary folder, without fsync, and is removed afterwards.
+ *
+ * The test files (and every process they start) get a folder of this run as TMPDIR, removed at the end, so the
+ * temporary folders they make (configurations, certificates, data folders) do not outlive the run, even those of
+ * a file killed at its timeout.
  */
 import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -17,6 +21,17 @@ import { freePort } from './helpers/net.js';
 import { runFiles, testFiles } from './runner.js';
 
 async function main(): Promise<number> {
+  const scratch = mkdtempSync(join(tmpdir(), 'actionledger-test-tmp-'));
+  try {
+    return await withScratch(scratch);
+  } finally {
+    rmSync(scratch, { recursive: true, force: true });
+  }
+}
+
+async function withScratch(scratch: string): Promise<number> {
+  // Tests start clusters as the postgres user (under root) in folders below this one.
+  chmodSync(scratch, 0o711);
   let adminUrl = process.env.DATABASE_URL;
   let stop = (): Promise<void> => Promise.resolve();
   if (adminUrl === undefined || adminUrl === '') {
@@ -61,7 +76,13 @@ async function main(): Promise<number> {
       files: args.length > 0 ? args : testFiles('dist/test'),
       jobs: 2,
       timeoutS: 300,
-      env: { ...process.env, AL_TEST_ADMIN_URL: adminUrl, AL_TEST_TEMPLATE: template, AL_TEST_DB_PREFIX: prefix },
+      env: {
+        ...process.env,
+        TMPDIR: scratch,
+        AL_TEST_ADMIN_URL: adminUrl,
+        AL_TEST_TEMPLATE: template,
+        AL_TEST_DB_PREFIX: prefix,
+      },
     });
   } finally {
     const { rows: left } = await admin
