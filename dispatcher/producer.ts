@@ -42,8 +42,11 @@ export interface ClaimEvent {
 
 const claimChannel = diagnosticsChannel.channel('actionledger:claim');
 
-/** A row of the claim statement: a claimed operation, and whether more was waiting (dispatcher/queries.ts). */
-type ClaimRow = ClaimedOperation & { more_waiting: boolean };
+/**
+ * A row of the claim statement: a claimed operation, whether more was waiting, and how long until the earliest
+ * row still in its backoff is available (dispatcher/queries.ts).
+ */
+type ClaimRow = ClaimedOperation & { more_waiting: boolean; next_in_ms: number | null };
 
 export class Producer {
   readonly #ctx: DispatchContext;
@@ -81,6 +84,9 @@ export class Producer {
   /** The connection claims run on (dispatcher/claim-session.ts), opened by the first claim. */
   readonly #claims: ClaimSession<ClaimRow>;
   #poll: NodeJS.Timeout | undefined;
+  /** The wake-up for the earliest outbox row a claim saw in its backoff (`#wakeIn`), and when it fires. */
+  #due: NodeJS.Timeout | undefined;
+  #dueAt = 0;
   /** Unsubscribes from this process's wake-ups (reservations committed by this process). */
   #unsubscribeLocal: (() => void) | undefined;
   #heartbeat: NodeJS.Timeout | undefined;
@@ -152,6 +158,8 @@ export class Producer {
     if (this.#taken.size > 0) this.#announce();
     clearInterval(this.#poll);
     clearInterval(this.#heartbeat);
+    clearTimeout(this.#due);
+    this.#due = undefined;
     const drained = (async () => {
       await this.#claiming;
       await Promise.all([...this.#inFlight]);
@@ -173,6 +181,8 @@ export class Producer {
   async close(): Promise<void> {
     const { o, q } = this.#ctx;
     this.#state = 'idle';
+    clearTimeout(this.#due);
+    this.#due = undefined;
     this.#unsubscribeLocal?.();
     this.#unsubscribeLocal = undefined;
     const listener = this.#listener;
@@ -288,7 +298,10 @@ export class Producer {
           o.metrics.claimBatches.inc();
         }
         const claimedAt = performance.now();
-        for (const { more_waiting: _, ...op } of rows) this.#track({ ...op, claimed_at_ms: claimedAt });
+        for (const { more_waiting: _more, next_in_ms: _next, ...op } of rows)
+          this.#track({ ...op, claimed_at_ms: claimedAt });
+        const nextInMs = rows[0]?.next_in_ms;
+        if (typeof nextInMs === 'number') this.#wakeIn(nextInMs);
         if (!more && !this.#wakeAgain) break;
       }
     } catch (err) {
@@ -299,6 +312,29 @@ export class Producer {
       this.#claimFailures.fail(err);
       if (this.#taken.size > 0) this.#announce();
     }
+  }
+
+  /**
+   * Wakes the producer in `ms`, when the earliest outbox row its claim saw in a backoff becomes available: nothing
+   * else announces that moment when the worker that released the row has stopped or has no slot, and a claim that
+   * saw nothing more waiting is not followed by another. One timer, for the earliest such moment; the claim it
+   * starts reports the next.
+   */
+  #wakeIn(ms: number): void {
+    if (this.#state !== 'running') return;
+    const at = performance.now() + ms;
+    if (this.#due !== undefined && this.#dueAt <= at) return;
+    clearTimeout(this.#due);
+    this.#dueAt = at;
+    // A millisecond late at least: the claim it starts takes its clock after the row's available_at.
+    this.#due = setTimeout(
+      () => {
+        this.#due = undefined;
+        this.wake();
+      },
+      Math.max(0, Math.ceil(ms)) + 1,
+    );
+    this.#due.unref();
   }
 
   /** Holds one claimed operation's slot and listing until its work settles. */

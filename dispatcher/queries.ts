@@ -34,7 +34,9 @@ export const dispatcherQueries = {
    * than its limit, counted without regard to locks, kill switches or status, so never fewer than remain
    * claimable: a claim that filled its limit and saw no more needs no claim after it until a wake-up (a
    * reservation committed after the snapshot sends one), and a worker whose every claim fills its limit (one
-   * slot) does not send an empty claim after each operation.
+   * slot) does not send an empty claim after each operation. What becomes claimable by time alone (a released
+   * claim's row, available after its backoff) sends no wake-up: `next_in_ms` is how long until the earliest such
+   * row is available (NULL for none), for the worker to wake itself then.
    *
    * Without synchronous standbys, the claim commits asynchronously (`synchronous_commit` off for its own
    * transaction, set by `async_commit`): it does not wait for its WAL to reach the disk. What may follow a claim
@@ -81,7 +83,9 @@ export const dispatcherQueries = {
                 l.provider_endpoint, l.idempotency_header, l.canonical_args_sha256, l.arguments_json,
                 l.current_approval_id, l.current_policy_version, l.claim_token, l.attempt`,
     })}, more AS (
-      SELECT count(*) > $1 AS waiting
+      SELECT count(*) > $1 AS waiting,
+             (SELECT extract(epoch FROM min(f.available_at) - now()) * 1000
+              FROM @schema.outbox f WHERE f.available_at > now())::float8 AS next_in_ms
       FROM (SELECT 1 FROM @schema.outbox w WHERE w.available_at <= now() LIMIT $1 + 1) w
     ), async_commit AS (
       SELECT set_config('synchronous_commit',
@@ -93,7 +97,7 @@ export const dispatcherQueries = {
            current_policy_version, claim_token, attempt,
            greatest(extract(epoch FROM now() - (SELECT t.available_at FROM taken t
                                                 WHERE t.operation_id = claimed.operation_id)), 0)::float8 AS queued_s,
-           more.waiting AS more_waiting
+           more.waiting AS more_waiting, more.next_in_ms
     FROM claimed CROSS JOIN async_commit CROSS JOIN more`,
 
   /**

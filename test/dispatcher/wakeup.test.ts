@@ -369,6 +369,65 @@ t.test('work queued behind a full claim is claimed as slots free, with no wake-u
   );
 });
 
+/**
+ * An operation whose outbox row is available only after `ms` (as a claim released by a worker that has stopped
+ * since: nothing will announce the moment it becomes claimable), committed with no wake-up.
+ */
+async function inBackoff(e: Awaited<ReturnType<typeof dispatchEnv>>, step: string, ms: number): Promise<string> {
+  const client = await e.pool.connect();
+  try {
+    await client.query('BEGIN');
+    const op = await e.ledger.reserve(
+      ctx(step),
+      'issue_refund',
+      { ...REFUND, order_id: step },
+      { client, notifyOnCommit: false },
+    );
+    await client.query(
+      `UPDATE actionledger.outbox SET available_at = now() + make_interval(secs => $2::float8 / 1000)
+       WHERE operation_id = $1`,
+      [op.operation_id, ms],
+    );
+    await client.query('COMMIT');
+    return op.operation_id;
+  } finally {
+    client.release();
+  }
+}
+
+t.test('a claim that saw a row in its backoff wakes its worker when the row becomes available', async (t) => {
+  const e = await dispatchEnv(t, {}, { pollIntervalMs: NO_POLL_MS });
+  const claims = claimsHeard(t);
+  await e.dispatcher(2);
+  await afterStartClaim();
+  const later = await inBackoff(e, 'later', 2000);
+  // Woken by this reservation, a claim of limit 2 takes it alone: not full, so nothing would claim again but
+  // the poll (a minute away), were it not for the row it saw in its backoff.
+  const now = await e.ledger.reserve(ctx('now'), 'issue_refund', { ...REFUND, order_id: 'now' });
+  t.equal((await settled(e.pool, now.operation_id, SETTLE_MS)).status, 'succeeded');
+  t.equal((await settled(e.pool, later, SETTLE_MS)).status, 'succeeded');
+  const taking = claims.filter((c) => c.rows.some((r) => r.operation_id === later));
+  t.equal(taking.length, 1, 'claimed once');
+  t.equal(claims.length, 3, 'the claim at start, the one the reservation woke, the one the backoff woke');
+});
+
+t.test('a row whose backoff ends while every slot is busy is claimed when a slot frees', async (t) => {
+  const e = await dispatchEnv(
+    t,
+    { authorization_http_timeout_seconds: 30, provider_http_timeout_seconds: 30 },
+    { pollIntervalMs: NO_POLL_MS },
+  );
+  await e.dispatcher(1);
+  await afterStartClaim();
+  const later = await inBackoff(e, 'later', 1000);
+  // The reservation's claim fills the one slot and sees nothing more available; its operation outlasts the
+  // backoff (a slow authorization), so the wake-up at the end of the backoff finds no free slot.
+  e.authorizer.inject({ kind: 'slow', delayMs: 2500 });
+  const busy = await e.ledger.reserve(ctx('busy'), 'issue_refund', { ...REFUND, order_id: 'busy' });
+  t.equal((await settled(e.pool, busy.operation_id, SETTLE_MS)).status, 'succeeded');
+  t.equal((await settled(e.pool, later, SETTLE_MS)).status, 'succeeded', 'claimed once the slot freed');
+});
+
 t.test('the claim commits asynchronously, in its own transaction only', async (t) => {
   const e = await dispatchEnv(t);
   const q = bindQueries(dispatcherQueries, e.config.schemaQuoted);
