@@ -42,6 +42,9 @@ export interface ClaimEvent {
 
 const claimChannel = diagnosticsChannel.channel('actionledger:claim');
 
+/** The longest delay `setTimeout` keeps (2^31 - 1 ms, about 24.8 days). */
+const MAX_TIMER_MS = 2_147_483_647;
+
 /**
  * A row of the claim statement: a claimed operation, whether more was waiting, and how long until the earliest
  * row still in its backoff is available (dispatcher/queries.ts).
@@ -301,7 +304,7 @@ export class Producer {
         for (const { more_waiting: _more, next_in_ms: _next, ...op } of rows)
           this.#track({ ...op, claimed_at_ms: claimedAt });
         const nextInMs = rows[0]?.next_in_ms;
-        if (typeof nextInMs === 'number') this.#wakeIn(nextInMs);
+        if (typeof nextInMs === 'number' && Number.isFinite(nextInMs)) this.#wakeIn(nextInMs);
         if (!more && !this.#wakeAgain) break;
       }
     } catch (err) {
@@ -318,7 +321,7 @@ export class Producer {
    * Wakes the producer in `ms`, when the earliest outbox row its claim saw in a backoff becomes available: nothing
    * else announces that moment when the worker that released the row has stopped or has no slot, and a claim that
    * saw nothing more waiting is not followed by another. One timer, for the earliest such moment; the claim it
-   * starts reports the next.
+   * starts reports the next if it takes work (a claim that takes nothing returns no row to report it in).
    */
   #wakeIn(ms: number): void {
     if (this.#state !== 'running') return;
@@ -326,13 +329,14 @@ export class Producer {
     if (this.#due !== undefined && this.#dueAt <= at) return;
     clearTimeout(this.#due);
     this.#dueAt = at;
-    // A millisecond late at least: the claim it starts takes its clock after the row's available_at.
+    // A millisecond late at least: the claim it starts takes its clock after the row's available_at. Capped at
+    // the longest delay a timer takes (Node would fire a longer one after 1 ms); the poll covers a row that far off.
     this.#due = setTimeout(
       () => {
         this.#due = undefined;
         this.wake();
       },
-      Math.max(0, Math.ceil(ms)) + 1,
+      Math.min(Math.max(0, Math.ceil(ms)) + 1, MAX_TIMER_MS),
     );
     this.#due.unref();
   }

@@ -36,7 +36,8 @@ export const dispatcherQueries = {
    * reservation committed after the snapshot sends one), and a worker whose every claim fills its limit (one
    * slot) does not send an empty claim after each operation. What becomes claimable by time alone (a released
    * claim's row, available after its backoff) sends no wake-up: `next_in_ms` is how long until the earliest such
-   * row is available (NULL for none), for the worker to wake itself then.
+   * row is available (NULL for none; a row parked at 'infinity' is left out, as PostgreSQL before 17 cannot
+   * subtract it), for the worker to wake itself then.
    *
    * Without synchronous standbys, the claim commits asynchronously (`synchronous_commit` off for its own
    * transaction, set by `async_commit`): it does not wait for its WAL to reach the disk. What may follow a claim
@@ -85,7 +86,7 @@ export const dispatcherQueries = {
     })}, more AS (
       SELECT count(*) > $1 AS waiting,
              (SELECT extract(epoch FROM min(f.available_at) - now()) * 1000
-              FROM @schema.outbox f WHERE f.available_at > now())::float8 AS next_in_ms
+              FROM @schema.outbox f WHERE f.available_at > now() AND f.available_at < 'infinity')::float8 AS next_in_ms
       FROM (SELECT 1 FROM @schema.outbox w WHERE w.available_at <= now() LIMIT $1 + 1) w
     ), async_commit AS (
       SELECT set_config('synchronous_commit',

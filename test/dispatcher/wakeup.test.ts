@@ -419,13 +419,19 @@ t.test('a row whose backoff ends while every slot is busy is claimed when a slot
   );
   await e.dispatcher(1);
   await afterStartClaim();
-  const later = await inBackoff(e, 'later', 1000);
+  const later = await inBackoff(e, 'later', 2000);
   // The reservation's claim fills the one slot and sees nothing more available; its operation outlasts the
   // backoff (a slow authorization), so the wake-up at the end of the backoff finds no free slot.
-  e.authorizer.inject({ kind: 'slow', delayMs: 2500 });
+  const claims = claimsHeard(t);
+  e.authorizer.inject({ kind: 'slow', delayMs: 3500 });
   const busy = await e.ledger.reserve(ctx('busy'), 'issue_refund', { ...REFUND, order_id: 'busy' });
   t.equal((await settled(e.pool, busy.operation_id, SETTLE_MS)).status, 'succeeded');
   t.equal((await settled(e.pool, later, SETTLE_MS)).status, 'succeeded', 'claimed once the slot freed');
+  // Each by a claim of its own: the first saw the other still in its backoff (else it would have taken it first).
+  t.same(
+    claims.filter((c) => c.rows.length > 0).map((c) => c.rows.map((r) => r.operation_id)),
+    [[busy.operation_id], [later]],
+  );
 });
 
 t.test('the claim commits asynchronously, in its own transaction only', async (t) => {
