@@ -292,8 +292,9 @@ export class Producer {
         // that left out operations this process took; after one that did not fill its limit, nothing it could
         // see. What committed after its snapshot sends a wake-up of its own.
         const more = rows.length === limit && (rows[0]?.more_waiting !== false || this.#taken.size > 0);
+        const ops = rows.map(({ more_waiting: _more, next_in_ms: _next, ...op }): ClaimedOperation => op);
         if (claimChannel.hasSubscribers)
-          claimChannel.publish({ workerId: o.workerId, limit, rows, more } satisfies ClaimEvent);
+          claimChannel.publish({ workerId: o.workerId, limit, rows: ops, more } satisfies ClaimEvent);
         if (more) this.#backlog = true;
         this.#claimFailures.ok();
         if (rows.length > 0) {
@@ -301,8 +302,7 @@ export class Producer {
           o.metrics.claimBatches.inc();
         }
         const claimedAt = performance.now();
-        for (const { more_waiting: _more, next_in_ms: _next, ...op } of rows)
-          this.#track({ ...op, claimed_at_ms: claimedAt });
+        for (const op of ops) this.#track({ ...op, claimed_at_ms: claimedAt });
         const nextInMs = rows[0]?.next_in_ms;
         if (typeof nextInMs === 'number' && Number.isFinite(nextInMs)) this.#wakeIn(nextInMs);
         if (!more && !this.#wakeAgain) break;

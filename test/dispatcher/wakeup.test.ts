@@ -103,6 +103,42 @@ async function outboxListener(t: Test, pool: Pool) {
   };
 }
 
+/**
+ * Operations reserved in one caller's transaction and committed with no wake-up at all (as work another process
+ * reserved and whose NOTIFY was lost), one per step; with `availableInMs`, their outbox rows are available only
+ * that much later (as a claim released by a worker that has stopped since: nothing announces that moment).
+ */
+async function reservedUnannounced(
+  e: Awaited<ReturnType<typeof dispatchEnv>>,
+  steps: string[],
+  availableInMs = 0,
+): Promise<string[]> {
+  const client = await e.pool.connect();
+  try {
+    await client.query('BEGIN');
+    const ids: string[] = [];
+    for (const step of steps) {
+      const op = await e.ledger.reserve(
+        ctx(step),
+        'issue_refund',
+        { ...REFUND, order_id: step },
+        { client, notifyOnCommit: false },
+      );
+      ids.push(op.operation_id);
+    }
+    if (availableInMs > 0)
+      await client.query(
+        `UPDATE actionledger.outbox SET available_at = now() + make_interval(secs => $2::float8 / 1000)
+         WHERE operation_id = ANY($1::uuid[])`,
+        [ids, availableInMs],
+      );
+    await client.query('COMMIT');
+    return ids;
+  } finally {
+    client.release();
+  }
+}
+
 /** A dispatcher of `concurrency` slots that polls only after the test, its start claim landed, and a listener. */
 async function listeningBeside(t: Test, concurrency: number) {
   const e = await dispatchEnv(t, {}, { pollIntervalMs: NO_POLL_MS });
@@ -184,22 +220,7 @@ t.test('a reservation the dispatcher of its process has a slot for sends no NOTI
 t.test('a taken reservation that older work kept from the claim is announced', async (t) => {
   const { e, heard, one } = await listeningBeside(t, 1);
   // Older work the dispatcher was never told about: reserved in a caller's transaction with no wake-up.
-  const client = await e.pool.connect();
-  let older: string;
-  try {
-    await client.query('BEGIN');
-    older = (
-      await e.ledger.reserve(
-        ctx('older'),
-        'issue_refund',
-        { ...REFUND, order_id: 'k-1' },
-        { client, notifyOnCommit: false },
-      )
-    ).operation_id;
-    await client.query('COMMIT');
-  } finally {
-    client.release();
-  }
+  const older = (await reservedUnannounced(e, ['older']))[0]!;
   // Taken (one slot free), so the ledger sends nothing; its claim takes the older operation and fills the slot.
   const taken = await e.ledger.reserve(ctx('taken'), 'issue_refund', { ...REFUND, order_id: 'k-2' });
   await one();
@@ -334,25 +355,7 @@ t.test('a claim that fills its one slot and sees nothing more waiting is not fol
 t.test('work queued behind a full claim is claimed as slots free, with no wake-up and no claim after it', async (t) => {
   const e = await dispatchEnv(t, {}, { pollIntervalMs: NO_POLL_MS });
   // Three operations committed with no wake-up at all, before the dispatcher starts.
-  const client = await e.pool.connect();
-  const ids: string[] = [];
-  try {
-    await client.query('BEGIN');
-    for (const step of ['q1', 'q2', 'q3'])
-      ids.push(
-        (
-          await e.ledger.reserve(
-            ctx(step),
-            'issue_refund',
-            { ...REFUND, order_id: step },
-            { client, notifyOnCommit: false },
-          )
-        ).operation_id,
-      );
-    await client.query('COMMIT');
-  } finally {
-    client.release();
-  }
+  const ids = await reservedUnannounced(e, ['q1', 'q2', 'q3']);
   const claims = claimsHeard(t);
   await e.dispatcher(1);
   for (const id of ids) t.equal((await settled(e.pool, id, SETTLE_MS)).status, 'succeeded');
@@ -369,38 +372,12 @@ t.test('work queued behind a full claim is claimed as slots free, with no wake-u
   );
 });
 
-/**
- * An operation whose outbox row is available only after `ms` (as a claim released by a worker that has stopped
- * since: nothing will announce the moment it becomes claimable), committed with no wake-up.
- */
-async function inBackoff(e: Awaited<ReturnType<typeof dispatchEnv>>, step: string, ms: number): Promise<string> {
-  const client = await e.pool.connect();
-  try {
-    await client.query('BEGIN');
-    const op = await e.ledger.reserve(
-      ctx(step),
-      'issue_refund',
-      { ...REFUND, order_id: step },
-      { client, notifyOnCommit: false },
-    );
-    await client.query(
-      `UPDATE actionledger.outbox SET available_at = now() + make_interval(secs => $2::float8 / 1000)
-       WHERE operation_id = $1`,
-      [op.operation_id, ms],
-    );
-    await client.query('COMMIT');
-    return op.operation_id;
-  } finally {
-    client.release();
-  }
-}
-
 t.test('a claim that saw a row in its backoff wakes its worker when the row becomes available', async (t) => {
   const e = await dispatchEnv(t, {}, { pollIntervalMs: NO_POLL_MS });
   const claims = claimsHeard(t);
   await e.dispatcher(2);
   await afterStartClaim();
-  const later = await inBackoff(e, 'later', 2000);
+  const later = (await reservedUnannounced(e, ['later'], 2000))[0]!;
   // Woken by this reservation, a claim of limit 2 takes it alone: not full, so nothing would claim again but
   // the poll (a minute away), were it not for the row it saw in its backoff.
   const now = await e.ledger.reserve(ctx('now'), 'issue_refund', { ...REFUND, order_id: 'now' });
@@ -419,7 +396,7 @@ t.test('a row whose backoff ends while every slot is busy is claimed when a slot
   );
   await e.dispatcher(1);
   await afterStartClaim();
-  const later = await inBackoff(e, 'later', 2000);
+  const later = (await reservedUnannounced(e, ['later'], 2000))[0]!;
   // The reservation's claim fills the one slot and sees nothing more available; its operation outlasts the
   // backoff (a slow authorization), so the wake-up at the end of the backoff finds no free slot.
   const claims = claimsHeard(t);
