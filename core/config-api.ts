@@ -16,6 +16,9 @@ const roleList = {
   default: [],
 } as const;
 
+/** `http.write_probe_interval_ms` when not set. */
+const DEFAULT_WRITE_PROBE_INTERVAL_MS = 5000;
+
 /** The `http` section's schema. */
 export const httpSchema = {
   type: 'object',
@@ -37,6 +40,16 @@ export const httpSchema = {
     },
     /** Binding an address other than loopback without TLS is refused unless this is true. */
     allow_plaintext_bind: { type: 'boolean', default: false },
+    /**
+     * How often the serving process tries a write (server/write-probe.ts) to learn whether the database takes
+     * writes: `/readyz` recovers from a full disk or a read-only server within about this long.
+     */
+    write_probe_interval_ms: {
+      type: 'integer',
+      minimum: 100,
+      maximum: 300_000,
+      default: DEFAULT_WRITE_PROBE_INTERVAL_MS,
+    },
   },
 } as const;
 
@@ -100,6 +113,7 @@ export interface HttpConfig {
   readonly port: number;
   readonly tls: { readonly certFile: string; readonly keyFile: string; readonly clientCaFile: string | null } | null;
   readonly allowPlaintextBind: boolean;
+  readonly writeProbeIntervalMs: number;
 }
 
 export interface ApiConfig {
@@ -123,6 +137,7 @@ interface RawHttp {
   port: number;
   tls?: { cert_file: string; key_file: string; client_ca_file?: string };
   allow_plaintext_bind: boolean;
+  write_probe_interval_ms: number;
 }
 
 interface RawApi {
@@ -148,7 +163,13 @@ export function isLoopback(host: string): boolean {
 export function compileHttp(raw: RawHttp, port: number, cwd: string, problems: ConfigProblems): HttpConfig {
   // A malformed section is reported by the schema step; the loopback default stands in for the rest of the pass.
   if (problems.malformed('/http') || raw === null || typeof raw !== 'object')
-    return Object.freeze({ host: '127.0.0.1', port, tls: null, allowPlaintextBind: false });
+    return Object.freeze({
+      host: '127.0.0.1',
+      port,
+      tls: null,
+      allowPlaintextBind: false,
+      writeProbeIntervalMs: DEFAULT_WRITE_PROBE_INTERVAL_MS,
+    });
   const tls =
     raw.tls === undefined
       ? null
@@ -162,7 +183,13 @@ export function compileHttp(raw: RawHttp, port: number, cwd: string, problems: C
       '/http/host',
       `binds ${JSON.stringify(raw.host)}, which is not loopback, without TLS: set /http/tls (cert_file, key_file), or /http/allow_plaintext_bind to true behind a TLS-terminating proxy`,
     );
-  return Object.freeze({ host: raw.host, port, tls, allowPlaintextBind: raw.allow_plaintext_bind === true });
+  return Object.freeze({
+    host: raw.host,
+    port,
+    tls,
+    allowPlaintextBind: raw.allow_plaintext_bind === true,
+    writeProbeIntervalMs: raw.write_probe_interval_ms,
+  });
 }
 
 export function compileApi(raw: RawApi): ApiConfig {

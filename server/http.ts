@@ -18,6 +18,7 @@ import { Review } from '../reconciler/index.js';
 import { buildApi } from './api/app.js';
 import { SlackInteractions } from '../notifier/index.js';
 import type { ApiDeps } from './api/types.js';
+import { WriteProbe } from './write-probe.js';
 
 export interface HttpServerOptions {
   runtime: Runtime;
@@ -41,9 +42,23 @@ export interface HttpServerOptions {
 export class HttpServer {
   readonly #options: HttpServerOptions;
   #app: FastifyInstance | undefined;
+  readonly #writes: WriteProbe;
 
   constructor(options: HttpServerOptions) {
     this.#options = options;
+    const rt = options.runtime;
+    this.#writes = new WriteProbe({
+      pool: rt.pool,
+      schemaQuoted: rt.config.schemaQuoted,
+      intervalMs: rt.config.http.writeProbeIntervalMs,
+      log: rt.log,
+      registry: rt.metrics.registry,
+    });
+  }
+
+  /** Whether the database takes writes, as this server's probe last saw it. */
+  get writes(): WriteProbe {
+    return this.#writes;
   }
 
   /** The API's dependencies, built from the runtime. */
@@ -98,6 +113,7 @@ export class HttpServer {
       ...(this.#options.metrics === undefined ? {} : { exposition: this.#options.metrics }),
       ...(this.#options.beforeScrape === undefined ? {} : { beforeScrape: this.#options.beforeScrape }),
       ...(this.#options.health === undefined ? {} : { health: this.#options.health }),
+      writes: this.#writes,
     };
   }
 
@@ -106,9 +122,12 @@ export class HttpServer {
     const { config } = this.#options.runtime;
     const { app } = await buildApi(this.#deps(), { https: tlsOptions(config.http.tls) });
     const { host, port } = config.http;
+    // The first probe before listening: `/readyz` never says ready before a write went through.
+    await this.#writes.start();
     try {
       await app.listen({ host, port });
     } catch (err) {
+      await this.#writes.stop();
       await app.close();
       const code = (err as NodeJS.ErrnoException).code;
       if (code !== 'EADDRINUSE' && code !== 'EACCES') throw err;
@@ -126,6 +145,7 @@ export class HttpServer {
     const app = this.#app;
     this.#app = undefined;
     if (app === undefined) return;
+    await this.#writes.stop();
     await app.close();
   }
 }

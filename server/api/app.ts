@@ -12,7 +12,7 @@ import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, ty
 import { ActionLedgerError, asActionLedgerError, type ErrorCode } from '../../core/errors.js';
 import { parseStrictJson } from '../../core/json.js';
 import { authenticateHook } from './auth.js';
-import { httpStatus, type ErrorBody } from './errors.js';
+import { DEFAULT_RETRY_AFTER_S, httpStatus, type ErrorBody } from './errors.js';
 import { OpenApiCollector } from './openapi.js';
 import type { ApiDeps } from './types.js';
 import { registerSystemRoutes } from './routes/system.js';
@@ -185,10 +185,17 @@ function sendError(deps: ApiDeps, request: FastifyRequest, reply: FastifyReply, 
       { err: raw, code: err.code, request_id: request.id, route: request.routeOptions.url, details: err.details },
       'API request failed',
     );
+  // A write refused by the database flips readiness now; the next successful probe flips it back.
+  deps.writes?.report(err);
   const body: ErrorBody = { ok: false, error: err.code, message: status === 500 ? 'internal error' : err.message };
   if (err.details !== undefined && status !== 500) body.details = err.details;
   const retry = err.details?.retry_after_s;
   if (typeof retry === 'number') body.retry_after_s = retry;
+  else if (status === 503) {
+    // Nothing was written and it is worth repeating: about when the write probe looks again.
+    body.retry_after_s = deps.writes?.retryAfterS ?? DEFAULT_RETRY_AFTER_S;
+    reply.header('retry-after', String(body.retry_after_s));
+  }
   return reply.code(status).send(body);
 }
 

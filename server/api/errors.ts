@@ -3,7 +3,8 @@
  * status each code answers with. No stack, SQL text or server message ever reaches a response: a database
  * failure is its code (the SQLSTATE stays in the log), anything unexpected is `internal`.
  */
-import { ERROR_CODES, type ErrorCode, type Refusal } from '../../core/errors.js';
+import { ActionLedgerError, ERROR_CODES, type ErrorCode, type Refusal } from '../../core/errors.js';
+import type { GateResult } from '../../gate/index.js';
 
 const STATUS: Partial<Record<ErrorCode, number>> = {
   invalid_json: 400,
@@ -49,6 +50,26 @@ export function httpStatus(code: ErrorCode): number {
       return 500;
   }
 }
+
+/**
+ * Whether a gate result's code is a failure rather than a decision about the call. The gate answers both as a
+ * result (`ok: false` with the code), and the gate routes answer its decisions 200, because the model reads
+ * them; a failure (the database refused the write, or anything unexpected) says nothing about the call and is
+ * the HTTP error of its code instead: 503 with Retry-After for a database that refuses writes.
+ */
+export function isGateFailure(code: ErrorCode): boolean {
+  const group = ERROR_CODES[code];
+  return group === 'retryable' || group === 'internal' || group === 'startup';
+}
+
+/** The gate's result when it is a decision (answered 200); a failure is thrown as its coded error. */
+export function gateDecision<R extends GateResult>(r: R): R {
+  if (r.ok || !isGateFailure(r.error)) return r;
+  throw new ActionLedgerError(r.error, r.message, r.details === undefined ? {} : { details: r.details });
+}
+
+/** Retry-After of a 503 when no write probe runs (an embedder's API): the probe's default interval. */
+export const DEFAULT_RETRY_AFTER_S = 5;
 
 /** The schema of the error body, for the OpenAPI document. */
 export const errorSchema = {

@@ -9,6 +9,7 @@ import type { Ledger } from '../../ledger/index.js';
 import type { Authenticated, PrincipalStore } from '../../principals/index.js';
 import type { Review } from '../../reconciler/index.js';
 import type { SlackInteractions } from '../../notifier/index.js';
+import type { WriteHealth } from '../write-probe.js';
 
 export interface ApiDeps {
   config: Config;
@@ -33,6 +34,12 @@ export interface ApiDeps {
    * embedded cluster restarts or after it failed) makes both probes 503 without a query.
    */
   health?: () => { error: string | null; stopping: boolean };
+  /**
+   * Whether the database takes writes (server/write-probe.ts): `/readyz` is 503 while it refuses them, and
+   * every write the API sees refused (`storage_full`, `database_read_only`, `database_unavailable`) is
+   * reported to it. Without it `/readyz` checks reads only.
+   */
+  writes?: WriteHealth;
 }
 
 /** An authenticated caller, as the hooks leave it on the request. */

@@ -26,7 +26,8 @@ import {
   type ServerNotification,
   type ServerRequest,
 } from '@modelcontextprotocol/sdk/types.js';
-import { ActionLedgerError, asActionLedgerError } from '../../core/errors.js';
+import { ActionLedgerError, asActionLedgerError, ERROR_CODES, type ErrorCode } from '../../core/errors.js';
+import { DEFAULT_RETRY_AFTER_S } from '../api/errors.js';
 import type { JsonObject } from '../../core/json.js';
 import type { GateContext, GateResult } from '../../gate/index.js';
 import { describeEffect } from '../../gate/index.js';
@@ -48,7 +49,7 @@ import {
 export type Extra = RequestHandlerExtra<ServerRequest, ServerNotification>;
 
 /** What the MCP server needs: the API's dependencies, and who is calling on this request. */
-export interface McpDeps extends Pick<ApiDeps, 'config' | 'pool' | 'gate' | 'audit' | 'log' | 'metrics'> {
+export interface McpDeps extends Pick<ApiDeps, 'config' | 'pool' | 'gate' | 'audit' | 'log' | 'metrics' | 'writes'> {
   /**
    * The caller of this request, authenticated when it arrived; with `again`, authenticated once more now (for a
    * request that waited on the user). Throws `unauthenticated`.
@@ -94,7 +95,7 @@ export function createMcpServer(deps: McpDeps): Server {
     try {
       withinWindow(deps, caller);
       const r = await callTool(server, deps, caller, name, args ?? {}, meta, trace, extra);
-      return toolResult(r);
+      return toolResult(failureSeen(deps, r));
     } catch (err) {
       const e = asActionLedgerError(err);
       // Anything unexpected stays in the log; the model reads only its code.
@@ -139,6 +140,24 @@ export function createMcpServer(deps: McpDeps): Server {
     };
   });
   return server;
+}
+
+/**
+ * A gate result that is a database failure rather than a decision (`storage_full`, `database_read_only`, ...)
+ * stays a tool error, so the model reads its code, with `retry_after_s` added; a write refusal is reported to
+ * the write health, so `/readyz` turns 503 at once, as it does for the API's writes.
+ */
+function failureSeen(
+  deps: McpDeps,
+  result: GateResult | Record<string, unknown>,
+): GateResult | Record<string, unknown> {
+  const r = result as Record<string, unknown>;
+  const code = r.ok === false && typeof r.error === 'string' ? (r.error as ErrorCode) : undefined;
+  if (code === undefined || ERROR_CODES[code] !== 'retryable') return result;
+  deps.writes?.report(new ActionLedgerError(code, String(r.message)));
+  return r.retry_after_s === undefined
+    ? { ...r, retry_after_s: deps.writes?.retryAfterS ?? DEFAULT_RETRY_AFTER_S }
+    : result;
 }
 
 /**

@@ -32,6 +32,7 @@ export type Checks = [
       | 'sandbox'
       | 'gate'
       | 'notifications'
+      | 'review_policies'
       | '$comment'
     >
   >,
@@ -44,6 +45,7 @@ export type Checks = [
         port: number;
         tls?: { cert_file: string; key_file: string; client_ca_file?: string };
         allow_plaintext_bind: boolean;
+        write_probe_interval_ms: number;
       }
     >
   >,
@@ -90,6 +92,7 @@ t.test('ajv fills in every field the derived type says is present', (t) => {
     sandbox: cfg.sandbox,
     gate: cfg.gate,
     notifications: cfg.notifications,
+    review_policies: cfg.review_policies,
   };
   for (const [name, value] of Object.entries(sections)) t.not(value, undefined, `${name} is filled in`);
   t.type(cfg.http.port, 'number');

@@ -3,14 +3,16 @@
  * trusted context is built from the caller's token (server/api/auth.ts `gateContext`), never from the
  * arguments: the tenant is the token's, the principal the caller's own, or with `user` (capability
  * `act_for_users`) the end user's it acts for. The answer is the gate's result as it is, status 200 for every
- * one of them, refusals and holds included: they are what the model reads and answers from. Only the caller's
- * own mistakes are HTTP errors (no token, a role it does not hold, `user` without `act_for_users`, a body
- * that does not match the schema).
+ * one of them, refusals and holds included: they are what the model reads and answers from. The caller's own
+ * mistakes are HTTP errors (no token, a role it does not hold, `user` without `act_for_users`, a body that does
+ * not match the schema), and so is a failure that is no decision about the call: a database that refuses the
+ * write is 503 with its code (`storage_full`, `database_read_only`, ...) and Retry-After.
  */
 import type { FastifyInstance } from 'fastify';
 import { ERROR_CODES } from '../../../core/errors.js';
 import { OPERATION_STATUSES } from '../../../core/types.js';
 import { callIdentitySchema, gateContext, type CallIdentity } from '../auth.js';
+import { gateDecision } from '../errors.js';
 import type { ApiDeps } from '../types.js';
 
 /** The gate's answer (gate/types.ts `GateResult`): `ok: true` with a status, or a refusal or hold with its code. */
@@ -64,6 +66,7 @@ export function registerCallRoutes(app: FastifyInstance, deps: ApiDeps): void {
         summary: 'Call a tool through the gate: reserved, refused, or held for a confirmation or an approval',
         description: [
           'Runs the gate’s pipeline (role, kill switch, rate, arguments, business checks, caps) and answers 200 with its result, refusals and holds included: `ok: false` with `error` is what the model reads (permission_denied for a role the tool does not list, confirmation_required with a one-time `confirm_token`, approval_required with the approval id in `request_id`, ...).',
+          'A failure that is no decision about the call is an HTTP error with the error body: 503 (with Retry-After) while the database refuses the write (storage_full, database_read_only, database_unavailable, audit_unavailable, ...), 500 internal.',
           'The same workflow step called again with the same arguments is the same operation (`created: false`), however many calls race.',
           IDENTITY_NOTE,
         ].join('\n\n'),
@@ -102,7 +105,7 @@ export function registerCallRoutes(app: FastifyInstance, deps: ApiDeps): void {
       // A tool name the configuration does not know is one label, so hostile names cannot grow the series.
       const tool = deps.gate.tool(body.tool) === undefined ? 'unknown' : body.tool;
       deps.metrics?.gateCalls.inc({ tool, outcome: result.ok ? 'allowed' : result.error });
-      return result;
+      return gateDecision(result);
     },
   );
 }

@@ -9,6 +9,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ActionLedgerError } from '../../../core/errors.js';
 import type { GateContext, GateResult } from '../../../gate/index.js';
 import { callIdentitySchema, gateContext, type CallIdentity } from '../auth.js';
+import { gateDecision } from '../errors.js';
 import type { ApiDeps } from '../types.js';
 import { gateResultSchema, IDENTITY_NOTE, IDENTITY_REQUIRED } from './calls.js';
 
@@ -28,9 +29,12 @@ const notFound = {
 
 const responses = { 200: gateResultSchema, 404: notFound };
 
-/** The gate's result, 200; `proposal_not_found` is 404 with the same body. */
+/**
+ * The gate's result, 200; `proposal_not_found` is 404 with the same body; a failure that is no decision (the
+ * database refused the write) is the HTTP error of its code, 503 with Retry-After.
+ */
 function answer(reply: FastifyReply, r: GateResult): FastifyReply {
-  return reply.code(!r.ok && r.error === 'proposal_not_found' ? 404 : 200).send(r);
+  return reply.code(!r.ok && r.error === 'proposal_not_found' ? 404 : 200).send(gateDecision(r));
 }
 
 /**

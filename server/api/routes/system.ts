@@ -1,7 +1,12 @@
 /**
  * Probes, metrics and status: `/healthz` (the process is up and its database is not known to be down),
- * `/readyz` (the database answers and holds every migration; not stopping), `/metrics`, and `/v1/status` (who
- * the caller is, in which tenant, with which roles and capabilities).
+ * `/readyz` (the database answers, holds every migration and takes writes; not stopping), `/metrics`, and
+ * `/v1/status` (who the caller is, in which tenant, with which roles and capabilities).
+ *
+ * `/healthz` is liveness and stays 200 while the database refuses writes: restarting the process frees no disk
+ * and promotes no primary, and a restart loop would only add a cold start to the outage. `/readyz` is 503 then
+ * (`storage_full`, `database_read_only`, `database_unavailable`, from the write probe, server/write-probe.ts),
+ * so a load balancer sends callers elsewhere, and it is 200 again by itself once a probe's write succeeds.
  */
 import type { FastifyInstance } from 'fastify';
 import { API_CAPABILITIES } from '../../../core/config-api.js';
@@ -13,7 +18,16 @@ import type { ApiDeps } from '../types.js';
 const probe = {
   type: 'object',
   required: ['ok'],
-  properties: { ok: { type: 'boolean' }, error: { type: 'string' } },
+  properties: {
+    ok: { type: 'boolean' },
+    error: { type: 'string', description: 'why not: a stable code (docs/errors.md)' },
+    message: { type: 'string' },
+    details: {
+      type: 'object',
+      description: 'for a database that refuses writes: since when, and the SQLSTATE when it gave one',
+      properties: { since: { type: 'string', format: 'date-time' }, sqlstate: { type: 'string' } },
+    },
+  },
 } as const;
 
 export function registerSystemRoutes(app: FastifyInstance, deps: ApiDeps): void {
@@ -35,7 +49,7 @@ export function registerSystemRoutes(app: FastifyInstance, deps: ApiDeps): void 
     {
       config: { public: true, operationId: 'getReady' },
       schema: {
-        summary: 'The database answers and its schema is current; not stopping',
+        summary: 'The database answers, its schema is current and it takes writes; not stopping',
         tags: ['system'],
         response: { 200: probe, 503: probe },
       },
@@ -54,6 +68,17 @@ export function registerSystemRoutes(app: FastifyInstance, deps: ApiDeps): void 
       } catch (err) {
         return reply.code(503).send({ ok: false, error: asActionLedgerError(err).code });
       }
+      const writes = deps.writes?.state();
+      if (writes?.writable === false && writes.reason !== null)
+        return reply.code(503).send({
+          ok: false,
+          error: writes.reason,
+          message: `the database refuses writes (${writes.reason}); ready again once a write succeeds`,
+          details: {
+            since: writes.since.toISOString(),
+            ...(writes.sqlstate === null ? {} : { sqlstate: writes.sqlstate }),
+          },
+        });
       return { ok: true };
     },
   );
