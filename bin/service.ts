@@ -14,7 +14,6 @@
  */
 import { hostname } from 'node:os';
 import { pino } from 'pino';
-import { AggregatorRegistry } from 'prom-client';
 import { loadConfig, type Config } from '../core/config.js';
 import { bindQueries } from '../core/db.js';
 import { asActionLedgerError, isActionLedgerError, type ActionLedgerError } from '../core/errors.js';
@@ -29,6 +28,7 @@ import { HttpServer } from '../server/index.js';
 import { printRefusal } from './cli-util.js';
 import { SERVICE_QUERIES } from './queries.js';
 import { WorkerSet, type StopResult } from './workers.js';
+import { FleetMetrics } from './fleet-metrics.js';
 import { checkDestinations } from '../notifier/index.js';
 
 /** How often a repeating database failure in this process is logged (with the count of the ones between). */
@@ -270,7 +270,8 @@ class Service {
   /** `/healthz`, `/readyz` and `/metrics` (this process's and the workers', gathered). */
   async #startHttp(rt: Runtime, ledger: Ledger, workers: number): Promise<{ address: string; port: number }> {
     const embeddedState = (): string => rt.embedded?.state ?? 'running';
-    const aggregator = new AggregatorRegistry();
+    // Workers still starting (or exiting) are left out of a scrape, never fail it (bin/fleet-metrics.ts).
+    const fleetMetrics = workers > 0 ? new FleetMetrics({ registry: rt.metrics.registry }) : null;
     const http = new HttpServer({
       runtime: rt,
       ledger,
@@ -285,9 +286,10 @@ class Service {
         stopping: this.#stopping,
       }),
       metrics: async () => {
+        // The workers first: how many are missing is one of this process's own gauges.
+        const fromWorkers = fleetMetrics === null ? '' : await fleetMetrics.collect();
         const own = await rt.metrics.exposition();
-        const fleetMetrics = workers > 0 ? await aggregator.clusterMetrics() : '';
-        return { contentType: rt.metrics.registry.contentType, body: `${own}\n${fleetMetrics}` };
+        return { contentType: rt.metrics.registry.contentType, body: `${own}\n${fromWorkers}` };
       },
       beforeScrape: () =>
         rt.metrics.readLedger(async () => ({
@@ -297,7 +299,13 @@ class Service {
         })),
     });
     const addr = await http.start();
-    this.#stops.push({ name: 'http', run: () => http.stop() });
+    this.#stops.push({
+      name: 'http',
+      run: async () => {
+        await http.stop();
+        fleetMetrics?.close();
+      },
+    });
     return addr;
   }
 
