@@ -1,9 +1,14 @@
 /**
  * The parent process of `actionledger start`. States:
  *
- *   starting ──▶ running ──(SIGINT / SIGTERM / SIGHUP, or the embedded cluster failed)──▶ stopping ──▶ exit
+ *   starting ──▶ running ──(SIGINT / SIGTERM / SIGHUP)──▶ stopping ──▶ exit
  *   starting ──(a step failed, or a signal)──▶ stopping (only what started) ──▶ exit 1 (0 for a signal)
  *   stopping ──(a second signal)──▶ forced: workers get SIGKILL, every later step still runs, the cluster last
+ *
+ * The embedded cluster dying is not a way out of running: the service stays up (the probes answer 503
+ * `database_restarting`, the API 503 `database_unavailable`, workers keep retrying their writes) while the
+ * cluster is restarted with a growing wait, as long as it takes (core/embedded-cluster.ts). A service killed
+ * outright (SIGKILL) takes its postmaster with it: the cluster's watchdog stops it when this process is gone.
  *
  * Each start step pushes its stop on a stack that stopping unwinds in reverse, so a failed start stops
  * exactly what it started and a full stop runs in this order: workers (no new claims; in-flight dispatches
@@ -18,6 +23,7 @@ import { loadConfig, type Config } from '../core/config.js';
 import { bindQueries } from '../core/db.js';
 import { asActionLedgerError, isActionLedgerError, type ActionLedgerError } from '../core/errors.js';
 import { createLogger, RepeatedFailureLog, type Logger } from '../core/log.js';
+import { embeddedProbeError } from '../core/embedded-cluster.js';
 import { openRuntime, type Runtime } from '../core/runtime.js';
 import { acquireServiceLock } from '../core/service-lock.js';
 import { isConnectionError } from '../core/sqlstate.js';
@@ -98,6 +104,7 @@ class Service {
   };
   readonly #stops: Stop[] = [];
   #runtime: Runtime | undefined;
+  #orphanWatch: { workerExited(pid: number): void } | undefined;
   #failure: ActionLedgerError | null = null;
   #startError: unknown;
   #stopReason: string | null = null;
@@ -245,13 +252,20 @@ class Service {
               },
               'embedded PostgreSQL died; restarting it',
             ),
+          // No try is the last: the service stays up (probes 503, API database_unavailable) and keeps trying.
+          onRestartScheduled: (info) =>
+            log.warn(
+              { attempt: info.attempt, delay_ms: info.delayMs },
+              `embedded PostgreSQL restart attempt ${info.attempt} in ${info.delayMs} ms`,
+            ),
+          onRestartFailed: (info) =>
+            log.warn({ attempt: info.attempt, reason: info.message }, 'embedded PostgreSQL restart attempt failed'),
           onRestarted: (info) => {
-            log.warn({ postmaster_pid: info.pid, tries: info.tries }, 'embedded PostgreSQL restarted');
+            log.warn(
+              { postmaster_pid: info.pid, watchdog_pid: info.watchdogPid, attempt: info.attempt },
+              'embedded PostgreSQL restarted',
+            );
             this.#repeated.ok();
-          },
-          onFailed: (err) => {
-            log.error({ code: err.code, details: err.details }, err.message);
-            this.#requestStop('embedded_database_failed', err);
           },
         },
       },
@@ -269,7 +283,6 @@ class Service {
 
   /** `/healthz`, `/readyz` and `/metrics` (this process's and the workers', gathered). */
   async #startHttp(rt: Runtime, ledger: Ledger, workers: number): Promise<{ address: string; port: number }> {
-    const embeddedState = (): string => rt.embedded?.state ?? 'running';
     // Workers still starting (or exiting) are left out of a scrape, never fail it (bin/fleet-metrics.ts).
     const fleetMetrics = workers > 0 ? new FleetMetrics({ registry: rt.metrics.registry }) : null;
     const http = new HttpServer({
@@ -277,12 +290,7 @@ class Service {
       ledger,
       env: this.#options.env,
       health: () => ({
-        error:
-          embeddedState() === 'failed'
-            ? 'embedded_database_failed'
-            : embeddedState() === 'restarting'
-              ? 'database_unavailable'
-              : null,
+        error: embeddedProbeError(rt.embedded?.state),
         stopping: this.#stopping,
       }),
       metrics: async () => {
@@ -312,7 +320,7 @@ class Service {
   /** The reconciler and its schedule; a node without a dispatch identity and no workers runs none. */
   async #startReconciler(rt: Runtime, sandboxEnv: Record<string, string>, workers: number): Promise<void> {
     try {
-      const { openReconciler, ReconcileSchedule } = await import('../reconciler/index.js');
+      const { openReconciler, OrphanWatch, ReconcileSchedule } = await import('../reconciler/index.js');
       const kit = await openReconciler({ ...rt, log: this.#quietLog }, { ...this.#options.env, ...sandboxEnv });
       this.#stops.push({
         name: 'reconciler',
@@ -330,6 +338,12 @@ class Service {
       });
       this.#stops.push({ name: 'schedule', run: () => schedule.stop() });
       await schedule.start();
+      // Orphaned claims (a worker that died or stopped heartbeating) are reconciled within seconds, and a start
+      // heals at once what a crash left, without waiting for the schedule's next minute.
+      const watch = new OrphanWatch({ config: rt.config, pool: rt.pool, log: this.#quietLog, pass: () => kit.pass() });
+      this.#orphanWatch = watch;
+      this.#stops.push({ name: 'orphan watch', run: () => watch.stop() });
+      watch.start();
     } catch (err) {
       // An API-only node without a dispatch identity: nothing here could read a provider back.
       if (!(isActionLedgerError(err, 'config_invalid') && workers === 0)) throw err;
@@ -342,6 +356,7 @@ class Service {
       env: { ...sandboxEnv, ACTIONLEDGER_WORKER_DATABASE_URL: rt.databaseUrl },
       log: rt.log,
       canFork: () => (rt.embedded?.state ?? 'running') === 'running',
+      onExit: (pid) => this.#orphanWatch?.workerExited(pid),
     });
     this.#fleet.workers = set;
     this.#stops.push({

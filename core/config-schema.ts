@@ -41,6 +41,9 @@ export const configSchema = {
         pool_max: { type: 'integer', minimum: 1, maximum: 200, default: 10 },
         statement_timeout_ms: { type: 'integer', minimum: 100, default: 30000 },
         embedded_port: { type: 'integer', minimum: 1024, maximum: 65535, default: 54329 },
+        // The supervisor's waits between restart tries of the embedded PostgreSQL (core/embedded-cluster.ts).
+        embedded_restart_initial_ms: { type: 'integer', minimum: 10, maximum: 3600000, default: 500 },
+        embedded_restart_max_ms: { type: 'integer', minimum: 10, maximum: 3600000, default: 60000 },
       },
     },
     effect_keys: {

@@ -68,7 +68,14 @@ export interface Config {
   readonly api: ApiConfig;
   /** Null means the embedded PostgreSQL in {@link Config.dataDir}. */
   readonly databaseUrl: string | null;
-  readonly database: { readonly poolMax: number; readonly statementTimeoutMs: number; readonly embeddedPort: number };
+  readonly database: {
+    readonly poolMax: number;
+    readonly statementTimeoutMs: number;
+    readonly embeddedPort: number;
+    /** The embedded PostgreSQL's restart backoff: the first wait and the cap. */
+    readonly embeddedRestartInitialMs: number;
+    readonly embeddedRestartMaxMs: number;
+  };
   readonly dataDir: string;
   readonly effectKeys: {
     readonly active: string;
@@ -248,11 +255,7 @@ export function compileConfig(
     http,
     api: compileApi(cfg.api),
     databaseUrl: environment.databaseUrl,
-    database: Object.freeze({
-      poolMax: cfg.database.pool_max,
-      statementTimeoutMs: cfg.database.statement_timeout_ms,
-      embeddedPort: cfg.database.embedded_port,
-    }),
+    database: compileDatabase(cfg.database),
     dataDir,
     effectKeys: Object.freeze({ active: cfg.effect_keys.active, keys: Object.freeze(keys) }),
     argumentBounds: Object.freeze({ maxBytes: cfg.arguments.max_bytes, maxDepth: cfg.arguments.max_depth }),
@@ -289,6 +292,16 @@ export function compileConfig(
   });
 }
 
+function compileDatabase(d: RawConfig['database']): Config['database'] {
+  return Object.freeze({
+    poolMax: d.pool_max,
+    statementTimeoutMs: d.statement_timeout_ms,
+    embeddedPort: d.embedded_port,
+    embeddedRestartInitialMs: d.embedded_restart_initial_ms,
+    embeddedRestartMaxMs: d.embedded_restart_max_ms,
+  });
+}
+
 /**
  * The input checked against the JSON schema (a copy, with its defaults filled in): every schema error is added
  * to `problems` and its part marked malformed for the later steps. Throws `config_invalid` only when the input
@@ -318,6 +331,12 @@ function crossFieldProblems(cfg: RawConfig, problems: ConfigProblems): void {
   const r = cfg.reconciler;
   if (ok('/reconciler/backoff_max_ms', '/reconciler/backoff_initial_ms') && r.backoff_max_ms < r.backoff_initial_ms)
     problems.add('/reconciler/backoff_max_ms', 'must be at least backoff_initial_ms');
+  const db = cfg.database;
+  if (
+    ok('/database/embedded_restart_max_ms', '/database/embedded_restart_initial_ms') &&
+    db.embedded_restart_max_ms < db.embedded_restart_initial_ms
+  )
+    problems.add('/database/embedded_restart_max_ms', 'must be at least embedded_restart_initial_ms');
   if (
     ok('/reconciler/orphan_after_ms', '/dispatcher/heartbeat_interval_ms') &&
     r.orphan_after_ms < 2 * cfg.dispatcher.heartbeat_interval_ms

@@ -8,7 +8,9 @@
  *
  * Who stops it: a CLI command stops only a cluster it started, and not even that one when a live service holds
  * the data folder (the service adopted it). The service (`own: true`) owns whatever cluster runs on its
- * folder: one it started, or one a dead service left running (adopted), and stops it last on shutdown.
+ * folder: one it started, or one a dead service left running (adopted), and stops it last on shutdown. Its
+ * postmaster is tethered to it (a watchdog stops it when the service dies, even by SIGKILL; see
+ * core/embedded-cluster.ts), so adoption is left for the rare case where the watchdog died too.
  */
 import { randomBytes } from 'node:crypto';
 import { chmodSync, existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
@@ -16,7 +18,13 @@ import { fileURLToPath } from 'node:url';
 import { dirname, join, resolve } from 'node:path';
 import pg from 'pg';
 import { SQLSTATE, sqlState } from './db.js';
-import { EmbeddedCluster, postmasterPid, type ClusterEvents, type ClusterState } from './embedded-cluster.js';
+import {
+  EmbeddedCluster,
+  postmasterPid,
+  type ClusterEvents,
+  type ClusterState,
+  type RestartBackoff,
+} from './embedded-cluster.js';
 import { ActionLedgerError } from './errors.js';
 import { runningService } from './service-lock.js';
 
@@ -30,6 +38,10 @@ export interface EmbeddedDatabase {
   readonly owned: boolean;
   /** The owned cluster's state; `running` for one this process only connected to. */
   readonly state: ClusterState;
+  /** Postmasters the supervisor brought back up (0 unless supervised). */
+  readonly restarts: number;
+  /** The pid of the owned postmaster's watchdog, while one is armed. */
+  readonly watchdogPid: number | undefined;
   stop(): Promise<void>;
 }
 
@@ -158,6 +170,8 @@ export interface OpenEmbeddedOptions {
   own?: boolean;
   /** The service: restart the cluster when it dies (see EmbeddedCluster); implies `own`. */
   supervise?: ClusterEvents;
+  /** The waits between restart tries (`database.embedded_restart_*_ms`). */
+  restartBackoff?: RestartBackoff;
 }
 
 /**
@@ -186,6 +200,8 @@ export async function openEmbeddedDatabase(options: OpenEmbeddedOptions): Promis
     startedHere: false,
     owned: false,
     state: 'running',
+    restarts: 0,
+    watchdogPid: undefined,
     stop: () => Promise.resolve(),
   });
 
@@ -198,6 +214,10 @@ export async function openEmbeddedDatabase(options: OpenEmbeddedOptions): Promis
     port: options.port,
     flags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'max_connections=200'],
     onLog: log,
+    ...(options.restartBackoff === undefined ? {} : { backoff: options.restartBackoff }),
+    // The service's cluster dies with the service; a CLI command's is stopped by the command (or left to the
+    // service that adopted it).
+    tether: own,
   });
   const handle = (startedHere: boolean): EmbeddedDatabase => ({
     url,
@@ -207,6 +227,12 @@ export async function openEmbeddedDatabase(options: OpenEmbeddedOptions): Promis
     owned: true,
     get state() {
       return cluster.state;
+    },
+    get restarts() {
+      return cluster.restarts;
+    },
+    get watchdogPid() {
+      return cluster.watchdogPid;
     },
     stop: async () => {
       // A live service on this folder adopted the cluster this command started: it is theirs to stop.

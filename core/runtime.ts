@@ -2,6 +2,7 @@
  * Opens what every process needs: the compiled configuration, the database (the configured URL, or the
  * embedded cluster), the effect-key secrets, a pool, the schema migrated, a logger and metrics.
  */
+import { Counter } from 'prom-client';
 import { loadConfig, type Config } from './config.js';
 import { createPool, databaseUnavailable, type Pool } from './db.js';
 import type { EmbeddedDatabase, OpenEmbeddedOptions } from './embedded.js';
@@ -74,6 +75,10 @@ export async function openRuntime(options: OpenOptions): Promise<Runtime> {
       dataDir: config.dataDir,
       port: config.database.embeddedPort,
       onLog: (line) => log.debug({ postgres: line }, 'embedded postgres'),
+      restartBackoff: {
+        initialMs: config.database.embeddedRestartInitialMs,
+        maxMs: config.database.embeddedRestartMaxMs,
+      },
       ...options.embedded,
     });
     url = embedded.url;
@@ -83,6 +88,7 @@ export async function openRuntime(options: OpenOptions): Promise<Runtime> {
         started_here: embedded.startedHere,
         owned: embedded.owned,
         port: config.database.embeddedPort,
+        ...(embedded.watchdogPid === undefined ? {} : { watchdog_pid: embedded.watchdogPid }),
       },
       embedded.startedHere
         ? 'started embedded PostgreSQL'
@@ -143,6 +149,19 @@ export async function openRuntime(options: OpenOptions): Promise<Runtime> {
   // A fleet worker's series carry its slot (set by the service), so the parent's aggregate keeps them apart.
   const slot = env.ACTIONLEDGER_WORKER_SLOT;
   if (slot !== undefined && /^[1-9][0-9]{0,3}$/.test(slot)) metrics.registry.setDefaultLabels({ worker: slot });
+  if (embedded !== null && options.embedded?.supervise !== undefined) {
+    const supervised = embedded;
+    // Read from the supervisor at scrape time: it counts the postmasters it brought back, this only shows them.
+    new Counter({
+      name: 'actionledger_embedded_postgres_restarts_total',
+      help: 'Times the service brought its embedded PostgreSQL back up after it died.',
+      registers: [metrics.registry],
+      collect() {
+        this.reset();
+        this.inc(supervised.restarts);
+      },
+    });
+  }
   return {
     config,
     log,

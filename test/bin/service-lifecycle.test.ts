@@ -214,11 +214,16 @@ t.test(
     );
     t.not(postmasterPidIn(dataDir), postmaster, 'a new postmaster');
 
-    // The service dies without stopping anything: its cluster stays up, and the next start adopts it.
+    // The service and the watchdog of its restarted postmaster die together, stopping nothing (a killed service
+    // alone takes its postmaster with it: embedded-supervisor.test.ts): the cluster stays up, and the next
+    // start adopts it.
+    const watchdog = Number(service.lines().findLast((l) => l.msg === 'embedded PostgreSQL restarted')?.watchdog_pid);
+    t.ok(Number.isInteger(watchdog) && isAlive(watchdog), 'the restarted postmaster has a live watchdog');
+    process.kill(watchdog, 'SIGKILL');
     process.kill(-service.pid, 'SIGKILL');
     await service.exited;
     const orphan = postmasterPidIn(dataDir);
-    t.ok(orphan !== undefined && isAlive(orphan), 'the cluster outlived the killed service');
+    t.ok(orphan !== undefined && isAlive(orphan), 'the cluster outlived the killed service and watchdog');
     const adopter = start(['--workers', '0'], env);
     await adopter.waitFor(/actionledger listening/);
     t.match(adopter.stdout(), /adopted running embedded PostgreSQL/);
