@@ -1,6 +1,7 @@
 import type { FromSchema } from 'json-schema-to-ts';
 import { apiSchema, httpSchema } from './config-api.js';
 import { notificationsSchema } from './config-notify.js';
+import { reviewPoliciesSchema } from './config-review-policies.js';
 
 /** The JSON Schema of `actionledger.config.json`; every object closed, defaults filled in by ajv. */
 export const configSchema = {
@@ -32,6 +33,8 @@ export const configSchema = {
     http: httpSchema,
     api: apiSchema,
     notifications: notificationsSchema,
+    /** Reviewed authorization given ahead of time: which review reasons a pass retries by itself (config-review-policies.ts). */
+    review_policies: reviewPoliciesSchema,
     database: {
       type: 'object',
       additionalProperties: false,

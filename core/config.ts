@@ -15,6 +15,7 @@ import { compileApi, compileHttp, type ApiConfig, type HttpConfig } from './conf
 import { compileRoutes } from './config-routes.js';
 import { compileGate } from './config-gate.js';
 import { compileNotifications, type NotificationsConfig } from './config-notify.js';
+import { compileReviewPolicies, type ReviewPolicy } from './config-review-policies.js';
 import { ConfigProblems, isObject, nearest } from './config-problems.js';
 import { reportSchemaErrors } from './config-schema-errors.js';
 
@@ -93,6 +94,8 @@ export interface Config {
   /** This deployment's cluster name (config `cluster`, or ACTIONLEDGER_CLUSTER), or null when none is named. */
   readonly cluster: string | null;
   /** Tenant -> the cluster that serves it (config `tenant_clusters`); see core/cluster.ts. */
+  /** Reviewed retries authorized ahead of time, per tool and review reason (config-review-policies.ts). */
+  readonly reviewPolicies: readonly ReviewPolicy[];
   readonly tenantClusters: ReadonlyMap<string, string>;
 }
 
@@ -235,12 +238,8 @@ export function compileConfig(
   const environment = fromEnvironment(cfg, env, problems);
   const cwd = options.cwd ?? process.cwd();
   const http = compileHttp(cfg.http, environment.port, cwd, problems);
-  const notifications = compileNotifications(
-    cfg.notifications,
-    new Set(Object.keys(isObject(cfg.tools) ? cfg.tools : {})),
-    cwd,
-    problems,
-  );
+  const toolNames = new Set(Object.keys(isObject(cfg.tools) ? cfg.tools : {}));
+  const notifications = compileNotifications(cfg.notifications, toolNames, cwd, problems);
   const cluster = compileCluster(cfg, env, problems);
   if (problems.length > 0 || gate === null) throw problems.error(file);
   const dataDir = resolve(cwd, env.ACTIONLEDGER_DATA_DIR ?? '.actionledger');
@@ -250,6 +249,7 @@ export function compileConfig(
   for (const [id, k] of Object.entries(cfg.effect_keys.keys)) keys[id] = Object.freeze({ secretEnv: k.secret_env });
   return Object.freeze({
     configPath: options.configPath ?? null,
+  const reviewPolicies = compileReviewPolicies(cfg.review_policies, toolNames, problems);
     schema: cfg.schema,
     schemaQuoted,
     http,
@@ -298,6 +298,7 @@ function compileDatabase(d: RawConfig['database']): Config['database'] {
     statementTimeoutMs: d.statement_timeout_ms,
     embeddedPort: d.embedded_port,
     embeddedRestartInitialMs: d.embedded_restart_initial_ms,
+    reviewPolicies,
     embeddedRestartMaxMs: d.embedded_restart_max_ms,
   });
 }

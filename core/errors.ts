@@ -44,6 +44,7 @@ export const ERROR_CODES = {
   invalid_state_transition: 'refused',
   invalid_review: 'refused',
   retry_not_safe: 'refused',
+  review_policy_refused: 'refused',
   compensation_unmapped: 'refused',
   // the gate: refusals an agent reads and answers from; nothing was reserved
   unknown_tool: 'refused',
