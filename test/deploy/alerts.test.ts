@@ -4,6 +4,9 @@ import { join } from 'node:path';
 import { Metrics } from '../../core/metrics.js';
 import { DispatchMetrics } from '../../dispatcher/metrics.js';
 import { ReconcileMetrics } from '../../reconciler/metrics.js';
+import type { Pool } from '../../core/db.js';
+import { createLogger } from '../../core/log.js';
+import { WriteProbe } from '../../server/write-probe.js';
 
 const root = join(import.meta.dirname, '..', '..', '..');
 
@@ -22,6 +25,14 @@ t.test('every metric the alert rules use is one the service exposes', async (t) 
   const m = new Metrics({ defaultMetrics: false });
   new DispatchMetrics(m.registry);
   new ReconcileMetrics(m.registry);
+  // The serving process's write probe registers its gauge on the process registry (not probing here).
+  new WriteProbe({
+    pool: {} as Pool,
+    schemaQuoted: 'actionledger',
+    intervalMs: 1000,
+    log: createLogger({ level: 'silent', name: 'test' }),
+    registry: m.registry,
+  });
   const exposed = new Set(
     [...(await m.registry.getMetricsAsJSON()), ...(await m.ledgerGauges.getMetricsAsJSON())].map((x) => x.name),
   );
