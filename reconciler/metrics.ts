@@ -13,6 +13,7 @@ export class ReconcileMetrics {
   readonly passSeconds!: Histogram;
   readonly lastSuccess!: Gauge;
   readonly compensations!: Counter<'event'>;
+  readonly policyRetries!: Counter<'policy' | 'reason'>;
 
   /** Registers the metrics in `registry`, or returns the ones this class already registered there. */
   constructor(registry: Registry) {
@@ -46,6 +47,12 @@ export class ReconcileMetrics {
       name: 'actionledger_compensations_total',
       help: 'Compensation events: minted, completed, escalated (to review).',
       labelNames: ['event'],
+      registers,
+    });
+    this.policyRetries = new Counter({
+      name: 'actionledger_review_policy_retries_total',
+      help: 'Reviewed retries made by a review policy, by policy name and the policy reason that covered the operation.',
+      labelNames: ['policy', 'reason'],
       registers,
     });
     opened.set(registry, this);

@@ -16,6 +16,7 @@ import { EffectKeyer, Ledger } from '../ledger/index.js';
 import { ReconcileMetrics } from './metrics.js';
 import { Reconciler, type ReconcileSummary } from './reconciler.js';
 import { Review } from './review.js';
+import { ReviewPolicyRunner } from './review-policy.js';
 
 export interface PassSummary {
   reconcile: ReconcileSummary;
@@ -81,6 +82,13 @@ export async function openReconciler(rt: Runtime, env: NodeJS.ProcessEnv): Promi
     credentials: identity.credentials,
     actor: `reconciler:${id}`,
     crash: new CrashPoints(env),
+    reviewPolicies: new ReviewPolicyRunner({
+      config: rt.config,
+      pool: rt.pool,
+      review: kit.review,
+      log: rt.log,
+      metrics,
+    }),
   });
   return {
     ...kit,

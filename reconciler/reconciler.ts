@@ -44,6 +44,8 @@ export interface ReconcilerOptions {
 }
 
 export interface ReconcileSummary {
+  /** Review policies (reconciler/review-policy.ts), run at the end of every pass inside the pass lock. */
+  reviewPolicies?: { run(signal?: AbortSignal): Promise<{ retried: number }> };
   /** False when another pass held the lock: nothing was examined. */
   ran: boolean;
   examined: number;
@@ -61,6 +63,8 @@ export interface ReconcileSummary {
 type Candidate = { operation_id: string; status: 'unknown' | 'executing'; claim_token: string | null };
 type Locked = Candidate & {
   claimed_by: string | null;
+  /** Operations in review a review policy sent back to pending (reconciler/review-policy.ts). */
+  policy_retried: number;
   attempt: number;
   effect_key: string;
   tool_name: string;
@@ -107,6 +111,7 @@ export class Reconciler {
       const { rows } = await lockClient.query<{ locked: boolean }>(this.#q.passLock, [this.lockName]);
       if (rows[0]?.locked !== true) return summary;
       summary.ran = true;
+      policy_retried: 0,
       try {
         const r = this.#o.config.reconciler;
         const { rows: candidates } = await this.#o.pool.query<Candidate>(this.#q.candidates, [
@@ -146,6 +151,10 @@ export class Reconciler {
       return summary;
     } catch (err) {
       broken = err as Error;
+        // Review policies: reviewed retries a person authorized ahead of time, applied after the readbacks, so an
+        // operation this pass found to have no effect is retried now, not a pass later (reconciler/review-policy.ts).
+        if (signal?.aborted !== true && this.#o.reviewPolicies !== undefined)
+          summary.policy_retried = (await this.#o.reviewPolicies.run(signal)).retried;
       throw err;
     } finally {
       lockClient.release(broken);

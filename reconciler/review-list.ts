@@ -7,6 +7,7 @@ import { bindQueries, type Pool } from '../core/db.js';
 import type { ProviderContact } from '../ledger/index.js';
 import { reviewQueries } from './queries.js';
 import { retryIsSafe } from './review.js';
+import { policyStates, type PolicyState } from './review-policy.js';
 
 export interface ReviewFilter {
   /** A review reason: matched exactly, or as a prefix when it ends with `:` (`authorization:`). */
@@ -33,6 +34,11 @@ export interface InReview {
   /** The dispatch attempt it is in review with, and the readbacks spent on it. */
   attempt: number;
   reconcile_attempts: number;
+  /**
+   * Present only when a review policy covers the operation: which one, how many of its retries are spent, and
+   * whether the next pass retries it or it waits for a person (reconciler/review-policy.ts).
+   */
+  policy?: PolicyState;
 }
 
 export interface ReviewListing {
@@ -63,7 +69,7 @@ interface Row {
 
 /** The operations in review that match `filter`, oldest entry into review first. */
 export async function listInReview(
-  config: Pick<Config, 'schemaQuoted'>,
+  config: Pick<Config, 'schemaQuoted'> & Partial<Pick<Config, 'reviewPolicies'>>,
   db: Pick<Pool, 'query'>,
   filter: ReviewFilter = {},
 ): Promise<ReviewListing> {
@@ -77,6 +83,10 @@ export async function listInReview(
     filter.limit ?? null,
   ]);
   const total = rows[0]?.total ?? 0;
+  const policies =
+    config.reviewPolicies === undefined || config.reviewPolicies.length === 0
+      ? new Map<string, PolicyState>()
+      : await policyStates({ schemaQuoted: config.schemaQuoted, reviewPolicies: config.reviewPolicies }, db, rows);
   return {
     operations: rows.map((r) => ({
       operation_id: r.operation_id,
@@ -89,6 +99,7 @@ export async function listInReview(
       age_s: Math.max(0, r.age_s),
       attempt: r.attempt,
       reconcile_attempts: r.reconcile_attempts,
+      ...(policies.has(r.operation_id) ? { policy: policies.get(r.operation_id) } : {}),
     })),
     total,
     truncated: total > rows.length,

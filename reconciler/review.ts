@@ -13,6 +13,7 @@
 import type { Config } from '../core/config.js';
 import { bindQueries, withTransaction, type Pool } from '../core/db.js';
 import { ActionLedgerError } from '../core/errors.js';
+import type { JsonValue } from '../core/json.js';
 import type { Compensator } from '../compensator/index.js';
 import { outboxChannel } from '../ledger/index.js';
 import { providerHasNoEffect, type ProviderContact } from '../ledger/index.js';
@@ -81,7 +82,27 @@ function checkText(field: string, v: unknown, max: number): string {
   return v;
 }
 
-type Locked = { status: string; review_reason: string | null; provider_contact: ProviderContact; attempt: number };
+/** The operation as a review action read it under its row lock. */
+export type LockedOperation = {
+  operation_id: string;
+  status: string;
+  review_reason: string | null;
+  provider_contact: ProviderContact;
+  attempt: number;
+  tool_name: string;
+};
+type Locked = LockedOperation;
+
+/**
+ * What a retry made on someone's behalf adds (a review policy, reconciler/review-policy.ts): a check run under
+ * the row lock after the retry's own (state, expectation, provider contact), in the same transaction.
+ */
+export interface RetryGuard {
+  /** Throws to refuse (nothing changes); returns what the history row records beside the retry's own detail. */
+  check(c: Pick<Pool, 'query'>, op: LockedOperation): Promise<Record<string, JsonValue>>;
+  /** Recorded in the audit row's detail, done or refused. */
+  audit: Record<string, JsonValue>;
+}
 
 /**
  * The attempt and review reason the operation had when the caller chose it (a listing, a console page): when it
@@ -151,6 +172,20 @@ export class Review {
     return this.#audited('retry', operationId, input, () => this.#retry(operationId, input));
   }
 
+  /**
+   * The same retry, asked on someone's behalf (a review policy a person wrote ahead of time): the same checks,
+   * fence and audit row, with `guard` checked under the row lock as well. `expect` is required: whoever acts
+   * without a person looking acts only on the state it read. Throws as {@link retry} does, and whatever the
+   * guard throws.
+   */
+  async retryGuarded(
+    operationId: string,
+    input: ReviewInput & { expect: Expectation },
+    guard: RetryGuard,
+  ): Promise<ReviewResult> {
+    return this.#audited('retry', operationId, input, () => this.#retry(operationId, input, guard), guard.audit);
+  }
+
   /** Throws `invalid_review`, `not_found`, `invalid_state_transition` (also when `expect` no longer holds). */
   async resolveSucceeded(
     operationId: string,
@@ -178,6 +213,7 @@ export class Review {
     operationId: string,
     input: Partial<ReviewInput>,
     run: () => Promise<ReviewResult>,
+    extra: Record<string, JsonValue> = {},
   ): Promise<ReviewResult> {
     const started = performance.now();
     // An operation outside the actor's tenant is audited like a missing one: no tenant or tool read from it.
@@ -196,7 +232,7 @@ export class Review {
         },
         subjectId: id ?? printable(operationId),
         operationId: foreign ? null : id,
-        detail: input?.requestId === undefined ? detail : { ...detail, request_id: input.requestId },
+        detail: { ...extra, ...(input?.requestId === undefined ? detail : { ...detail, request_id: input.requestId }) },
         durationMs: performance.now() - started,
       });
     };
@@ -219,7 +255,7 @@ export class Review {
     }
   }
 
-  async #retry(operationId: string, input: ReviewInput & RetryOptions): Promise<ReviewResult> {
+  async #retry(operationId: string, input: ReviewInput & RetryOptions, guard?: RetryGuard): Promise<ReviewResult> {
     const { actor, reason } = this.#input(input);
     const approval = input.approvalId === undefined ? null : checkText('approval id', input.approvalId, 256);
     const policy = input.policyVersion === undefined ? null : checkText('policy version', input.policyVersion, 256);
@@ -236,6 +272,7 @@ export class Review {
           },
         );
       }
+      const guarded = guard === undefined ? {} : await guard.check(c, op);
       const { rows } = await c.query<{ attempt: number }>(this.#q.retry, [
         operationId,
         op.review_reason,
@@ -243,6 +280,7 @@ export class Review {
         policy,
         actor,
         JSON.stringify({
+          ...guarded,
           why: reason,
           previous_review_reason: op.review_reason,
           provider_contact: op.provider_contact,

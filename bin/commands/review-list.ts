@@ -118,6 +118,20 @@ function printListing(l: ReviewListing): void {
   );
   if (l.truncated)
     process.stdout.write(`${l.total - l.operations.length} more beyond --limit ${l.operations.length} not listed\n`);
+  printPolicies(l.operations);
+}
+
+/** The listed operations a review policy covers, and what it does with each (nothing when none is covered). */
+function printPolicies(ops: readonly InReview[]): void {
+  const covered = ops.filter((o) => o.policy !== undefined);
+  if (covered.length === 0) return;
+  const rows = covered.map((o) => [
+    o.operation_id,
+    `${o.policy?.name} (authorized_by ${o.policy?.authorized_by})`,
+    `${o.policy?.retries} of ${o.policy?.max_retries}`,
+    o.policy?.why ?? '',
+  ]);
+  process.stdout.write(`\nreview policies:\n${table([['operation', 'policy', 'retries', 'what next'], ...rows])}\n`);
 }
 
 /** Counts per reason, tool or tenant over everything that matched (the limit does not apply). */
