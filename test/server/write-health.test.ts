@@ -10,6 +10,7 @@ import pg from 'pg';
 import { createLogger } from '../../core/log.js';
 import { WriteProbe } from '../../server/write-probe.js';
 import { apiFixture, type ApiFixture } from '../helpers/api.js';
+import { call as mcpCall, mcpClient, meta } from '../helpers/mcp.js';
 
 const TRANSFER = { to_account: 'ACC0000000002', amount: 25 };
 
@@ -118,6 +119,20 @@ t.test(
       $$ BEGIN RAISE EXCEPTION 'could not extend file' USING ERRCODE = '53100'; END $$;
     CREATE TRIGGER test_disk_full BEFORE INSERT ON actionledger.operations
       FOR EACH ROW EXECUTE FUNCTION actionledger.test_disk_full();`);
+
+    // Over MCP: a tool error with the code (the model reads it) and retry_after_s; readiness flips at once.
+    const mcp = await mcpClient(t, f.base, agent);
+    const overMcp = await mcpCall(mcp, 'transfer_funds', TRANSFER, meta('s-mcp'));
+    t.equal(overMcp.isError, true, 'a tool error');
+    t.match(overMcp.body, { ok: false, error: 'storage_full', retry_after_s: 300 });
+    t.match(
+      await f.call('GET', '/readyz'),
+      { status: 503, body: { error: 'storage_full' } },
+      'not ready: seen over MCP',
+    );
+    await probe.probe();
+    t.equal((await f.call('GET', '/readyz')).status, 200, 'the probe wrote (its table has no such trigger): ready');
+
     const call = await f.call('POST', '/v1/calls', {
       token: agent,
       body: { tool: 'transfer_funds', arguments: TRANSFER, task_id: 'task-full', workflow_step_id: 's-1' },
