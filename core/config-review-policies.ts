@@ -108,8 +108,11 @@ export const reviewPoliciesSchema = {
       },
       /** Retries by any policy per operation; past it the operation stays for a person. */
       max_retries: { type: 'integer', minimum: 1, maximum: MAX_POLICY_RETRIES },
-      /** Who authorized the policy: recorded in every history and audit row of its retries. */
-      authorized_by: { type: 'string', maxLength: 200, pattern: TEXT },
+      /**
+       * Who authorized the policy: recorded in every history and audit row of its retries. At most 160
+       * characters, so the actor `policy:<name> (authorized_by <who>)` fits the review actions' 256.
+       */
+      authorized_by: { type: 'string', maxLength: 160, pattern: TEXT },
       /** When: a date (`2026-12-01`) or a date and time with its offset. */
       authorized_at: {
         type: 'string',

@@ -163,7 +163,7 @@ export const listCommand: Command = {
   name: 'review list',
   summary: 'operations waiting in review, oldest first, and whether each may be retried (read-only)',
   notes:
-    "Age is the time since the operation last entered review. 'retry' says whether a reviewed retry is allowed:\nonly when the recorded provider contact proves no effect (not_called, no_effect_confirmed). Read-only: it\ndoes not migrate; a missing or older schema is refused (schema_not_migrated).",
+    "Age is the time since the operation last entered review. 'retry' says whether a reviewed retry is allowed:\nonly when the recorded provider contact proves no effect (not_called, no_effect_confirmed). Operations a\nreview policy covers are listed again under 'review policies': retried by the next pass, or its retries spent\nand waiting for a person. Read-only: it does not migrate; a missing or older schema is refused\n(schema_not_migrated).",
   options: {
     reason: reasonOption('only the review reason'),
     ...SELECTION_OPTIONS,

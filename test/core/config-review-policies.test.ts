@@ -92,6 +92,16 @@ t.test('tools routed, names unique, one policy per tool and reason, a real date,
   t.ok(problemsOf([{ ...policy, signed: 'x' }]).length > 0, 'an unknown field is refused');
   t.ok(problemsOf([{ ...policy, authorized_by: undefined }]).length > 0, 'who authorized it is required');
   t.ok(problemsOf([{ ...policy, max_retries: 0 }]).length > 0, 'at least one retry');
+  t.ok(problemsOf([{ ...policy, authorized_by: 'a'.repeat(161) }]).length > 0, 'a name the actor can hold');
+  const longest = compileConfig(
+    {
+      tools: { issue_refund: tool },
+      review_policies: [{ ...policy, name: `p${'-'.repeat(63)}`, authorized_by: 'a'.repeat(160) }],
+    },
+    {},
+  ).reviewPolicies[0];
+  t.ok((longest?.actor.length ?? 999) <= 256, 'the longest actor fits what a review action records');
+  t.ok(problemsOf([{ ...policy, authorized_by: 'alice\nmallory' }]).length > 0, 'no control characters');
   t.end();
 });
 
