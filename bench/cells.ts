@@ -111,6 +111,7 @@ async function openCaller(pki: BenchPki, url: string, n: number) {
         current_approval_id: context.approval_id,
         current_policy_version: context.policy_version,
         attempt: 1,
+        dispatch_releases: 0,
         queued_s: 0,
       };
     },

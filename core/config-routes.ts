@@ -30,6 +30,7 @@ export function compileRoutes(raw: RawConfig['tools'], problems: ConfigProblems)
         credentialEnv: t.credential_env ?? null,
         idempotencyHeader: t.idempotency.name,
         definitiveFailureStatuses: Object.freeze(new Set(t.definitive_failure_statuses)),
+        releaseLimit: t.release_limit ?? null,
         readback: t.readback === undefined ? null : Object.freeze({ urlTemplate: t.readback.url }),
         effectsListingUrl: t.effects_listing_url ?? null,
         compensation,

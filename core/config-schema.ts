@@ -89,6 +89,15 @@ export const configSchema = {
         poll_interval_ms: { type: 'integer', minimum: 10, maximum: 60000, default: 500 },
         heartbeat_interval_ms: { type: 'integer', minimum: 100, maximum: 60000, default: 2000 },
         shutdown_deadline_ms: { type: 'integer', minimum: 0, maximum: 600000, default: 15000 },
+        /**
+         * How many times one operation may be given back to the queue, never sent (the authorization service
+         * could not decide, the provider's connection failed before any byte, the database failed between claim
+         * and send, its worker died before recording evidence), before it goes to review. A tool may set its own.
+         */
+        release_limit: { type: 'integer', minimum: 0, maximum: 1000, default: 8 },
+        /** The backoff before a released operation can be claimed again: doubling from the first, capped, jittered. */
+        release_backoff_initial_ms: { type: 'integer', minimum: 1, maximum: 3600000, default: 1000 },
+        release_backoff_max_ms: { type: 'integer', minimum: 1, maximum: 86400000, default: 60000 },
         profile: {
           type: 'object',
           additionalProperties: false,
@@ -120,7 +129,12 @@ export const configSchema = {
         backoff_initial_ms: { type: 'integer', minimum: 1, maximum: 86400000, default: 5000 },
         backoff_max_ms: { type: 'integer', minimum: 1, maximum: 604800000, default: 900000 },
         /** A claim is orphaned when its worker has not heartbeated for this long (or stopped, or is unknown). */
-        orphan_after_ms: { type: 'integer', minimum: 100, maximum: 86400000, default: 30000 },
+        orphan_after_ms: { type: 'integer', minimum: 100, maximum: 86400000, default: 10000 },
+        /**
+         * How often a fleet looks for orphaned claims (a worker that stopped heartbeating or exited), to
+         * reconcile them at once rather than at the next scheduled pass. 0 turns the watch off.
+         */
+        orphan_check_interval_ms: { type: 'integer', minimum: 0, maximum: 3600000, default: 1000 },
         concurrency: { type: 'integer', minimum: 1, maximum: 64, default: 4 },
         batch_size: { type: 'integer', minimum: 1, maximum: 10000, default: 500 },
       },
@@ -321,6 +335,8 @@ export const configSchema = {
             uniqueItems: true,
             default: [],
           },
+          /** This tool's `dispatcher.release_limit`: never-sent releases of one operation before review. */
+          release_limit: { type: 'integer', minimum: 0, maximum: 1000 },
         },
       },
     },

@@ -27,6 +27,8 @@ export interface ToolRoute {
   readonly credentialEnv: string | null;
   readonly idempotencyHeader: string;
   readonly definitiveFailureStatuses: ReadonlySet<number>;
+  /** Never-sent releases of one of its operations before review; null: `dispatcher.release_limit`. */
+  readonly releaseLimit: number | null;
   /** How the reconciler asks the provider whether an effect key was applied; null: no readback contract. */
   readonly readback: { readonly urlTemplate: string } | null;
   /** The provider's listing of effects by key, for `actionledger verify`. */
@@ -53,6 +55,8 @@ export interface ReconcilerConfig {
   readonly backoffInitialMs: number;
   readonly backoffMaxMs: number;
   readonly orphanAfterMs: number;
+  /** How often the fleet looks for orphaned claims to reconcile at once; 0: only scheduled passes. */
+  readonly orphanCheckIntervalMs: number;
   readonly concurrency: number;
   readonly batchSize: number;
 }
@@ -90,12 +94,12 @@ export interface Config {
   readonly gate: GateConfig;
   /** Where notification events go (config-notify.ts). */
   readonly notifications: NotificationsConfig;
+  /** Reviewed retries authorized ahead of time, per tool and review reason (config-review-policies.ts). */
+  readonly reviewPolicies: readonly ReviewPolicy[];
   readonly logLevel: string;
   /** This deployment's cluster name (config `cluster`, or ACTIONLEDGER_CLUSTER), or null when none is named. */
   readonly cluster: string | null;
   /** Tenant -> the cluster that serves it (config `tenant_clusters`); see core/cluster.ts. */
-  /** Reviewed retries authorized ahead of time, per tool and review reason (config-review-policies.ts). */
-  readonly reviewPolicies: readonly ReviewPolicy[];
   readonly tenantClusters: ReadonlyMap<string, string>;
 }
 
@@ -160,6 +164,10 @@ export interface DispatcherConfig {
   readonly pollIntervalMs: number;
   readonly heartbeatIntervalMs: number;
   readonly shutdownDeadlineMs: number;
+  /** Never-sent releases of one operation before review (a tool's route may say otherwise: `ToolRoute.releaseLimit`). */
+  readonly releaseLimit: number;
+  readonly releaseBackoffInitialMs: number;
+  readonly releaseBackoffMaxMs: number;
   /** Absolute paths; with the sandbox enabled they default to files it generates in the data folder. */
   readonly profile: { readonly path: string; readonly signaturePath: string; readonly publicKeyPath: string } | null;
   readonly tls: { readonly caFile: string; readonly certFile: string; readonly keyFile: string } | null;
@@ -241,6 +249,7 @@ export function compileConfig(
   const toolNames = new Set(Object.keys(isObject(cfg.tools) ? cfg.tools : {}));
   const notifications = compileNotifications(cfg.notifications, toolNames, cwd, problems);
   const cluster = compileCluster(cfg, env, problems);
+  const reviewPolicies = compileReviewPolicies(cfg.review_policies, toolNames, problems);
   if (problems.length > 0 || gate === null) throw problems.error(file);
   const dataDir = resolve(cwd, env.ACTIONLEDGER_DATA_DIR ?? '.actionledger');
   const d = cfg.dispatcher;
@@ -249,7 +258,6 @@ export function compileConfig(
   for (const [id, k] of Object.entries(cfg.effect_keys.keys)) keys[id] = Object.freeze({ secretEnv: k.secret_env });
   return Object.freeze({
     configPath: options.configPath ?? null,
-  const reviewPolicies = compileReviewPolicies(cfg.review_policies, toolNames, problems);
     schema: cfg.schema,
     schemaQuoted,
     http,
@@ -267,6 +275,9 @@ export function compileConfig(
       pollIntervalMs: d.poll_interval_ms,
       heartbeatIntervalMs: d.heartbeat_interval_ms,
       shutdownDeadlineMs: d.shutdown_deadline_ms,
+      releaseLimit: d.release_limit,
+      releaseBackoffInitialMs: d.release_backoff_initial_ms,
+      releaseBackoffMaxMs: d.release_backoff_max_ms,
       ...dispatchPaths(cfg, cwd, resolve(dataDir, 'sandbox')),
     }),
     reconciler: Object.freeze({
@@ -276,6 +287,7 @@ export function compileConfig(
       backoffInitialMs: r.backoff_initial_ms,
       backoffMaxMs: r.backoff_max_ms,
       orphanAfterMs: r.orphan_after_ms,
+      orphanCheckIntervalMs: r.orphan_check_interval_ms,
       concurrency: r.concurrency,
       batchSize: r.batch_size,
     }),
@@ -286,6 +298,7 @@ export function compileConfig(
     }),
     gate,
     notifications,
+    reviewPolicies,
     logLevel: env.LOG_LEVEL ?? 'info',
     cluster,
     tenantClusters: new Map(Object.entries(cfg.tenant_clusters)),
@@ -298,7 +311,6 @@ function compileDatabase(d: RawConfig['database']): Config['database'] {
     statementTimeoutMs: d.statement_timeout_ms,
     embeddedPort: d.embedded_port,
     embeddedRestartInitialMs: d.embedded_restart_initial_ms,
-    reviewPolicies,
     embeddedRestartMaxMs: d.embedded_restart_max_ms,
   });
 }
@@ -338,6 +350,12 @@ function crossFieldProblems(cfg: RawConfig, problems: ConfigProblems): void {
     db.embedded_restart_max_ms < db.embedded_restart_initial_ms
   )
     problems.add('/database/embedded_restart_max_ms', 'must be at least embedded_restart_initial_ms');
+  const dc = cfg.dispatcher;
+  if (
+    ok('/dispatcher/release_backoff_max_ms', '/dispatcher/release_backoff_initial_ms') &&
+    dc.release_backoff_max_ms < dc.release_backoff_initial_ms
+  )
+    problems.add('/dispatcher/release_backoff_max_ms', 'must be at least release_backoff_initial_ms');
   if (
     ok('/reconciler/orphan_after_ms', '/dispatcher/heartbeat_interval_ms') &&
     r.orphan_after_ms < 2 * cfg.dispatcher.heartbeat_interval_ms

@@ -76,6 +76,7 @@ export const ERROR_CODES = {
   authorization_stale: 'not_sent',
   role_revoked: 'not_sent',
   claim_lost: 'not_sent',
+  worker_lost: 'not_sent',
   credential_missing: 'not_sent',
   ungated_external_write: 'not_sent',
   provider_unreachable: 'not_sent',

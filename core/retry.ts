@@ -46,6 +46,35 @@ export function backoffMs(policy: Pick<RetryPolicy, 'baseDelayMs' | 'maxDelayMs'
   return Math.min(policy.maxDelayMs, policy.baseDelayMs * 2 ** Math.min(attempt - 1, 30));
 }
 
+/**
+ * `backoffMs` jittered into its upper half (from half the delay to all of it), for waits that many callers start
+ * at once: the operations one outage gave back to the queue do not all come back in the same instant.
+ */
+export function jitteredBackoffMs(
+  policy: Pick<RetryPolicy, 'baseDelayMs' | 'maxDelayMs'>,
+  attempt: number,
+  random: () => number = Math.random,
+): number {
+  const full = backoffMs(policy, attempt);
+  return Math.max(1, Math.round(full / 2 + (full / 2) * random()));
+}
+
+/**
+ * The wait before an operation released to the queue, never sent, may be claimed again: the dispatcher's
+ * release backoff, doubling per earlier release of the operation (`releases`, from 0), capped, jittered.
+ */
+export function releaseDelayMs(
+  releases: number,
+  d: { releaseBackoffInitialMs: number; releaseBackoffMaxMs: number },
+  random?: () => number,
+): number {
+  return jitteredBackoffMs(
+    { baseDelayMs: d.releaseBackoffInitialMs, maxDelayMs: d.releaseBackoffMaxMs },
+    releases + 1,
+    random,
+  );
+}
+
 /** Resolves after `ms`, or rejects with the signal's reason as soon as `signal` aborts (at once if it has). */
 export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise<void>((resolve, reject) => {

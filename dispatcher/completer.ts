@@ -7,7 +7,10 @@
  *   outcome    - sent: the classified outcome, written again on its own connection when the batch's commit
  *                failed or its fate is unknown (a no-op if it landed)
  *   refused    - not sent, refused before dispatch: `needs_review` with `<stage>:<code>`
- *   released   - not sent, a transient database failure: back to `pending` (`released:<code>`)
+ *   released   - not sent and nothing decided against it (the authorization service could not decide, the
+ *                provider's connection failed before any byte, a transient database failure, a kill switch
+ *                engaged before the send): back to `pending` (`released:<code>`) after a growing backoff; once
+ *                the operation was released as often as its tool's release limit allows, review instead
  *   recovered  - an unexpected failure: `unknown` if possibly sent, `needs_review` (`internal:<code>`) if not
  *   lost       - the claim was no longer current: nothing to write
  * Each write is fenced on the claim token and retried while the worker runs (dispatcher/persist.ts); when the
@@ -15,15 +18,14 @@
  */
 import type { ProviderContact } from '../ledger/index.js';
 import { databaseErrorCode, isConnectionError, isTransient, sqlState } from '../core/db.js';
-import { isActionLedgerError, type ActionLedgerError, type ErrorCode } from '../core/errors.js';
+import { ActionLedgerError, isActionLedgerError, type ErrorCode } from '../core/errors.js';
 import type { JsonValue } from '../core/json.js';
 import type { DispatchContext } from './context.js';
 import type { Outcome } from './executor.js';
 import { untilWritten, WorkerHalted } from './persist.js';
+import { releaseDelayMs } from '../core/retry.js';
 import type { ClaimedOperation, DispatchItem, DispatchStage, FinalCheck } from './types.js';
 
-/** How long a released operation waits in the outbox before it can be claimed again. */
-const RELEASE_BACKOFF_MS = 1_000;
 /** Past the backoff, the wake-up that claims a released operation again waits this much more (the clocks differ). */
 const RELEASE_WAKE_MARGIN_MS = 50;
 
@@ -45,7 +47,7 @@ export class Completer {
   async recover(op: ClaimedOperation, sent: boolean, err: unknown): Promise<void> {
     const { o } = this.#ctx;
     if (err instanceof WorkerHalted) throw err;
-    if (!sent && isTransient(err)) return this.#release(op, err);
+    if (!sent && isTransient(err)) return this.release(op, 'database', databaseErrorCode(err) ?? 'database_error', err);
     const code =
       sqlState(err) ?? (isActionLedgerError(err) ? err.code : isConnectionError(err) ? 'connection_lost' : 'error');
     o.log.error({ err, operation_id: op.operation_id, sent }, 'dispatch failed unexpectedly');
@@ -76,19 +78,40 @@ export class Completer {
     if (wrote) this.#observeOutcome(op, sent ? 'unknown' : 'needs_review');
   }
 
-  /** Gives a never-sent claim back to the queue (see {@link dispatcherQueries.operationRelease}). */
-  async #release(op: ClaimedOperation, err: unknown): Promise<void> {
+  /**
+   * Gives a never-sent claim back to the queue (see {@link dispatcherQueries.operationRelease}), available again
+   * after an exponential backoff with jitter, or, once the operation has been released as often as its tool's
+   * release limit allows, sends it to review as a refusal at `stage` with `code` (the provider was not called,
+   * so a reviewed retry is safe). `counted: false` (a kill switch that caught it before the send) neither counts
+   * nor ends in review: the claim skips it while the switch is engaged.
+   */
+  async release(
+    op: ClaimedOperation,
+    stage: DispatchStage,
+    code: string,
+    err?: unknown,
+    { counted = true }: { counted?: boolean } = {},
+  ): Promise<void> {
     const { o, q } = this.#ctx;
-    const code = databaseErrorCode(err) ?? 'database_error';
+    const limit = o.config.tools.get(op.tool_name)?.releaseLimit ?? o.config.dispatcher.releaseLimit;
+    const releases = op.dispatch_releases ?? 0;
+    if (counted && releases >= limit) {
+      return this.refuse(op, stage, code as ErrorCode, err, { releases, release_limit: limit });
+    }
     const sqlstate = sqlState(err) ?? null;
+    const delay = counted ? releaseDelayMs(releases, o.config.dispatcher) : o.config.dispatcher.releaseBackoffInitialMs;
     const detail = {
-      sqlstate,
+      ...((isActionLedgerError(err) && err.details !== undefined ? err.details : {}) as Record<string, JsonValue>),
+      stage,
       code,
+      ...(sqlstate === null ? {} : { sqlstate }),
       sent: false,
       provider_called: false,
       attempt: op.attempt,
       claim_token: op.claim_token,
-      available_in_ms: RELEASE_BACKOFF_MS,
+      releases: releases + (counted ? 1 : 0),
+      release_limit: limit,
+      available_in_ms: delay,
     };
     const n = await untilWritten(
       async () =>
@@ -98,8 +121,9 @@ export class Completer {
             op.claim_token,
             o.workerId,
             `released:${code}`,
-            RELEASE_BACKOFF_MS,
+            delay,
             JSON.stringify(detail),
+            counted,
           ])
         ).rows[0]?.n ?? 0,
       this.#ctx.halt(),
@@ -112,10 +136,10 @@ export class Completer {
       outcome: n === 1 ? 'released' : 'lost',
     });
     // Nothing announces the moment it can be claimed again: this worker claims then (or its poll does first).
-    if (n === 1) setTimeout(() => this.#ctx.wake(), RELEASE_BACKOFF_MS + RELEASE_WAKE_MARGIN_MS).unref();
+    if (n === 1) setTimeout(() => this.#ctx.wake(), delay + RELEASE_WAKE_MARGIN_MS).unref();
     o.log.warn(
-      { operation_id: op.operation_id, code, sqlstate, released: n === 1 },
-      'claim released after a database failure; the provider was not called',
+      { operation_id: op.operation_id, stage, code, sqlstate, released: n === 1, releases: detail.releases, delay_ms: delay },
+      'claim released, never sent; the provider was not called',
     );
   }
 
@@ -159,10 +183,30 @@ export class Completer {
     }
   }
 
+  /**
+   * A sent item whose connection failed before any byte reached the provider (`provider_unreachable`): released
+   * to the queue, counted (a provider that stays unreachable sends it to review once the limit is reached).
+   */
+  async settleUnsent(item: DispatchItem, outcome: Outcome): Promise<void> {
+    try {
+      const err = new ActionLedgerError('provider_unreachable', 'the provider connection failed before any byte was sent', {
+        details: outcome.result,
+      });
+      await this.release(item.op, 'provider', 'provider_unreachable', err);
+      item.resolve();
+    } catch (e) {
+      item.reject(e);
+    }
+  }
+
   /** An operation whose evidence the dispatch batch's evidence statement refused: its claim was lost, or review. */
   async settleEvidence(item: DispatchItem, refusal: ActionLedgerError): Promise<void> {
     try {
       if (refusal.code === 'claim_lost') this.lost(item.op, 'evidence');
+      // A decision that aged past its window before its evidence was recorded (by the database clock) says
+      // nothing against the operation: ask again later.
+      else if (refusal.code === 'authorization_stale')
+        await this.release(item.op, 'evidence', refusal.code, refusal);
       else await this.refuse(item.op, 'evidence', refusal.code, refusal);
       item.resolve();
     } catch (err) {
@@ -185,15 +229,30 @@ export class Completer {
           return;
         }
       }
-      await this.refuse(op, 'final_check', check ?? 'authorization_stale');
+      const code = check ?? 'authorization_stale';
+      // Caught before the send by a kill switch: back to the queue, where the claim leaves it while the switch
+      // is engaged (as every operation it covers), uncounted. A decision that aged before the send: ask again.
+      // A revoked role is a decision against it: review.
+      if (code === 'tool_disabled') await this.release(op, 'final_check', code, undefined, { counted: false });
+      else if (code === 'authorization_stale') await this.release(op, 'final_check', code);
+      else await this.refuse(op, 'final_check', code);
       item.resolve();
     } catch (err) {
       item.reject(err);
     }
   }
 
-  /** A pre-dispatch refusal: `needs_review` with `<stage>:<code>`; the provider was not called. */
-  async refuse(op: ClaimedOperation, stage: DispatchStage, code: ErrorCode, err?: unknown): Promise<void> {
+  /**
+   * A pre-dispatch refusal: `needs_review` with `<stage>:<code>`; the provider was not called. `extra` goes into
+   * the result beside the error's details (a release limit reached: how many releases there were).
+   */
+  async refuse(
+    op: ClaimedOperation,
+    stage: DispatchStage,
+    code: ErrorCode,
+    err?: unknown,
+    extra: Record<string, JsonValue> = {},
+  ): Promise<void> {
     const { o } = this.#ctx;
     o.metrics.refusals.inc({ stage, code });
     const details = isActionLedgerError(err) && err.details !== undefined ? err.details : {};
@@ -201,7 +260,7 @@ export class Completer {
       op,
       'needs_review',
       null,
-      { stage, code, ...(details as Record<string, JsonValue>) },
+      { stage, code, ...(details as Record<string, JsonValue>), ...extra },
       `${stage}:${code}`,
       `predispatch_refused:${stage}:${code}`,
       'not_called',
@@ -277,3 +336,4 @@ export function reviewReason(o: Outcome): string | null {
 export function providerContact(o: Outcome): ProviderContact {
   return o.code === 'provider_unreachable' ? 'not_called' : 'maybe_called';
 }
+

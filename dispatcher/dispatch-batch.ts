@@ -212,9 +212,12 @@ export class DispatchBatch {
     const go = items.filter((i) => checks.get(claimKey(i.op)) === 'go');
     const sends = await Promise.allSettled(go.map((i) => this.#send(i)));
     const written: Written[] = [];
+    // A request whose connection failed before any byte left (refused, TLS handshake failed) reached nobody:
+    // released to the queue once this batch has committed (its row is locked by this batch until then).
+    const unsent: Written[] = [];
     go.forEach((item, n) => {
       const s = sends[n]!;
-      if (s.status === 'fulfilled') written.push({ item, outcome: s.value });
+      if (s.status === 'fulfilled') (s.value.code === 'provider_unreachable' ? unsent : written).push({ item, outcome: s.value });
     });
     // Key order: the history and gate triggers these writes fire then touch shared rows in one order everywhere.
     written.sort((a, b) => (a.item.op.operation_id < b.item.op.operation_id ? -1 : 1));
@@ -235,9 +238,12 @@ export class DispatchBatch {
       held.release(broken);
       for (const fn of afterBatch) fn();
     }
-    const settled = written.map(({ item, outcome }) =>
-      this.#completer.settleOutcome(item, outcome, committed && !unwritten.has(item)),
-    );
+    const settled = [
+      ...written.map(({ item, outcome }) =>
+        this.#completer.settleOutcome(item, outcome, committed && !unwritten.has(item)),
+      ),
+      ...unsent.map(({ item, outcome }) => this.#completer.settleUnsent(item, outcome)),
+    ];
     go.forEach((item, n) => {
       const send = sends[n]!;
       if (send.status === 'rejected') item.reject(send.reason);

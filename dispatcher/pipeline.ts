@@ -5,7 +5,8 @@
  * States of one operation (the crash points' names in brackets):
  *   claimed       - [after_claim] its route, arguments hash and credential checked against today's config;
  *                   a mismatch is refused (`needs_review`), nothing sent
- *   authorizing   - a fresh decision from the authorizer over mTLS; a denial or failure is refused
+ *   authorizing   - a fresh decision from the authorizer over mTLS; a denial or an unusable answer is refused,
+ *                   no answer (unreachable, timed out, not a 200 decision) releases it to the queue
  *   dispatching   - [after_authorization_request] in a dispatch batch (dispatcher/dispatch-batch.ts): the
  *                   decision recorded as evidence (a lost claim ends here, a refusal goes to review), locks,
  *                   final check, [after_evidence_commit] once per item the batch locked,
@@ -86,6 +87,10 @@ export class Pipeline {
       if (err instanceof WorkerHalted) throw err;
       const code = isActionLedgerError(err) ? err.code : 'authorization_unavailable';
       o.metrics.authorizations.inc({ result: code });
+      // No decision came (unreachable, timed out, answered anything but a 200 decision): nothing was decided
+      // against the operation, so it goes back to the queue. A denial, or an answer that breaks the protocol,
+      // is a person's to look at.
+      if (code === 'authorization_unavailable') return completer.release(op, 'authorization', code, err);
       return completer.refuse(op, 'authorization', code, err);
     } finally {
       endAuth();

@@ -82,7 +82,7 @@ export const dispatcherQueries = {
       detail: "jsonb_build_object('attempt', l.attempt, 'claim_token', l.claim_token)",
       returning: `l.effect_key, l.principal_id, l.task_id, l.workflow_step_id, l.tool_name, l.tenant_id, l.provider_id,
                 l.provider_endpoint, l.idempotency_header, l.canonical_args_sha256, l.arguments_json,
-                l.current_approval_id, l.current_policy_version, l.claim_token, l.attempt`,
+                l.current_approval_id, l.current_policy_version, l.claim_token, l.attempt, l.dispatch_releases`,
     })}, more AS (
       SELECT count(*) > $1 AS waiting,
              (SELECT extract(epoch FROM min(f.available_at) - now()) * 1000
@@ -95,7 +95,7 @@ export const dispatcherQueries = {
     )
     SELECT operation_id, effect_key, principal_id, task_id, workflow_step_id, tool_name, tenant_id, provider_id,
            provider_endpoint, idempotency_header, canonical_args_sha256, arguments_json, current_approval_id,
-           current_policy_version, claim_token, attempt,
+           current_policy_version, claim_token, attempt, dispatch_releases,
            greatest(extract(epoch FROM now() - (SELECT t.available_at FROM taken t
                                                 WHERE t.operation_id = claimed.operation_id)), 0)::float8 AS queued_s,
            more.waiting AS more_waiting, more.next_in_ms
@@ -264,7 +264,8 @@ export const dispatcherQueries = {
   /**
    * Gives a claim a worker can no longer finish back to the queue: executing -> pending under the same attempt
    * and effect key, its outbox row re-inserted available after $5 ms, the reason ($4) and detail ($6) in the
-   * history. Only for a claim whose provider request was never sent. Fenced on executing + claim token.
+   * history. Only for a claim whose provider request was never sent. Fenced on executing + claim token. $7 says
+   * whether the release counts towards the operation's release limit (`dispatch_releases`).
    */
   operationRelease: `
     WITH ${transitionCte({
@@ -273,7 +274,8 @@ export const dispatcherQueries = {
       from: "'executing'",
       to: "'pending'",
       fence: 'l.claim_token = $2',
-      set: 'claim_token = NULL, claimed_by = NULL, claimed_at = NULL',
+      set: `claim_token = NULL, claimed_by = NULL, claimed_at = NULL,
+          dispatch_releases = l.dispatch_releases + CASE WHEN $7::boolean THEN 1 ELSE 0 END`,
       contact: "'not_called'",
       actor: '$3',
       reason: '$4',

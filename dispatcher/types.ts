@@ -21,6 +21,8 @@ export interface ClaimedOperation {
   current_policy_version: string;
   claim_token: string;
   attempt: number;
+  /** How many times this operation was given back to the queue, never sent, since its reservation or review. */
+  dispatch_releases: number;
   /** Seconds from this attempt's entry into the outbox (its available_at) to the claim, by the database's clock. */
   queued_s: number;
   /** performance.now() when this worker received the claim. */
@@ -29,7 +31,7 @@ export interface ClaimedOperation {
 
 /** Where a pre-dispatch refusal happened (a metric label and the review reason's prefix). */
 export type DispatchStage =
-  'route' | 'arguments' | 'credential' | 'authorization' | 'evidence' | 'final_check' | 'provider';
+  'route' | 'arguments' | 'credential' | 'authorization' | 'evidence' | 'final_check' | 'provider' | 'database';
 
 /** A claimed operation with a fresh authorization decision, waiting for a dispatch batch to record and send it. */
 export interface DispatchItem extends Settle {

@@ -19,6 +19,9 @@
  *     is `compensating`;
  *   - for an operation reserved straight through the ledger (a trusted service, not the gate): only when
  *     `gate.direct_reservations` is `allow`.
+ * A kill switch covering the operation is answered 503 `tool_disabled` (audited `deferred`): no decision, so the
+ * dispatcher gives the operation back to the queue, where it waits for the switch to be lifted. Every answer but
+ * a 200 means "no decision": this service never denies because it could not decide.
  * A decision never outlives the approval it rests on. Every decision is audited (action `authorize`), and an
  * allow is answered only after its audit row is written: when it cannot be (a full disk, the database gone)
  * the answer is 503 `audit_unavailable`, which the dispatcher treats as a refusal (nothing is sent). A deny
@@ -154,6 +157,15 @@ export class AuthorizationService extends MtlsJsonServer {
       subjectId: request.operation_id,
       detail: { approval_id: request.approval_id, reason: verdict.reason },
     };
+    if (verdict.reason === 'kill_switch') {
+      // A kill switch is "not now", not "no": the operation waits in the queue (the claim leaves it there while
+      // the switch is engaged) and is asked about again once it is lifted. Answered as no decision.
+      await this.#parts.audit.after({ ...entry, outcome: 'deferred' });
+      return send(res, 503, {
+        error: 'tool_disabled',
+        message: 'a kill switch covers this operation; ask again once it is lifted',
+      });
+    }
     if (!verdict.allow) {
       // A deny is answered even unaudited (it cannot be refused harder); auditAfter logs and counts the loss.
       await this.#parts.audit.after(entry);

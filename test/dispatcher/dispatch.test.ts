@@ -67,6 +67,9 @@ t.test('each authorization defect: needs_review, the provider never called', asy
     const done = await settled(e.pool, r.operation_id);
     t.equal(done.status, 'needs_review', `${name}: needs_review`);
     t.equal(done.review_reason, `authorization:${code}`, `${name}: ${code}`);
+    // No decision (a 500) is not a refusal: the operation went back to the queue until the limit was spent.
+    if (code === 'authorization_unavailable') t.match(done.result_json, { releases: 8 }, `${name}: released first`);
+    else t.notOk('releases' in (done.result_json ?? {}), `${name}: a decision goes to review at once`);
     t.equal(e.provider.requestsFor(r.effect_key), 0, `${name}: provider never called`);
   }
   t.equal(e.provider.requests().length, 0);
@@ -90,6 +93,7 @@ t.test('mTLS defect: an authorizer with a server certificate from another CA', a
     const done = await settled(e.pool, r.operation_id);
     t.equal(done.status, 'needs_review', name);
     t.equal(done.review_reason, 'authorization:authorization_unavailable', name);
+    t.match(done.result_json, { releases: 8 }, `${name}: released to the queue as often as the limit allows first`);
     t.equal(e.provider.requestsFor(r.effect_key), 0);
     await d.stop();
     await bad.stop();

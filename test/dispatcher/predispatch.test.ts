@@ -1,7 +1,9 @@
 /**
  * The dispatcher's pre-dispatch refusals, each through a real Dispatcher (openDispatcher, real PostgreSQL, the
  * sandbox provider and authorizer over mTLS): the operation ends needs_review with `${stage}:${code}`, the
- * refusal is counted, and the provider never receives a POST. Each group also dispatches one unchanged
+ * refusal is counted, and the provider never receives a POST. A failure that decided nothing (no authorization
+ * decision came, the provider's TLS handshake failed) first releases the operation to the queue as often as the
+ * release limit allows, each release in its history. Each group also dispatches one unchanged
  * operation first, so a refusal cannot come from a broken environment.
  */
 import t, { type Test } from 'tap';
@@ -10,6 +12,7 @@ import { issueServerCert, SandboxAuthorizer, SandboxProvider, type PemPair } fro
 import { ctx, settled } from '../helpers/fleet.js';
 import {
   predispatchEnv,
+  PREDISPATCH_RELEASE_LIMIT,
   PREDISPATCH_TOKEN,
   type OpenedDispatcher,
   type OpenOptions,
@@ -57,18 +60,27 @@ async function expectRefused(
   code: string,
   askedAuthorizer = false,
   result: Record<string, unknown> = {},
+  releases = 0,
 ): Promise<void> {
   const postsBefore = posts(e.provider);
   await dispatchOnce(e, options, r, async (d, row) => {
     t.equal(row.status, 'needs_review', `${name}: needs_review`);
     t.equal(row.review_reason, `${stage}:${code}`, `${name}: review reason ${stage}:${code}`);
-    t.match(row.result_json, { ...result, stage, code }, `${name}: result names stage and code`);
+    t.match(
+      row.result_json,
+      { ...result, stage, code, ...(releases === 0 ? {} : { releases, release_limit: releases }) },
+      `${name}: result names stage and code`,
+    );
     t.equal(row.provider_receipt, null, `${name}: no receipt`);
     t.equal(e.provider.requestsFor(r.effect_key), 0, `${name}: no POST with this effect key`);
     t.equal(posts(e.provider), postsBefore, `${name}: no POST at all reached the provider`);
     t.equal(await d.counter(REFUSALS, { stage, code }), 1, `${name}: refusal counted as ${stage}/${code}`);
     t.equal(await d.counterTotal(REFUSALS), 1, `${name}: and no other refusal`);
-    t.equal(await d.counterTotal(OUTCOMES), 0, `${name}: no provider outcome counted`);
+    t.equal(
+      await d.counterTotal(OUTCOMES),
+      releases,
+      releases === 0 ? `${name}: no provider outcome counted` : `${name}: each release counted, nothing else`,
+    );
   });
   const asked = e.authorizer.requests().filter((a) => a.request?.operation_id === r.operation_id).length;
   if (!askedAuthorizer) t.equal(asked, 0, `${name}: refused before asking the authorizer`);
@@ -81,6 +93,10 @@ async function expectRefused(
     [
       ['pending', 'reserved'],
       ['executing', 'claimed'],
+      ...Array.from({ length: releases }, () => [
+        ['pending', `released:${code}`],
+        ['executing', 'claimed'],
+      ]).flat(),
       ['needs_review', `predispatch_refused:${stage}:${code}`],
     ],
     `${name}: history`,
@@ -222,9 +238,19 @@ t.test(
     ];
     for (const [i, [name, options, authorizer]] of cases.entries()) {
       const r = await ledger.reserve(ctx(`tls-${i}`), 'issue_refund', args);
-      await expectRefused(t, e, name, r, options, 'authorization', 'authorization_unavailable', true, {
-        transport: 'tls',
-      });
+      // No decision came: released to the queue, asked again, and in review only once the limit is spent.
+      await expectRefused(
+        t,
+        e,
+        name,
+        r,
+        options,
+        'authorization',
+        'authorization_unavailable',
+        true,
+        { transport: 'tls' },
+        PREDISPATCH_RELEASE_LIMIT,
+      );
       t.equal(
         authorizer.requests().filter((a) => a.request?.operation_id === r.operation_id).length,
         0,
@@ -258,20 +284,23 @@ t.test(
 
     for (const [i, [name, provider]] of cases.entries()) {
       const r = await ledger.reserve(ctx(`ptls-${i}`), `refund_${i}`, args);
+      // Nothing reached the provider: released to the queue, tried again, in review once the limit is spent.
       await dispatchOnce(e, { tools }, r, async (d, row) => {
         t.equal(row.status, 'needs_review', `${name}: needs_review`);
-        t.equal(row.review_reason, 'provider:provider_unreachable:tls', `${name}: not sent (tls)`);
+        t.equal(row.review_reason, 'provider:provider_unreachable', `${name}: not sent`);
+        t.match(row.result_json, { transport: 'tls', releases: PREDISPATCH_RELEASE_LIMIT }, `${name}: tls, releases`);
+        t.equal(row.provider_contact, 'not_called', `${name}: a reviewed retry is safe`);
         t.equal(provider.requests().length, 0, `${name}: the provider's HTTP layer never saw a request`);
         t.equal(
-          await d.counter(OUTCOMES, { tool: `refund_${i}`, outcome: 'needs_review' }),
-          1,
-          `${name}: counted as needs_review`,
+          await d.counter(OUTCOMES, { tool: `refund_${i}`, outcome: 'released' }),
+          PREDISPATCH_RELEASE_LIMIT,
+          `${name}: each release counted`,
         );
       });
       const ev = await e.pool.query('SELECT 1 FROM actionledger.authorization_evidence WHERE operation_id = $1', [
         r.operation_id,
       ]);
-      t.equal(ev.rowCount, 1, `${name}: authorized and evidenced before the attempt`);
+      t.equal(ev.rowCount, 1 + PREDISPATCH_RELEASE_LIMIT, `${name}: authorized and evidenced before each attempt`);
     }
   },
 );

@@ -47,6 +47,8 @@ export const VOID_PATH = '/v1/refund_voids';
 export interface DispatchEnvOptions {
   /** False: the provider applies every request, so a duplicate dispatch shows as two effects. */
   honorIdempotencyKey?: boolean;
+  /** Replaces keys of `dispatcher` in the config. */
+  dispatcher?: Record<string, unknown>;
   /** Replaces keys of `reconciler` in the config. */
   reconciler?: Record<string, unknown>;
   /** Replaces keys of the `issue_refund` tool (null deletes the key). */
@@ -81,7 +83,11 @@ export async function dispatchEnv(
     dispatcher: {
       poll_interval_ms: options.pollIntervalMs ?? 100,
       heartbeat_interval_ms: 500,
+      // A never-sent operation comes back within milliseconds, not seconds: tests see the release limit quickly.
+      release_backoff_initial_ms: 20,
+      release_backoff_max_ms: 100,
       ...kit.dispatcherConfig,
+      ...options.dispatcher,
     },
     tools: {
       issue_refund: {
@@ -289,11 +295,12 @@ export async function settled(
   review_reason: string | null;
   provider_receipt: string | null;
   result_json: Record<string, unknown> | null;
+  provider_contact: string;
 }> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const { rows } = await pool.query(
-      'SELECT status, review_reason, provider_receipt, result_json FROM actionledger.operations WHERE operation_id = $1',
+      'SELECT status, review_reason, provider_receipt, result_json, provider_contact FROM actionledger.operations WHERE operation_id = $1',
       [operationId],
     );
     const row = rows[0] as
@@ -302,6 +309,7 @@ export async function settled(
           review_reason: string | null;
           provider_receipt: string | null;
           result_json: Record<string, unknown> | null;
+          provider_contact: string;
         }
       | undefined;
     if (row !== undefined && row.status !== 'pending' && row.status !== 'executing') return row;

@@ -28,6 +28,9 @@ import { startAuthorizer, startProvider, testPki, type TestPki } from './sandbox
 
 export const PREDISPATCH_TOKEN = 'predispatch-provider-token';
 
+/** How often a never-sent operation is released to the queue before review, in these dispatchers. */
+export const PREDISPATCH_RELEASE_LIMIT = 2;
+
 /** One tool's route as written in the configuration file. */
 export type RawRoute = SandboxRoute;
 export type RawTools = Record<string, RawRoute>;
@@ -106,7 +109,16 @@ export async function predispatchEnv(t: Test): Promise<PredispatchEnv> {
   });
 
   const rawConfig = (tools: RawTools, profile = defaultProfile, tls = defaultTls) => ({
-    dispatcher: { poll_interval_ms: 100, heartbeat_interval_ms: 500, profile, tls },
+    // A never-sent attempt is released twice, quickly, before review: the refusal tests see both.
+    dispatcher: {
+      poll_interval_ms: 100,
+      heartbeat_interval_ms: 500,
+      release_limit: PREDISPATCH_RELEASE_LIMIT,
+      release_backoff_initial_ms: 20,
+      release_backoff_max_ms: 40,
+      profile,
+      tls,
+    },
     tools,
   });
   const compile = (tools: RawTools, e: NodeJS.ProcessEnv = env): Config => compileConfig(rawConfig(tools), e);
