@@ -34,10 +34,19 @@ export class WorkerSet {
   #quickDeaths = 0;
   #timers = new Set<NodeJS.Timeout>();
 
-  constructor(options: { env: Record<string, string>; log: Logger; canFork: () => boolean }) {
+  readonly #onExit: (pid: number) => void;
+
+  /** `onExit` hears every worker's exit, stopping or not (the orphan watch reconciles what it left at once). */
+  constructor(options: {
+    env: Record<string, string>;
+    log: Logger;
+    canFork: () => boolean;
+    onExit?: (pid: number) => void;
+  }) {
     this.#env = options.env;
     this.#log = options.log;
     this.#canFork = options.canFork;
+    this.#onExit = options.onExit ?? (() => undefined);
   }
 
   start(n: number): void {
@@ -57,6 +66,7 @@ export class WorkerSet {
     if (w.process.pid !== undefined) this.pids.push(w.process.pid);
     w.on('exit', (code, signal) => {
       this.#children.delete(w);
+      if (w.process.pid !== undefined) this.#onExit(w.process.pid);
       if (this.#stopping) {
         this.#stopped.total++;
         if (code === 0 && signal === null) this.#stopped.clean++;

@@ -28,4 +28,5 @@ export {
 export { openReconciler, openReview, type PassSummary, type ReconcileKit, type ReviewKit } from './open.js';
 export { ReconcileMetrics } from './metrics.js';
 export { ReviewPolicyRunner, policyStates, type PolicyRunSummary, type PolicyState } from './review-policy.js';
+export { OrphanWatch, type OrphanWatchOptions } from './orphan-watch.js';
 export { readFleetHealth, SILENT_WORKER_WINDOW_S } from './health.js';

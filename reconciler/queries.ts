@@ -47,6 +47,22 @@ export const reconcilerQueries = {
      ORDER BY l.updated_at
      LIMIT $2)`,
 
+  /** Whether any `executing` claim is orphaned now (see ORPHANED; $1 the orphan threshold, ms): the orphan watch's check. */
+  orphansWaiting: `
+    SELECT EXISTS (
+      SELECT 1 FROM @schema.operations l
+      LEFT JOIN @schema.workers w ON w.worker_id = l.claimed_by
+      WHERE l.status = 'executing' AND ${ORPHANED}) AS found`,
+
+  /**
+   * Marks the workers of host $1 with pids $2 stopped (their process exited: the fleet's parent saw it), so the
+   * claims they held are orphaned at once rather than once their heartbeat lapses. A worker already marked keeps
+   * its time.
+   */
+  workersExited: `
+    UPDATE @schema.workers SET stopped_at = now()
+    WHERE host = $1 AND pid = ANY($2::int[]) AND stopped_at IS NULL`,
+
   /**
    * Locks one candidate if it is still what the pass saw and still eligible (ORPHANED read again, under the
    * lock, against the worker's latest heartbeat and listing), skipping a row someone holds (a dispatcher inside
@@ -54,7 +70,8 @@ export const reconcilerQueries = {
    */
   lockCandidate: `
     SELECT l.operation_id, l.status, l.claim_token, l.claimed_by, l.attempt, l.effect_key, l.tool_name,
-           l.provider_id, l.tenant_id, l.canonical_args_sha256, l.reconcile_attempts, l.result_json
+           l.provider_id, l.tenant_id, l.canonical_args_sha256, l.reconcile_attempts, l.result_json,
+           l.dispatch_releases
     FROM @schema.operations l
     LEFT JOIN @schema.workers w ON w.worker_id = l.claimed_by
     WHERE l.operation_id = $2 AND l.status = $3 AND l.claim_token IS NOT DISTINCT FROM $4::uuid
@@ -71,6 +88,41 @@ export const reconcilerQueries = {
     UPDATE @schema.operations
     SET next_reconcile_at = now() + make_interval(secs => $4::float8 / 1000)
     WHERE operation_id = $1 AND status = $2 AND status = 'unknown' AND claim_token IS NOT DISTINCT FROM $3::uuid`,
+
+  /**
+   * Whether the worker that held claim $2 of operation $1 recorded its evidence. The dispatcher sends a request
+   * only after its evidence under the claim has committed, and the evidence statement locks the operation row
+   * (SKIP LOCKED), as the reconciler does before asking: under the reconciler's lock, no evidence means no request
+   * of that claim ever left, and none can any more (the evidence, the dispatch batch's row locks and every
+   * outcome are fenced on the claim this pass is about to end).
+   */
+  evidenceExists: `
+    SELECT EXISTS (SELECT 1 FROM @schema.authorization_evidence WHERE operation_id = $1 AND claim_token = $2) AS found`,
+
+  /**
+   * An orphaned claim that never sent anything, back to the queue: executing -> pending under the same attempt
+   * and effect key, its outbox row re-inserted available after $4 ms, counted in `dispatch_releases`. Fenced on
+   * the claim read under the lock. $1 id, $2 claim, $3 actor, $5 detail.
+   */
+  orphanRelease: `
+    WITH ${transitionCte({
+      name: 'released',
+      input: '(SELECT $1::uuid AS operation_id) i',
+      from: "'executing'",
+      to: "'pending'",
+      fence: 'l.claim_token = $2',
+      set: `claim_token = NULL, claimed_by = NULL, claimed_at = NULL, dispatch_releases = l.dispatch_releases + 1`,
+      contact: "'not_called'",
+      actor: '$3',
+      reason: "'released:worker_lost'",
+      detail: '$5::jsonb',
+      returning: 'l.attempt',
+    })}, queued AS (
+      INSERT INTO @schema.outbox (operation_id, attempt, available_at)
+      SELECT operation_id, attempt, now() + make_interval(secs => $4::float8 / 1000) FROM released
+      ON CONFLICT (operation_id, attempt) DO UPDATE SET available_at = excluded.available_at
+    )
+    SELECT count(*)::int AS n FROM released`,
 
   checkInsert: `
     INSERT INTO @schema.reconciliation_checks (operation_id, attempt, from_status, outcome, actor, detail)
@@ -165,7 +217,7 @@ export const reviewQueries = {
       to: "'pending'",
       fence: 'l.review_reason = $2',
       set: `attempt = attempt + 1, claim_token = NULL, claimed_by = NULL, claimed_at = NULL,
-          review_reason = NULL, reconcile_attempts = 0, next_reconcile_at = NULL,
+          review_reason = NULL, reconcile_attempts = 0, next_reconcile_at = NULL, dispatch_releases = 0,
           current_approval_id = coalesce($3, current_approval_id),
           current_policy_version = coalesce($4, current_policy_version)`,
       actor: '$5',

@@ -1,7 +1,9 @@
 /**
  * The reconciler: resolves what the dispatcher could not know. It works on `unknown` operations whose next
  * check is due and on orphaned `executing` ones (their worker stopped heartbeating, stopped, or is unknown:
- * the claim's age alone never decides, and a live worker's claims are never touched).
+ * the claim's age alone never decides, and a live worker's claims are never touched). An orphaned claim with
+ * no authorization evidence under it never sent its request: it goes back to the queue (`released:worker_lost`,
+ * counted against the tool's release limit) without a readback.
  *
  * Each candidate is handled in its own transaction that locks the row (SKIP LOCKED: a dispatcher inside its
  * provider call holds that lock, so does another pass), reads the provider back by effect key, and writes
@@ -28,6 +30,7 @@ import type { DispatchProfile } from '../core/profile.js';
 import type { ReconcileMetrics } from './metrics.js';
 import { reconcilerQueries } from './queries.js';
 import { readback, readbackUrl, type Readback } from './readback.js';
+import { releaseDelayMs } from '../core/retry.js';
 
 export interface ReconcilerOptions {
   config: Config;
@@ -41,30 +44,32 @@ export interface ReconcilerOptions {
   actor: string;
   /** Fault-injection crash points (armed only by environment; see core/crash-points.ts). */
   crash?: CrashPoints;
+  /** Review policies (reconciler/review-policy.ts), run at the end of every pass inside the pass lock. */
+  reviewPolicies?: { run(signal?: AbortSignal): Promise<{ retried: number }> };
 }
 
 export interface ReconcileSummary {
-  /** Review policies (reconciler/review-policy.ts), run at the end of every pass inside the pass lock. */
-  reviewPolicies?: { run(signal?: AbortSignal): Promise<{ retried: number }> };
   /** False when another pass held the lock: nothing was examined. */
   ran: boolean;
   examined: number;
   succeeded: number;
   still_unknown: number;
   escalated: number;
+  /** Orphaned claims that never sent their request, given back to the queue. */
+  released: number;
   /** Candidates that changed or were locked by someone else before this pass got to them. */
   skipped: number;
   /** Readbacks that got no answer or a failing one. */
   provider_errors: number;
   /** Operations whose reconciliation failed unexpectedly (logged with their ids; retried after a backoff). */
   errors: number;
+  /** Operations in review a review policy sent back to pending (reconciler/review-policy.ts). */
+  policy_retried: number;
 }
 
 type Candidate = { operation_id: string; status: 'unknown' | 'executing'; claim_token: string | null };
 type Locked = Candidate & {
   claimed_by: string | null;
-  /** Operations in review a review policy sent back to pending (reconciler/review-policy.ts). */
-  policy_retried: number;
   attempt: number;
   effect_key: string;
   tool_name: string;
@@ -72,6 +77,7 @@ type Locked = Candidate & {
   tenant_id: string;
   canonical_args_sha256: string;
   reconcile_attempts: number;
+  dispatch_releases: number;
 };
 
 export class Reconciler {
@@ -101,9 +107,11 @@ export class Reconciler {
       succeeded: 0,
       still_unknown: 0,
       escalated: 0,
+      released: 0,
       skipped: 0,
       provider_errors: 0,
       errors: 0,
+      policy_retried: 0,
     };
     const lockClient = await this.#o.pool.connect();
     let broken: Error | undefined;
@@ -111,7 +119,6 @@ export class Reconciler {
       const { rows } = await lockClient.query<{ locked: boolean }>(this.#q.passLock, [this.lockName]);
       if (rows[0]?.locked !== true) return summary;
       summary.ran = true;
-      policy_retried: 0,
       try {
         const r = this.#o.config.reconciler;
         const { rows: candidates } = await this.#o.pool.query<Candidate>(this.#q.candidates, [
@@ -144,6 +151,10 @@ export class Reconciler {
           }
         };
         await Promise.all(Array.from({ length: Math.min(r.concurrency, candidates.length) }, lane));
+        // Review policies: reviewed retries a person authorized ahead of time, applied after the readbacks, so an
+        // operation this pass found to have no effect is retried now, not a pass later (reconciler/review-policy.ts).
+        if (signal?.aborted !== true && this.#o.reviewPolicies !== undefined)
+          summary.policy_retried = (await this.#o.reviewPolicies.run(signal)).retried;
         if (signal?.aborted !== true) await whileLocked?.();
       } finally {
         await lockClient.query(this.#q.passUnlock, [this.lockName]);
@@ -151,10 +162,6 @@ export class Reconciler {
       return summary;
     } catch (err) {
       broken = err as Error;
-        // Review policies: reviewed retries a person authorized ahead of time, applied after the readbacks, so an
-        // operation this pass found to have no effect is retried now, not a pass later (reconciler/review-policy.ts).
-        if (signal?.aborted !== true && this.#o.reviewPolicies !== undefined)
-          summary.policy_retried = (await this.#o.reviewPolicies.run(signal)).retried;
       throw err;
     } finally {
       lockClient.release(broken);
@@ -179,6 +186,21 @@ export class Reconciler {
         return;
       }
       summary.examined++;
+      if (op.status === 'executing' && op.claim_token !== null) {
+        const released = await this.#releaseUnsent(client, op);
+        if (released !== null) {
+          await client.query('COMMIT');
+          this.#o.crash?.reach('reconcile_after_commit');
+          this.#o.metrics.transitions.inc({ from: op.status, to: released });
+          if (released === 'pending') summary.released++;
+          else summary.escalated++;
+          this.#o.log.info(
+            { operation_id: op.operation_id, tool: op.tool_name, tenant: op.tenant_id, from: op.status, to: released },
+            'reconciled an orphaned claim that never sent its request',
+          );
+          return;
+        }
+      }
       const result = await this.#readback(op);
       this.#o.metrics.checks.inc({
         provider: op.provider_id,
@@ -211,6 +233,54 @@ export class Reconciler {
     } finally {
       client.release(broken);
     }
+  }
+
+  /**
+   * An orphaned claim with no evidence under it never sent a request and never will (see `evidenceExists`): it
+   * goes back to the queue after the dispatcher's release backoff, counted, or to review (`worker:worker_lost`,
+   * provider not called, so a reviewed retry is safe) once the operation has been released as often as its
+   * tool's limit allows; an operation that kills every worker that takes it ends there. Returns the state it
+   * moved to, or null when the claim has evidence (a request may have left: the caller reads the provider back).
+   */
+  async #releaseUnsent(client: PoolClient, op: Locked): Promise<'pending' | 'needs_review' | null> {
+    const q = this.#q;
+    const { rows } = await client.query<{ found: boolean }>(q.evidenceExists, [op.operation_id, op.claim_token]);
+    if (rows[0]?.found !== false) return null;
+    const d = this.#o.config.dispatcher;
+    const limit = this.#o.config.tools.get(op.tool_name)?.releaseLimit ?? d.releaseLimit;
+    const detail = {
+      orphaned_from: op.claimed_by,
+      claim_token: op.claim_token,
+      sent: false,
+      provider_called: false,
+      evidence: false,
+      releases: op.dispatch_releases + 1,
+      release_limit: limit,
+    };
+    if (op.dispatch_releases >= limit) {
+      const { rows: done } = await client.query<{ n: number }>(q.resolve, [
+        op.operation_id,
+        op.status,
+        op.claim_token,
+        'needs_review',
+        null,
+        'worker:worker_lost',
+        this.#o.actor,
+        'predispatch_refused:worker:worker_lost',
+        JSON.stringify({ ...detail, releases: op.dispatch_releases }),
+        'not_called',
+      ]);
+      return done[0]?.n === 1 ? 'needs_review' : null;
+    }
+    const delay = releaseDelayMs(op.dispatch_releases, d);
+    const { rows: done } = await client.query<{ n: number }>(q.orphanRelease, [
+      op.operation_id,
+      op.claim_token,
+      this.#o.actor,
+      delay,
+      JSON.stringify({ ...detail, available_in_ms: delay }),
+    ]);
+    return done[0]?.n === 1 ? 'pending' : null;
   }
 
   async #readback(op: Locked): Promise<Readback & { contract?: 'none' | 'route_changed' }> {

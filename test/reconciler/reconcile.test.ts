@@ -196,8 +196,9 @@ t.test(
     t.equal(readbacks(e, slow.effect_key), 0, 'not even read back');
     t.equal((await settled(e.pool, slow.operation_id)).status, 'succeeded', 'the worker finishes it');
 
-    // 2. The worker is recorded stopped while it still holds a claim: the reconciler wins, the worker's fenced
-    //    evidence write then changes nothing and it sends nothing.
+    // 2. The worker is recorded stopped while it still holds a claim it has recorded no evidence under: the
+    //    reconciler wins and gives the operation back to the queue without a readback (no request of that claim
+    //    left); the worker's fenced evidence write then changes nothing and it sends nothing under that claim.
     //    Its authorization is answered only after the pass: the pass cannot lose the row to the worker.
     let answer!: () => void;
     const answered = new Promise<void>((resolve) => (answer = resolve));
@@ -217,13 +218,23 @@ t.test(
     const won = await kit.pass();
     answer();
     e.authorizer.decide = decide;
-    t.equal(won.reconcile.escalated, 1);
-    t.match(await row(e, late.operation_id), { status: 'needs_review', review_reason: 'no_effect_confirmed' });
-    await new Promise((r) => setTimeout(r, 2500));
-    t.equal(e.provider.requestsFor(late.effect_key), 0, 'the late worker sent nothing');
+    t.equal(won.reconcile.released, 1, 'released, not escalated');
+    t.equal(won.reconcile.escalated, 0);
+    t.equal(readbacks(e, late.effect_key), 0, 'no readback: nothing of that claim was sent');
     const h = await history(e, late.operation_id);
-    t.equal(h.filter((x) => x.from_status === 'executing').length, 1, 'exactly one transition out of executing');
-    t.match(await row(e, late.operation_id), { status: 'needs_review' }, 'and the worker did not overwrite it');
+    const release = h.find((x) => x.from_status === 'executing');
+    t.match(release, { to_status: 'pending', reason: 'released:worker_lost' });
+    // The operation is claimed again after its backoff and sent once, under the new claim only.
+    t.equal((await settled(e.pool, late.operation_id)).status, 'succeeded');
+    t.equal(e.provider.requestsFor(late.effect_key), 1, 'one request, under the new claim');
+    const { rows: evidence } = await e.pool.query<{ claim_token: string }>(
+      'SELECT claim_token FROM actionledger.authorization_evidence WHERE operation_id = $1',
+      [late.operation_id],
+    );
+    t.notOk(
+      evidence.some((x) => x.claim_token === (release?.detail as { claim_token?: string } | null)?.claim_token),
+      'the late worker recorded no evidence under the claim the reconciler ended',
+    );
 
     // 3. A worker inside its provider call holds the row lock: the reconciler skips it and the worker wins.
     const inCall = await e.ledger.reserve(ctx('in-call'), 'issue_refund', {
