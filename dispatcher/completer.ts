@@ -138,7 +138,15 @@ export class Completer {
     // Nothing announces the moment it can be claimed again: this worker claims then (or its poll does first).
     if (n === 1) setTimeout(() => this.#ctx.wake(), delay + RELEASE_WAKE_MARGIN_MS).unref();
     o.log.warn(
-      { operation_id: op.operation_id, stage, code, sqlstate, released: n === 1, releases: detail.releases, delay_ms: delay },
+      {
+        operation_id: op.operation_id,
+        stage,
+        code,
+        sqlstate,
+        released: n === 1,
+        releases: detail.releases,
+        delay_ms: delay,
+      },
       'claim released, never sent; the provider was not called',
     );
   }
@@ -189,9 +197,13 @@ export class Completer {
    */
   async settleUnsent(item: DispatchItem, outcome: Outcome): Promise<void> {
     try {
-      const err = new ActionLedgerError('provider_unreachable', 'the provider connection failed before any byte was sent', {
-        details: outcome.result,
-      });
+      const err = new ActionLedgerError(
+        'provider_unreachable',
+        'the provider connection failed before any byte was sent',
+        {
+          details: outcome.result,
+        },
+      );
       await this.release(item.op, 'provider', 'provider_unreachable', err);
       item.resolve();
     } catch (e) {
@@ -205,8 +217,7 @@ export class Completer {
       if (refusal.code === 'claim_lost') this.lost(item.op, 'evidence');
       // A decision that aged past its window before its evidence was recorded (by the database clock) says
       // nothing against the operation: ask again later.
-      else if (refusal.code === 'authorization_stale')
-        await this.release(item.op, 'evidence', refusal.code, refusal);
+      else if (refusal.code === 'authorization_stale') await this.release(item.op, 'evidence', refusal.code, refusal);
       else await this.refuse(item.op, 'evidence', refusal.code, refusal);
       item.resolve();
     } catch (err) {
@@ -336,4 +347,3 @@ export function reviewReason(o: Outcome): string | null {
 export function providerContact(o: Outcome): ProviderContact {
   return o.code === 'provider_unreachable' ? 'not_called' : 'maybe_called';
 }
-

@@ -217,7 +217,8 @@ export class DispatchBatch {
     const unsent: Written[] = [];
     go.forEach((item, n) => {
       const s = sends[n]!;
-      if (s.status === 'fulfilled') (s.value.code === 'provider_unreachable' ? unsent : written).push({ item, outcome: s.value });
+      if (s.status === 'fulfilled')
+        (s.value.code === 'provider_unreachable' ? unsent : written).push({ item, outcome: s.value });
     });
     // Key order: the history and gate triggers these writes fire then touch shared rows in one order everywhere.
     written.sort((a, b) => (a.item.op.operation_id < b.item.op.operation_id ? -1 : 1));

@@ -70,12 +70,10 @@ export class OrphanWatch {
    */
   workerExited(pid: number): void {
     if (!this.#running) return;
-    this.#o.pool
-      .query(this.#q.workersExited, [hostname(), [pid]])
-      .then(
-        () => this.poke(),
-        (err: unknown) => this.#failures.fail(err, { worker_pid: pid }),
-      );
+    this.#o.pool.query(this.#q.workersExited, [hostname(), [pid]]).then(
+      () => this.poke(),
+      (err: unknown) => this.#failures.fail(err, { worker_pid: pid }),
+    );
   }
 
   /** No more checks; waits for a check or pass in progress. Safe before start and safe to repeat. */
