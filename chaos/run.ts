@@ -38,7 +38,7 @@ import type { ProviderContact } from '../ledger/index.js';
 import { openReconciler, retryIsSafe } from '../reconciler/index.js';
 import { startDispatchKit } from '../sandbox/kit.js';
 import { checkInvariants } from './checker.js';
-import { FaultPlan } from './faults.js';
+import { DELIBERATE_REVIEW_REASONS, FaultPlan } from './faults.js';
 import { AGENT, GateFaults } from './gate-faults.js';
 import { reconcileRuns, type ReconcileRunStats } from './reconcile-runs.js';
 import { Rng } from './rng.js';
@@ -147,8 +147,23 @@ async function main(): Promise<number> {
       heartbeat_interval_ms: 300,
       batch_size: 8,
       shutdown_deadline_ms: 5000,
+      // Released claims come back within seconds: the run is minutes long, not hours.
+      release_backoff_initial_ms: 200,
+      release_backoff_max_ms: 3000,
       ...sandbox.dispatcherConfig,
     },
+    // A reviewed retry given ahead of time: what the provider's readback proves it never applied is dispatched
+    // again, with a fresh authorization, as a person would retry it (the reconcile runs apply it).
+    review_policies: [
+      {
+        name: 'chaos-retry-no-effect',
+        tools: ['issue_refund'],
+        reasons: ['no_effect_confirmed'],
+        max_retries: 3,
+        authorized_by: 'chaos-operator',
+        authorized_at: '2026-12-04',
+      },
+    ],
     reconciler: {
       orphan_after_ms: 1500,
       backoff_initial_ms: 100,
@@ -350,10 +365,25 @@ async function main(): Promise<number> {
   const kit = await openReconciler(runtime, { ...baseEnv, DATABASE_URL: url });
   await reconcileUntilStable(kit, count, deadline);
   const { rows: before } = await pool.query<{ state: string; n: number }>(
-    `SELECT CASE WHEN status = 'needs_review' THEN 'needs_review (' || split_part(review_reason, ':', 1) || ')' ELSE status END AS state, count(*)::int AS n
+    `SELECT CASE WHEN status = 'needs_review' THEN 'needs_review (' || review_reason || ')' ELSE status END AS state, count(*)::int AS n
      FROM actionledger.operations GROUP BY 1 ORDER BY 1`,
   );
-  say(`after the fault phase and reconciliation: ${before.map((r) => `${r.state} ${r.n}`).join(', ')}`);
+  // Review caused on purpose (a denial, a stale decision, a revoked role) is labelled; the rest is what
+  // self-healing should have kept from a person.
+  const deliberate = (state: string): boolean => DELIBERATE_REVIEW_REASONS.some((r) => state === `needs_review (${r})`);
+  say(
+    `after the fault phase and reconciliation: ${before
+      .map((r) => `${r.state}${deliberate(r.state) ? ' deliberate' : ''} ${r.n}`)
+      .join(', ')}`,
+  );
+  const inReview = before.filter((r) => r.state.startsWith('needs_review'));
+  const reviewDeliberate = inReview.filter((r) => deliberate(r.state)).reduce((a, r) => a + r.n, 0);
+  const reviewOther = inReview.filter((r) => !deliberate(r.state)).reduce((a, r) => a + r.n, 0);
+  const total = before.reduce((a, r) => a + r.n, 0);
+  const pct = (n: number): string => `${((100 * n) / Math.max(1, total)).toFixed(2)}%`;
+  say(
+    `in review: ${reviewDeliberate} deliberate (${pct(reviewDeliberate)}), ${reviewOther} not deliberate (${pct(reviewOther)}) of ${total} operations`,
+  );
   const { rows: review } = await pool.query<{
     operation_id: string;
     effect_key: string;
@@ -369,12 +399,17 @@ async function main(): Promise<number> {
     await kit.review.retry(r.operation_id, { actor: 'chaos-reviewer', reason: `retry after ${r.review_reason}` });
     retried++;
   }
-  for (let i = 0; i < W; i++) spawnWorker(false);
-  while ((await waiting()) > 0 && Date.now() < deadline) await sleep(250);
-  await stopAll(live);
-  await reconcileUntilStable(kit, count, deadline);
+  // Drain, then reconcile; a pass may send work back to the queue (a review policy's retry of what a readback
+  // proved never applied), so drain again until a pass leaves nothing pending.
+  for (;;) {
+    for (let i = 0; i < W; i++) spawnWorker(false);
+    while ((await waiting()) > 0 && Date.now() < deadline) await sleep(250);
+    await stopAll(live);
+    await reconcileUntilStable(kit, count, deadline);
+    if ((await waiting()) === 0 || Date.now() > deadline) break;
+  }
   phase = 'done';
-  say(`reviewer retried ${retried} operations that never reached the provider`);
+  say(`reviewer retried ${retried} operations that provably had no effect`);
 
   const result = await checkInvariants({
     pool,

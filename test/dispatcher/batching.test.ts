@@ -75,8 +75,20 @@ t.test('operations in flight together share batches, and each is sent exactly on
   t.equal(ev.rows[0]?.n, 24, 'one evidence row each');
 });
 
+/** The history rows of `id` that moved it out of `executing`, with their reason and detail. */
+async function releases(
+  pool: Pool,
+  id: string,
+): Promise<{ to_status: string; reason: string; detail: Record<string, unknown> }[]> {
+  const { rows } = await pool.query<{ to_status: string; reason: string; detail: Record<string, unknown> }>(
+    "SELECT to_status, reason, detail FROM actionledger.operation_history WHERE operation_id = $1 AND from_status = 'executing' ORDER BY id",
+    [id],
+  );
+  return rows;
+}
+
 t.test(
-  'a batch-mate whose policy rotated after its evidence was recorded is refused at the final check; the others are sent',
+  'a batch-mate whose policy rotated after its evidence was recorded is stopped at the final check and asked about afresh; the others are sent',
   async (t) => {
     const e = await dispatchEnv(t, ROOMY);
     // Rotates the policy of the marked operations inside the very statement that records their evidence: the
@@ -100,9 +112,25 @@ t.test(
     for (const r of reserved) {
       const done = await settled(e.pool, r.operation_id);
       if (rotated.includes(r)) {
-        t.equal(done.status, 'needs_review', 'rotated: needs_review');
-        t.equal(done.review_reason, 'final_check:authorization_stale', 'rotated: refused at the final check');
-        t.equal(e.provider.requestsFor(r.effect_key), 0, 'rotated: never sent');
+        // Its first decision was for the old policy: stopped at the final check and given back to the queue, then
+        // authorized afresh under the new policy (the sandbox authorizer allows it) and sent once.
+        const out = await releases(e.pool, r.operation_id);
+        t.match(out[0], {
+          to_status: 'pending',
+          reason: 'released:authorization_stale',
+          detail: { stage: 'final_check' },
+        });
+        t.equal(done.status, 'succeeded', 'rotated: sent under a fresh decision');
+        t.equal(e.provider.requestsFor(r.effect_key), 1, 'rotated: sent once');
+        const { rows: ev } = await e.pool.query<{ policy_version: string }>(
+          'SELECT policy_version FROM actionledger.authorization_evidence WHERE operation_id = $1 ORDER BY recorded_at',
+          [r.operation_id],
+        );
+        t.same(
+          ev.map((x) => x.policy_version),
+          ['policy-1', 'policy-2'],
+          'rotated: the send rests on a decision for the new policy',
+        );
       } else {
         t.equal(done.status, 'succeeded', 'unchanged: succeeded');
         t.equal(e.provider.requestsFor(r.effect_key), 1, 'unchanged: sent once');
@@ -259,10 +287,16 @@ t.test(
     await new Promise((r) => setTimeout(r, 200));
     first.release();
     await untilSent(e, hanging.effect_key);
-    const done = await settled(e.pool, stale.operation_id);
-    t.equal(done.status, 'needs_review');
-    t.equal(done.review_reason, 'evidence:authorization_stale', 'refused at its evidence');
-    t.equal(e.provider.requestsFor(stale.effect_key), 0, 'never sent');
+    // Its decision was for the old policy: refused at its evidence and given back to the queue at once.
+    const deadline2 = Date.now() + 10_000;
+    while ((await releases(e.pool, stale.operation_id)).length === 0 && Date.now() < deadline2)
+      await new Promise((r) => setTimeout(r, 10));
+    t.match((await releases(e.pool, stale.operation_id))[0], {
+      to_status: 'pending',
+      reason: 'released:authorization_stale',
+      detail: { stage: 'evidence' },
+    });
+    t.equal(e.provider.requestsFor(stale.effect_key), 0, 'never sent under that decision');
     t.equal(
       await statusOf(e.pool, hanging.operation_id),
       'executing',
@@ -410,22 +444,36 @@ t.test(
   },
 );
 
-t.test('a kill switch engaged after the decision was recorded stops the send at the final check', async (t) => {
-  const e = await dispatchEnv(t);
-  const op = await e.ledger.reserve(ctx('ks'), 'issue_refund', args(7));
-  await e.pool.query(`
+t.test(
+  'a kill switch engaged after the decision was recorded stops the send at the final check; the operation waits in the queue',
+  async (t) => {
+    const e = await dispatchEnv(t);
+    const op = await e.ledger.reserve(ctx('ks'), 'issue_refund', args(7));
+    await e.pool.query(`
     CREATE FUNCTION public.kill_after_evidence() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
       INSERT INTO actionledger.gate_kill_switches (tenant_id, tool_name, engaged_by, reason) VALUES ('tenant-a', '*', 'oncall', 'incident') ON CONFLICT DO NOTHING;
       RETURN NEW;
     END $$;
     CREATE TRIGGER kill_after_evidence AFTER INSERT ON actionledger.authorization_evidence FOR EACH ROW EXECUTE FUNCTION public.kill_after_evidence();`);
-  await e.dispatcher(2);
-  const done = await settled(e.pool, op.operation_id);
-  t.equal(done.status, 'needs_review');
-  t.equal(done.review_reason, 'final_check:tool_disabled');
-  t.equal(e.provider.requestsFor(op.effect_key), 0, 'nothing sent under an engaged kill switch');
-});
+    await e.dispatcher(2);
+    const deadline = Date.now() + 10_000;
+    while ((await releases(e.pool, op.operation_id)).length === 0 && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 20));
+    t.match(await releases(e.pool, op.operation_id), [
+      { to_status: 'pending', reason: 'released:tool_disabled', detail: { stage: 'final_check', releases: 0 } },
+    ]);
+    // Held in the queue while the switch is engaged: never claimed, never sent, never in review.
+    await new Promise((r) => setTimeout(r, 1500));
+    t.equal(await statusOf(e.pool, op.operation_id), 'pending', 'waits in the queue');
+    t.equal(e.provider.requestsFor(op.effect_key), 0, 'nothing sent under an engaged kill switch');
+    await e.pool.query('DROP TRIGGER kill_after_evidence ON actionledger.authorization_evidence');
+    await e.pool.query('DELETE FROM actionledger.gate_kill_switches');
+    await e.ledger.wake();
+    t.equal((await settled(e.pool, op.operation_id)).status, 'succeeded', 'dispatched once the switch is lifted');
+    t.equal(e.provider.requestsFor(op.effect_key), 1, 'sent once');
+  },
+);
 
 t.test(
   'engaging a kill switch takes effect at once, then waits for the requests already at the provider',
