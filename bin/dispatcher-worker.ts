@@ -8,6 +8,7 @@ import { loadConfig } from '../core/config.js';
 import { asActionLedgerError } from '../core/errors.js';
 import { openRuntime, type Runtime } from '../core/runtime.js';
 import { dispatcherPoolFloor, openDispatcher } from '../dispatcher/index.js';
+import { WORKER_ID_MESSAGE } from './workers.js';
 import { AuditWriter } from '../gate/index.js';
 import { NotificationDelivery } from '../notifier/index.js';
 import { printRefusal } from './cli-util.js';
@@ -67,6 +68,9 @@ export async function runWorker(env: NodeJS.ProcessEnv, concurrency: number | un
       // The constructor installs the IPC listener that answers the parent's metrics requests.
       new AggregatorRegistry();
       AggregatorRegistry.setRegistries([rt.metrics.registry]);
+      // The parent marks this worker stopped the moment it sees the process exit (so its claims are reconciled
+      // at once): by its id, told before it can claim anything, never by a pid another process may hold.
+      process.send?.({ type: WORKER_ID_MESSAGE, workerId: dispatcher.workerId });
     }
     // Notifications ride in the same worker processes: their delivery loop claims from its own outbox.
     const notifier = new NotificationDelivery({

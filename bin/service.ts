@@ -104,7 +104,7 @@ class Service {
   };
   readonly #stops: Stop[] = [];
   #runtime: Runtime | undefined;
-  #orphanWatch: { workerExited(pid: number): void } | undefined;
+  #orphanWatch: { workerExited(workerId: string): void } | undefined;
   #failure: ActionLedgerError | null = null;
   #startError: unknown;
   #stopReason: string | null = null;
@@ -356,7 +356,7 @@ class Service {
       env: { ...sandboxEnv, ACTIONLEDGER_WORKER_DATABASE_URL: rt.databaseUrl },
       log: rt.log,
       canFork: () => (rt.embedded?.state ?? 'running') === 'running',
-      onExit: (pid) => this.#orphanWatch?.workerExited(pid),
+      onExit: (workerId) => this.#orphanWatch?.workerExited(workerId),
     });
     this.#fleet.workers = set;
     this.#stops.push({

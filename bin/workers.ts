@@ -10,6 +10,9 @@
 import cluster, { type Worker } from 'node:cluster';
 import type { Logger } from '../core/log.js';
 
+/** The IPC message a worker sends its parent with its dispatcher id, before it claims anything. */
+export const WORKER_ID_MESSAGE = 'actionledger:worker-id';
+
 const REPLACE_AFTER_MS = 1000;
 const REPLACE_MAX_MS = 30_000;
 const SHORT_LIFE_MS = 30_000;
@@ -34,14 +37,19 @@ export class WorkerSet {
   #quickDeaths = 0;
   #timers = new Set<NodeJS.Timeout>();
 
-  readonly #onExit: (pid: number) => void;
+  readonly #onExit: (workerId: string) => void;
+  /** The dispatcher id each worker process told this parent (WORKER_ID_MESSAGE). */
+  readonly #ids = new Map<Worker, string>();
 
-  /** `onExit` hears every worker's exit, stopping or not (the orphan watch reconciles what it left at once). */
+  /**
+   * `onExit` hears every worker's exit, stopping or not, with the dispatcher id the worker told (a worker that
+   * died before telling it had claimed nothing): the orphan watch reconciles what it left at once.
+   */
   constructor(options: {
     env: Record<string, string>;
     log: Logger;
     canFork: () => boolean;
-    onExit?: (pid: number) => void;
+    onExit?: (workerId: string) => void;
   }) {
     this.#env = options.env;
     this.#log = options.log;
@@ -64,9 +72,15 @@ export class WorkerSet {
     const started = Date.now();
     this.#children.set(w, started);
     if (w.process.pid !== undefined) this.pids.push(w.process.pid);
+    w.on('message', (m: unknown) => {
+      const msg = m as { type?: unknown; workerId?: unknown } | null;
+      if (msg?.type === WORKER_ID_MESSAGE && typeof msg.workerId === 'string') this.#ids.set(w, msg.workerId);
+    });
     w.on('exit', (code, signal) => {
       this.#children.delete(w);
-      if (w.process.pid !== undefined) this.#onExit(w.process.pid);
+      const id = this.#ids.get(w);
+      this.#ids.delete(w);
+      if (id !== undefined) this.#onExit(id);
       if (this.#stopping) {
         this.#stopped.total++;
         if (code === 0 && signal === null) this.#stopped.clean++;

@@ -17,7 +17,6 @@
  * progress) -> stopped. stop() is safe before start() and safe to repeat; start() on a running watch does
  * nothing.
  */
-import { hostname } from 'node:os';
 import type { Config } from '../core/config.js';
 import { bindQueries, type Pool } from '../core/db.js';
 import { RepeatedFailureLog, type Logger } from '../core/log.js';
@@ -65,14 +64,14 @@ export class OrphanWatch {
   }
 
   /**
-   * A worker process of this host exited (its parent saw it): marks it stopped, so its claims are orphaned now,
-   * and looks for them. A failure to mark it is logged; its heartbeat's lapse orphans the claims later.
+   * A worker process exited (its parent saw it): marks its dispatcher (by id) stopped, so its claims are orphaned
+   * now, and looks for them. A failure to mark it is logged; its heartbeat's lapse orphans the claims later.
    */
-  workerExited(pid: number): void {
+  workerExited(workerId: string): void {
     if (!this.#running) return;
-    this.#o.pool.query(this.#q.workersExited, [hostname(), [pid]]).then(
+    this.#o.pool.query(this.#q.workerExited, [workerId]).then(
       () => this.poke(),
-      (err: unknown) => this.#failures.fail(err, { worker_pid: pid }),
+      (err: unknown) => this.#failures.fail(err, { worker_id: workerId }),
     );
   }
 

@@ -55,13 +55,11 @@ export const reconcilerQueries = {
       WHERE l.status = 'executing' AND ${ORPHANED}) AS found`,
 
   /**
-   * Marks the workers of host $1 with pids $2 stopped (their process exited: the fleet's parent saw it), so the
-   * claims they held are orphaned at once rather than once their heartbeat lapses. A worker already marked keeps
-   * its time.
+   * Marks worker $1 stopped (its process exited: the fleet's parent saw it), so the claims it held are orphaned at
+   * once rather than once its heartbeat lapses. By id, never by host and pid: two containers with one host name
+   * can each run a worker with the same pid. A worker already marked keeps its time.
    */
-  workersExited: `
-    UPDATE @schema.workers SET stopped_at = now()
-    WHERE host = $1 AND pid = ANY($2::int[]) AND stopped_at IS NULL`,
+  workerExited: `UPDATE @schema.workers SET stopped_at = now() WHERE worker_id = $1 AND stopped_at IS NULL`,
 
   /**
    * Locks one candidate if it is still what the pass saw and still eligible (ORPHANED read again, under the
