@@ -103,10 +103,15 @@ export async function fetchAuthorization(
         : 'authorization_unavailable';
     throw fail(code, `authorization response unusable (${outcome.code})`, { transport: outcome.code });
   }
-  if (outcome.status !== 200)
+  if (outcome.status !== 200) {
+    // No decision. Its code, when the answer names one (the built-in service's `tool_disabled` for a kill switch,
+    // `storage_full`, ...), is kept for the log and the release's history; it never turns into a decision.
+    const named = outcome.json?.error;
     throw fail('authorization_unavailable', `authorization service answered ${outcome.status}`, {
       status: outcome.status,
+      ...(typeof named === 'string' && /^[a-z][a-z0-9_]{0,63}$/.test(named) ? { error: named } : {}),
     });
+  }
   if (outcome.json === null) throw fail('authorization_invalid', 'authorization response has no body');
   return checkDecision(outcome.json, request, profile, new Date());
 }

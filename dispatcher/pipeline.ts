@@ -90,12 +90,28 @@ export class Pipeline {
       // No decision came (unreachable, timed out, answered anything but a 200 decision): nothing was decided
       // against the operation, so it goes back to the queue. A denial, or an answer that breaks the protocol,
       // is a person's to look at.
-      if (code === 'authorization_unavailable') return completer.release(op, 'authorization', code, err);
+      if (code === 'authorization_unavailable') {
+        // "Not now, a kill switch" (the built-in service's answer) is not counted when the switch is really
+        // engaged here: the claim leaves the operation in the queue until it is lifted, so it cannot cycle. An
+        // authorizer that says so with no switch engaged counts like any other answer that is not a decision.
+        const killed =
+          isActionLedgerError(err) && err.details?.error === 'tool_disabled' && (await this.#killSwitchCovers(op));
+        return killed
+          ? completer.release(op, 'authorization', 'tool_disabled', err, { counted: false })
+          : completer.release(op, 'authorization', code, err);
+      }
       return completer.refuse(op, 'authorization', code, err);
     } finally {
       endAuth();
     }
     crash.reach('after_authorization_request');
     await this.#dispatches.dispatch({ op, decision, route, credential, progress });
+  }
+
+  /** Whether a kill switch covers the operation's tenant and tool in the database now. */
+  async #killSwitchCovers(op: ClaimedOperation): Promise<boolean> {
+    const { o, q } = this.#ctx;
+    const { rows } = await o.pool.query<{ covered: boolean }>(q.killSwitchCovers, [op.tenant_id, op.tool_name]);
+    return rows[0]?.covered === true;
   }
 }

@@ -261,6 +261,12 @@ export const dispatcherQueries = {
 
   operationSelectClaim: `SELECT status, claim_token FROM @schema.operations WHERE operation_id = $1`,
 
+  /** Whether a gate kill switch covers tenant $1 and tool $2 now (as the claim and the final check test it). */
+  killSwitchCovers: `
+    SELECT EXISTS (
+      SELECT 1 FROM @schema.gate_kill_switches k
+      WHERE k.tenant_id IN ($1, '*') AND k.tool_name IN ($2, '*')) AS covered`,
+
   /**
    * Gives a claim a worker can no longer finish back to the queue: executing -> pending under the same attempt
    * and effect key, its outbox row re-inserted available after $5 ms, the reason ($4) and detail ($6) in the

@@ -277,7 +277,8 @@ t.test('a denial from the built-in service still goes to review at once, never r
 });
 
 t.test('a kill switch engaged between the claim and the decision: released, held, then sent once', async (t) => {
-  const x = await builtInEnv(t, { release_backoff_initial_ms: 50, release_backoff_max_ms: 100 });
+  // release_limit 0: a counted release would send it to review at once; a kill switch's is not counted.
+  const x = await builtInEnv(t, { release_limit: 0, release_backoff_initial_ms: 50, release_backoff_max_ms: 100 });
   const op = await transfer(x.g, 'switched');
   // The switch is engaged by the transaction that claims this operation (its first claim only): after the
   // claim, before the service decides. The service then answers 503 tool_disabled.
@@ -303,7 +304,7 @@ t.test('a kill switch engaged between the claim and the decision: released, held
     [
       ['pending', 'reserved'],
       ['executing', 'claimed'],
-      ['pending', 'released:authorization_unavailable'],
+      ['pending', 'released:tool_disabled'],
     ],
     'released to the queue, not refused',
   );
@@ -335,7 +336,7 @@ t.test('a kill switch engaged between the claim and the decision: released, held
     [
       ['pending', 'reserved'],
       ['executing', 'claimed'],
-      ['pending', 'released:authorization_unavailable'],
+      ['pending', 'released:tool_disabled'],
     ],
     'the switched operation waits in the queue, not claimed again while the switch is engaged',
   );
