@@ -192,11 +192,21 @@ t.test(
       `INSERT INTO ${e.config.schemaQuoted}.gate_kill_switches (tenant_id, tool_name, engaged_by, reason) VALUES ('tenant-a', '*', 'oncall', 'incident')`,
     );
     await other.query('COMMIT');
-    const done = await settled(e.pool, r.operation_id);
-    t.equal(done.status, 'needs_review');
-    t.equal(
-      done.review_reason,
-      'final_check:tool_disabled',
+    // Stopped at the final check and given back to the queue, where the switch holds it.
+    let moved: { reason: string; detail: { stage?: string } }[] = [];
+    for (let i = 0; moved.length === 0; i++) {
+      if (i > 500) throw new Error('the claim never ended');
+      moved = (
+        await e.pool.query<{ reason: string; detail: { stage?: string } }>(
+          `SELECT reason, detail FROM ${e.config.schemaQuoted}.operation_history WHERE operation_id = $1 AND from_status = 'executing'`,
+          [r.operation_id],
+        )
+      ).rows;
+      if (moved.length === 0) await new Promise((res) => setTimeout(res, 20));
+    }
+    t.match(
+      moved,
+      [{ reason: 'released:tool_disabled', detail: { stage: 'final_check' } }],
       'the check saw the switch committed before the locks were granted',
     );
     t.equal(e.provider.requestsFor(r.effect_key), 0, 'nothing sent');

@@ -23,7 +23,7 @@ import {
   gctx,
   reviewer,
 } from '../helpers/gate.js';
-import { predispatchEnv } from '../helpers/predispatch-env.js';
+import { predispatchEnv, PREDISPATCH_RELEASE_LIMIT } from '../helpers/predispatch-env.js';
 import { testAgent } from '../helpers/sandbox.js';
 
 /** Creates the fault: while public.audit_disk_full has a row, every insert into gate_audit fails with 53100. */
@@ -137,10 +137,17 @@ t.test(
     const d = await e.open({ tools: gateRoutes(e.provider.endpoint), authorizationUrl: service.authorizeUrl });
     const row = await settled(e.pool, first.operation_id);
     await d.stop();
-    t.equal(row.status, 'needs_review', 'the dispatcher records a refusal');
+    // No decision: the dispatcher gives the operation back to the queue and asks again, as often as the release
+    // limit allows, then records the refusal for review.
+    t.equal(row.status, 'needs_review', 'the dispatcher records a refusal once its releases are spent');
     t.equal(row.review_reason, 'authorization:authorization_unavailable');
+    t.match(row.result_json, { releases: PREDISPATCH_RELEASE_LIMIT, status: 503, error: 'audit_unavailable' });
     t.equal(e.provider.requestsFor(first.effect_key), 0, 'no request reached the provider');
-    t.equal(await o.lost('authorize'), 2, "the dispatcher's request was refused the same way");
+    t.equal(
+      await o.lost('authorize'),
+      2 + PREDISPATCH_RELEASE_LIMIT,
+      "each of the dispatcher's requests was refused the same way",
+    );
     t.same(
       (await auditRows(e.pool, "action = 'authorize'")).map((r) => r.outcome),
       ['allow'],

@@ -41,8 +41,18 @@ t.test(
       'SELECT operation_id, status, review_reason FROM actionledger.operations',
     );
     const by = new Map(rows.map((r) => [r.operation_id, r]));
-    t.equal(by.get(dropped.operation_id)?.status, 'needs_review', 'the unlisted claim was read back');
-    t.equal(by.get(dropped.operation_id)?.review_reason, 'no_effect_confirmed', 'and found never applied');
+    // It has no evidence under its claim, so no request of it ever left: back to the queue, no readback needed.
+    t.equal(by.get(dropped.operation_id)?.status, 'pending', 'the unlisted claim was given back to the queue');
+    t.equal(summary.released, 1, 'released by the pass');
+    const { rows: moved } = await e.pool.query<{ reason: string }>(
+      "SELECT reason FROM actionledger.operation_history WHERE operation_id = $1 AND from_status = 'executing'",
+      [dropped.operation_id],
+    );
+    t.same(
+      moved.map((m) => m.reason),
+      ['released:worker_lost'],
+      'as a claim its worker lost, never sent',
+    );
     t.equal(by.get(listed.operation_id)?.status, 'executing', 'a listed claim is left to its worker');
     t.equal(by.get(fresh.operation_id)?.status, 'executing', 'a claim newer than the listing grace is left alone');
     t.equal(
