@@ -384,6 +384,13 @@ async function main(): Promise<number> {
   say(
     `in review: ${reviewDeliberate} deliberate (${pct(reviewDeliberate)}), ${reviewOther} not deliberate (${pct(reviewOther)}) of ${total} operations`,
   );
+  const healed = await count(
+    `SELECT count(*) FILTER (WHERE reason LIKE 'released:%')::int AS n FROM actionledger.operation_history`,
+  );
+  const byPolicy = await count(
+    `SELECT count(*) FILTER (WHERE actor LIKE 'policy:%' AND to_status = 'pending')::int AS n FROM actionledger.operation_history`,
+  );
+  say(`healed without a person: ${healed} never-sent claims released to the queue, ${byPolicy} review-policy retries`);
   const { rows: review } = await pool.query<{
     operation_id: string;
     effect_key: string;
