@@ -3,7 +3,7 @@
  * is the ledger's fenced transition (ledger/transitions.ts) with its history row in the same statement;
  * `@schema.` is bound once at start (core/db.ts).
  */
-import { transitionCte } from '../ledger/index.js';
+import { releaseToQueueSql, transitionCte } from '../ledger/index.js';
 
 export const dispatcherQueries = {
   // The batch statements below find their operations by primary key (`operation_id = ANY($1)`) and test the
@@ -268,31 +268,10 @@ export const dispatcherQueries = {
       WHERE k.tenant_id IN ($1, '*') AND k.tool_name IN ($2, '*')) AS covered`,
 
   /**
-   * Gives a claim a worker can no longer finish back to the queue: executing -> pending under the same attempt
-   * and effect key, its outbox row re-inserted available after $5 ms, the reason ($4) and detail ($6) in the
-   * history. Only for a claim whose provider request was never sent. Fenced on executing + claim token. $7 says
-   * whether the release counts towards the operation's release limit (`dispatch_releases`).
+   * Gives a claim a worker never sent back to the queue (ledger/transitions.ts `releaseToQueueSql`): $1 id,
+   * $2 claim, $3 actor, $4 reason, $5 wait (ms), $6 detail, $7 counted towards the release limit.
    */
-  operationRelease: `
-    WITH ${transitionCte({
-      name: 'released',
-      input: '(SELECT $1::uuid AS operation_id) i',
-      from: "'executing'",
-      to: "'pending'",
-      fence: 'l.claim_token = $2',
-      set: `claim_token = NULL, claimed_by = NULL, claimed_at = NULL,
-          dispatch_releases = l.dispatch_releases + CASE WHEN $7::boolean THEN 1 ELSE 0 END`,
-      contact: "'not_called'",
-      actor: '$3',
-      reason: '$4',
-      detail: '$6::jsonb',
-      returning: 'l.attempt',
-    })}, queued AS (
-      INSERT INTO @schema.outbox (operation_id, attempt, available_at)
-      SELECT operation_id, attempt, now() + make_interval(secs => $5::float8 / 1000) FROM released
-      ON CONFLICT (operation_id, attempt) DO UPDATE SET available_at = excluded.available_at
-    )
-    SELECT count(*)::int AS n FROM released`,
+  operationRelease: releaseToQueueSql(),
 
   /** Registers (or re-registers) a worker: live, holding no claims yet. */
   workerUpsert: `

@@ -6,6 +6,7 @@ export {
   LEGAL_TRANSITIONS,
   isLegalTransition,
   providerHasNoEffect,
+  releaseToQueueSql,
   transitionCte,
   type LegalTransition,
   type ProviderContact,

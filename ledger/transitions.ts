@@ -136,3 +136,34 @@ export function transitionCte(s: TransitionSpec): string {
       ${s.historyWhen === undefined ? '' : `WHERE ${s.historyWhen}`}
     )`;
 }
+
+/**
+ * The one statement that gives a claim never sent back to the queue (the dispatcher's release, and the
+ * reconciler's of an orphaned claim with no evidence): executing -> pending under the same attempt and effect
+ * key, fenced on the claim, the outbox row re-inserted available after a wait, the history row with its reason
+ * (which must start `released:`, see LEGAL_TRANSITIONS). Parameters: $1 operation id, $2 claim token, $3 actor,
+ * $4 reason, $5 wait in ms, $6 detail (jsonb), $7 whether it counts towards the operation's release limit
+ * (`dispatch_releases`). Returns `n`, 1 when it moved the row. `@schema.` is bound by the caller.
+ */
+export function releaseToQueueSql(): string {
+  return `
+    WITH ${transitionCte({
+      name: 'released',
+      input: '(SELECT $1::uuid AS operation_id) i',
+      from: "'executing'",
+      to: "'pending'",
+      fence: 'l.claim_token = $2',
+      set: `claim_token = NULL, claimed_by = NULL, claimed_at = NULL,
+          dispatch_releases = l.dispatch_releases + CASE WHEN $7::boolean THEN 1 ELSE 0 END`,
+      contact: "'not_called'",
+      actor: '$3',
+      reason: '$4',
+      detail: '$6::jsonb',
+      returning: 'l.attempt',
+    })}, queued AS (
+      INSERT INTO @schema.outbox (operation_id, attempt, available_at)
+      SELECT operation_id, attempt, now() + make_interval(secs => $5::float8 / 1000) FROM released
+      ON CONFLICT (operation_id, attempt) DO UPDATE SET available_at = excluded.available_at
+    )
+    SELECT count(*)::int AS n FROM released`;
+}
