@@ -132,7 +132,8 @@ export const configSchema = {
         orphan_after_ms: { type: 'integer', minimum: 100, maximum: 86400000, default: 10000 },
         /**
          * How often a fleet looks for orphaned claims (a worker that stopped heartbeating or exited), to
-         * reconcile them at once rather than at the next scheduled pass. 0 turns the watch off.
+         * reconcile them at once rather than at the next scheduled pass. 0 turns the periodic check off (the
+         * pass at start and the one after a worker of the fleet exits remain).
          */
         orphan_check_interval_ms: { type: 'integer', minimum: 0, maximum: 3600000, default: 1000 },
         concurrency: { type: 'integer', minimum: 1, maximum: 64, default: 4 },

@@ -7,7 +7,8 @@
  *   - at start: one pass at once (a fleet that starts after a crash heals what the crash left);
  *   - every `reconciler.orphan_check_interval_ms`: one cheap statement asks whether any `executing` claim is
  *     orphaned (its worker stopped, vanished from the table, stopped heartbeating for `orphan_after_ms`, or no
- *     longer lists it); if so, a pass;
+ *     longer lists it), or any `unknown` operation's next check is due (a dead worker's claim waiting out the
+ *     provider timeout before its readback can be trusted, a backoff that ended); if so, a pass;
  *   - `poke()`: a check now, called by the fleet's parent the moment one of its workers exits (it marks the
  *     worker stopped first, so the worker's claims are orphaned at once instead of after the heartbeat lapses).
  * A pass that found the lock held (another fleet's pass, the schedule's) leaves the orphans to that pass; the

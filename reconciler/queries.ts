@@ -3,7 +3,7 @@
  * (ledger/transitions.ts): fenced on the state (and claim) it read, with its history row in the same
  * statement; `@schema.` is bound once at start (core/db.ts).
  */
-import { transitionCte } from '../ledger/index.js';
+import { releaseToQueueSql, transitionCte } from '../ledger/index.js';
 
 /**
  * A claim is orphaned when its worker is unknown, stopped, or has not heartbeated for $1 ms; or when its worker
@@ -47,12 +47,18 @@ export const reconcilerQueries = {
      ORDER BY l.updated_at
      LIMIT $2)`,
 
-  /** Whether any `executing` claim is orphaned now (see ORPHANED; $1 the orphan threshold, ms): the orphan watch's check. */
+  /**
+   * Whether a pass has work now: an orphaned `executing` claim (see ORPHANED; $1 the orphan threshold, ms), or an
+   * `unknown` operation whose next check is due. The orphan watch's check.
+   */
   orphansWaiting: `
     SELECT EXISTS (
       SELECT 1 FROM @schema.operations l
       LEFT JOIN @schema.workers w ON w.worker_id = l.claimed_by
-      WHERE l.status = 'executing' AND ${ORPHANED}) AS found`,
+      WHERE l.status = 'executing' AND ${ORPHANED})
+    OR EXISTS (
+      SELECT 1 FROM @schema.operations l
+      WHERE l.status = 'unknown' AND (l.next_reconcile_at IS NULL OR l.next_reconcile_at <= now())) AS found`,
 
   /**
    * Marks worker $1 stopped (its process exited: the fleet's parent saw it), so the claims it held are orphaned at
@@ -98,29 +104,10 @@ export const reconcilerQueries = {
     SELECT EXISTS (SELECT 1 FROM @schema.authorization_evidence WHERE operation_id = $1 AND claim_token = $2) AS found`,
 
   /**
-   * An orphaned claim that never sent anything, back to the queue: executing -> pending under the same attempt
-   * and effect key, its outbox row re-inserted available after $4 ms, counted in `dispatch_releases`. Fenced on
-   * the claim read under the lock. $1 id, $2 claim, $3 actor, $5 detail.
+   * An orphaned claim that never sent anything, back to the queue (ledger/transitions.ts `releaseToQueueSql`):
+   * $1 id, $2 claim, $3 actor, $4 reason (`released:worker_lost`), $5 wait (ms), $6 detail, $7 counted.
    */
-  orphanRelease: `
-    WITH ${transitionCte({
-      name: 'released',
-      input: '(SELECT $1::uuid AS operation_id) i',
-      from: "'executing'",
-      to: "'pending'",
-      fence: 'l.claim_token = $2',
-      set: `claim_token = NULL, claimed_by = NULL, claimed_at = NULL, dispatch_releases = l.dispatch_releases + 1`,
-      contact: "'not_called'",
-      actor: '$3',
-      reason: "'released:worker_lost'",
-      detail: '$5::jsonb',
-      returning: 'l.attempt',
-    })}, queued AS (
-      INSERT INTO @schema.outbox (operation_id, attempt, available_at)
-      SELECT operation_id, attempt, now() + make_interval(secs => $4::float8 / 1000) FROM released
-      ON CONFLICT (operation_id, attempt) DO UPDATE SET available_at = excluded.available_at
-    )
-    SELECT count(*)::int AS n FROM released`,
+  orphanRelease: releaseToQueueSql(),
 
   checkInsert: `
     INSERT INTO @schema.reconciliation_checks (operation_id, attempt, from_status, outcome, actor, detail)
@@ -161,7 +148,7 @@ export const reconcilerQueries = {
       from: '$2::text',
       to: "'unknown'",
       fence: 'l.claim_token IS NOT DISTINCT FROM $3::uuid',
-      set: `reconcile_attempts = reconcile_attempts + 1,
+      set: `reconcile_attempts = reconcile_attempts + $8::int,
           next_reconcile_at = now() + make_interval(secs => $4::float8 / 1000)`,
       actor: '$5',
       reason: '$6',
@@ -169,6 +156,18 @@ export const reconcilerQueries = {
       historyWhen: "from_status <> 'unknown'",
     })}
     SELECT count(*)::int AS n FROM done`,
+
+  /**
+   * How long (ms; 0 or less: no longer) a request operation $1 sent may still be inside the provider: $2 ms (the
+   * provider timeout and a margin) after it entered `unknown`, or from now while it is still `executing` (its worker
+   * dead, so any request of it left before the row lock this pass holds was released).
+   */
+  inFlightLeft: `
+    SELECT extract(epoch FROM coalesce(
+             (SELECT max(h.at) FROM @schema.operation_history h
+              WHERE h.operation_id = l.operation_id AND h.to_status = 'unknown' AND l.status = 'unknown'),
+             now()) + make_interval(secs => $2::float8 / 1000) - now())::float8 * 1000 AS left_ms
+    FROM @schema.operations l WHERE l.operation_id = $1`,
 } as const;
 
 export const reviewQueries = {

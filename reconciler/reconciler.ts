@@ -11,7 +11,9 @@
  * the same claim, so exactly one of the two changes the row.
  *
  *   applied (receipt)         -> succeeded
- *   no effect (authoritative) -> needs_review  no_effect_confirmed   (a reviewed retry may re-dispatch)
+ *   no effect (authoritative) -> needs_review  no_effect_confirmed   (a reviewed retry may re-dispatch), once a
+ *                                request sent can no longer be inside the provider (the provider timeout after
+ *                                the operation entered unknown); before: unknown, checked again then
  *   applied with other bytes  -> needs_review  readback_mismatch
  *   no readback contract      -> needs_review  no_readback_contract
  *   anything else             -> unknown, next check after a backoff; after max_attempts -> needs_review
@@ -31,6 +33,9 @@ import type { ReconcileMetrics } from './metrics.js';
 import { reconcilerQueries } from './queries.js';
 import { readback, readbackUrl, type Readback } from './readback.js';
 import { releaseDelayMs } from '../core/retry.js';
+
+/** Added to the provider timeout when waiting out a request that may still be inside the provider. */
+const IN_FLIGHT_MARGIN_MS = 1_000;
 
 export interface ReconcilerOptions {
   config: Config;
@@ -277,10 +282,24 @@ export class Reconciler {
       op.operation_id,
       op.claim_token,
       this.#o.actor,
+      'released:worker_lost',
       delay,
       JSON.stringify({ ...detail, available_in_ms: delay }),
+      true,
     ]);
     return done[0]?.n === 1 ? 'pending' : null;
+  }
+
+  /**
+   * Milliseconds until a request the operation sent can no longer be inside the provider (see `inFlightLeft`):
+   * the provider timeout and a second's margin after it entered `unknown`, or from now for an orphaned claim.
+   */
+  async #inFlightLeft(client: PoolClient, op: Locked): Promise<number> {
+    const { rows } = await client.query<{ left_ms: number | null }>(this.#q.inFlightLeft, [
+      op.operation_id,
+      this.#o.profile.providerHttpTimeoutMs + IN_FLIGHT_MARGIN_MS,
+    ]);
+    return Math.max(0, Math.ceil(rows[0]?.left_ms ?? 0));
   }
 
   async #readback(op: Locked): Promise<Readback & { contract?: 'none' | 'route_changed' }> {
@@ -349,7 +368,26 @@ export class Reconciler {
     switch (r.outcome) {
       case 'applied':
         return resolve('succeeded', null, 'readback_applied', { receipt: r.receipt });
-      case 'no_effect':
+      case 'no_effect': {
+        // "No effect" is proof only once a request that left can no longer be inside the provider: a worker
+        // killed right after writing its request leaves it in flight, and a readback a moment later finds
+        // nothing yet (and a review policy would then send it again). So it is trusted only a provider timeout
+        // (and a margin) after the operation entered `unknown`, or after the dead worker's claim was found; until
+        // then the operation is `unknown`, checked again when that time has passed, the attempt not counted.
+        const left = await this.#inFlightLeft(client, op);
+        if (left > 0) {
+          await client.query(q.backoff, [
+            op.operation_id,
+            op.status,
+            op.claim_token,
+            left,
+            actor,
+            'reconcile:no_effect_unsettled',
+            JSON.stringify({ ...detail, next_check_in_ms: left }),
+            0,
+          ]);
+          return 'unknown';
+        }
         return resolve(
           'needs_review',
           'no_effect_confirmed',
@@ -357,6 +395,7 @@ export class Reconciler {
           {},
           'no_effect_confirmed',
         );
+      }
       case 'mismatch':
         return resolve('needs_review', 'readback_mismatch', 'reconcile:readback_mismatch');
       default: {
@@ -378,6 +417,7 @@ export class Reconciler {
           actor,
           `reconcile:${r.outcome}`,
           JSON.stringify({ ...detail, attempts, next_check_in_ms: delay }),
+          1,
         ]);
         return 'unknown';
       }

@@ -397,3 +397,27 @@ export function patchProvider(provider: SandboxProvider, fn: (orig: ProviderHand
   const s = provider as unknown as { handle: ProviderHandler };
   s.handle = fn(s.handle.bind(provider));
 }
+
+/**
+ * How long after an operation entered `unknown` (or its dead worker's claim was found) the reconciler trusts a
+ * readback of "no effect" in these environments: the dispatch kit's 1 s provider timeout, the reconciler's 1 s
+ * margin, and a little more for scheduling. A pass sooner leaves it `unknown` (`reconcile:no_effect_unsettled`).
+ */
+export const IN_FLIGHT_WAIT_MS = 2_200;
+
+/** Runs reconciliation passes until operation `id` is neither `unknown` nor `executing` (or throws at the timeout). */
+export async function passUntilResolved(
+  pool: Pool,
+  kit: { pass(): Promise<unknown> },
+  id: string,
+  timeoutMs = 15_000,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    await kit.pass();
+    const status = await statusOf(pool, id);
+    if (status !== 'unknown' && status !== 'executing') return;
+    if (Date.now() > deadline) throw new Error(`operation ${id} still ${status}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}

@@ -1,7 +1,7 @@
 import t from 'tap';
 import { spawn } from 'node:child_process';
 import { BIN, lastJson, runCli } from '../helpers/cli.js';
-import { ctx, dispatchEnv, patchProvider, settled, type DispatchEnv } from '../helpers/fleet.js';
+import { ctx, dispatchEnv, passUntilResolved, patchProvider, settled, type DispatchEnv } from '../helpers/fleet.js';
 import { nodeCommand } from '../helpers/node-child.js';
 
 type Row = {
@@ -123,6 +123,8 @@ t.test(
     t.equal(e.provider.requestsFor(r.effect_key), 0);
     const kit = await e.reconciler();
     await passUntilExamined(kit);
+    // "No effect" is trusted once a request can no longer be inside the provider: a later pass concludes.
+    await passUntilResolved(e.pool, kit, r.operation_id);
     const reviewed = await row(e, r.operation_id);
     t.match(reviewed, { status: 'needs_review', review_reason: 'no_effect_confirmed' });
 

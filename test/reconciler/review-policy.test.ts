@@ -1,7 +1,7 @@
 /**
  * Review policies (reconciler/review-policy.ts) in a real dispatch environment: the sandbox provider and
  * authorizer over mTLS, a real PostgreSQL. A policy retries an operation the readback proved has no effect in
- * the pass that found it, audited with the policy as actor, and the retried operation is dispatched once more
+ * the pass that found it (once a request can no longer be inside the provider), audited with the policy as actor, and the retried operation is dispatched once more
  * with a fresh authorization and ends with one effect; it stops after max_retries and says so in `review
  * list`; it never touches an unproven outcome or a decision, and its retry checks the provider contact and its
  * count again under the row lock.
@@ -13,7 +13,7 @@ import { listInReview } from '../../reconciler/index.js';
 import { policyGuard } from '../../reconciler/review-policy.js';
 import { policyQueries } from '../../reconciler/policy-queries.js';
 import { lastJson, runCli } from '../helpers/cli.js';
-import { ctx, dispatchEnv, settled, type DispatchEnv } from '../helpers/fleet.js';
+import { ctx, dispatchEnv, IN_FLIGHT_WAIT_MS, settled, type DispatchEnv } from '../helpers/fleet.js';
 
 const ACTOR = 'policy:retry-no-effect (authorized_by alice@example.com)';
 
@@ -76,6 +76,8 @@ t.test(
     t.equal(e.provider.effectsFor(r.effect_key), 0);
 
     const kit = await e.reconciler();
+    // A readback's "no effect" is proof once a request can no longer be inside the provider.
+    await new Promise((r) => setTimeout(r, IN_FLIGHT_WAIT_MS));
     const s = await kit.pass();
     t.match(s.reconcile, { escalated: 1, policy_retried: 1 }, 'to review and out again in one pass');
     const h = await retriesInHistory(e, r.operation_id);
@@ -142,6 +144,7 @@ t.test('max_retries is honored: the operation then waits for a person, and revie
   for (let attempt = 1; attempt <= 3; attempt++) {
     await until(e, r.operation_id, 'unknown');
     t.equal((await row(e, r.operation_id)).attempt, attempt);
+    await new Promise((r) => setTimeout(r, IN_FLIGHT_WAIT_MS));
     const s = await kit.pass();
     t.equal(s.reconcile.policy_retried, attempt <= 2 ? 1 : 0, `pass after attempt ${attempt}`);
   }

@@ -3,7 +3,7 @@
  * operation stuck, stall every pass, or let the verifier miss (or invent) a discrepancy.
  */
 import t, { type Test } from 'tap';
-import { ctx, dispatchEnv, patchProvider, settled, type DispatchEnv } from '../helpers/fleet.js';
+import { ctx, dispatchEnv, passUntilResolved, patchProvider, settled, type DispatchEnv } from '../helpers/fleet.js';
 import { loadDispatchIdentity } from '../../core/identity.js';
 import { EffectKeyer } from '../../ledger/effect-key.js';
 import { verifyLedger } from '../../reconciler/index.js';
@@ -224,7 +224,7 @@ t.test(
     await e.dispatcher(1);
     t.equal((await settled(e.pool, op.operation_id)).status, 'unknown');
     const kit = await e.reconciler();
-    await kit.pass();
+    await passUntilResolved(e.pool, kit, op.operation_id);
     t.match(
       await row(e, op.operation_id),
       { status: 'needs_review', review_reason: 'no_effect_confirmed' },
