@@ -24,7 +24,7 @@
  * a 200 means "no decision": this service never denies because it could not decide.
  * A decision never outlives the approval it rests on. Every decision is audited (action `authorize`), and an
  * allow is answered only after its audit row is written: when it cannot be (a full disk, the database gone)
- * the answer is 503 `audit_unavailable`, which the dispatcher treats as a refusal (nothing is sent). A deny
+ * the answer is 503 `audit_unavailable`: no decision, so nothing is sent and the dispatcher asks again later. A deny
  * whose row cannot be written is still a deny; it is logged and counted (`actionledger_audit_lost_total`).
  * A decision the database could not make is 503 (or 500 for `internal`) with its code, such as `storage_full`,
  * and the SQLSTATE in the log; never a stack.
