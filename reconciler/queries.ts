@@ -158,9 +158,11 @@ export const reconcilerQueries = {
     SELECT count(*)::int AS n FROM done`,
 
   /**
-   * How long (ms; 0 or less: no longer) a request operation $1 sent may still be inside the provider: $2 ms (the
-   * provider timeout and a margin) after it entered `unknown`, or from now while it is still `executing` (its worker
-   * dead, so any request of it left before the row lock this pass holds was released).
+   * How long (ms; 0 or less: no longer) a request operation $1 sent may still be inside the provider: $2 ms (twice
+   * the provider timeout and a margin) after it entered `unknown`, or from now while it is still `executing` (its
+   * worker dead, so any request of it left before the row lock this pass holds was released). A history row is
+   * stamped with its transaction's start: for the dispatcher's outcome, the dispatch batch's BEGIN, just before
+   * the send.
    */
   inFlightLeft: `
     SELECT extract(epoch FROM coalesce(

@@ -12,8 +12,8 @@
  *
  *   applied (receipt)         -> succeeded
  *   no effect (authoritative) -> needs_review  no_effect_confirmed   (a reviewed retry may re-dispatch), once a
- *                                request sent can no longer be inside the provider (the provider timeout after
- *                                the operation entered unknown); before: unknown, checked again then
+ *                                request sent is past the provider's time to answer (twice the provider timeout
+ *                                after the operation entered unknown); before: unknown, checked again then
  *   applied with other bytes  -> needs_review  readback_mismatch
  *   no readback contract      -> needs_review  no_readback_contract
  *   anything else             -> unknown, next check after a backoff; after max_attempts -> needs_review
@@ -34,7 +34,7 @@ import { reconcilerQueries } from './queries.js';
 import { readback, readbackUrl, type Readback } from './readback.js';
 import { releaseDelayMs } from '../core/retry.js';
 
-/** Added to the provider timeout when waiting out a request that may still be inside the provider. */
+/** Added to twice the provider timeout when waiting out a request that may still be inside the provider. */
 const IN_FLIGHT_MARGIN_MS = 1_000;
 
 export interface ReconcilerOptions {
@@ -291,13 +291,15 @@ export class Reconciler {
   }
 
   /**
-   * Milliseconds until a request the operation sent can no longer be inside the provider (see `inFlightLeft`):
-   * the provider timeout and a second's margin after it entered `unknown`, or from now for an orphaned claim.
+   * Milliseconds until a request the operation sent is past the provider's time to answer (see `inFlightLeft`):
+   * twice the provider timeout and a second after it entered `unknown` (its history row is stamped when the
+   * dispatch batch began, just before the send: the client gave up a timeout later, and the provider gets a
+   * timeout more), or from now for an orphaned claim.
    */
   async #inFlightLeft(client: PoolClient, op: Locked): Promise<number> {
     const { rows } = await client.query<{ left_ms: number | null }>(this.#q.inFlightLeft, [
       op.operation_id,
-      this.#o.profile.providerHttpTimeoutMs + IN_FLIGHT_MARGIN_MS,
+      2 * this.#o.profile.providerHttpTimeoutMs + IN_FLIGHT_MARGIN_MS,
     ]);
     return Math.max(0, Math.ceil(rows[0]?.left_ms ?? 0));
   }
@@ -369,11 +371,11 @@ export class Reconciler {
       case 'applied':
         return resolve('succeeded', null, 'readback_applied', { receipt: r.receipt });
       case 'no_effect': {
-        // "No effect" is proof only once a request that left can no longer be inside the provider: a worker
-        // killed right after writing its request leaves it in flight, and a readback a moment later finds
-        // nothing yet (and a review policy would then send it again). So it is trusted only a provider timeout
-        // (and a margin) after the operation entered `unknown`, or after the dead worker's claim was found; until
-        // then the operation is `unknown`, checked again when that time has passed, the attempt not counted.
+        // "No effect" is taken as proof only once a request that left is past the provider's time to answer: a
+        // worker killed right after writing its request leaves it in flight, and a readback a moment later finds
+        // nothing yet (and a review policy would then send it again). So it is trusted only twice the provider
+        // timeout (and a second) after the operation entered `unknown`, or after the dead worker's claim was
+        // found; until then the operation is `unknown`, checked again then, the attempt not counted.
         const left = await this.#inFlightLeft(client, op);
         if (left > 0) {
           await client.query(q.backoff, [

@@ -64,7 +64,9 @@ async function startFleet(t: Test, reconciler: Record<string, unknown>): Promise
     token: PROVIDER_TOKEN,
     // A second send of one key would be a second effect: at-most-once is counted, not taken on trust.
     honorIdempotencyKey: false,
-    profile: { provider_http_timeout_seconds: 30, authorization_http_timeout_seconds: 20 },
+    // A provider timeout above a dripped answer (about 2 s) and short enough that an operation whose readback says
+    // no effect is concluded within the settle wait below (twice the timeout and a second after it was found).
+    profile: { provider_http_timeout_seconds: 5, authorization_http_timeout_seconds: 20 },
   });
   t.teardown(() => kit.stop());
   kit.provider.inject({ kind: 'slowDrip', intervalMs: DRIP_MS }, { times: Infinity });

@@ -400,10 +400,10 @@ export function patchProvider(provider: SandboxProvider, fn: (orig: ProviderHand
 
 /**
  * How long after an operation entered `unknown` (or its dead worker's claim was found) the reconciler trusts a
- * readback of "no effect" in these environments: the dispatch kit's 1 s provider timeout, the reconciler's 1 s
- * margin, and a little more for scheduling. A pass sooner leaves it `unknown` (`reconcile:no_effect_unsettled`).
+ * readback of "no effect" in these environments: twice the dispatch kit's 1 s provider timeout, the reconciler's
+ * 1 s margin, and a little more for scheduling. A pass sooner leaves it `unknown` (`reconcile:no_effect_unsettled`).
  */
-export const IN_FLIGHT_WAIT_MS = 2_200;
+export const IN_FLIGHT_WAIT_MS = 3_200;
 
 /** Runs reconciliation passes until operation `id` is neither `unknown` nor `executing` (or throws at the timeout). */
 export async function passUntilResolved(

@@ -2,8 +2,10 @@
  * Self-healing must never turn "not yet" into "never": a worker killed with its request still inside a slow
  * provider leaves an orphaned claim that the orphan watch reconciles at once, and a readback then finds no effect
  * yet. Taken as proof, a review policy would send the operation again and a provider that does not honour the
- * Idempotency-Key would apply it twice. The reconciler trusts "no effect" only a provider timeout (and a margin)
- * after the claim was found; until then the operation is `unknown`. And a fleet's parent marks stopped only the
+ * Idempotency-Key would apply it twice. The same holds for a request its client gave up on at the timeout and
+ * the provider commits a moment later. The reconciler trusts "no effect" only twice the provider timeout (and a
+ * margin) after the operation entered `unknown` or the claim was found; until then it stays `unknown`. Both
+ * cases end with two effects when "no effect" is trusted a timeout sooner. And a fleet's parent marks stopped only the
  * worker it saw exit, by its id: another fleet's live worker with the same host name and pid is never touched.
  * Real parts: PostgreSQL, the sandbox provider and authorizer over mTLS, a dispatcher process SIGKILLed at a
  * named crash point.
@@ -159,6 +161,45 @@ t.test(
     t.notOk(
       all.some((x) => x.reason === 'review:retry' || x.to_status === 'needs_review'),
       'never in review, never retried',
+    );
+  },
+);
+
+t.test(
+  'a request its client gave up on, committed by the provider a little later: "no effect" before then is not proof',
+  async (t) => {
+    // A 1 s provider timeout; the provider commits 2.3 s after it has the request, so after the client gave up,
+    // and it does not honour the key. Passes run every 200 ms with a policy that retries what has no effect.
+    const e = await dispatchEnv(
+      t,
+      { provider_http_timeout_seconds: 1 },
+      { honorIdempotencyKey: false, extra: { review_policies: [noEffectPolicy()] } },
+    );
+    const slow = slowProvider(e, 2_300);
+    const r = await e.ledger.reserve(ctx('timed-out'), 'issue_refund', {
+      order_id: 'o-t1',
+      amount: 100,
+      currency: 'EUR',
+    });
+    await e.dispatcher(1);
+    const kit = await e.reconciler();
+    const deadline = Date.now() + 20_000;
+    for (;;) {
+      await kit.pass();
+      const { status } = await settled(e.pool, r.operation_id, 1_000).catch(() => ({ status: 'executing' }));
+      if (status === 'succeeded' || status === 'needs_review' || status === 'failed') break;
+      if (Date.now() > deadline) throw new Error(`operation ${r.operation_id} still ${status}`);
+      await sleep(200);
+    }
+    await sleep(3_000); // any second request's processing ends
+    const all = await history(e, r.operation_id);
+    const trail = all.map((x) => `${x.to_status}:${x.reason}`).join(', ');
+    t.equal((await settled(e.pool, r.operation_id)).status, 'succeeded', `read back applied (${trail})`);
+    t.equal(slow.arrived, 1, 'one provider request');
+    t.equal(e.provider.effectsFor(r.effect_key), 1, 'invariant 1: one effect');
+    t.notOk(
+      all.some((x) => x.reason === 'review:retry'),
+      'never retried',
     );
   },
 );
