@@ -469,7 +469,7 @@ t.test(
     t.equal(e.provider.requestsFor(op.effect_key), 0, 'nothing sent under an engaged kill switch');
     await e.pool.query('DROP TRIGGER kill_after_evidence ON actionledger.authorization_evidence');
     await e.pool.query('DELETE FROM actionledger.gate_kill_switches');
-    await e.ledger.wake();
+    e.ledger.wake();
     t.equal((await settled(e.pool, op.operation_id)).status, 'succeeded', 'dispatched once the switch is lifted');
     t.equal(e.provider.requestsFor(op.effect_key), 1, 'sent once');
   },
