@@ -1,7 +1,15 @@
 import t from 'tap';
 import { spawn } from 'node:child_process';
 import { BIN, lastJson, runCli } from '../helpers/cli.js';
-import { ctx, dispatchEnv, passUntilResolved, patchProvider, settled, type DispatchEnv } from '../helpers/fleet.js';
+import {
+  ctx,
+  dispatchEnv,
+  IN_FLIGHT_WAIT_MS,
+  passUntilResolved,
+  patchProvider,
+  settled,
+  type DispatchEnv,
+} from '../helpers/fleet.js';
 import { nodeCommand } from '../helpers/node-child.js';
 
 type Row = {
@@ -397,6 +405,8 @@ t.test('reconcile --once: a summary table or --json; exit 3 when a provider cann
   await e.pool.query('UPDATE actionledger.operations SET next_reconcile_at = now() WHERE operation_id = $1', [
     r.operation_id,
   ]);
+  // A readback's "no effect" is proof once a request can no longer be inside the provider.
+  await new Promise((res) => setTimeout(res, IN_FLIGHT_WAIT_MS));
   const table = await runCli(['reconcile', '--once'], e.env);
   t.equal(table.code, 0, table.stderr);
   t.match(table.stdout, /examined\s+succeeded\s+still unknown\s+escalated/);
