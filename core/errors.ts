@@ -63,6 +63,7 @@ export const ERROR_CODES = {
   approval_hash_mismatch: 'refused',
   approval_expired: 'refused',
   self_approval_forbidden: 'refused',
+  hidden_characters: 'refused',
   reapproval_required: 'refused',
   // the gate: waiting for a person; the request id says what to confirm or approve
   approval_required: 'held',
