@@ -78,7 +78,8 @@ export async function requestApproval(core: GateCore, c: Queryable, call: Approv
   const expires = new Date(created.getTime() + t.approval.ttlS * 1000);
   const plan =
     ctx.plan_version ??
-    (await c.query<{ plan_version: string }>(core.q.planCurrent, [ctx.tenant_id, ctx.task_id])).rows[0]?.plan_version ??
+    (await c.query<{ plan_version: string }>(core.q.planCurrent, [ctx.tenant_id, ctx.principal_id, ctx.task_id]))
+      .rows[0]?.plan_version ??
     DEFAULT_PLAN;
   const envelope: JsonObject = {
     approval_id: id,
@@ -137,8 +138,8 @@ export async function requestApproval(core: GateCore, c: Queryable, call: Approv
 
 /**
  * Why an approved envelope no longer holds, checked with today's state at execute: the plan or policy version
- * moved, the requester lost the permission, the caps it holds are now over today's limits, or a bound resource
- * changed version. Null: it still holds.
+ * moved (the plan of the requester's own task: tenant, requester, task), the requester lost the permission,
+ * the caps it holds are now over today's limits, or a bound resource changed version. Null: it still holds.
  */
 export async function approvalStaleness(
   core: GateCore,
@@ -146,8 +147,8 @@ export async function approvalStaleness(
   row: ApprovalRow,
 ): Promise<(Record<string, unknown> & { reason: string }) | null> {
   const plan =
-    (await c.query<{ plan_version: string }>(core.q.planCurrent, [row.tenant_id, row.task_id])).rows[0]?.plan_version ??
-    DEFAULT_PLAN;
+    (await c.query<{ plan_version: string }>(core.q.planCurrent, [row.tenant_id, row.requester_id, row.task_id]))
+      .rows[0]?.plan_version ?? DEFAULT_PLAN;
   if (plan !== row.plan_version) return { reason: 'plan_changed', approved: row.plan_version, current: plan };
   if (row.policy_version !== core.config.gate.policyVersion)
     return { reason: 'policy_changed', approved: row.policy_version, current: core.config.gate.policyVersion };

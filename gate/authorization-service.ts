@@ -282,7 +282,9 @@ export class AuthorizationService extends MtlsJsonServer {
         return { allow: false, reason: `approval_${a.status}`, now };
       if (!a.live) return { allow: false, reason: 'approval_expired', now };
       // The plan the approver saw must still be the task's plan: a change after execution (which the gate's
-      // invalidation no longer reaches: executed is final) stops dispatch here.
+      // invalidation no longer reaches: executed is final) stops dispatch here. The task is the requester's
+      // (tenant, requester, task): another principal's plan of the same task id is not this one. No plan row
+      // reads as '-', the plan an approval binds when its requester never reported one.
       if (a.plan_version !== a.current_plan_version) return { allow: false, reason: 'plan_version', now };
       if (a.args_sha256 !== op.canonical_args_sha256) return { allow: false, reason: 'approval_arguments', now };
       if (!(await this.#approversHold(tool, op.tenant_id, a.approvers, a.approver_roles)))

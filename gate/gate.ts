@@ -158,9 +158,12 @@ export class Gate {
     const prior = mode === 'confirm' || needsApproval ? undefined : await core.ledger.findStep(client, ctx);
     const replay = prior !== undefined && prior.tool_name === t.name && prior.canonical_args_sha256 === checked.sha256;
     const counters = replay ? [] : await core.budgets.reserveCaps(client, t, ctx, value);
+    // The plan version is the principal's task's (tenant, principal, task): another principal naming the same
+    // task id records its own, and invalidates only its own approvals.
     if (ctx.plan_version !== undefined) {
       const invalidated = await client.query<{ approval_id: string }>(core.q.planRecord, [
         ctx.tenant_id,
+        ctx.principal_id,
         ctx.task_id,
         ctx.plan_version,
       ]);

@@ -127,21 +127,25 @@ export const gateQueries = {
     RETURNING a.approval_id`,
 
   /**
-   * Records the task's current plan version; when it changes, every pending or approved approval bound to
-   * another plan version of that task is invalidated (its holds released by trigger). Returns those ids.
+   * Records the current plan version of the principal's task ($1 tenant, $2 principal, $3 task); when it
+   * changes, every pending or approved approval that principal requested in that task under another plan
+   * version is invalidated (its holds released by trigger). Returns those ids. Another principal's task of the
+   * same id is another task: neither its plan nor its approvals are touched.
    */
   planRecord: `
     WITH up AS (
-      INSERT INTO @schema.gate_task_plans AS p (tenant_id, task_id, plan_version) VALUES ($1, $2, $3)
-      ON CONFLICT (tenant_id, task_id) DO UPDATE SET plan_version = excluded.plan_version, updated_at = now()
+      INSERT INTO @schema.gate_task_plans AS p (tenant_id, principal_id, task_id, plan_version) VALUES ($1, $2, $3, $4)
+      ON CONFLICT (tenant_id, principal_id, task_id) DO UPDATE SET plan_version = excluded.plan_version, updated_at = now()
       WHERE p.plan_version <> excluded.plan_version
       RETURNING plan_version
     )
     UPDATE @schema.gate_approvals a SET status = 'invalidated', reason = 'plan_changed', decided_at = now()
     FROM up
-    WHERE a.tenant_id = $1 AND a.task_id = $2 AND a.status IN ('pending', 'approved') AND a.plan_version <> up.plan_version
+    WHERE a.tenant_id = $1 AND a.requester_id = $2 AND a.task_id = $3 AND a.status IN ('pending', 'approved')
+      AND a.plan_version <> up.plan_version
     RETURNING a.approval_id`,
-  planCurrent: `SELECT plan_version FROM @schema.gate_task_plans WHERE tenant_id = $1 AND task_id = $2`,
+  /** The current plan version of the principal's task ($1 tenant, $2 principal, $3 task); no row: none reported. */
+  planCurrent: `SELECT plan_version FROM @schema.gate_task_plans WHERE tenant_id = $1 AND principal_id = $2 AND task_id = $3`,
 
   gateOperationInsert: `
     INSERT INTO @schema.gate_operations (operation_id, tenant_id, principal_id, role, approval_kind)
@@ -260,7 +264,8 @@ export const gateQueries = {
     SELECT a.status, a.operation_id, a.args_sha256, a.resources, a.expires_at, a.expires_at > now() AS live,
            a.plan_version, coalesce(p.plan_version, '-') AS current_plan_version, a.approvers, a.approver_roles
     FROM @schema.gate_approvals a
-    LEFT JOIN @schema.gate_task_plans p ON p.tenant_id = a.tenant_id AND p.task_id = a.task_id
+    LEFT JOIN @schema.gate_task_plans p
+      ON p.tenant_id = a.tenant_id AND p.principal_id = a.requester_id AND p.task_id = a.task_id
     WHERE a.approval_id::text = $1 AND a.tenant_id = $2`,
   authorizeSelectProposal: `
     SELECT status, operation_id FROM @schema.gate_proposals WHERE proposal_id::text = $1 AND tenant_id = $2`,
