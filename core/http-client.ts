@@ -27,7 +27,7 @@
  */
 import { createHash } from 'node:crypto';
 import type { TLSSocket } from 'node:tls';
-import type { Socket } from 'node:net';
+import type { LookupFunction, Socket } from 'node:net';
 import { Agent, buildConnector, errors } from 'undici';
 import { ActionLedgerError, isActionLedgerError } from './errors.js';
 import { parseStrictJson, type JsonObject } from './json.js';
@@ -45,6 +45,11 @@ export interface MtlsAgentOptions {
   connectTimeoutMs: number;
   /** TLS 1.3 wait for the server's acceptance of the client certificate (see the file comment). Default 200; 0 skips. */
   handshakeConfirmMs?: number;
+  /**
+   * Resolves the host names connected to instead of `dns.lookup` (given to `tls.connect`, so the address it
+   * returns is the one connected to): core/network-target.ts's `guardedLookup` refuses internal addresses.
+   */
+  lookup?: LookupFunction;
 }
 
 export interface RequestOptions {
@@ -223,6 +228,7 @@ export function createMtlsAgent(options: MtlsAgentOptions): Agent {
     ...(options.ca === undefined ? {} : { ca: options.ca }),
     ...(options.cert === undefined ? {} : { cert: options.cert, key }),
     ...(options.servername === undefined ? {} : { servername: options.servername }),
+    ...(options.lookup === undefined ? {} : { lookup: options.lookup }),
     rejectUnauthorized: true,
     minVersion: 'TLSv1.2',
     // undici's own connect timer ticks at about 0.5 s resolution: kept only as a backstop that frees the socket.
