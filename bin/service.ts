@@ -203,7 +203,8 @@ class Service {
       },
     });
     // Notification secrets first: the workers would otherwise each fail on a missing one, and be replaced.
-    checkDestinations(this.#config.notifications, this.#options.env);
+    // With the log: a destination allowed to reach private networks is said so once, here, not by each worker.
+    checkDestinations(this.#config.notifications, this.#options.env, this.#log);
     const rt = await this.#openRuntime();
     const ledger = new Ledger(rt.config, rt.pool, new EffectKeyer(rt.effectKeys));
     this.#stops.push({

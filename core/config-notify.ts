@@ -6,6 +6,7 @@
 import { resolve } from 'node:path';
 import type { ConfigProblems } from './config-problems.js';
 import { isObject, pointer } from './config-problems.js';
+import { destinationUrlProblem } from './network-target.js';
 
 export const NOTIFICATION_EVENTS = [
   'approval.requested',
@@ -25,6 +26,12 @@ const tlsFiles = {
   /** A client certificate and key, for a receiver that requires mutual TLS. */
   cert_file: { type: 'string', minLength: 1 },
   key_file: { type: 'string', minLength: 1 },
+  /**
+   * Lets the destination reach loopback, private, link-local and other internal targets (a receiver on this
+   * host or inside the network; the tests' local servers). Without it such a URL is refused at load and an
+   * address such a name resolves to is refused at delivery (core/network-target.ts).
+   */
+  allow_private_network: { type: 'boolean' },
 } as const;
 
 /** The `notifications` section's schema. */
@@ -112,6 +119,8 @@ interface TlsFiles {
   readonly caFile: string | null;
   readonly certFile: string | null;
   readonly keyFile: string | null;
+  /** `allow_private_network`: internal targets allowed, at load and at delivery. */
+  readonly allowPrivateNetwork: boolean;
 }
 export interface WebhookDestination extends TlsFiles {
   readonly type: 'webhook';
@@ -159,6 +168,7 @@ interface RawTls {
   ca_file?: string;
   cert_file?: string;
   key_file?: string;
+  allow_private_network?: boolean;
 }
 type RawDestination =
   | ({ type: 'webhook'; url: string; secret_envs: string[] } & RawTls)
@@ -207,7 +217,18 @@ export function compileNotifications(
         caFile: d.ca_file === undefined ? null : resolve(cwd, d.ca_file),
         certFile: d.cert_file === undefined ? null : resolve(cwd, d.cert_file),
         keyFile: d.key_file === undefined ? null : resolve(cwd, d.key_file),
+        allowPrivateNetwork: d.allow_private_network === true,
       };
+      const target = d.type === 'webhook' ? (['url', d.url] as const) : (['api_base_url', d.api_base_url] as const);
+      if (target[1] !== undefined) {
+        const problem = destinationUrlProblem(target[1], tls.allowPrivateNetwork);
+        if (problem !== null)
+          problems.add(
+            pointer('notifications', 'destinations', name, target[0]),
+            problem.message,
+            problem.class === 'userinfo' ? {} : { got: target[1] },
+          );
+      }
       destinations.set(
         name,
         Object.freeze(

@@ -19,6 +19,7 @@
  * What this does not promise: exactly-once arrival (receivers deduplicate), ordering between events, or that
  * a Slack message was not posted twice when a post's answer was lost (Slack has no idempotency key).
  */
+import cluster from 'node:cluster';
 import { randomUUID } from 'node:crypto';
 import { Counter, type Registry } from 'prom-client';
 import type { Config } from '../core/config.js';
@@ -31,7 +32,15 @@ import type { AuditWriter } from '../gate/index.js';
 import { notifierQueries } from './queries.js';
 import { slackApprovalRequest, slackDecision, slackNotice, txt, webhookBody, type ClaimedEvent } from './render.js';
 import { standardWebhookHeaders } from './signing.js';
-import { closeClients, destinationClients, slackCall, type DestinationClient } from './transport.js';
+import {
+  closeClients,
+  destinationClients,
+  outcomeError,
+  slackCall,
+  warnPrivateNetwork,
+  type ClientOptions,
+  type DestinationClient,
+} from './transport.js';
 
 type Outcome =
   | { kind: 'delivered'; slackMessage?: { channel: string; ts: string; approvalId: string; hash: string } }
@@ -50,6 +59,8 @@ export interface NotificationDeliveryOptions {
   env: NodeJS.ProcessEnv;
   /** Where `actionledger_notification_attempts_total{destination,outcome}` is registered (else unexposed). */
   registry?: Registry;
+  /** Resolves destination names instead of the system resolver (tests: a test-only name on loopback). */
+  lookup?: ClientOptions['lookup'];
 }
 
 /** Whether `route` sends events of this type, tenant and tool ('*' and a null tool concern every one). */
@@ -85,7 +96,11 @@ export class NotificationDelivery {
     this.#audit = options.audit;
     this.#log = options.log;
     this.#q = bindQueries(notifierQueries, options.config.schemaQuoted);
-    this.#clients = destinationClients(options.config.notifications, options.env);
+    this.#clients = destinationClients(
+      options.config.notifications,
+      options.env,
+      options.lookup === undefined ? {} : { lookup: options.lookup },
+    );
     this.#attempts = new Counter({
       name: 'actionledger_notification_attempts_total',
       help: 'Notification delivery attempts by destination and outcome (delivered, retry, failed)',
@@ -102,6 +117,8 @@ export class NotificationDelivery {
   /** Starts polling. Safe to repeat. */
   start(): void {
     if (!this.#stopped || !this.enabled) return;
+    // A fleet worker leaves it to the service, which says it once for the fleet (bin/service.ts).
+    if (!cluster.isWorker) warnPrivateNetwork(this.#config.notifications, this.#log);
     this.#stopped = false;
     this.#schedule(0);
   }
@@ -219,6 +236,11 @@ export class NotificationDelivery {
     } catch (err) {
       outcome = { kind: 'retry', error: asActionLedgerError(err).code };
     }
+    if (outcome.kind === 'retry' && outcome.error.includes('not_sent:private_network:'))
+      this.#log.warn(
+        { code: 'private_network_refused', event_id: e.event_id, destination: e.destination, error: outcome.error },
+        'notification not sent: the destination resolved to an internal address (allow_private_network is not set)',
+      );
     if (outcome.kind === 'retry' && e.attempts >= this.#config.notifications.delivery.maxAttempts)
       outcome = { kind: 'failed', error: `attempts_spent:${outcome.error}` };
     // Labelled by configured destination names only: a released claim is no attempt.
@@ -301,13 +323,7 @@ export class NotificationDelivery {
     if (status !== undefined && status >= 200 && status < 300 && (out.kind === 'response' || out.code !== 'redirect'))
       return { kind: 'delivered' };
     if (status === 410) return { kind: 'failed', error: 'http_410_gone' };
-    return {
-      kind: 'retry',
-      error:
-        out.kind === 'response'
-          ? `http_${out.status}`
-          : `${out.kind}:${out.code}${status === undefined ? '' : `:${status}`}`,
-    };
+    return { kind: 'retry', error: out.kind === 'response' ? `http_${out.status}` : outcomeError(out) };
   }
 
   async #slack(client: DestinationClient, e: ClaimedEvent): Promise<Outcome> {

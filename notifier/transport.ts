@@ -3,13 +3,20 @@
  * dispatcher uses for providers (core/http-client.ts: TLS verification always on, optional client
  * certificate, no proxy from the environment, never a redirect, bounded time and bytes), and the secrets
  * read from their environment variables once, at start.
+ *
+ * A destination without `allow_private_network` connects through core/network-target.ts's `guardedLookup`:
+ * a name that resolves to a loopback, private, link-local or other internal address fails its attempt before
+ * any byte is sent, reported as `not_sent:private_network:<class>` (see {@link outcomeError}).
  */
 import { readFileSync } from 'node:fs';
+import type { LookupFunction } from 'node:net';
 import type { Agent } from 'undici';
 import type { NotificationDestination, NotificationsConfig } from '../core/config-notify.js';
 import { ActionLedgerError } from '../core/errors.js';
 import { createMtlsAgent, postJson, type HttpOutcome } from '../core/http-client.js';
 import type { JsonObject } from '../core/json.js';
+import type { Logger } from '../core/log.js';
+import { guardedLookup, privateNetworkRefusal } from '../core/network-target.js';
 import { Secret } from '../core/secret.js';
 import { webhookSecret } from './signing.js';
 
@@ -57,8 +64,10 @@ function secretsOf(d: NotificationDestination, env: NodeJS.ProcessEnv): Secrets 
 /**
  * Checks what every destination needs before anything starts (the service, ahead of forking its workers):
  * each secret set and well formed, each certificate file readable. Throws `secret_missing` or `config_invalid`.
+ * With `log`, says once (warn) of each destination that may reach internal targets ({@link warnPrivateNetwork}).
  */
-export function checkDestinations(config: NotificationsConfig, env: NodeJS.ProcessEnv): void {
+export function checkDestinations(config: NotificationsConfig, env: NodeJS.ProcessEnv, log?: Logger): void {
+  if (log !== undefined) warnPrivateNetwork(config, log);
   for (const d of config.destinations.values()) {
     secretsOf(d, env);
     for (const [path, what] of [
@@ -70,6 +79,25 @@ export function checkDestinations(config: NotificationsConfig, env: NodeJS.Proce
   }
 }
 
+/** One warn line per destination with `allow_private_network: true`: its targets are not checked. */
+export function warnPrivateNetwork(config: NotificationsConfig, log: Logger): void {
+  for (const d of config.destinations.values())
+    if (d.allowPrivateNetwork)
+      log.warn(
+        { code: 'private_network_allowed', destination: d.name, target: d.type === 'webhook' ? d.url : d.apiBaseUrl },
+        `notification destination ${d.name} sets allow_private_network: it may reach loopback, private and ` +
+          'link-local addresses (its URL and what its name resolves to are not checked)',
+      );
+}
+
+export interface ClientOptions {
+  /**
+   * Resolves destination host names instead of the system resolver (`dns.lookup`). For tests, to give a
+   * test-only name an address; the address check applies to what it returns, as to the system's answers.
+   */
+  lookup?: LookupFunction;
+}
+
 /**
  * A client per configured destination. Throws `secret_missing` (an environment variable is unset) or
  * `config_invalid` (a malformed webhook secret, an unreadable certificate file): a process refuses to start
@@ -78,6 +106,7 @@ export function checkDestinations(config: NotificationsConfig, env: NodeJS.Proce
 export function destinationClients(
   config: NotificationsConfig,
   env: NodeJS.ProcessEnv,
+  options: ClientOptions = {},
 ): ReadonlyMap<string, DestinationClient> {
   const out = new Map<string, DestinationClient>();
   for (const d of config.destinations.values()) {
@@ -85,9 +114,12 @@ export function destinationClients(
     const ca = read(d.caFile, 'ca_file');
     const cert = read(d.certFile, 'cert_file');
     const key = read(d.keyFile, 'key_file');
+    // Without allow_private_network every connection's addresses are checked where they are resolved.
+    const lookup = d.allowPrivateNetwork ? options.lookup : guardedLookup(options.lookup);
     const agent = createMtlsAgent({
       ...(ca === undefined ? {} : { ca }),
       ...(cert === undefined || key === undefined ? {} : { cert, key: new Secret(Buffer.from(key)) }),
+      ...(lookup === undefined ? {} : { lookup }),
       connectTimeoutMs: Math.min(5000, config.delivery.timeoutMs),
     });
     out.set(d.name, { destination: d, agent, ...secrets });
@@ -98,6 +130,19 @@ export function destinationClients(
 /** Closes every agent. */
 export async function closeClients(clients: ReadonlyMap<string, DestinationClient>): Promise<void> {
   await Promise.all([...clients.values()].map((c) => c.agent.close().catch(() => undefined)));
+}
+
+/**
+ * The stable reason an attempt that got no usable answer failed, for the delivery record: `not_sent:<code>`
+ * or `unknown:<code>` (core/http-client.ts), with a non-2xx status when one arrived, and
+ * `not_sent:private_network:<class>` when the destination's name resolved to an internal address
+ * (`loopback`, `private`, `link_local`...).
+ */
+export function outcomeError(out: Exclude<HttpOutcome, { kind: 'response' }>): string {
+  const refused = out.kind === 'not_sent' ? privateNetworkRefusal(out.cause) : null;
+  if (refused !== null) return `not_sent:private_network:${refused}`;
+  const status = out.kind === 'unknown' ? out.status : undefined;
+  return `${out.kind}:${out.code}${status === undefined ? '' : `:${status}`}`;
 }
 
 export type SlackCall = { ok: true; json: JsonObject } | { ok: false; retry: boolean; error: string };
@@ -124,7 +169,10 @@ export async function slackCall(
     timeoutMs: limits.timeoutMs,
     maxBytes: limits.maxBytes,
   });
-  if (out.kind !== 'response') return { ok: false, retry: true, error: `${out.kind}:${out.code}` };
+  if (out.kind !== 'response') {
+    const refused = out.kind === 'not_sent' ? privateNetworkRefusal(out.cause) : null;
+    return { ok: false, retry: true, error: refused === null ? `${out.kind}:${out.code}` : outcomeError(out) };
+  }
   if (out.status === 429 || out.status >= 500) return { ok: false, retry: true, error: `http_${out.status}` };
   if (out.status !== 200 || out.json === null) return { ok: false, retry: false, error: `http_${out.status}` };
   if (out.json.ok !== true) {

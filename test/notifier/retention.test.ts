@@ -26,7 +26,13 @@ async function setup(
     extra: {
       notifications: {
         destinations: {
-          ops: { type: 'webhook', url: `${receiver.url}/hooks`, secret_envs: ['WH'], ca_file: pki.paths.caCert },
+          ops: {
+            type: 'webhook',
+            url: `${receiver.url}/hooks`,
+            secret_envs: ['WH'],
+            ca_file: pki.paths.caCert,
+            allow_private_network: true, // the receiver listens on loopback
+          },
         },
         routes: [{ destinations: ['ops'] }],
         delivery: {

@@ -27,7 +27,13 @@ async function setup(
     extra: {
       notifications: {
         destinations: {
-          ops: { type: 'webhook', url: `${receiver.url}/hooks`, secret_envs: ['WH'], ca_file: pki.paths.caCert },
+          ops: {
+            type: 'webhook',
+            url: `${receiver.url}/hooks`,
+            secret_envs: ['WH'],
+            ca_file: pki.paths.caCert,
+            allow_private_network: true, // the receiver listens on loopback
+          },
         },
         routes: [{ destinations: ['ops'] }],
         delivery: { backoff_initial_ms: 10, backoff_max_ms: 20, timeout_ms: 2000, lease_ms: 3000 },
@@ -153,7 +159,13 @@ t.test('a worker whose configuration does not yet name a destination does not en
     extra: {
       notifications: {
         destinations: {
-          audit: { type: 'webhook', url: `${other.url}/hooks`, secret_envs: ['WH'], ca_file: pki.paths.caCert },
+          audit: {
+            type: 'webhook',
+            url: `${other.url}/hooks`,
+            secret_envs: ['WH'],
+            ca_file: pki.paths.caCert,
+            allow_private_network: true,
+          },
         },
         routes: [{ destinations: ['audit'], events: ['kill_switch.engaged'] }],
         delivery: { backoff_initial_ms: 10, backoff_max_ms: 20, timeout_ms: 2000, lease_ms: 3000 },

@@ -23,6 +23,7 @@ const SLACK = {
   bot_token_env: 'SLACK_BOT_TOKEN',
   signing_secret_env: 'SLACK_SIGNING_SECRET',
   api_base_url: 'https://127.0.0.1:9/api',
+  allow_private_network: true, // a loopback address
 };
 
 async function service(t: Test, extraEnv: Record<string, string>) {
@@ -81,7 +82,14 @@ t.test('`actionledger start` refuses a webhook secret it cannot read before it o
       tools: baseToolConfig,
       http: { port: 0 },
       notifications: {
-        destinations: { hooks: { type: 'webhook', url: 'https://127.0.0.1:9/x', secret_envs: ['HOOKS_SECRET'] } },
+        destinations: {
+          hooks: {
+            type: 'webhook',
+            url: 'https://127.0.0.1:9/x',
+            secret_envs: ['HOOKS_SECRET'],
+            allow_private_network: true,
+          },
+        },
       },
     }),
   );

@@ -58,6 +58,7 @@ async function setup(t: Test): Promise<Env> {
             signing_secret_env: 'SLACK_SIGNING_SECRET',
             api_base_url: slack.apiBase,
             ca_file: pki.paths.caCert,
+            allow_private_network: true, // the fake Slack listens on loopback
           },
         },
         routes: [{ destinations: [DEST], events: ['approval.requested', 'approval.decided', 'approval.expired'] }],

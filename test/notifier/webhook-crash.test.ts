@@ -48,6 +48,7 @@ t.test('a worker SIGKILLed mid-delivery: the event still arrives, every copy wit
               url: `${receiver.url}/hooks`,
               secret_envs: ['WH_SECRET'],
               ca_file: pki.paths.caCert,
+              allow_private_network: true, // the receiver listens on loopback
             },
           },
           routes: [{ destinations: ['ops'] }],

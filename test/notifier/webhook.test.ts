@@ -44,6 +44,7 @@ async function setup(
             url: `${receiver.url}/hooks`,
             secret_envs: ['WH_NEW', 'WH_OLD'],
             ca_file: pki.paths.caCert,
+            allow_private_network: true, // the receiver listens on loopback
           },
         },
         routes: over.routes ?? [{ destinations: ['ops'], tenants: ['tenant-a'] }],
