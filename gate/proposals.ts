@@ -13,9 +13,14 @@
  * What this does not prove: the same-turn rule forces one user-turn boundary between proposal and
  * confirmation, and the model cannot forge the turn id (it comes from the trusted context). It is NOT proof
  * that a human clicked anything: on the agent path the model still decides when to call confirm, so treat it
- * as turn-separated, model-mediated confirmation. Any principal of the same tenant may confirm; a different
- * one is recorded (`actor_mismatch`) for alerting, not refused. Tools whose effect must be a person's
- * decision use approval mode `threshold` or `always` instead.
+ * as turn-separated, model-mediated confirmation. Tools whose effect must be a person's decision use approval
+ * mode `threshold` or `always` instead.
+ *
+ * A proposal is its principal's: only a context of the same tenant and principal (for a service acting for
+ * users, the same end user) confirms, executes or cancels it. Anyone else, in the tenant or not, is answered
+ * `proposal_not_found`, exactly as for an unknown id or token, so that its existence is not revealed; the
+ * attempt is audited as that refusal, naming the proposal it aimed at and `not_owner` in its detail. Nothing
+ * about the proposal changes (not even a due expiry).
  */
 import { withTransaction, type Queryable } from '../core/db.js';
 import { canonicalArguments, sha256Hex, type JsonObject } from '../core/json.js';
@@ -98,6 +103,7 @@ export class Proposals {
         context,
         tool: audit.tool ?? null,
         subjectId: audit.subjectId ?? null,
+        ...(audit.detail === undefined ? {} : { detail: audit.detail }),
       });
     }
     return result;
@@ -112,17 +118,16 @@ export class Proposals {
   }
 
   /**
-   * Confirms a proposal by its token, from `proposed` only, in a later user turn than the proposal.
-   * Refusals: `proposal_not_found` (unknown or other-tenant token), `proposal_expired`,
-   * `invalid_state_transition` (a replayed confirm), `proposal_same_turn_confirm`.
+   * Confirms a proposal by its token, from `proposed` only, in a later user turn than the proposal, by the
+   * proposal's own principal. Refusals: `proposal_not_found` (unknown token, or another tenant's or another
+   * principal's proposal), `proposal_expired`, `invalid_state_transition` (a replayed confirm),
+   * `proposal_same_turn_confirm`.
    */
   confirm(token: string, context: GateContext): Promise<GateResult> {
     return this.#run('confirm', context, async (c, audit) => {
       const hash = sha256Hex(typeof token === 'string' ? token : '');
       const row = (await c.query<ProposalRow>(this.core.q.proposalByToken, [hash, context.tenant_id])).rows[0];
-      if (row === undefined) throw refuse('proposal_not_found', NOT_FOUND);
-      audit.tool = row.tool_name;
-      audit.subjectId = row.proposal_id;
+      this.#owned(row, context, audit);
       await this.#expireIfDue(c, row, audit);
       if (row.status !== 'proposed')
         throw refuse('invalid_state_transition', `this proposal is ${row.status}; a confirmation counts once`, {
@@ -140,7 +145,6 @@ export class Proposals {
         throw refuse('invalid_state_transition', 'this proposal is no longer awaiting confirmation', {
           request_id: row.proposal_id,
         });
-      audit.detail = { actor_mismatch: row.principal_id !== context.principal_id };
       return {
         ok: true,
         status: 'confirmed',
@@ -150,12 +154,13 @@ export class Proposals {
     });
   }
 
-  /** Cancels a proposal from `proposed` or `confirmed`; `proposal_not_found`, `proposal_expired`, `invalid_state_transition`. */
+  /**
+   * Cancels a proposal from `proposed` or `confirmed`, by its own principal; `proposal_not_found` (unknown, or
+   * another tenant's or principal's), `proposal_expired`, `invalid_state_transition`.
+   */
   cancel(proposalId: string, context: GateContext): Promise<GateResult> {
     return this.#run('cancel', context, async (c, audit) => {
-      const row = await this.#byId(c, proposalId, context.tenant_id);
-      audit.tool = row.tool_name;
-      audit.subjectId = row.proposal_id;
+      const row = await this.#byId(c, proposalId, context, audit);
       await this.#expireIfDue(c, row, audit);
       const upd = await c.query(this.core.q.proposalCancel, [row.proposal_id]);
       if (upd.rowCount !== 1)
@@ -167,18 +172,17 @@ export class Proposals {
   }
 
   /**
-   * Executes a confirmed proposal: idempotent (an executed one returns its operation), payload from the
-   * stored arguments; arguments given here must hash to the proposed ones (`params_mismatch`, nothing
-   * reserved). Re-checks permission and the kill switch with today's state.
+   * Executes a confirmed proposal, by its own principal (anyone else: `proposal_not_found`): idempotent (an
+   * executed one returns its operation), payload from the stored arguments; arguments given here must hash to
+   * the proposed ones (`params_mismatch`, nothing reserved). Re-checks permission and the kill switch with
+   * today's state.
    */
   /* eslint-disable max-lines-per-function -- one transaction read top to bottom: its checks in order (state,
      arguments hash, permission, kill switch), then the reservation */
   execute(proposalId: string, context: GateContext, options: { args?: unknown } = {}): Promise<GateResult> {
     return this.#run('execute', context, async (c, audit) => {
       const core = this.core;
-      const row = await this.#byId(c, proposalId, context.tenant_id);
-      audit.tool = row.tool_name;
-      audit.subjectId = row.proposal_id;
+      const row = await this.#byId(c, proposalId, context, audit);
       if (options.args !== undefined) {
         let sha = '';
         try {
@@ -261,10 +265,25 @@ export class Proposals {
   }
   /* eslint-enable max-lines-per-function */
 
-  async #byId(c: Queryable, id: string, tenant: string): Promise<ProposalRow> {
+  async #byId(c: Queryable, id: string, context: GateContext, audit: Partial<AuditEntry>): Promise<ProposalRow> {
     if (typeof id !== 'string' || !UUID.test(id)) throw refuse('proposal_not_found', NOT_FOUND);
-    const row = (await c.query<ProposalRow>(this.core.q.proposalById, [id, tenant])).rows[0];
-    if (row === undefined) throw refuse('proposal_not_found', NOT_FOUND);
+    const row = (await c.query<ProposalRow>(this.core.q.proposalById, [id, context.tenant_id])).rows[0];
+    this.#owned(row, context, audit);
     return row;
+  }
+
+  /**
+   * The proposal found (already in the context's tenant) is the context's principal's, or the answer is the
+   * unknown id's `proposal_not_found`, before anything about it is looked at or changed. The refusal's audit
+   * row names the proposal and says `not_owner`: the caller learns nothing it would not from a random id.
+   */
+  #owned(row: ProposalRow | undefined, context: GateContext, audit: Partial<AuditEntry>): asserts row is ProposalRow {
+    if (row === undefined) throw refuse('proposal_not_found', NOT_FOUND);
+    audit.tool = row.tool_name;
+    audit.subjectId = row.proposal_id;
+    if (row.principal_id !== context.principal_id) {
+      audit.detail = { not_owner: true };
+      throw refuse('proposal_not_found', NOT_FOUND);
+    }
   }
 }

@@ -1,7 +1,8 @@
 /**
  * Confirmation by the user: token returned once and stored only as its sha256, same-turn refusal,
  * replayed confirm, TTL = min(requested, configured) with lazy, final expiry, cancel, idempotent execute from
- * the stored proposal, and the $10 -> $10,000 params_mismatch.
+ * the stored proposal, the $10 -> $10,000 params_mismatch, and a proposal that only its own principal
+ * confirms, executes or cancels (anyone else: proposal_not_found, as for an unknown one).
  */
 import t from 'tap';
 import { sha256Hex } from '../../core/json.js';
@@ -87,16 +88,22 @@ t.test('replayed confirm, same-turn confirm, unknown and other-tenant tokens', a
     await gate.confirm('not-a-token', gctx({ turn_id: 'turn-2' })),
     'other tenant looks exactly like unknown',
   );
+  const otherPrincipal = await gate.confirm(p.token, gctx({ turn_id: 'turn-2', principal_id: 'agent-2' }));
+  t.same(
+    otherPrincipal,
+    await gate.confirm('not-a-token', gctx({ turn_id: 'turn-2' })),
+    "another principal of the tenant is refused exactly like an unknown token: it is not that principal's",
+  );
   t.match(
-    await gate.confirm(p.token, gctx({ turn_id: 'turn-2', principal_id: 'agent-2' })),
+    await gate.confirm(p.token, gctx({ turn_id: 'turn-2' })),
     { ok: true, status: 'confirmed' },
-    'any actor of the tenant may confirm',
+    'its own principal confirms',
   );
   t.equal(
     (await pool.query<{ actor_mismatch: boolean }>('SELECT actor_mismatch FROM actionledger.gate_proposals')).rows[0]
       ?.actor_mismatch,
-    true,
-    'actor mismatch recorded',
+    false,
+    'the confirmer is always the proposer',
   );
   t.match(
     await gate.confirm(p.token, gctx({ turn_id: 'turn-3' })),
@@ -111,9 +118,69 @@ t.test('replayed confirm, same-turn confirm, unknown and other-tenant tokens', a
       'proposal_not_found',
       'proposal_not_found',
       'proposal_not_found',
+      'proposal_not_found',
+      'proposal_not_found',
       'confirmed',
       'invalid_state_transition',
     ],
+  );
+});
+
+t.test("another principal of the tenant cannot confirm, execute or cancel a principal's proposal", async (t) => {
+  const { gate, pool } = await gateFixture(t);
+  const mine = (over = {}) => gctx({ task_id: 'refund-42', ...over });
+  const theirs = (over = {}) => mine({ principal_id: 'agent-2', turn_id: 'turn-2', ...over });
+  const unknown = 'no such proposal';
+  const state = async (id: string) =>
+    (
+      await pool.query<{ status: string; confirmed_by: string | null; ended_at: Date | null }>(
+        'SELECT status, confirmed_by, ended_at FROM actionledger.gate_proposals WHERE proposal_id = $1',
+        [id],
+      )
+    ).rows[0];
+  const notFound = { ok: false, error: 'proposal_not_found', message: unknown };
+  const random = '6f1c2b9e-0d4a-4c52-9a57-3e0f1b2c4d5e';
+
+  const p = held(await gate.call(mine(), 'send_email', email));
+  t.same(await gate.confirm(p.token, theirs()), notFound, 'confirm: as for an unknown token');
+  t.same(await gate.cancelProposal(p.id, theirs()), notFound, 'cancel while proposed: as for an unknown id');
+  t.same(await gate.cancelProposal(random, theirs()), notFound, 'the unknown id it looks like');
+  t.same(await state(p.id), { status: 'proposed', confirmed_by: null, ended_at: null }, 'untouched');
+
+  t.match(await gate.confirm(p.token, mine({ turn_id: 'turn-2' })), { ok: true, status: 'confirmed' });
+  t.same(await gate.executeProposal(p.id, theirs()), notFound, 'execute: as for an unknown id');
+  t.same(await gate.cancelProposal(p.id, theirs()), notFound, 'cancel while confirmed');
+  t.same(await gate.executeProposal(p.id, theirs({ tenant_id: 'tenant-b', principal_id: 'agent-1' })), notFound);
+  t.match(await state(p.id), { status: 'confirmed', confirmed_by: 'agent-1', ended_at: null }, 'still confirmed');
+  t.equal(await count(pool, 'actionledger.operations'), 0, 'nothing reserved by the others');
+
+  const done = await gate.executeProposal(p.id, mine({ turn_id: 'turn-2' }));
+  t.match(done, { ok: true, status: 'reserved', created: true }, 'its own principal executes');
+  t.same(await gate.executeProposal(p.id, theirs()), notFound, 'an executed one is not replayed to another either');
+
+  // An expired proposal is not expired by another principal's touch (it would answer proposal_expired).
+  const late = held(await gate.call(mine({ workflow_step_id: 'late' }), 'send_email', email, { ttl_s: 1 }));
+  await pool.query(
+    "UPDATE actionledger.gate_proposals SET expires_at = created_at + interval '1 millisecond' WHERE proposal_id = $1",
+    [late.id],
+  );
+  t.same(await gate.cancelProposal(late.id, theirs()), notFound);
+  t.same(await state(late.id), { status: 'proposed', confirmed_by: null, ended_at: null }, 'not even expired');
+
+  const refusals = await auditRows(pool, "principal_id = 'agent-2' OR tenant_id = 'tenant-b'");
+  t.same(
+    refusals.map((r) => [r.action, r.outcome, r.subject_id, r.detail]),
+    [
+      ['confirm', 'proposal_not_found', p.id, { not_owner: true }],
+      ['cancel', 'proposal_not_found', p.id, { not_owner: true }],
+      ['cancel', 'proposal_not_found', null, {}],
+      ['execute', 'proposal_not_found', p.id, { not_owner: true }],
+      ['cancel', 'proposal_not_found', p.id, { not_owner: true }],
+      ['execute', 'proposal_not_found', null, {}],
+      ['execute', 'proposal_not_found', p.id, { not_owner: true }],
+      ['cancel', 'proposal_not_found', late.id, { not_owner: true }],
+    ],
+    'each attempt audited as the refusal, naming the proposal it aimed at when it exists in the tenant',
   );
 });
 
