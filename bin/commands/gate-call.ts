@@ -66,7 +66,8 @@ const CONTEXT_OPTIONS = {
   plan: {
     type: 'string',
     value: 'V',
-    description: "the task's current plan version (a new one invalidates approvals bound to the old)",
+    description:
+      "the current plan version of this principal's task (a new one invalidates its approvals bound to the old)",
     default: 'unchanged',
   },
 } satisfies OptionSpecs;
@@ -240,7 +241,8 @@ export const gateConfirmCommand: Command = {
   args: 'TOKEN',
   notes: [
     "Runs Gate.confirm: the token of `gate call`'s confirmation_required answer ('-' reads it from stdin), once,",
-    "in the same tenant and a later turn than the call's (the same turn is refused: proposal_same_turn_confirm).",
+    "as the call's principal in its tenant (anyone else: proposal_not_found), in a later turn than the call's",
+    '(the same turn is refused: proposal_same_turn_confirm).',
     'A confirmation reserves nothing: `gate execute` with the request id does.',
   ].join('\n'),
   options: {

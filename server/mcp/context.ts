@@ -19,7 +19,8 @@ export const META_PREFIX = 'actionledger/';
 export const META_KEYS = {
   task_id: 'the task the step belongs to (required on tools/call)',
   workflow_step_id: 'the step: tenant, principal, task and step are the operation (required on tools/call)',
-  plan_version: "the task's current plan version (a new one invalidates approvals bound to the old)",
+  plan_version:
+    "the current plan version of this principal's task (a new one invalidates its approvals bound to the old)",
   conversation_id: 'the conversation (per-conversation caps count here); default: the task',
   turn_id:
     'the user turn the call is made in (a confirmation must come in a later one); default: the request, except when confirming a proposal',

@@ -41,7 +41,8 @@ export const gateResultSchema = {
     },
     confirm_token: {
       type: 'string',
-      description: 'with confirmation_required, returned this once: confirm with it in a later turn',
+      description:
+        'with confirmation_required, returned this once: confirm with it in a later turn, as the same principal',
     },
     envelope_sha256: { type: 'string', description: 'with approval_required: the hash an approver confirms' },
     expires_at: { type: 'string', format: 'date-time' },

@@ -1,9 +1,10 @@
 /**
  * A proposal's life after `POST /v1/calls` answered `confirmation_required`: confirm it with its one-time
  * token (in a later user turn than the call), execute it (the reservation, from the stored arguments), or
- * cancel it. Each answers 200 with the gate's result, refusals included, except that a proposal the caller's
- * tenant does not hold (unknown, another tenant's, or an id that is not one) is 404 `proposal_not_found`: the
- * same status and body whichever it is.
+ * cancel it. Only the proposal's own principal may (its tenant and principal; a caller granted act_for_users
+ * acts as the user it names). Each answers 200 with the gate's result, refusals included, except that a
+ * proposal that is not the caller's (unknown, another tenant's, another principal's, or an id that is not one)
+ * is 404 `proposal_not_found`: the same status and body whichever it is.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ActionLedgerError } from '../../../core/errors.js';
@@ -21,13 +22,18 @@ const idParam = {
 } as const;
 
 const notFound = {
-  description: 'no such proposal in your tenant (unknown, another tenant’s, or not an id): always this body',
+  description:
+    'no such proposal of yours (unknown, another tenant’s, another principal’s, or not an id): always this body',
   type: 'object',
   required: ['ok', 'error', 'message'],
   properties: { ok: { const: false }, error: { const: 'proposal_not_found' }, message: { type: 'string' } },
 } as const;
 
 const responses = { 200: gateResultSchema, 404: notFound };
+
+/** Who may act on a proposal, for the routes' descriptions. */
+const OWNER_NOTE =
+  'Only the proposal’s own principal may confirm, execute or cancel it: the principal whose call proposed it, in its tenant (a caller granted act_for_users acts as the user it names, so it reaches that user’s proposals only). Anyone else, in the tenant or not, gets 404 proposal_not_found, the answer to an unknown id.';
 
 /**
  * The gate's result, 200; `proposal_not_found` is 404 with the same body; a failure that is no decision (the
@@ -38,9 +44,9 @@ function answer(reply: FastifyReply, r: GateResult): FastifyReply {
 }
 
 /**
- * The context of a proposal action: the caller must act with a role some tool lists. The gate lets any
- * principal of the tenant confirm, execute or cancel; over the API a caller with no tool role at all (an
- * auditor, a reader) would otherwise cancel every proposal whose id it read in the audit log.
+ * The context of a proposal action: the caller must act with a role some tool lists (an auditor or a reader,
+ * with no tool role at all, is 403 before the gate is asked). The gate then lets only the proposal's own
+ * principal confirm, execute or cancel it; anyone else is the unknown id's 404.
  */
 function proposalContext(deps: ApiDeps, request: FastifyRequest, body: CallIdentity): GateContext {
   const context = gateContext(deps, request, body);
@@ -68,6 +74,7 @@ function registerConfirm(app: FastifyInstance, deps: ApiDeps): void {
         summary: 'Confirm a proposal with its one-time token, in a later user turn than the call',
         description: [
           'Runs Gate.confirm. The turn is what makes this a confirmation: name the user turn it comes in (`turn_id`, or the user’s `turn_id`), a later one than the call’s; the same turn is refused proposal_same_turn_confirm. A token counts once (a second confirm is invalid_state_transition). A confirmation reserves nothing: execute does.',
+          OWNER_NOTE,
           IDENTITY_NOTE,
         ].join('\n\n'),
         tags: ['proposals'],
@@ -106,6 +113,7 @@ function registerExecuteAndCancel(app: FastifyInstance, deps: ApiDeps): void {
         summary: 'Execute a confirmed proposal: the reservation, from the arguments stored when it was proposed',
         description: [
           'Runs Gate.executeProposal. Idempotent: an executed proposal answers with its operation again. `arguments`, when given, are only compared with the proposed ones (params_mismatch, nothing reserved); the payload is always the stored one. The proposer’s role and the kill switches are checked again now.',
+          OWNER_NOTE,
           IDENTITY_NOTE,
         ].join('\n\n'),
         tags: ['proposals'],
@@ -136,7 +144,7 @@ function registerExecuteAndCancel(app: FastifyInstance, deps: ApiDeps): void {
       config: { operationId: 'cancelProposal', errors: [404], gateAudited: true },
       schema: {
         summary: 'Cancel a proposal that is proposed or confirmed (its holds on the caps are released)',
-        description: ['Runs Gate.cancelProposal.', IDENTITY_NOTE].join('\n\n'),
+        description: ['Runs Gate.cancelProposal.', OWNER_NOTE, IDENTITY_NOTE].join('\n\n'),
         tags: ['proposals'],
         params: idParam,
         body: {
