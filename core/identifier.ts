@@ -2,14 +2,13 @@
  * Identifiers (tenants, principals, roles, tasks, steps, accounts): text compared byte for byte in SQL, so two
  * spellings of one name must not become two identities, and a name must not hide what it says. An identifier
  * is NFC-normalized, then refused when it is empty, only whitespace, begins or ends with whitespace, longer than
- * {@link MAX_CONTEXT_FIELD}, or holds a control, format (bidi controls, zero-width characters, the byte-order
- * mark), a space other than U+0020, or an unpaired surrogate.
+ * {@link MAX_CONTEXT_FIELD}, or holds a character a person would not read as written (the set of
+ * core/visible-text.ts, from Unicode's properties: default-ignorable, bidi-control, format, control, unassigned,
+ * blank-drawn, a combining overlay or a mark on a digit), a space other than U+0020, or an unpaired surrogate.
  */
 import { ActionLedgerError } from './errors.js';
 import { MAX_CONTEXT_FIELD } from './types.js';
-
-// Spaces other than U+0020 (no-break, ideographic, en/em...) look like a space or like nothing at all.
-const FORBIDDEN = /[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000]/u;
+import { IDENTIFIER_FORBIDDEN, hiddenCode } from './visible-text.js';
 
 /** Why the text is not an identifier, or null when it is one (after NFC). */
 export function identifierProblem(value: unknown): string | null {
@@ -21,8 +20,9 @@ export function identifierProblem(value: unknown): string | null {
   // "alice " and "alice" would be two identities that display as one (a requester approving itself).
   if (v.trim() !== v) return 'begins or ends with whitespace';
   if (v.length > MAX_CONTEXT_FIELD) return `is longer than ${MAX_CONTEXT_FIELD} characters`;
-  if (FORBIDDEN.test(v))
-    return 'holds a control, format, bidi-control or zero-width character, or a space other than U+0020';
+  const bad = IDENTIFIER_FORBIDDEN.exec(v);
+  if (bad !== null)
+    return `holds ${hiddenCode(bad[0].codePointAt(0) ?? 0)} at ${bad.index}: a hidden, control, format, bidi-control, zero-width or unassigned character, a combining overlay or mark on a digit, or a space other than U+0020`;
   return null;
 }
 
