@@ -28,7 +28,7 @@ import type { GateCore } from './core.js';
 import { checkReviewer, type Value } from './checks.js';
 import { Refused, refuse } from './refusal.js';
 import { gateOperationQueries } from './queries.js';
-import type { GateContext, GateResult, Reviewer } from './types.js';
+import type { ApproveOptions, GateContext, GateResult, Reviewer } from './types.js';
 import {
   approvalStaleness,
   NOT_FOUND,
@@ -37,6 +37,7 @@ import {
   type ApprovalRow,
   type ApprovalView,
 } from './approval-envelope.js';
+import { hiddenInJson } from '../core/visible-text.js';
 
 export class Approvals {
   readonly #oq: Readonly<typeof gateOperationQueries>;
@@ -184,10 +185,16 @@ export class Approvals {
    * its TTL, not the requester, not a second vote) that records the role the approver voted with; when the required number of distinct approvers is reached
    * it executes (see {@link Approvals.execute}). Refusals: `not_found`, `permission_denied`,
    * `approval_hash_mismatch`, `self_approval_forbidden`, `approval_expired`, `invalid_state_transition`,
-   * `config_invalid` (the tool binds resources this process has no resolver for; nothing recorded), and
-   * those of execute.
+   * `config_invalid` (the tool binds resources this process has no resolver for; nothing recorded),
+   * `hidden_characters` (the envelope holds characters a reader would not see as written, and the approver
+   * did not acknowledge them: `acknowledgeHiddenCharacters`), and those of execute.
    */
-  async approve(approvalId: string, displayedHash: string, reviewer: Reviewer): Promise<GateResult> {
+  async approve(
+    approvalId: string,
+    displayedHash: string,
+    reviewer: Reviewer,
+    options: ApproveOptions = {},
+  ): Promise<GateResult> {
     const first = await this.#run('approve', reviewer, async (c, audit, who) => {
       const row = await this.#row(c, approvalId, who.tenant_id);
       audit.tool = row.tool_name;
@@ -205,6 +212,18 @@ export class Approvals {
           { request_id: row.approval_id },
         );
       }
+      // What a person reads is what they approve: a character drawn as nothing, reordering its neighbours or
+      // striking through a digit is shown as its code everywhere, and approving it takes a second, explicit yes.
+      const hidden = hiddenInJson(row.envelope_json);
+      if (hidden.length > 0 && options.acknowledgeHiddenCharacters !== true)
+        throw refuse(
+          'hidden_characters',
+          `what you are asked to approve holds ${hidden.length === 50 ? '50 or more' : String(hidden.length)} character(s) a reader would not see as written (${hidden
+            .slice(0, 3)
+            .map((h) => `${h.code} at ${h.path}`)
+            .join(', ')}); read them as shown by their codes, then approve with the acknowledgement, or reject`,
+          { request_id: row.approval_id, details: { hidden } },
+        );
       const upd = await c.query<{ status: string }>(this.core.q.approvalApprove, [
         row.approval_id,
         who.tenant_id,

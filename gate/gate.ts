@@ -28,7 +28,7 @@ import { GateCore, type GateDeps } from './core.js';
 import { Refused, refuse } from './refusal.js';
 import { housekeepingWith, type GateHousekeepingSummary } from './housekeeping.js';
 import { Proposals } from './proposals.js';
-import type { GateContext, GateResult, Reviewer } from './types.js';
+import type { ApproveOptions, GateContext, GateResult, Reviewer } from './types.js';
 
 /** What engaging a kill switch waited for: covered operations executing, and those a wait gave up on. */
 export interface KillSwitchEngaged {
@@ -263,8 +263,13 @@ export class Gate {
   }
 
   /** See {@link Approvals.approve}. */
-  approve(approvalId: string, displayedHash: string, reviewer: Reviewer): Promise<GateResult> {
-    return this.approvals.approve(approvalId, displayedHash, reviewer);
+  approve(
+    approvalId: string,
+    displayedHash: string,
+    reviewer: Reviewer,
+    options: ApproveOptions = {},
+  ): Promise<GateResult> {
+    return this.approvals.approve(approvalId, displayedHash, reviewer, options);
   }
 
   /** See {@link Approvals.reject}. */

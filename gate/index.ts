@@ -30,6 +30,7 @@ export { REDACTED, auditArguments } from './redaction.js';
 export { AuditWriter, type AuditEntry, type AuditWriterOptions } from './audit.js';
 export {
   GATE_CONTEXT_FIELDS,
+  type ApproveOptions,
   type BoundResource,
   type BusinessValidator,
   type GateAllowed,

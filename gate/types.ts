@@ -54,6 +54,15 @@ export interface GateAllowed {
   message: string;
 }
 
+/** How a person approves. */
+export interface ApproveOptions {
+  /**
+   * The person saw the characters the envelope holds that a reader would not see as written (each shown by its
+   * code) and approves anyway; without it such an approval is refused `hidden_characters`.
+   */
+  acknowledgeHiddenCharacters?: boolean;
+}
+
 /** A refusal (or a hold waiting for a person): a value the model reads, never an exception. */
 export interface GateRefusal {
   ok: false;

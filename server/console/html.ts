@@ -4,8 +4,10 @@
  * result of an `html` template; arrays are joined, null and undefined are empty. Nothing that came from
  * arguments, names or reasons can therefore become markup, whether it lands in text or in a quoted attribute.
  * Attribute values are always written in double quotes by the templates; URLs are built with `href()`, which
- * percent-encodes each part, so no value can start a `javascript:` URL.
+ * percent-encodes each part, so no value can start a `javascript:` URL. No interpolation draws a character a
+ * reader would not see as written (core/visible-text.ts): it shows as its code, `\u202E`.
  */
+import { hasHiddenCharacters, revealHidden } from '../../core/visible-text.js';
 
 /** Markup that is already safe: only `html` and `href` make one. */
 export class SafeHtml {
@@ -42,7 +44,8 @@ function piece(v: Interpolated): string {
   if (v instanceof SafeHtml) return v.toString();
   if (Array.isArray(v)) return (v as readonly Interpolated[]).map(piece).join('');
   if (v instanceof Date) return escapeHtml(v.toISOString());
-  return escapeHtml(String(v));
+  // No interpolation draws a hidden character: it shows its code, marked where the template asks (visible()).
+  return revealHidden(String(v), (code) => code, escapeHtml);
 }
 
 /** The tagged template: literal parts as written, every interpolation escaped. */
@@ -68,37 +71,23 @@ export function text(v: unknown): string {
   return JSON.stringify(v);
 }
 
-/**
- * Characters a browser draws as nothing, or that reorder or reshape the text around them: format characters
- * (bidi embeddings, overrides and isolates, zero-width spaces and joiners, the byte-order mark, tag
- * characters), control characters but the newline, line and paragraph separators, variation selectors and the
- * Hangul fillers.
- */
-const HIDDEN =
-  /[\p{Cf}\p{Zl}\p{Zp}\u0000-\u0009\u000b-\u001f\u007f-\u009f\u115f\u1160\u3164\uffa0\ufe00-\ufe0f]|[\u{e0100}-\u{e01ef}]/gu;
-
-/** Whether the text holds a character `visible` would mark. */
+/** Whether the text holds a character `visible` would mark (core/visible-text.ts). */
 export function hasHidden(value: string): boolean {
-  return new RegExp(HIDDEN.source, 'u').test(value);
+  return hasHiddenCharacters(value);
 }
 
 /**
- * Text for reading, escaped like every interpolation, with each hidden character (see HIDDEN) shown as its
- * code (`\u202E`) in a marked span instead of being drawn, so what the reader sees is what is stored.
- * For text content only, never for an attribute value.
+ * Text for reading, escaped like every interpolation, with each hidden character (core/visible-text.ts) shown
+ * as its code (`\u202E`) in a marked span instead of being drawn, so what the reader sees is what is stored.
+ * For text content only, never for an attribute value (where every interpolation shows the bare code).
  */
 export function visible(raw: string | undefined): SafeHtml {
-  const value = raw ?? '';
-  let out = '';
-  let last = 0;
-  for (const m of value.matchAll(HIDDEN)) {
-    const cp = m[0].codePointAt(0) ?? 0;
-    const code =
-      cp > 0xffff ? `\\u{${cp.toString(16).toUpperCase()}}` : `\\u${cp.toString(16).toUpperCase().padStart(4, '0')}`;
-    out += escapeHtml(value.slice(last, m.index));
-    out += `<span class="hidden-char" title="a hidden character, shown as its code">${code}</span>`;
-    last = m.index + m[0].length;
-  }
-  out += escapeHtml(value.slice(last));
-  return new SafeHtml(out, MINT);
+  return new SafeHtml(
+    revealHidden(
+      raw ?? '',
+      (code) => `<span class="hidden-char" title="a hidden character, shown as its code">${code}</span>`,
+      escapeHtml,
+    ),
+    MINT,
+  );
 }

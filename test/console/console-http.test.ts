@@ -11,68 +11,11 @@ import t, { type Test } from 'tap';
 import { Agent, fetch as undiciFetch } from 'undici';
 import { bindQueries } from '../../core/db.js';
 import { transitionCte, type ProviderContact } from '../../ledger/index.js';
-import { ConsoleSessions } from '../../principals/index.js';
 import { buildApi } from '../../server/api/app.js';
 import { apiFixture, type ApiFixture } from '../helpers/api.js';
 import { gctx } from '../helpers/gate.js';
+import { FORM, get, person, post, redeem, sessions, signIn } from '../helpers/console-http.js';
 import { testPki } from '../helpers/sandbox.js';
-
-const FORM = { 'content-type': 'application/x-www-form-urlencoded' };
-
-interface Signed {
-  cookie: string;
-  csrf: string;
-}
-
-async function person(f: ApiFixture, id: string, roles: string[], tenant = 'tenant-a'): Promise<void> {
-  await f.store.add(id, 'person', id, 'test');
-  for (const r of roles) await f.store.grant(id, tenant, r, 'test');
-}
-
-function sessions(f: ApiFixture): ConsoleSessions {
-  return new ConsoleSessions(f.config, f.pool, f.deps.audit);
-}
-
-async function redeem(f: ApiFixture, secret: string): Promise<Response> {
-  return fetch(`${f.base}/console/login`, {
-    method: 'POST',
-    headers: FORM,
-    body: `link=${secret}`,
-    redirect: 'manual',
-  });
-}
-
-async function signIn(f: ApiFixture, id: string): Promise<Signed> {
-  const link = await sessions(f).createLoginLink(id, 'test');
-  const res = await redeem(f, link.secret);
-  if (res.status !== 303) throw new Error(`sign-in answered ${res.status}`);
-  const cookie = (res.headers.get('set-cookie') ?? '').split(';')[0] ?? '';
-  const page = await get(f, '/console/approvals', cookie);
-  const csrf = /name="csrf" value="([^"]+)"/.exec(await page.text())?.[1] ?? '';
-  return { cookie, csrf };
-}
-
-function get(f: ApiFixture, path: string, cookie?: string, headers: Record<string, string> = {}): Promise<Response> {
-  return fetch(`${f.base}${path}`, {
-    headers: { ...headers, ...(cookie === undefined ? {} : { cookie }) },
-    redirect: 'manual',
-  });
-}
-
-function post(
-  f: ApiFixture,
-  path: string,
-  s: Signed,
-  fields: Record<string, string>,
-  headers: Record<string, string> = {},
-): Promise<Response> {
-  return fetch(`${f.base}${path}`, {
-    method: 'POST',
-    headers: { ...FORM, cookie: s.cookie, ...headers },
-    body: new URLSearchParams(fields).toString(),
-    redirect: 'manual',
-  });
-}
 
 async function waitingRefund(f: ApiFixture, step: string): Promise<string> {
   const r = await f.gate.call(gctx({ workflow_step_id: step }), 'issue_refund', {

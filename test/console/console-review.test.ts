@@ -5,47 +5,9 @@
 import t, { type Test } from 'tap';
 import { bindQueries } from '../../core/db.js';
 import { transitionCte, type ProviderContact } from '../../ledger/index.js';
-import { ConsoleSessions } from '../../principals/index.js';
 import { apiFixture, type ApiFixture } from '../helpers/api.js';
 import { gctx } from '../helpers/gate.js';
-
-const FORM = { 'content-type': 'application/x-www-form-urlencoded' };
-
-interface Signed {
-  cookie: string;
-  csrf: string;
-}
-
-async function person(f: ApiFixture, id: string, roles: string[], tenant = 'tenant-a'): Promise<void> {
-  await f.store.add(id, 'person', id, 'test');
-  for (const r of roles) await f.store.grant(id, tenant, r, 'test');
-}
-
-function sessions(f: ApiFixture): ConsoleSessions {
-  return new ConsoleSessions(f.config, f.pool, f.deps.audit);
-}
-
-function get(f: ApiFixture, path: string, cookie?: string, headers: Record<string, string> = {}): Promise<Response> {
-  return fetch(`${f.base}${path}`, {
-    headers: { ...headers, ...(cookie === undefined ? {} : { cookie }) },
-    redirect: 'manual',
-  });
-}
-
-async function signIn(f: ApiFixture, id: string): Promise<Signed> {
-  const link = await sessions(f).createLoginLink(id, 'test');
-  const res = await fetch(`${f.base}/console/login`, {
-    method: 'POST',
-    headers: FORM,
-    body: `link=${link.secret}`,
-    redirect: 'manual',
-  });
-  if (res.status !== 303) throw new Error(`sign-in answered ${res.status}`);
-  const cookie = (res.headers.get('set-cookie') ?? '').split(';')[0] ?? '';
-  const page = await get(f, '/console/approvals', cookie);
-  const csrf = /name="csrf" value="([^"]+)"/.exec(await page.text())?.[1] ?? '';
-  return { cookie, csrf };
-}
+import { FORM, get, person, post, sessions, signIn } from '../helpers/console-http.js';
 
 async function setup(t: Test, api: Record<string, unknown> = {}) {
   const f = await apiFixture(t, { api });
@@ -192,15 +154,6 @@ async function inReview(f: ApiFixture, step: string, contact: ProviderContact): 
   if (!r.ok || r.operation_id === undefined) throw new Error(JSON.stringify(r));
   await dispatchToReview(f, r.operation_id, contact);
   return r.operation_id;
-}
-
-function post(f: ApiFixture, path: string, s: Signed, fields: Record<string, string>): Promise<Response> {
-  return fetch(`${f.base}${path}`, {
-    method: 'POST',
-    headers: { ...FORM, cookie: s.cookie },
-    body: new URLSearchParams(fields).toString(),
-    redirect: 'manual',
-  });
 }
 
 const statusOf = async (f: ApiFixture, id: string): Promise<string | undefined> =>

@@ -144,7 +144,10 @@ function registerShow(app: FastifyInstance, deps: ApiDeps): void {
 }
 
 function registerDecisions(app: FastifyInstance, deps: ApiDeps): void {
-  app.post<{ Params: { id: string }; Body: { envelope_sha256: string; role?: string } }>(
+  app.post<{
+    Params: { id: string };
+    Body: { envelope_sha256: string; role?: string; acknowledge_hidden_characters?: boolean };
+  }>(
     '/v1/approvals/:id/approve',
     {
       config: { operationId: 'approveApproval', errors: [404, 409] },
@@ -159,6 +162,11 @@ function registerDecisions(app: FastifyInstance, deps: ApiDeps): void {
           properties: {
             envelope_sha256: { type: 'string', pattern: '^[0-9a-f]{64}$' },
             role: roleField,
+            acknowledge_hidden_characters: {
+              type: 'boolean',
+              description:
+                'true when the envelope holds characters a reader would not see as written (default-ignorable, bidi controls, format characters, combining overlays: `hidden_characters`, each listed with its code and JSON pointer in the refusal) and you approve it having read them by their codes',
+            },
           },
         },
         response: { 200: gateResult },
@@ -166,7 +174,11 @@ function registerDecisions(app: FastifyInstance, deps: ApiDeps): void {
     },
     async (request) => {
       const reviewer = decider(deps, request, request.body.role);
-      return answer(await deps.gate.approve(request.params.id, request.body.envelope_sha256, reviewer));
+      return answer(
+        await deps.gate.approve(request.params.id, request.body.envelope_sha256, reviewer, {
+          acknowledgeHiddenCharacters: request.body.acknowledge_hidden_characters === true,
+        }),
+      );
     },
   );
   app.post<{ Params: { id: string }; Body: { reason: string; role?: string } }>(

@@ -139,11 +139,12 @@ function registerApprove(app: FastifyInstance, deps: ApiDeps): void {
         throw new ActionLedgerError('invalid_request', 'the approval form carries no envelope hash', {
           details: { field: 'envelope_sha256' },
         });
-      const r = await deps.gate.approve(request.params.id, hash, {
-        tenant_id: caller.tenant_id,
-        principal_id: caller.principal_id,
-        role,
-      });
+      const r = await deps.gate.approve(
+        request.params.id,
+        hash,
+        { tenant_id: caller.tenant_id, principal_id: caller.principal_id, role },
+        { acknowledgeHiddenCharacters: f.acknowledge_hidden_characters === 'yes' },
+      );
       return decided(deps, request, reply, r);
     },
   );
@@ -233,27 +234,29 @@ async function approvalPage(
   const approverRoles = [...(deps.config.gate.tools.get(env.tool)?.approverRoles ?? [])];
 
   const blockers = blockersOf(deps, { p, env, caller, view, fresh, role, self, voted, approverRoles, displayedHash });
-  const decide = blockers.length > 0 || view.status !== 'pending' ? html`` : decideForms(request, p, displayedHash);
+  const hidden = hasHidden(JSON.stringify(view.envelope));
+  const decide =
+    blockers.length > 0 || view.status !== 'pending' ? html`` : decideForms(request, p, displayedHash, hidden);
   const op = view.operation_id === null ? null : await operationStatus(deps, caller, view.operation_id);
   const body = html` ${done !== undefined && DONE[done] !== undefined ? notice('ok', html`<p id="done">${DONE[done]}</p>`) : ''}
-    ${refusal ?? ''} ${hiddenWarning(view.envelope)}
+    ${refusal ?? ''} ${hidden ? hiddenWarning() : ''}
     <dl>
       <dt>Status</dt>
-      <dd id="status">${view.status}${view.reason === null ? '' : ` (${view.reason})`}</dd>
+      <dd id="status">${view.status}${view.reason === null ? '' : html` (${visible(view.reason)})`}</dd>
       <dt>Tool</dt>
-      <dd>${env.tool}</dd>
+      <dd>${visible(env.tool)}</dd>
       <dt>Effect</dt>
       <dd>${visible(text(env.effect ?? ''))}</dd>
       <dt>Who asked</dt>
-      <dd>${env.requester.principal_id} as ${env.requester.role}</dd>
+      <dd>${visible(env.requester.principal_id)} as ${visible(env.requester.role)}</dd>
       <dt>Conversation</dt>
-      <dd>${env.subject.conversation_id} (account ${env.subject.account_id})</dd>
+      <dd>${visible(env.subject.conversation_id)} (account ${visible(env.subject.account_id)})</dd>
       <dt>Task / step</dt>
-      <dd>${env.identity.task_id} / ${env.identity.workflow_step_id}</dd>
+      <dd>${visible(env.identity.task_id)} / ${visible(env.identity.workflow_step_id)}</dd>
       <dt>Plan version</dt>
-      <dd>${text(env.plan_version ?? '')}</dd>
+      <dd>${visible(text(env.plan_version ?? ''))}</dd>
       <dt>Policy version</dt>
-      <dd>${text(env.policy_version ?? '')}</dd>
+      <dd>${visible(text(env.policy_version ?? ''))}</dd>
       <dt>Bound resources</dt>
       <dd>
         ${env.resources.length === 0 ? 'none' : env.resources.map((r) => html`${visible(r.type)} ${visible(r.id)} at version ${visible(r.version)}<br />`)}
@@ -285,14 +288,14 @@ async function approvalPage(
 }
 
 /** A warning when what is to be approved holds characters a browser would hide or reorder (see visible()). */
-function hiddenWarning(envelope: unknown): SafeHtml | '' {
-  if (!hasHidden(JSON.stringify(envelope))) return '';
+function hiddenWarning(): SafeHtml {
   return notice(
     'warn',
     html`<p id="hidden-chars">
       <span class="code">hidden_characters</span>: what you are asked to approve holds characters a browser would draw
       as nothing or that reorder the text around them. Each is shown below as its code in a marked box; the stored
-      value, and what would be sent, contains them exactly there.
+      value, and what would be sent, contains them exactly there. Approving it takes a second yes: the box beside
+      Approve.
     </p>`,
   );
 }
@@ -386,13 +389,30 @@ function blockersOf(_deps: ApiDeps, i: BlockerInput): SafeHtml[] {
   return blockers;
 }
 
-/** The approve form (carrying the hash of the envelope displayed) and the reject form (a reason required). */
-function decideForms(request: FastifyRequest, p: Params, displayedHash: string): SafeHtml {
+/**
+ * The approve form (carrying the hash of the envelope displayed; with hidden characters, a required box that
+ * says the person read them by their codes) and the reject form (a reason required).
+ */
+function decideForms(request: FastifyRequest, p: Params, displayedHash: string, hidden: boolean): SafeHtml {
   return html`<section aria-label="Decide">
     <h2>Decide</h2>
     <form method="post" action="${href(['approvals', p.tenant, p.id, 'approve'])}">
       ${csrfField(request)}
       <input type="hidden" name="envelope_sha256" value="${displayedHash}" />
+      ${
+        hidden
+          ? html`<label
+              ><input
+                type="checkbox"
+                id="acknowledge-hidden"
+                name="acknowledge_hidden_characters"
+                value="yes"
+                required
+              />
+              I read the hidden characters above by their codes, and approve exactly what they say</label
+            >`
+          : ''
+      }
       <button type="submit" id="approve">Approve exactly this (sha256 ${displayedHash.slice(0, 12)}…)</button>
     </form>
     <form method="post" action="${href(['approvals', p.tenant, p.id, 'reject'])}">

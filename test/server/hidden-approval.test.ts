@@ -1,0 +1,161 @@
+/**
+ * What a person reads is what they approve: an approval whose envelope holds characters a reader would not see
+ * as written (a right-to-left override that turns "0057" into "7500" on screen, a Hangul filler, a digit struck
+ * through by U+0336) is shown with each as its code, and approving it takes an explicit second yes, over the
+ * gate, the HTTP API and the console alike. Without it nothing is recorded; with it the operation is reserved.
+ * Real HTTP, a real PostgreSQL, the console's real forms.
+ */
+import t, { type Test } from 'tap';
+import type { GateResult } from '../../gate/index.js';
+import { apiFixture, type ApiFixture } from '../helpers/api.js';
+import { get, person, post, signIn } from '../helpers/console-http.js';
+import { gctx } from '../helpers/gate.js';
+
+/** issue_refund with a free-text note (what an agent fills from text it read), its cap raised to reach approval. */
+const refundWithNote = {
+  tools: {
+    issue_refund: {
+      schema: {
+        type: 'object',
+        additionalProperties: false,
+        required: ['order_id', 'amount', 'currency'],
+        properties: {
+          order_id: { type: 'string', pattern: '^O-[0-9]{1,10}$' },
+          amount: { type: 'number', exclusiveMinimum: 0, maximum: 10000 },
+          currency: { type: 'string', enum: ['GBP', 'EUR'] },
+          note: { type: 'string', maxLength: 200 },
+        },
+      },
+      limits: { per_conversation: { max_count: 10, max_value: 5000 } },
+    },
+  },
+};
+
+/** A refund of 900 (over the threshold: it waits for a supervisor) whose note hides what it says. */
+async function held(f: ApiFixture, step: string, note: string): Promise<string> {
+  const r: GateResult = await f.gate.call(gctx({ workflow_step_id: step }), 'issue_refund', {
+    order_id: 'O-1',
+    note,
+    amount: 900,
+    currency: 'GBP',
+  });
+  if (r.ok || r.error !== 'approval_required' || r.request_id === undefined) throw new Error(JSON.stringify(r));
+  return r.request_id;
+}
+
+async function state(f: ApiFixture, id: string): Promise<{ status: string; approvers: string[] }> {
+  const { rows } = await f.pool.query<{ status: string; approvers: string[] }>(
+    'SELECT status, approvers FROM actionledger.gate_approvals WHERE approval_id = $1',
+    [id],
+  );
+  if (rows[0] === undefined) throw new Error(`no approval ${id}`);
+  return rows[0];
+}
+
+async function setup(t: Test) {
+  const f = await apiFixture(t, { gate: refundWithNote });
+  const sup = await f.token('sup-1', ['supervisor'], { kind: 'person' });
+  return { f, sup };
+}
+
+t.test('the gate refuses an approval with hidden characters unless acknowledged', async (t) => {
+  const { f } = await setup(t);
+  const id = await held(f, 'g-1', 'refund of \u202e0057\u202c GBP');
+  const view = await f.gate.approvals.show(id, { tenant_id: 'tenant-a' });
+  const reviewer = { tenant_id: 'tenant-a', principal_id: 'sup-1', role: 'supervisor' };
+  const refused = await f.gate.approve(id, view.envelope_sha256, reviewer);
+  t.match(refused, { ok: false, error: 'hidden_characters', message: /\\u202E at \/effect/, request_id: id });
+  const hidden = (refused.ok ? [] : ((refused.details?.hidden ?? []) as { path: string }[])).filter(
+    (h) => h.path === '/arguments/note',
+  );
+  t.same(
+    hidden,
+    [
+      { path: '/arguments/note', code: '\\u202E', in: 'value' },
+      { path: '/arguments/note', code: '\\u202C', in: 'value' },
+    ],
+    'each one, where it is in the envelope (the effect in words quotes the note too)',
+  );
+  t.same(await state(f, id), { status: 'pending', approvers: [] }, 'no vote recorded');
+  const audit = await f.pool.query<{ outcome: string }>(
+    "SELECT outcome FROM actionledger.gate_audit WHERE action = 'approve' AND subject_id = $1",
+    [id],
+  );
+  t.same(
+    audit.rows.map((r) => r.outcome),
+    ['hidden_characters'],
+    'the refusal is audited',
+  );
+  const approved = await f.gate.approve(id, view.envelope_sha256, reviewer, { acknowledgeHiddenCharacters: true });
+  t.match(approved, { ok: true, status: 'reserved', operation_id: /^[0-9a-f-]{36}$/ });
+  // An envelope without hidden characters needs no acknowledgement.
+  const plain = await held(f, 'g-2', 'refund of 0057 GBP');
+  const plainView = await f.gate.approvals.show(plain, { tenant_id: 'tenant-a' });
+  t.match(await f.gate.approve(plain, plainView.envelope_sha256, reviewer), { ok: true, status: 'reserved' });
+});
+
+t.test('over HTTP: 422 hidden_characters, then approved with acknowledge_hidden_characters', async (t) => {
+  const { f, sup } = await setup(t);
+  const id = await held(f, 'h-1', 'ref \u3164 9\u0336');
+  const shown = await f.call('GET', `/v1/approvals/${id}`, { token: sup });
+  const hash = String((shown.body as { envelope_sha256: string }).envelope_sha256);
+  const refused = await f.call('POST', `/v1/approvals/${id}/approve`, { token: sup, body: { envelope_sha256: hash } });
+  t.equal(refused.status, 422);
+  t.match(refused.body, { ok: false, error: 'hidden_characters', details: { request_id: id } });
+  const listed = (refused.body as { details: { hidden: { path: string; code: string }[] } }).details.hidden;
+  t.same(
+    listed.filter((h) => h.path === '/arguments/note').map((h) => h.code),
+    ['\\u3164', '\\u0336'],
+  );
+  t.same(await state(f, id), { status: 'pending', approvers: [] });
+  const no = await f.call('POST', `/v1/approvals/${id}/approve`, {
+    token: sup,
+    body: { envelope_sha256: hash, acknowledge_hidden_characters: false },
+  });
+  t.equal(no.status, 422, 'false is no acknowledgement');
+  const yes = await f.call('POST', `/v1/approvals/${id}/approve`, {
+    token: sup,
+    body: { envelope_sha256: hash, acknowledge_hidden_characters: true },
+  });
+  t.equal(yes.status, 200);
+  t.match(yes.body, { ok: true, status: 'reserved' });
+});
+
+t.test('the console shows each code, requires the box, and approves once it is ticked', async (t) => {
+  const { f } = await setup(t);
+  await person(f, 'sup-2', ['supervisor']);
+  const id = await held(f, 'c-1', 'refund of \u202e0057\u202c GBP');
+  const s = await signIn(f, 'sup-2');
+  const page = await (await get(f, `/console/approvals/tenant-a/${id}`, s.cookie)).text();
+  t.notOk(/[\u202e\u202c]/u.test(page), 'no hidden character is drawn raw anywhere on the page');
+  t.match(page, /<span class="hidden-char"[^>]*>\\u202E<\/span>0057<span class="hidden-char"[^>]*>\\u202C<\/span>/);
+  t.match(page, /id="hidden-chars"/, 'the warning');
+  t.match(
+    page,
+    /<input\s+type="checkbox"\s+id="acknowledge-hidden"\s+name="acknowledge_hidden_characters"\s+value="yes"\s+required/,
+  );
+  const hash = /name="envelope_sha256" value="([0-9a-f]{64})"/.exec(page)?.[1] ?? '';
+  const path = `/console/approvals/tenant-a/${id}/approve`;
+  const unticked = await post(f, path, s, { csrf: s.csrf, envelope_sha256: hash });
+  t.equal(unticked.status, 422, 'the server requires it too, not only the browser');
+  t.match((await unticked.text()).replace(/\s+/g, ' '), /hidden_characters/);
+  t.same(await state(f, id), { status: 'pending', approvers: [] });
+  const ticked = await post(f, path, s, { csrf: s.csrf, envelope_sha256: hash, acknowledge_hidden_characters: 'yes' });
+  t.equal(ticked.status, 303);
+  t.same((await state(f, id)).status, 'executed');
+});
+
+t.test('the rejection reason and the requester are shown by their codes', async (t) => {
+  const { f } = await setup(t);
+  await person(f, 'sup-3', ['supervisor']);
+  const id = await held(f, 'r-1', 'plain');
+  const s = await signIn(f, 'sup-3');
+  const rejected = await post(f, `/console/approvals/tenant-a/${id}/reject`, s, {
+    csrf: s.csrf,
+    reason: 'refund \u202eyaw on\u202c',
+  });
+  t.equal(rejected.status, 303);
+  const page = await (await get(f, `/console/approvals/tenant-a/${id}`, s.cookie)).text();
+  t.notOk(/[\u202e\u202c]/u.test(page));
+  t.match(page, /refund <span class="hidden-char"[^>]*>\\u202E<\/span>yaw on/);
+});
