@@ -7,6 +7,7 @@
 import type { Config, GateTool } from '../core/config.js';
 import type { NotificationEventType } from '../core/config-notify.js';
 import type { JsonObject, JsonValue } from '../core/json.js';
+import { hiddenInJson, revealHidden, visibleJson } from '../core/visible-text.js';
 import { auditArguments, describeEffect, REDACTED } from '../gate/index.js';
 
 /** A JSON value as text: strings as they are, anything else as its JSON. */
@@ -64,24 +65,42 @@ function shownResources(tool: GateTool | undefined, resources: JsonValue | undef
   });
 }
 
-/** The webhook body (Standard Webhooks' recommended shape: type, timestamp, data). */
+/**
+ * The webhook body (Standard Webhooks' recommended shape: type, timestamp, data). A receiver that shows it to a
+ * person sees no hidden character drawn: each is written as its JSON escape (the same value to a parser), and
+ * `data.hidden_characters` lists each one's code and JSON pointer when there are any.
+ */
 export function webhookBody(config: Config, e: ClaimedEvent): string {
-  return JSON.stringify({
+  const data = eventData(config, e);
+  const hidden = hiddenInJson(data);
+  if (hidden.length > 0) data.hidden_characters = hidden.map((h) => ({ ...h }));
+  return visibleJson({
     type: e.event_type,
     timestamp: e.created_at.toISOString(),
     tenant_id: e.tenant_id,
-    data: eventData(config, e),
+    data,
   });
 }
 
-/** Slack mrkdwn text: `&`, `<` and `>` escaped as Slack asks, so nothing in it becomes a link or mention. */
+/**
+ * Slack mrkdwn text: `&`, `<` and `>` escaped as Slack asks, so nothing in it becomes a link or mention, and
+ * each character a reader would not see as written (core/visible-text.ts) shown as its code, `\u202E`.
+ */
 export function slackText(s: string): string {
-  return s.replaceAll('&', '&amp;').replaceAll('<', '&lt;').replaceAll('>', '&gt;');
+  return revealHidden(s).replaceAll('&', '&amp;').replaceAll('<', '&lt;').replaceAll('>', '&gt;');
 }
 
-/** JSON for a Slack code block: pretty, and no backtick can end the block early (written as its escape). */
+/** Slack plain text (a header): each hidden character as its code; Slack escapes nothing else there. */
+function slackPlain(s: string): string {
+  return revealHidden(s);
+}
+
+/**
+ * JSON for a Slack code block: pretty, each hidden character written as its JSON escape (the same value, drawn
+ * as its code), and no backtick can end the block early (written as its escape).
+ */
 function codeJson(v: unknown): string {
-  return slackText(JSON.stringify(v, null, 2).replaceAll('`', '\\u0060'));
+  return slackText(visibleJson(v, 2).replaceAll('`', '\\u0060'));
 }
 
 /** Slack section texts are capped at 3000 characters; longer arguments are not shown, and not approvable here. */
@@ -103,9 +122,11 @@ export function slackApprovalRequest(config: Config, e: ClaimedEvent): { text: s
   const minutes = Math.ceil(Number(data.time_left_s ?? 0) / 60);
   const code = codeJson(env.arguments ?? null);
   const resources = Array.isArray(env.resources) ? (env.resources as JsonObject[]) : [];
-  const text = `Approval needed: ${tool} requested by ${txt(data.requester_id)} (${minutes} min left)`;
+  // The person is asked about the whole event as shown, the requester's names included.
+  const hidden = hiddenInJson(data);
+  const text = slackPlain(`Approval needed: ${tool} requested by ${txt(data.requester_id)} (${minutes} min left)`);
   const blocks: Block[] = [
-    { type: 'header', text: { type: 'plain_text', text: `Approval needed: ${tool}`.slice(0, 150) } },
+    { type: 'header', text: { type: 'plain_text', text: slackPlain(`Approval needed: ${tool}`).slice(0, 150) } },
     section(
       [
         typeof env.effect === 'string' ? `*${slackText(env.effect)}*` : null,
@@ -115,6 +136,18 @@ export function slackApprovalRequest(config: Config, e: ClaimedEvent): { text: s
         .filter((l) => l !== null)
         .join('\n'),
     ),
+    ...(hidden.length === 0
+      ? []
+      : [
+          section(
+            `:warning: *Hidden characters*: what you are asked to approve holds ${hidden.length} character(s) a screen would draw as nothing, draw blank, reorder the text around or strike through (${slackText(
+              hidden
+                .slice(0, 5)
+                .map((h) => `${h.code} at ${h.path === '' ? '/' : h.path}`)
+                .join(', '),
+            )}); each is shown below as its code. Approving it is not offered here: decide in the console.`,
+          ),
+        ]),
     code.length <= MAX_CODE
       ? section(`*Arguments*\n\`\`\`${code}\`\`\``)
       : section('*Arguments* are too long to show here: review and decide in the console.'),
@@ -137,7 +170,7 @@ export function slackApprovalRequest(config: Config, e: ClaimedEvent): { text: s
   ];
   const value = JSON.stringify({ approval_id: approvalId, envelope_sha256: hash });
   const buttons: Block[] = [];
-  if (code.length <= MAX_CODE)
+  if (code.length <= MAX_CODE && hidden.length === 0)
     buttons.push({
       type: 'button',
       action_id: APPROVE_ACTION,

@@ -5,7 +5,7 @@
 import t from 'tap';
 import { compileConfig } from '../../core/config.js';
 import type { JsonObject } from '../../core/json.js';
-import { slackApprovalRequest, type ClaimedEvent } from '../../notifier/render.js';
+import { slackApprovalRequest, webhookBody, type ClaimedEvent } from '../../notifier/render.js';
 import { gateRoutes, gateSection } from '../helpers/gate.js';
 
 const config = compileConfig({ tools: gateRoutes(), gate: gateSection() }, {});
@@ -59,5 +59,48 @@ t.test('arguments too long to show: Reject only', (t) => {
   const msg = slackApprovalRequest(config, event({ to_account: 'ACC0000000001', amount: 5, to: 'x'.repeat(4000) }));
   t.match(texts(msg.blocks).join('\n'), /too long to show here/);
   t.same(buttons(msg.blocks), ['actionledger_reject'], 'nobody approves what the message did not show');
+  t.end();
+});
+
+t.test('hidden characters are shown as codes everywhere in the message, and Approve is not offered', (t) => {
+  // Reads "7500" where the stored bytes say 0057; a digit struck through by U+0336; a Hangul filler; a requester
+  // name with a zero-width space (from before identifiers refused it).
+  const e = event({ to_account: 'ACC\u3164001', amount: 5, to: 'refund of \u202e0057\u202c EUR, 9\u0336' });
+  e.payload.requester_id = 'agent\u200b-1';
+  const msg = slackApprovalRequest(config, e);
+  const all = JSON.stringify(msg);
+  const drawn = [msg.text, ...texts(msg.blocks), (msg.blocks[0]?.text as { text: string }).text].join('\n');
+  t.notOk(/[\u202e\u202c\u3164\u200b]|\d\u0336/u.test(drawn), 'no hidden character reaches Slack raw');
+  const code = texts(msg.blocks).find((x) => x.startsWith('*Arguments*')) ?? '';
+  t.match(code, /refund of \\u202e0057\\u202c EUR, 9\\u0336/, 'the arguments with each one as its JSON escape');
+  t.match(drawn, /agent\\u200B-1/, 'the requester as its code');
+  t.match(texts(msg.blocks).join('\n'), /:warning: \*Hidden characters\*.*decide in the console/);
+  t.same(buttons(msg.blocks), ['actionledger_reject'], 'Reject only');
+  t.ok(all.length > 0);
+  t.end();
+});
+
+t.test('a webhook body shows no hidden character raw, lists each, and parses to the same value', (t) => {
+  const e = event({ to_account: 'ACC0000000001', amount: 5, to: 'refund of \u202e0057\u202c EUR' });
+  const body = webhookBody(config, e);
+  t.notOk(/[\u202e\u202c]/u.test(body), 'escaped in the JSON text');
+  const parsed = JSON.parse(body) as { data: { envelope: { arguments: JsonObject }; hidden_characters: unknown } };
+  t.equal(parsed.data.envelope.arguments.to, 'refund of \u202e0057\u202c EUR', 'the same value to a parser');
+  const listed = parsed.data.hidden_characters as { path: string; code: string }[];
+  t.same(
+    listed.filter((h) => h.path === '/envelope/arguments/to'),
+    [
+      { path: '/envelope/arguments/to', code: '\\u202E', in: 'value' },
+      { path: '/envelope/arguments/to', code: '\\u202C', in: 'value' },
+    ],
+  );
+  t.ok(
+    listed.some((h) => h.path === '/envelope/effect'),
+    'and in the effect in words, which quotes the argument',
+  );
+  const plain = JSON.parse(webhookBody(config, event({ to_account: 'ACC0000000001', amount: 5, to: 'x' }))) as {
+    data: JsonObject;
+  };
+  t.notOk('hidden_characters' in plain.data, 'absent when there are none');
   t.end();
 });
