@@ -6,6 +6,7 @@ import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import { asActionLedgerError } from '../core/errors.js';
 import { configProblemsText } from '../core/config-problems.js';
+import { revealHidden, visibleJson } from '../core/visible-text.js';
 
 /** Every exit code the command line uses; docs/cli.md holds the same table (a test compares them). */
 export const EXIT = { ok: 0, refused: 1, usage: 2, providerUnreadable: 3 } as const;
@@ -240,8 +241,12 @@ export function resolveCommand(
   return { cmd, rest: argv.slice(i) };
 }
 
+/**
+ * One JSON line on stdout. A character a terminal would draw as nothing, draw blank or reorder the text around
+ * (core/visible-text.ts) is written as its JSON escape: the same value to a script, its code to a person.
+ */
 export function printJson(value: unknown): void {
-  process.stdout.write(JSON.stringify(value) + '\n');
+  process.stdout.write(visibleJson(value) + '\n');
 }
 
 /**
@@ -268,7 +273,9 @@ export function printRefusal(err: unknown, options: { json?: boolean } = {}): nu
   return EXIT.refused;
 }
 
-export function table(rows: (string | number)[][]): string {
+/** Rows as aligned columns; a hidden character in a cell is shown as its code (core/visible-text.ts). */
+export function table(rawRows: (string | number)[][]): string {
+  const rows = rawRows.map((r) => r.map((c) => (typeof c === 'number' ? c : revealHidden(c))));
   const widths = rows[0]?.map((_, i) => Math.max(...rows.map((r) => String(r[i] ?? '').length))) ?? [];
   return rows
     .map((r) =>

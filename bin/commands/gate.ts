@@ -74,7 +74,13 @@ async function breakGlassSelf(
 async function decide(
   cmd: Command,
   argv: string[],
-  act: (gate: Gate, id: string, reviewer: Reviewer, v: Record<string, string | undefined>) => Promise<GateResult>,
+  act: (
+    gate: Gate,
+    id: string,
+    reviewer: Reviewer,
+    v: Record<string, string | undefined>,
+    flags: Parsed['values'],
+  ) => Promise<GateResult>,
 ): Promise<number> {
   const parsed = parseCommand(cmd, argv, { positionals: true });
   if (typeof parsed === 'number') return parsed;
@@ -88,7 +94,8 @@ async function decide(
       principal_id: actingActor(acting, 'approver', a.v.approver),
       role: approverRole(rt.config, acting, a.v.role),
     };
-    const r = (await breakGlassSelf(gate, acting, a.id, reviewer)) ?? (await act(gate, a.id, reviewer, a.v));
+    const r =
+      (await breakGlassSelf(gate, acting, a.id, reviewer)) ?? (await act(gate, a.id, reviewer, a.v, parsed.values));
     printJson(r);
     return r.ok ? EXIT.ok : EXIT.refused;
   });
@@ -123,6 +130,12 @@ const approve: Command = {
     approver: APPROVER,
     role: APPROVER_ROLE,
     'break-glass': BREAK_GLASS,
+    'accept-hidden-characters': {
+      type: 'boolean',
+      description:
+        'approve an envelope that holds characters a reader would not see as written (`gate show` prints each as its \\u code; refused `hidden_characters` without this)',
+      default: 'off',
+    },
     json: JSON_ALWAYS,
   },
   examples: [
@@ -131,7 +144,11 @@ const approve: Command = {
   ],
   exits: GATE_EXITS,
   run(argv) {
-    return decide(this, argv, (gate, id, reviewer, v) => gate.approve(id, v.hash ?? '', reviewer));
+    return decide(this, argv, (gate, id, reviewer, v, flags) =>
+      gate.approve(id, v.hash ?? '', reviewer, {
+        acknowledgeHiddenCharacters: flags['accept-hidden-characters'] === true,
+      }),
+    );
   },
 };
 

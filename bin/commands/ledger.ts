@@ -1,6 +1,7 @@
 /** `migrate`, `status`, `reserve`, `show`: the ledger's subcommands. */
 import { parseStrictJson } from '../../core/json.js';
 import { ActionLedgerError } from '../../core/errors.js';
+import { visibleJson } from '../../core/visible-text.js';
 import { load } from './load.js';
 import {
   EXIT,
@@ -179,7 +180,7 @@ export const showCommand: Command = {
         else {
           const { arguments_json: _args, ...rest } = operation;
           for (const [k, v] of Object.entries(rest))
-            process.stdout.write(`${k.padEnd(24)} ${v instanceof Date ? v.toISOString() : JSON.stringify(v)}\n`);
+            process.stdout.write(`${k.padEnd(24)} ${v instanceof Date ? v.toISOString() : visibleJson(v)}\n`);
           process.stdout.write(
             `\n${table([['at', 'from', 'to', 'actor', 'reason'], ...history.map((h) => [h.at.toISOString(), h.from_status ?? '-', h.to_status, h.actor, h.reason])])}\n`,
           );
