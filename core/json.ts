@@ -37,8 +37,9 @@ function jsonError(message: string, path: string): ActionLedgerError {
 
 /**
  * Parses JSON text strictly: one value, no duplicate keys, no `__proto__` keys, no integers beyond 2^53 - 1,
- * no lone surrogates, within the size and depth bounds. With `requireObject`, the root must be an object.
- * Throws `invalid_json` naming the JSON path of the first problem.
+ * no lone surrogates, within the size and depth bounds (the depth checked on the text before it is parsed, so no
+ * nesting can exhaust the stack). With `requireObject`, the root must be an object. Throws `invalid_json` naming
+ * the JSON path of the first problem.
  */
 export function parseStrictJson(
   text: string | Uint8Array,
@@ -57,6 +58,7 @@ export function parseStrictJson(
       throw new ActionLedgerError('invalid_json', 'text is not valid UTF-8', { cause });
     }
   }
+  checkNesting(source, bounds.maxDepth);
   let doc: { body: AstNode };
   try {
     doc = parseAst(source, { ranges: true, mode: 'json' }) as unknown as { body: AstNode };
@@ -65,6 +67,34 @@ export function parseStrictJson(
   }
   if (options.requireObject === true && doc.body.type !== 'Object') throw jsonError('root must be an object', '$');
   return fromAst(doc.body, source, '$', 1, bounds.maxDepth);
+}
+
+/**
+ * Throws `invalid_json` when the text nests arrays and objects deeper than `maxDepth`, before anything parses it:
+ * one pass over the text, counting `[` and `{` outside strings (a backslash inside a string escapes the next
+ * character), so a body nested 100,000 deep is refused in linear time and never reaches a recursive parser.
+ * What is not JSON is left to the parser to name.
+ */
+function checkNesting(source: string, maxDepth: number): void {
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < source.length; i++) {
+    const c = source.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c)
+        i++; // backslash: the next character is escaped
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if (c === 0x5b || c === 0x7b) {
+      depth++;
+      if (depth > maxDepth)
+        throw new ActionLedgerError(
+          'invalid_json',
+          `JSON nests arrays and objects more than ${maxDepth} deep (the limit here), at offset ${i}`,
+          { details: { max_depth: maxDepth, offset: i } },
+        );
+    } else if ((c === 0x5d || c === 0x7d) && depth > 0) depth--;
+  }
 }
 
 function fromAst(node: AstNode, source: string, path: string, depth: number, maxDepth: number): JsonValue {

@@ -5,13 +5,23 @@
  * the one structured body with its status (server/api/errors.ts). Every state-changing request an
  * authenticated caller makes is audited with its principal and request id: by the gate's own decision row
  * (the request id as its trace id) when a gate route answered 200, otherwise by an `api` row.
+ *
+ * Malformed requests get the same body and an `x-request-id` as every other answer, including those Node's
+ * HTTP parser refuses before any route sees them (duplicate or conflicting Content-Length and
+ * Transfer-Encoding, a bad chunk, headers over the size limit): {@link answerClientError} writes a raw
+ * HTTP/1.1 answer and closes the connection. Bodies are UTF-8 only (another charset is
+ * `unsupported_media_type`, bytes that are not UTF-8 are refused, never replaced), and JSON nests at most
+ * {@link bodyDepth} deep, checked on the text before it is parsed.
  */
 import { randomUUID } from 'node:crypto';
+import { STATUS_CODES, type ServerResponse } from 'node:http';
+import type { Socket } from 'node:net';
+import { Transform, type Readable } from 'node:stream';
 import { Ajv } from 'ajv';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { ActionLedgerError, asActionLedgerError, type ErrorCode } from '../../core/errors.js';
 import { parseStrictJson } from '../../core/json.js';
-import { authenticateHook } from './auth.js';
+import { authenticateHook, headerLines } from './auth.js';
 import { DEFAULT_RETRY_AFTER_S, httpStatus, type ErrorBody } from './errors.js';
 import { OpenApiCollector } from './openapi.js';
 import type { ApiDeps } from './types.js';
@@ -48,8 +58,13 @@ export interface Api {
 
 /** Builds the app (not listening): the routes, the hooks, the error handling. */
 export async function buildApi(deps: ApiDeps, options: { https?: Record<string, unknown> | null } = {}): Promise<Api> {
+  // A request without Host is refused by wellFormedHook, in the one error body, not by Node with an empty 400.
+  const server = { requireHostHeader: false };
   const app = Fastify({
-    ...(options.https === undefined || options.https === null ? {} : { https: options.https }),
+    ...(options.https === undefined || options.https === null
+      ? { http: server }
+      : { https: { ...options.https, ...server } }),
+    clientErrorHandler: answerClientError,
     bodyLimit: deps.config.api.maxBodyBytes,
     requestIdHeader: false,
     genReqId: () => randomUUID(),
@@ -75,6 +90,8 @@ export async function buildApi(deps: ApiDeps, options: { https?: Record<string, 
     reply.header('cache-control', 'no-store');
     done();
   });
+  app.addHook('onRequest', wellFormedHook);
+  app.addHook('preParsing', bodyEncodingHook);
   app.addHook('onRequest', authenticateHook(deps));
   app.addHook('onResponse', auditHook(deps));
   // The request rows still being written go in before whoever closed the app closes the pool.
@@ -125,12 +142,22 @@ function setValidation(app: FastifyInstance): void {
   app.setSerializerCompiler(() => (data) => JSON.stringify(data));
 }
 
+/**
+ * The deepest a JSON body may nest: 64, or more when the configured argument bound (`arguments.max_depth`) needs
+ * it, so any arguments the gate takes fit in a call's body and in an MCP message (a batch, its params, the
+ * arguments: four levels above them).
+ */
+export function bodyDepth(config: ApiDeps['config']): number {
+  return Math.max(64, config.argumentBounds.maxDepth + 4);
+}
+
 /** Only `application/json`, parsed strictly; a body over the cap is refused before it is read whole. */
 function setBodyParsing(app: FastifyInstance, deps: ApiDeps): void {
+  const bounds = { maxBytes: deps.config.api.maxBodyBytes, maxDepth: bodyDepth(deps.config) };
   app.removeAllContentTypeParsers();
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (_request, body, done) => {
     try {
-      done(null, parseStrictJson(body, { bounds: { maxBytes: deps.config.api.maxBodyBytes, maxDepth: 64 } }));
+      done(null, parseStrictJson(body, { bounds }));
     } catch (err) {
       done(err as Error, undefined);
     }
@@ -138,6 +165,166 @@ function setBodyParsing(app: FastifyInstance, deps: ApiDeps): void {
   app.addContentTypeParser('*', (_request, _payload, done) =>
     done(new ActionLedgerError('unsupported_media_type', 'send the body as application/json'), undefined),
   );
+}
+
+/**
+ * The answer to a request Node's HTTP parser refused (llhttp: a duplicate or conflicting Content-Length, both
+ * Content-Length and Transfer-Encoding, a Transfer-Encoding other than chunked, a malformed chunk or request
+ * line, headers over the size limit) or that did not arrive in time: the one error body with a request id of its
+ * own, written raw, and the connection closed (the rest of its bytes cannot be trusted to frame a next request).
+ * Nothing is written when a response on that connection has already begun; the connection is closed.
+ */
+export function answerClientError(err: NodeJS.ErrnoException, socket: Socket): void {
+  if (err.code === 'ECONNRESET' || err.code === 'EPIPE' || socket.destroyed) return;
+  const inFlight = (socket as Socket & { _httpMessage?: ServerResponse | null })._httpMessage;
+  if (!socket.writable || (inFlight?.headersSent ?? false)) {
+    socket.destroy();
+    return;
+  }
+  const [status, message] =
+    err.code === 'HPE_HEADER_OVERFLOW'
+      ? [431, 'the request headers are over the size limit']
+      : err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? [408, 'the request did not arrive in time']
+        : [
+            400,
+            `the request is not well-formed HTTP/1.1 (${CLIENT_ERRORS[err.code ?? ''] ?? 'the parser refused it'})`,
+          ];
+  const body = JSON.stringify({
+    ok: false,
+    error: 'invalid_request',
+    message,
+    details: { problem: /^[A-Z_]{1,64}$/.test(err.code ?? '') ? err.code : 'malformed' },
+  });
+  const head = [
+    `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? ''}`,
+    'content-type: application/json; charset=utf-8',
+    `content-length: ${Buffer.byteLength(body)}`,
+    `x-request-id: ${randomUUID()}`,
+    'cache-control: no-store',
+    'connection: close',
+  ].join('\r\n');
+  // Closed once written; a peer that does not read is cut off after a while.
+  socket.setTimeout(5_000, () => socket.destroy());
+  socket.end(`${head}\r\n\r\n${body}`, () => socket.destroy());
+}
+
+/** What llhttp's codes mean, for the message (the code itself is `details.problem`). */
+const CLIENT_ERRORS: Record<string, string> = {
+  HPE_UNEXPECTED_CONTENT_LENGTH: 'Content-Length with Transfer-Encoding, or Content-Length sent twice',
+  HPE_INVALID_CONTENT_LENGTH: 'a malformed Content-Length',
+  HPE_INVALID_TRANSFER_ENCODING: 'a Transfer-Encoding that does not end in chunked',
+  HPE_INVALID_CHUNK_SIZE: 'a malformed chunk size',
+  HPE_INVALID_METHOD: 'an unknown method',
+  HPE_INVALID_URL: 'a malformed request target',
+  HPE_INVALID_VERSION: 'not HTTP/1.x',
+  HPE_INVALID_HEADER_TOKEN: 'a malformed header',
+  HPE_INVALID_CONSTANT: 'a malformed request line',
+  HPE_LF_EXPECTED: 'a line not ended by CRLF',
+  HPE_CR_EXPECTED: 'a line not ended by CRLF',
+  HPE_CLOSED_CONNECTION: 'data after a request that closed the connection',
+};
+
+/**
+ * The header lines a request may send once: Host (required in HTTP/1.1, which Node would otherwise answer
+ * with an empty 400) and Content-Type (Node keeps the first of several; which one the body is was not said).
+ * Refused `invalid_request` 400 with the connection closed. A repeated Authorization is refused by the
+ * authentication (server/api/auth.ts).
+ */
+function wellFormedHook(request: FastifyRequest, reply: FastifyReply, done: () => void): void {
+  const raw = request.raw;
+  const problem =
+    raw.httpVersion === '1.1' && raw.headers.host === undefined
+      ? 'the Host header is missing'
+      : headerLines(raw.rawHeaders, 'host') > 1
+        ? 'the Host header was sent more than once'
+        : headerLines(raw.rawHeaders, 'content-type') > 1
+          ? 'the Content-Type header was sent more than once'
+          : null;
+  if (problem === null) {
+    done();
+    return;
+  }
+  void reply
+    .code(400)
+    .header('connection', 'close')
+    .send({ ok: false, error: 'invalid_request', message: problem, details: { problem: 'malformed_headers' } });
+}
+
+/**
+ * The charset parameters of a Content-Type (each unquoted, lower case): `application/json; charset="UTF-8"`
+ * gives `['utf-8']`. A parameter is `; name=token` or `; name="quoted string"`.
+ */
+export function charsetsOf(contentType: string): string[] {
+  const out: string[] = [];
+  const param = /;\s*([^\s=;]+)\s*=\s*("(?:[^"\\]|\\.)*"|[^;]*)/g;
+  for (const m of contentType.matchAll(param)) {
+    if (m[1]?.toLowerCase() !== 'charset') continue;
+    let value = (m[2] ?? '').trim();
+    if (value.length >= 2 && value.startsWith('"') && value.endsWith('"'))
+      value = value.slice(1, -1).replace(/\\(.)/g, '$1');
+    out.push(value.toLowerCase());
+  }
+  return out;
+}
+
+/**
+ * Bodies are UTF-8: a Content-Type naming another charset is refused `unsupported_media_type` before the body
+ * is read; a form body's bytes are checked as they arrive and refused `invalid_request` at the first that is not
+ * UTF-8 (a JSON body is checked by its parser, `invalid_json`), so no parser ever replaces them with U+FFFD.
+ * Covers every body on the app: the API, `/mcp`, the console's forms and the Slack endpoint.
+ */
+function bodyEncodingHook(
+  request: FastifyRequest,
+  _reply: FastifyReply,
+  payload: Readable,
+  done: (err: Error | null, payload?: Readable) => void,
+): void {
+  const type = request.headers['content-type'];
+  if (type === undefined) {
+    done(null, payload);
+    return;
+  }
+  if (charsetsOf(type).some((c) => c !== 'utf-8' && c !== 'utf8')) {
+    done(
+      new ActionLedgerError('unsupported_media_type', 'only UTF-8 is accepted: send charset=utf-8 or no charset', {
+        details: { field: 'content-type' },
+      }),
+    );
+    return;
+  }
+  if ((type.split(';')[0] ?? '').trim().toLowerCase() !== 'application/x-www-form-urlencoded') {
+    done(null, payload);
+    return;
+  }
+  const decoder = new TextDecoder('utf-8', { fatal: true });
+  const notUtf8 = () => new ActionLedgerError('invalid_request', 'the body is not valid UTF-8');
+  const checked = new Transform({
+    transform(chunk: Buffer, _encoding, next) {
+      try {
+        decoder.decode(chunk, { stream: true });
+        next(null, chunk);
+      } catch {
+        next(notUtf8());
+      }
+    },
+    flush(next) {
+      try {
+        decoder.decode();
+        next();
+      } catch {
+        next(notUtf8());
+      }
+    },
+  });
+  // Not pipeline(): it would destroy the request, and with it the socket the refusal is written to. The rest of
+  // a refused body is read and dropped, so the connection can carry the answer.
+  payload.on('error', (err) => checked.destroy(err));
+  checked.on('error', () => {
+    payload.unpipe(checked);
+    payload.resume();
+  });
+  done(null, payload.pipe(checked));
 }
 
 /** fastify's own errors, as codes. */

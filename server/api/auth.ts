@@ -54,9 +54,17 @@ export function authenticateAgain(deps: ApiDeps, request: FastifyRequest): Promi
 
 /**
  * The caller of a request: by its bearer token, or, with none and a listener that asks for client
- * certificates, by the verified certificate's mapping. Throws `unauthenticated`.
+ * certificates, by the verified certificate's mapping. Throws `unauthenticated`, also for a request that sends
+ * the Authorization header more than once.
  */
 async function credentialOf(deps: ApiDeps, request: FastifyRequest, reply: FastifyReply | undefined): Promise<Caller> {
+  // Node keeps the first of several Authorization lines: which credential was meant is not said, so neither is used.
+  if (headerLines(request.raw.rawHeaders, 'authorization') > 1) {
+    reply?.header('www-authenticate', 'Bearer');
+    throw new ActionLedgerError('unauthenticated', 'repeated Authorization header: send one credential', {
+      details: { reason: 'repeated' },
+    });
+  }
   const header = request.headers.authorization;
   if (header === undefined) {
     const socket = request.raw.socket as Partial<TLSSocket>;
@@ -79,6 +87,13 @@ async function credentialOf(deps: ApiDeps, request: FastifyRequest, reply: Fasti
     reply?.header('www-authenticate', 'Bearer error="invalid_token"');
     throw err;
   }
+}
+
+/** How many header lines named `name` (lower case) the request sent. */
+export function headerLines(rawHeaders: readonly string[], name: string): number {
+  let n = 0;
+  for (let i = 0; i < rawHeaders.length; i += 2) if (rawHeaders[i]?.toLowerCase() === name) n++;
+  return n;
 }
 
 /** Whether one of the caller's roles is granted the capability. */
