@@ -93,6 +93,45 @@ function clickOf(payload: JsonObject): Click {
   return { action, userId, teamId, userTeamId, channel, messageTs, approvalId };
 }
 
+/**
+ * The fields of a signed form body, read strictly: the bytes must be UTF-8 and every percent-escape must decode
+ * to UTF-8 (neither is replaced with U+FFFD), and each field comes once. A repeated field (`payload` twice) is
+ * refused rather than one of them taken: the signature covers both, and which the sender meant is not said.
+ * Throws `invalid_request`.
+ */
+export function signedForm(rawBody: Buffer): Map<string, string> {
+  let text: string;
+  try {
+    text = new TextDecoder('utf-8', { fatal: true }).decode(rawBody);
+  } catch {
+    throw new ActionLedgerError('invalid_request', 'the Slack request body is not valid UTF-8');
+  }
+  const out = new Map<string, string>();
+  for (const part of text.split('&')) {
+    if (part === '') continue;
+    const eq = part.indexOf('=');
+    const [rawName, rawValue] = eq === -1 ? [part, ''] : [part.slice(0, eq), part.slice(eq + 1)];
+    let name: string;
+    let value: string;
+    try {
+      name = decodeURIComponent(rawName.replaceAll('+', ' '));
+      value = decodeURIComponent(rawValue.replaceAll('+', ' '));
+    } catch {
+      throw new ActionLedgerError('invalid_request', 'the Slack request body has a malformed percent-escape');
+    }
+    if (out.has(name))
+      throw new ActionLedgerError(
+        'invalid_request',
+        `the Slack request sent the field ${JSON.stringify(name.slice(0, 64))} more than once`,
+        {
+          details: { field: name.slice(0, 64) },
+        },
+      );
+    out.set(name, value);
+  }
+  return out;
+}
+
 export class SlackInteractions {
   readonly #o: SlackInteractionsOptions;
   readonly #q: Readonly<typeof notifierQueries>;
@@ -139,9 +178,8 @@ export class SlackInteractions {
     }
     let click: Click;
     try {
-      const form = new URLSearchParams(rawBody.toString('utf8'));
-      const payload = form.get('payload');
-      if (payload === null) throw new ActionLedgerError('invalid_request', 'the Slack request has no payload');
+      const payload = signedForm(rawBody).get('payload');
+      if (payload === undefined) throw new ActionLedgerError('invalid_request', 'the Slack request has no payload');
       click = clickOf(parseStrictJson(payload, { requireObject: true }) as JsonObject);
     } catch (err) {
       const e = asActionLedgerError(err);
