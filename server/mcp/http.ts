@@ -14,13 +14,20 @@
  * (its own oldest closes), a tenant at most {@link MAX_SESSIONS_PER_TENANT} (the tenant's oldest closes), and
  * the process at most {@link MAX_SESSIONS} (the oldest of the tenant holding the most closes), so no tenant can
  * lock the others out of the process.
+ *
+ * Every open response (the session's GET event stream, a POST answered as an event stream) is tied to the
+ * credential that opened it: every {@link STREAM_RECHECK_MS} the credentials of the open ones are read again
+ * from the database (a token is revoked by another process, the CLI), and the streams of a token or certificate
+ * now revoked or expired are ended. A POST's stream ends by itself once its last JSON-RPC result is sent.
  */
 import { randomUUID } from 'node:crypto';
+import type { ServerResponse } from 'node:http';
 import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js';
 import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { bindQueries } from '../../core/db.js';
 import { ActionLedgerError } from '../../core/errors.js';
 import type { Authenticated } from '../../principals/index.js';
 import { authenticateAgain, callerOf, overWindow } from '../api/auth.js';
@@ -42,6 +49,14 @@ export const MAX_SESSIONS_PER_PRINCIPAL = 16;
  */
 export const MAX_SESSIONS_PER_TENANT = MAX_SESSIONS / 4;
 
+/**
+ * How often the credentials behind open MCP streams are read again: a stream whose token or certificate was
+ * revoked or expired is ended within this (plus the look-up).
+ */
+export const STREAM_RECHECK_MS = 5_000;
+/** A stream asked to end that has not closed after this is cut. */
+const STREAM_CLOSE_GRACE_MS = 1_000;
+
 interface Session {
   id: string;
   transport: StreamableHTTPServerTransport;
@@ -50,6 +65,26 @@ interface Session {
   owner: string;
   lastUsed: number;
 }
+
+/** An open response of a session: who opened it (the credential), and how to end it. */
+interface OpenStream {
+  credential: string;
+  session: Session;
+  method: string;
+  /** The JSON-RPC request ids a POST carried (its event stream answers them). */
+  ids: (string | number)[];
+  res: ServerResponse;
+}
+
+/** The credentials among `ids` (token ids, or `certificate:<fingerprint>`) that are still active. */
+const credentialQueries = {
+  active: `
+    SELECT token_id::text AS id FROM @schema.api_tokens
+    WHERE token_id = ANY($1::uuid[]) AND revoked_at IS NULL AND expires_at > now()
+    UNION ALL
+    SELECT 'certificate:' || fingerprint_sha256 FROM @schema.principal_certificates
+    WHERE fingerprint_sha256 = ANY($2::text[]) AND revoked_at IS NULL AND not_after > now()`,
+};
 
 const ownerOf = (c: Authenticated): string => JSON.stringify([c.tenant_id, c.principal_id]);
 
@@ -77,16 +112,8 @@ const noSession = () =>
  * caller's), `invalid_request` (no session and no `initialize`), `rate_limited` (too many sessions).
  */
 export function registerMcpRoutes(app: FastifyInstance, deps: ApiDeps): void {
-  const sessions = new Map<string, Session>();
-  const sweep = setInterval(() => {
-    const now = Date.now();
-    for (const [id, s] of sessions) if (now - s.lastUsed > IDLE_MS) void closeSession(sessions, id);
-  }, 60_000);
-  sweep.unref();
-  app.addHook('onClose', async () => {
-    clearInterval(sweep);
-    await Promise.all([...sessions.keys()].map((id) => closeSession(sessions, id)));
-  });
+  const sessions = sessionTable(app);
+  const watch = streamWatch(app, deps);
 
   const handle = async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
     const caller = callerOf(request);
@@ -119,6 +146,7 @@ export function registerMcpRoutes(app: FastifyInstance, deps: ApiDeps): void {
       extra: { caller, again: () => authenticateAgain(deps, request), request_id: request.id },
     };
     reply.hijack();
+    watch({ credential: caller.token_id, session, method: request.method, ids: rpcIds(request.body), res: reply.raw });
     try {
       await session.transport.handleRequest(raw, reply.raw, request.body);
     } catch (err) {
@@ -161,6 +189,96 @@ export function registerMcpRoutes(app: FastifyInstance, deps: ApiDeps): void {
     { config: { ...config, operationId: 'mcpClose' }, schema: { summary: 'MCP: end the session', tags } },
     handle,
   );
+}
+
+/** The process's sessions: one idle for {@link IDLE_MS} is closed, and all of them when the app closes. */
+function sessionTable(app: FastifyInstance): Map<string, Session> {
+  const sessions = new Map<string, Session>();
+  const sweep = setInterval(() => {
+    const now = Date.now();
+    for (const [id, s] of sessions) if (now - s.lastUsed > IDLE_MS) void closeSession(sessions, id);
+  }, 60_000);
+  sweep.unref();
+  app.addHook('onClose', async () => {
+    clearInterval(sweep);
+    await Promise.all([...sessions.keys()].map((id) => closeSession(sessions, id)));
+  });
+  return sessions;
+}
+
+/**
+ * Keeps the open responses (until each closes) and checks their credentials every {@link STREAM_RECHECK_MS};
+ * returns what registers one.
+ */
+function streamWatch(app: FastifyInstance, deps: ApiDeps): (open: OpenStream) => void {
+  const streams = new Set<OpenStream>();
+  const check = revokedStreamCheck(deps, streams);
+  const recheck = setInterval(() => void check(), STREAM_RECHECK_MS);
+  recheck.unref();
+  app.addHook('onClose', (_instance, done) => {
+    clearInterval(recheck);
+    done();
+  });
+  return (open) => {
+    streams.add(open);
+    open.res.once('close', () => streams.delete(open));
+  };
+}
+
+/** The ids of the JSON-RPC requests in a body (one message or a batch). */
+function rpcIds(body: unknown): (string | number)[] {
+  const ids: (string | number)[] = [];
+  for (const m of Array.isArray(body) ? body : [body]) {
+    const id = (m as { id?: unknown; method?: unknown } | null)?.id;
+    if ((typeof id === 'string' || typeof id === 'number') && typeof (m as { method?: unknown }).method === 'string')
+      ids.push(id);
+  }
+  return ids;
+}
+
+/**
+ * A check that ends the open streams whose credential is no longer active (revoked or expired): it asks the
+ * transport to end each (the GET stream, or the POST's request streams), and cuts the response if it is still
+ * open after {@link STREAM_CLOSE_GRACE_MS}. A failed look-up leaves them open until the next one; a check still
+ * running when the next is due makes that one a no-op.
+ */
+function revokedStreamCheck(deps: ApiDeps, streams: Set<OpenStream>): () => Promise<void> {
+  const { active } = bindQueries(credentialQueries, deps.config.schemaQuoted);
+  let running = false;
+  return async () => {
+    if (streams.size === 0 || running) return;
+    running = true;
+    try {
+      await endRevokedStreams(deps, streams, active);
+    } catch (err) {
+      deps.log.warn({ err }, 'MCP streams: the credentials could not be checked; looking again at the next interval');
+    } finally {
+      running = false;
+    }
+  };
+}
+
+async function endRevokedStreams(deps: ApiDeps, streams: Set<OpenStream>, activeSql: string): Promise<void> {
+  const credentials = new Set([...streams].map((s) => s.credential));
+  const tokens = [...credentials].filter((c) => !c.startsWith('certificate:'));
+  const certificates = [...credentials]
+    .filter((c) => c.startsWith('certificate:'))
+    .map((c) => c.slice('certificate:'.length));
+  const { rows } = await deps.pool.query<{ id: string }>(activeSql, [tokens, certificates]);
+  const active = new Set(rows.map((r) => r.id));
+  for (const s of streams) {
+    if (active.has(s.credential)) continue;
+    streams.delete(s);
+    deps.log.info(
+      { credential: s.credential, method: s.method },
+      'MCP stream ended: its credential was revoked or has expired',
+    );
+    if (s.method === 'GET') s.session.transport.closeStandaloneSSEStream();
+    else for (const id of s.ids) s.session.transport.closeSSEStream(id);
+    setTimeout(() => {
+      if (!s.res.writableFinished) s.res.destroy();
+    }, STREAM_CLOSE_GRACE_MS).unref();
+  }
 }
 
 /**
