@@ -23,8 +23,18 @@ async function setup(t: Test): Promise<Env> {
   const url = await createTestDatabase(t);
   const dir = mkdtempSync(join(tmpdir(), 'al-gate-call-'));
   const cfg = join(dir, 'config.json');
-  // delete_customer needs one approver here (two in the shared fixture), so one `gate approve` executes it.
-  const gate = gateSection({ tools: { delete_customer: { approval: { mode: 'always', approvers: 1 } } } });
+  // delete_customer needs one approver here (two in the shared fixture), so one `gate approve` executes it, and
+  // takes a free-text reason (what an agent fills from text it read).
+  const schema = {
+    type: 'object',
+    additionalProperties: false,
+    required: ['customer_id'],
+    properties: {
+      customer_id: { type: 'string', pattern: '^C-[0-9]{1,10}$' },
+      reason: { type: 'string', maxLength: 200 },
+    },
+  };
+  const gate = gateSection({ tools: { delete_customer: { schema, approval: { mode: 'always', approvers: 1 } } } });
   writeFileSync(cfg, JSON.stringify({ tools: gateRoutes(), gate }));
   const pool = createPool(url, { max: 2, statementTimeoutMs: 30_000, applicationName: 'test' });
   t.teardown(() => pool.end());
@@ -243,6 +253,32 @@ t.test('gate call held for an approval: gate show, gate approve with the hash, t
     { principal_id: 'sup-1', role: 'supervisor' },
     { principal_id: 'sup-1', role: 'supervisor' },
   ]);
+});
+
+t.test('gate show prints hidden characters as codes; gate approve needs --accept-hidden-characters', async (t) => {
+  const { env, pool } = await setup(t);
+  const args = JSON.stringify({ customer_id: 'C-7', reason: 'closed at the customer\u2019s request \u2066C-1\u2069' });
+  const held = doc(
+    t,
+    await runCli(
+      ['gate', 'call', ...context('admin-1', 'admin', 'del-h'), '--tool', 'delete_customer', '--args', args],
+      env,
+    ),
+  );
+  t.match(held, { ok: false, error: 'approval_required' });
+  const id = String(held.request_id);
+  const show = await runCli(['gate', 'show', id, '--tenant', 'tenant-a'], env);
+  t.match(show.stdout, /\\u2066C-1\\u2069/, 'each hidden character printed as its code');
+  t.notMatch(show.stdout, /[\u2066\u2069]/u, 'and never raw');
+  const hash = String((JSON.parse(show.stdout) as { envelope_sha256: string }).envelope_sha256);
+  const root = ['--break-glass', 'root'];
+  const approve = ['gate', 'approve', id, '--hash', hash, '--tenant', 'tenant-a', '--role', 'supervisor'];
+  const refused = doc(t, await runCli([...approve, ...root], env));
+  t.match(refused, { ok: false, error: 'hidden_characters', message: /\\u2066/ });
+  t.equal(await operationsOfStep(pool, 'del-h'), 0, 'nothing reserved without the flag');
+  const approved = doc(t, await runCli([...approve, '--accept-hidden-characters', ...root], env));
+  t.match(approved, { ok: true, operation_id: /^[0-9a-f-]{36}$/ });
+  t.equal(await operationsOfStep(pool, 'del-h'), 1, 'approved with the flag');
 });
 
 t.test('gate call held for a confirmation: confirm in a later turn, then execute', async (t) => {
