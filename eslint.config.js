@@ -1,23 +1,32 @@
 // @ts-check
-import { dirname, isAbsolute, relative, resolve, sep } from 'node:path';
+import { readdirSync } from 'node:fs';
+import { dirname, isAbsolute, join, relative, resolve, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import tseslint from 'typescript-eslint';
 
 const ROOT = dirname(fileURLToPath(import.meta.url));
 
-/** The top-level folders that are components: each is imported by the others only through its `index.ts`. */
-const COMPONENTS = new Set([
-  'ledger',
-  'dispatcher',
-  'reconciler',
-  'compensator',
-  'gate',
-  'principals',
-  'notifier',
-  'sandbox',
-  'server',
-  'bin',
-]);
+/** Top-level folders that hold TypeScript but are not components (core/ is shared infrastructure, under a rule of its own). */
+export const NOT_COMPONENTS = new Set(['core', 'test', 'bench', 'chaos']);
+
+/** @param {string} dir @returns {boolean} whether any file under `dir` is TypeScript source */
+function holdsTypeScript(dir) {
+  return readdirSync(dir, { withFileTypes: true }).some((e) =>
+    e.isDirectory() ? holdsTypeScript(join(dir, e.name)) : e.name.endsWith('.ts') && !e.name.endsWith('.d.ts'),
+  );
+}
+
+/**
+ * The components: every top-level folder of the repository that holds TypeScript, except the ones above.
+ * Derived from the folders, not listed, so a new folder is a component (reached only through its index.ts)
+ * from its first file on.
+ */
+export const COMPONENTS = new Set(
+  readdirSync(ROOT, { withFileTypes: true })
+    .filter((e) => e.isDirectory() && !e.name.startsWith('.') && !['node_modules', 'dist'].includes(e.name))
+    .map((e) => e.name)
+    .filter((name) => !NOT_COMPONENTS.has(name) && holdsTypeScript(join(ROOT, name))),
+);
 
 /**
  * `local/component-boundaries`: a file may import another component only through that component's `index.js`,

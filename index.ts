@@ -7,9 +7,9 @@ export {
   type ErrorCode,
   type Refusal,
 } from './core/errors.js';
-export { loadConfig, compileConfig, type Config, type ToolRoute } from './core/config.js';
-export { openRuntime, type Runtime } from './core/runtime.js';
-export { migrate, readMigrations } from './core/migrate.js';
+export { loadConfig, compileConfig, type Config, type ToolRoute } from './config/index.js';
+export { openRuntime, type Runtime } from './runtime/index.js';
+export { migrate, readMigrations } from './db/index.js';
 export { OPERATION_STATUSES, type OperationStatus, type TrustedContext } from './core/types.js';
 export {
   EffectKeyer,
@@ -52,4 +52,4 @@ export {
   type Reviewer,
   type ValidatorVerdict,
 } from './gate/index.js';
-export type { GateConfig, GateTool } from './core/config.js';
+export type { GateConfig, GateTool } from './config/index.js';

@@ -35,8 +35,8 @@
  */
 import { randomBytes } from 'node:crypto';
 import type pg from 'pg';
-import { bindQueries, createPool, prepared, type Pool, type PoolClient } from '../core/db.js';
-import { migrate } from '../core/migrate.js';
+import { bindQueries, createPool, prepared, type Pool, type PoolClient } from '../db/db.js';
+import { migrate } from '../db/migrate.js';
 import { openClaimConnection } from '../dispatcher/claim-session.js';
 import { dispatcherQueries } from '../dispatcher/queries.js';
 import { dropDatabase } from './cells.js';

@@ -16,11 +16,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import type pg from 'pg';
-import { compileConfig, type Config } from '../core/config.js';
-import { bindQueries, createPool, type Pool } from '../core/db.js';
+import { compileConfig, type Config } from '../config/index.js';
+import { bindQueries, createPool, type Pool } from '../db/db.js';
 import { createLogger } from '../core/log.js';
 import { Metrics } from '../core/metrics.js';
-import type { Runtime } from '../core/runtime.js';
+import type { Runtime } from '../runtime/runtime.js';
 import { Secret } from '../core/secret.js';
 import { dispatcherPoolFloor, openDispatcher, type Dispatcher } from '../dispatcher/index.js';
 import type { ClaimEvent } from '../dispatcher/producer.js';
@@ -149,7 +149,7 @@ type After = (result: pg.QueryResult) => void;
 
 /**
  * Wraps `query` on every client the pool creates; `observe` may return a callback run on success. `thenCommit`:
- * the statement travels with its COMMIT (core/db.ts `queryThenCommit`), and its success is the commit's.
+ * the statement travels with its COMMIT (db/db.ts `queryThenCommit`), and its success is the commit's.
  */
 export function instrumentPool(
   pool: Pool,

@@ -39,7 +39,7 @@ export async function openBenchDatabase(): Promise<BenchDatabase> {
   let url = process.env.DATABASE_URL;
   let stop = (): Promise<void> => Promise.resolve();
   if (url === undefined || url === '') {
-    const { openEmbeddedDatabase } = await import('../core/embedded.js');
+    const { openEmbeddedDatabase } = await import('../embedded/embedded.js');
     const dir = mkdtempSync(join(tmpdir(), 'actionledger-bench-'));
     chmodSync(dir, 0o711);
     const db = await openEmbeddedDatabase({ dataDir: dir, port: await freePort() });

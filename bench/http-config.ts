@@ -3,8 +3,8 @@
  * once (no approval, no caps, no rate), and an API whose request limit no run reaches:
  * the cells measure the path, not a refusal.
  */
-import type { Config } from '../core/config.js';
-import type { Pool } from '../core/db.js';
+import type { Config } from '../config/index.js';
+import type { Pool } from '../db/db.js';
 import { Secret } from '../core/secret.js';
 import { EffectKeyer, Ledger } from '../ledger/index.js';
 

@@ -7,8 +7,8 @@
 import { readlinkSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { parentPort, workerData } from 'node:worker_threads';
-import { compileConfig } from '../core/config.js';
-import { createPool } from '../core/db.js';
+import { compileConfig } from '../config/index.js';
+import { createPool } from '../db/db.js';
 import { createLogger } from '../core/log.js';
 import type { TrustedContext } from '../core/types.js';
 import { AuditWriter, Gate } from '../gate/index.js';

@@ -21,9 +21,9 @@
  */
 import { Worker } from 'node:worker_threads';
 import { Pool as HttpPool } from 'undici';
-import { compileConfig } from '../core/config.js';
-import { createPool, type Pool } from '../core/db.js';
-import { migrate } from '../core/migrate.js';
+import { compileConfig } from '../config/index.js';
+import { createPool, type Pool } from '../db/db.js';
+import { migrate } from '../db/migrate.js';
 import { Gate } from '../gate/index.js';
 import { PrincipalStore } from '../principals/index.js';
 import { dropDatabase } from './cells.js';

@@ -2,8 +2,8 @@
  * `npm run bench -- --only reserve`: reservations per second at 1, 4 and 16 concurrent clients, beside the same
  * server's plain single-row INSERT commit rate measured in the same run. The ratio is the figure.
  */
-import { createPool } from '../core/db.js';
-import { migrate } from '../core/migrate.js';
+import { createPool } from '../db/db.js';
+import { migrate } from '../db/migrate.js';
 import { benchLedger } from './cells.js';
 import {
   closedLoop,

@@ -4,9 +4,9 @@
  */
 import cluster from 'node:cluster';
 import { AggregatorRegistry } from 'prom-client';
-import { loadConfig } from '../core/config.js';
+import { loadConfig } from '../config/index.js';
 import { asActionLedgerError } from '../core/errors.js';
-import { openRuntime, type Runtime } from '../core/runtime.js';
+import { openRuntime, type Runtime } from '../runtime/index.js';
 import { dispatcherPoolFloor, openDispatcher } from '../dispatcher/index.js';
 import { WORKER_ID_MESSAGE } from './workers.js';
 import { AuditWriter } from '../gate/index.js';

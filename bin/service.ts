@@ -7,7 +7,7 @@
  *
  * The embedded cluster dying is not a way out of running: the service stays up (the probes answer 503
  * `database_restarting`, the API 503 `database_unavailable`, workers keep retrying their writes) while the
- * cluster is restarted with a growing wait, as long as it takes (core/embedded-cluster.ts). A service killed
+ * cluster is restarted with a growing wait, as long as it takes (embedded/cluster.ts). A service killed
  * outright (SIGKILL) takes its postmaster with it: the cluster's watchdog stops it when this process is gone.
  *
  * Each start step pushes its stop on a stack that stopping unwinds in reverse, so a failed start stops
@@ -19,13 +19,13 @@
  */
 import { hostname } from 'node:os';
 import { pino } from 'pino';
-import { loadConfig, type Config } from '../core/config.js';
-import { bindQueries } from '../core/db.js';
+import { loadConfig, type Config } from '../config/index.js';
+import { bindQueries } from '../db/index.js';
 import { asActionLedgerError, isActionLedgerError, type ActionLedgerError } from '../core/errors.js';
 import { createLogger, RepeatedFailureLog, type Logger } from '../core/log.js';
-import { embeddedProbeError } from '../core/embedded-cluster.js';
-import { openRuntime, type Runtime } from '../core/runtime.js';
-import { acquireServiceLock } from '../core/service-lock.js';
+import { embeddedProbeError } from '../embedded/index.js';
+import { openRuntime, type Runtime } from '../runtime/index.js';
+import { acquireServiceLock } from '../db/index.js';
 import { isConnectionError } from '../core/sqlstate.js';
 import { EffectKeyer, Ledger } from '../ledger/index.js';
 import { readGateStatus } from '../gate/index.js';

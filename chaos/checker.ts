@@ -3,7 +3,7 @@
  * received and applied. Each row must be 0.
  */
 import { createHash } from 'node:crypto';
-import type { Pool } from '../core/db.js';
+import type { Pool } from '../db/db.js';
 import type { OperationStatus } from '../core/types.js';
 import type { ProviderContact } from '../ledger/index.js';
 import { retryIsSafe } from '../reconciler/review.js';

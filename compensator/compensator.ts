@@ -15,8 +15,8 @@
  *   no mapping, a mapping without a value, a refused reservation --> compensating --> needs_review
  *                                                (compensation_refused:<code>)
  */
-import type { Config } from '../core/config.js';
-import { bindQueries, withTransaction, type Pool, type PoolClient } from '../core/db.js';
+import type { Config } from '../config/index.js';
+import { bindQueries, withTransaction, type Pool, type PoolClient } from '../db/index.js';
 import { ActionLedgerError, isActionLedgerError } from '../core/errors.js';
 import type { JsonValue } from '../core/json.js';
 import type { Logger } from '../core/log.js';

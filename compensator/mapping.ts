@@ -3,7 +3,7 @@
  * original's stored arguments (an RFC 6901 pointer), its receipt, its operation id or effect key, or a
  * literal. A missing source is an error, never a guess: the compensator then sends the original to review.
  */
-import type { CompensationMapping } from '../core/config.js';
+import type { CompensationMapping } from '../config/index.js';
 import { ActionLedgerError } from '../core/errors.js';
 import type { JsonValue } from '../core/json.js';
 

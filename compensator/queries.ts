@@ -1,6 +1,6 @@
 /**
  * The compensator's SQL; every transition is the ledger's fenced transition (ledger/transitions.ts), with its
- * history row in the same statement. `@schema.` is bound once at start (core/db.ts).
+ * history row in the same statement. `@schema.` is bound once at start (db/db.ts).
  */
 import { transitionCte } from '../ledger/index.js';
 

@@ -1,5 +1,5 @@
 /**
- * The one place SQLSTATE codes and pg's connection failures are read. `core/db.ts` re-exports these for the
+ * The one place SQLSTATE codes and pg's connection failures are read. `db/db.ts` re-exports these for the
  * components; `core/errors.ts` uses {@link databaseErrorCode} to turn a raw database failure into a coded
  * error, so no caller ever sees `internal` (or a stack) for a database that is down, full or slow.
  *

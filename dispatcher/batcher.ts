@@ -10,7 +10,7 @@
  * at a time, so the batches in flight hold disjoint items. `open` settles every item it was given; if it throws
  * instead, every item of the batch is rejected with that error (settling an item twice is a no-op).
  */
-import { isConnectionError, isRetryable, isTransient } from '../core/db.js';
+import { isConnectionError, isRetryable, isTransient } from '../db/index.js';
 import { sleep, type RetryPolicy } from '../core/retry.js';
 
 /** Batches of one batcher in their opening phase at once, at most. */

@@ -32,7 +32,7 @@
 import { createRequire } from 'node:module';
 import pg from 'pg';
 import type { parse as Parse } from 'pg-connection-string';
-import { isConnectionError, SQLSTATE, sqlState, type Pool } from '../core/db.js';
+import { isConnectionError, SQLSTATE, sqlState, type Pool } from '../db/index.js';
 
 /**
  * The claim connection's planner settings, as startup parameters: the generic plan forced (planned once), and

@@ -17,7 +17,7 @@
  * worker halts first, the claim stays executing for the reconciler.
  */
 import type { ProviderContact } from '../ledger/index.js';
-import { databaseErrorCode, isConnectionError, isTransient, sqlState } from '../core/db.js';
+import { databaseErrorCode, isConnectionError, isTransient, sqlState } from '../db/index.js';
 import { ActionLedgerError, isActionLedgerError, type ErrorCode } from '../core/errors.js';
 import type { JsonValue } from '../core/json.js';
 import type { DispatchContext } from './context.js';

@@ -3,13 +3,13 @@
  * statements, the halt signal of the current run and the mTLS agents of the current run.
  */
 import type { Agent } from 'undici';
-import type { Config } from '../core/config.js';
-import type { Pool } from '../core/db.js';
+import type { Config } from '../config/index.js';
+import type { Pool } from '../db/index.js';
 import type { Logger, RepeatedFailureLog } from '../core/log.js';
 import type { Secret } from '../core/secret.js';
 import type { CrashPoints } from '../core/crash-points.js';
 import type { DispatchMetrics } from './metrics.js';
-import type { DispatchProfile } from '../core/profile.js';
+import type { DispatchProfile } from '../protocol/index.js';
 import type { dispatcherQueries } from './queries.js';
 
 export interface DispatcherOptions {

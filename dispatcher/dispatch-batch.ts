@@ -17,7 +17,7 @@
  *                (`claim_lost`, or review at stage `evidence`); one whose row another session held goes into a
  *                later batch. The opening ends here and another batch may open
  *   sending    - [after_evidence_commit, reached once per locked item] the checked operations' requests are out
- *   writing    - their outcomes in one statement, written with the COMMIT under one Sync (core/db.ts
+ *   writing    - their outcomes in one statement, written with the COMMIT under one Sync (db/db.ts
  *                `queryThenCommit`); if it fails, the COMMIT does not run, and each outcome is written on its own
  *                from the savepoint, under the same locks (transient failures retried); COMMIT
  *   settled    - every item resolved or rejected; an outcome the commit did not carry is written again after
@@ -30,13 +30,13 @@ import {
   isTransient,
   queryThenCommit,
   type PoolClient,
-} from '../core/db.js';
+} from '../db/index.js';
 import { retry, type RetryPolicy } from '../core/retry.js';
 import { Batcher, batchRetryPolicy, retryBusy, submit } from './batcher.js';
 import { providerContact, reviewReason, type Completer } from './completer.js';
 import type { DispatchContext } from './context.js';
 import { callProvider, classify, type Outcome } from './executor.js';
-import { guardExternalWrite, withExternalWrites } from '../core/external-writes.js';
+import { guardExternalWrite, withExternalWrites } from '../transport/index.js';
 import { evidenceValues, evidenceVerdict, type EvidenceRow, type EvidenceVerdict } from './evidence.js';
 import type { DispatchItem, FinalCheck } from './types.js';
 
@@ -146,7 +146,7 @@ export class DispatchBatch {
     try {
       held = holdConnection(await o.pool.connect());
       const { client } = held;
-      // One round trip: the pool's connections pipeline (core/db.ts `createPool`). The server runs the five in
+      // One round trip: the pool's connections pipeline (db/db.ts `createPool`). The server runs the five in
       // order: the evidence commits (and is flushed) before BEGIN, and the check's snapshot and clock are taken
       // once the locks are held. The check reads every item; the answer for a row this batch did not lock is
       // dropped. The savepoint is what a failed outcome write rolls back to.

@@ -20,7 +20,7 @@
  * stops, or drops a claim from its listing leaves it for the reconciler.
  */
 import type { Agent } from 'undici';
-import { bindQueries, prepared, warmPool } from '../core/db.js';
+import { bindQueries, prepared, warmPool } from '../db/index.js';
 import { asActionLedgerError } from '../core/errors.js';
 import { RepeatedFailureLog } from '../core/log.js';
 import { BATCH_OPENINGS, batchOpenings } from './batcher.js';

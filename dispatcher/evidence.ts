@@ -6,8 +6,7 @@
  * rows it found, which it could lock and which evidence exists.
  */
 import { ActionLedgerError, isActionLedgerError } from '../core/errors.js';
-import type { DispatchProfile } from '../core/profile.js';
-import { checkWindows } from './authorize.js';
+import { checkWindows, type DispatchProfile } from '../protocol/index.js';
 import type { DispatchItem } from './types.js';
 
 /** One row of the evidence statement's reply. */

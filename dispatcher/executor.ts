@@ -6,13 +6,13 @@
  * (not sent: a reviewed retry with the same effect key is safe).
  */
 import type { Agent } from 'undici';
-import type { ToolRoute } from '../core/config.js';
+import type { ToolRoute } from '../config/index.js';
 import type { ErrorCode } from '../core/errors.js';
 import { canonicalJson, type JsonValue } from '../core/json.js';
 import type { Secret } from '../core/secret.js';
 import type { OperationStatus } from '../core/types.js';
-import { postJson, type HttpOutcome } from '../core/http-client.js';
-import type { DispatchProfile } from '../core/profile.js';
+import { postJson, type HttpOutcome } from '../transport/index.js';
+import type { DispatchProfile } from '../protocol/index.js';
 import type { ClaimedOperation } from './types.js';
 
 export interface Outcome {

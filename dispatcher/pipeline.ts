@@ -18,7 +18,8 @@
  */
 import { isActionLedgerError } from '../core/errors.js';
 import { canonicalJson, sha256Hex, type JsonValue } from '../core/json.js';
-import { authorizationRequest, fetchAuthorization, type AuthorizationDecision } from './authorize.js';
+import { authorizationRequest, type AuthorizationDecision } from '../protocol/index.js';
+import { fetchAuthorization } from './authorize.js';
 import type { Completer } from './completer.js';
 import type { DispatchContext } from './context.js';
 import type { DispatchBatch } from './dispatch-batch.js';

@@ -18,7 +18,7 @@
  */
 import * as diagnosticsChannel from 'node:diagnostics_channel';
 import { hostname } from 'node:os';
-import { isConnectionError, prepared, type PoolClient } from '../core/db.js';
+import { isConnectionError, prepared, type PoolClient } from '../db/index.js';
 import { databaseKey, localWakeId, notifyOtherProcesses, onLocalWake } from '../core/local-wake.js';
 import { RepeatedFailureLog } from '../core/log.js';
 import { ClaimSession, openClaimConnection } from './claim-session.js';

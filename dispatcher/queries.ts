@@ -1,7 +1,7 @@
 /**
  * The dispatcher's SQL. Every write is fenced on the state and claim token it expects, and every status change
  * is the ledger's fenced transition (ledger/transitions.ts) with its history row in the same statement;
- * `@schema.` is bound once at start (core/db.ts).
+ * `@schema.` is bound once at start (db/db.ts).
  */
 import { releaseToQueueSql, transitionCte } from '../ledger/index.js';
 

@@ -1,6 +1,6 @@
-import type { ToolRoute } from '../core/config.js';
+import type { ToolRoute } from '../config/index.js';
 import type { Secret } from '../core/secret.js';
-import type { AuthorizationDecision } from './authorize.js';
+import type { AuthorizationDecision } from '../protocol/index.js';
 import type { Settle } from './batcher.js';
 
 /** What the dispatcher holds for one claimed operation. */

@@ -4,11 +4,11 @@
  */
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
-import type { Runtime } from '../core/runtime.js';
+import type { Runtime } from '../runtime/index.js';
 import { CrashPoints } from '../core/crash-points.js';
 import { Dispatcher } from './dispatcher.js';
 import { DispatchMetrics } from './metrics.js';
-import { loadDispatchIdentity } from '../core/identity.js';
+import { loadDispatchIdentity } from '../runtime/index.js';
 
 export interface OpenDispatcherOptions {
   concurrency?: number;

@@ -3,8 +3,8 @@
  * revocations, and the kill switches. Read in the caller's transaction (or on the pool, for the
  * authorization service), so a revocation or a switch is seen by the next decision.
  */
-import type { Config, GateTool } from '../core/config.js';
-import type { Queryable } from '../core/db.js';
+import type { Config, GateTool } from '../config/index.js';
+import type { Queryable } from '../db/index.js';
 import { ActionLedgerError } from '../core/errors.js';
 import type { gateQueries } from './queries.js';
 

@@ -3,9 +3,9 @@
  * today's state when an approved one is executed (see approvals.ts for the lifecycle).
  */
 import { randomBytes, randomUUID } from 'node:crypto';
-import type { Queryable } from '../core/db.js';
+import type { Queryable } from '../db/index.js';
 import { canonicalJson, sha256Hex, type JsonObject } from '../core/json.js';
-import type { GateTool } from '../core/config.js';
+import type { GateTool } from '../config/index.js';
 import type { Value } from './checks.js';
 import type { GateCore } from './core.js';
 import { refuse } from './refusal.js';

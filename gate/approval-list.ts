@@ -4,7 +4,7 @@
  * the id of its last row), so a row is listed once however many approvals arrive meanwhile. The tenant is
  * always a parameter of the query: a cursor, however it was made, never reaches another tenant's rows.
  */
-import { bindQueries, type Queryable } from '../core/db.js';
+import { bindQueries, type Queryable } from '../db/index.js';
 import { ActionLedgerError } from '../core/errors.js';
 import type { ApprovalRow } from './approval-envelope.js';
 

@@ -19,10 +19,10 @@
  * it; the envelope is as trustworthy as the server that stored it. Rate windows are not charged again at
  * approval: the call was counted when it was made.
  */
-import { bindQueries, withTransaction, type Queryable } from '../core/db.js';
+import { bindQueries, withTransaction, type Queryable } from '../db/index.js';
 import { ActionLedgerError, asActionLedgerError } from '../core/errors.js';
 import type { JsonObject } from '../core/json.js';
-import type { GateTool } from '../core/config.js';
+import type { GateTool } from '../config/index.js';
 import type { AuditEntry } from './audit.js';
 import type { GateCore } from './core.js';
 import { checkReviewer, type Value } from './checks.js';

@@ -4,7 +4,7 @@
  * row is listed once while new ones are appended. The tenant is always a parameter of the query: a cursor,
  * however it was made, never reaches another tenant's rows. Arguments were redacted before they were written.
  */
-import { bindQueries, type Queryable } from '../core/db.js';
+import { bindQueries, type Queryable } from '../db/index.js';
 import { ActionLedgerError } from '../core/errors.js';
 
 export interface AuditListFilter {

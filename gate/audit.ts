@@ -17,8 +17,8 @@
  * (gate/redaction.ts).
  */
 import { Counter } from 'prom-client';
-import type { Config } from '../core/config.js';
-import { bindQueries, sqlState, type Pool, type Queryable } from '../core/db.js';
+import type { Config } from '../config/index.js';
+import { bindQueries, sqlState, type Pool, type Queryable } from '../db/index.js';
 import { ActionLedgerError, asActionLedgerError } from '../core/errors.js';
 import { createLogger, type Logger } from '../core/log.js';
 import type { Metrics } from '../core/metrics.js';

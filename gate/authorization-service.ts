@@ -1,6 +1,6 @@
 /**
- * The built-in authorization service: the other side of the dispatcher's fresh authorization decision
- * (dispatcher/authorize.ts), over mutual TLS, deciding from PostgreSQL at the moment of dispatch.
+ * The built-in authorization service: the other side of the dispatcher's fresh authorization decision (the
+ * wire format in protocol/authorization.ts), over mutual TLS, deciding from PostgreSQL at the moment of dispatch.
  *
  * `POST /v1/authorize` takes exactly the binding fields (strict JSON, each a non-empty string) and answers 200
  * with every field echoed, `decision` and `authorized_at` / `expires_at`. It allows only when:
@@ -33,13 +33,20 @@
  * (a provider-side version precondition closes that window), nor anything about policies outside the gate.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { bindQueries, type Pool } from '../core/db.js';
-import type { Config } from '../core/config.js';
+import { bindQueries, type Pool } from '../db/index.js';
+import type { Config } from '../config/index.js';
 import type { Logger } from '../core/log.js';
 import type { Metrics } from '../core/metrics.js';
 import { parseStrictJson, type JsonObject } from '../core/json.js';
-import { MtlsJsonServer, readBody, sendJson as send } from '../core/mtls-json-server.js';
-import { authorizationRequest, BINDING_FIELDS } from '../dispatcher/index.js';
+import { MtlsJsonServer, readBody, sendJson as send } from '../transport/index.js';
+import {
+  AUTHORIZE_PATH,
+  BINDING_FIELDS,
+  authorizationRequest,
+  decisionBody,
+  parseAuthorizationRequest,
+  type AuthorizationRequest,
+} from '../protocol/index.js';
 import { AccessChecks } from './access.js';
 import { AuditWriter, type AuditEntry } from './audit.js';
 import { gateLogger } from './core.js';
@@ -48,11 +55,6 @@ import { gateQueries } from './queries.js';
 import { GateRegistry } from './registry.js';
 import type { BoundResource, ResourceResolver } from './types.js';
 
-/** The dispatch contract's binding fields, one list for both sides (dispatcher/authorize.ts). */
-export const AUTHORIZATION_FIELDS = BINDING_FIELDS;
-type AuthorizationRequest = Record<(typeof AUTHORIZATION_FIELDS)[number], string>;
-
-export const AUTHORIZE_PATH = '/v1/authorize';
 const MAX_REQUEST_BYTES = 16 * 1024;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
@@ -143,7 +145,7 @@ export class AuthorizationService extends MtlsJsonServer {
     if (body === null) return send(res, 413, { error: 'request_too_large' });
     let request: AuthorizationRequest | null = null;
     try {
-      request = toRequest(parseStrictJson(body, { requireObject: true }) as JsonObject);
+      request = parseAuthorizationRequest(parseStrictJson(body, { requireObject: true }) as JsonObject);
     } catch {
       request = null;
     }
@@ -180,12 +182,8 @@ export class AuthorizationService extends MtlsJsonServer {
     const ttlMs = this.#options.config.gate.decisionTtlS * 1000;
     const authorizedAt = verdict.now.getTime();
     const expiresAt = Math.min(authorizedAt + ttlMs, verdict.notAfter?.getTime() ?? Infinity);
-    send(res, 200, {
-      ...request,
-      decision: verdict.allow && expiresAt > authorizedAt ? 'allow' : 'deny',
-      authorized_at: new Date(authorizedAt).toISOString(),
-      expires_at: new Date(Math.max(expiresAt, authorizedAt + 1)).toISOString(),
-    });
+    const decision = verdict.allow && expiresAt > authorizedAt ? 'allow' : 'deny';
+    send(res, 200, decisionBody(request, decision, authorizedAt, Math.max(expiresAt, authorizedAt + 1)));
   }
 
   /** The decision for one request, with the reason (for the audit) and the latest instant it may hold until. */
@@ -228,7 +226,7 @@ export class AuthorizationService extends MtlsJsonServer {
     const op = (await core.pool.query<OperationRow>(core.q.authorizeSelectOperation, [request.operation_id])).rows[0];
     if (op === undefined) return { allow: false, reason: 'unknown_operation', now };
     const ledgerView: AuthorizationRequest = authorizationRequest(op);
-    const mismatched = AUTHORIZATION_FIELDS.filter((f) => ledgerView[f] !== request[f]);
+    const mismatched = BINDING_FIELDS.filter((f) => ledgerView[f] !== request[f]);
     if (mismatched.length > 0) return { allow: false, reason: `binding_mismatch:${mismatched.join(',')}`, now };
     if ((await core.access.killSwitch(core.pool, op.tenant_id, op.tool_name)) !== null)
       return { allow: false, reason: 'kill_switch', now };
@@ -299,15 +297,4 @@ export class AuthorizationService extends MtlsJsonServer {
     }
     return { allow: true, reason: 'auto', now };
   }
-}
-
-function toRequest(value: JsonObject): AuthorizationRequest | null {
-  if (Object.keys(value).length !== AUTHORIZATION_FIELDS.length) return null;
-  const out: Partial<AuthorizationRequest> = {};
-  for (const f of AUTHORIZATION_FIELDS) {
-    const v = value[f];
-    if (typeof v !== 'string' || v === '') return null;
-    out[f] = v;
-  }
-  return out as AuthorizationRequest;
 }

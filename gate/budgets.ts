@@ -6,8 +6,8 @@
  *            per conversation (`limit_exceeded`), each by one conditional upsert
  *   holds -> what a proposal, approval or operation keeps of the caps until it ends (released or moved on)
  */
-import type { GateTool } from '../core/config.js';
-import type { Queryable } from '../core/db.js';
+import type { GateTool } from '../config/index.js';
+import type { Queryable } from '../db/index.js';
 import type { Value } from './checks.js';
 import type { gateQueries } from './queries.js';
 import { refuse } from './refusal.js';

@@ -3,7 +3,7 @@
  * tool's schema, the canonical form) and the value a call carries. Each throws a {@link Refused} naming what
  * is wrong, so the pipeline stops at the first refusal.
  */
-import type { GateTool } from '../core/config.js';
+import type { GateTool } from '../config/index.js';
 import { ActionLedgerError } from '../core/errors.js';
 import { canonicalArguments, sha256Hex, type JsonBounds, type JsonObject } from '../core/json.js';
 import { identifierProblem } from '../core/identifier.js';

@@ -11,8 +11,8 @@
  * The checks that need no database are plain functions (gate/checks.ts), as are redaction and text
  * sanitising (gate/redaction.ts).
  */
-import type { Config, GateTool } from '../core/config.js';
-import { bindQueries, type Pool } from '../core/db.js';
+import type { Config, GateTool } from '../config/index.js';
+import { bindQueries, type Pool } from '../db/index.js';
 import { createLogger, type Logger } from '../core/log.js';
 import type { Metrics } from '../core/metrics.js';
 import type { Ledger } from '../ledger/index.js';

@@ -14,12 +14,12 @@
  * `storage_full`, logged with the SQLSTATE; anything unexpected is `internal`).
  */
 import { randomBytes, randomUUID } from 'node:crypto';
-import { sqlState, SQLSTATE, withTransaction, type Queryable } from '../core/db.js';
+import { sqlState, SQLSTATE, withTransaction, type Queryable } from '../db/index.js';
 import { asActionLedgerError, type ErrorCode } from '../core/errors.js';
-import { tenantClusterRefusal } from '../core/cluster.js';
+import { tenantClusterRefusal } from '../config/index.js';
 import { identifier } from '../core/identifier.js';
 import { canonicalJson, sha256Hex, type JsonObject } from '../core/json.js';
-import type { GateTool } from '../core/config.js';
+import type { GateTool } from '../config/index.js';
 import { Approvals } from './approvals.js';
 import { listKillSwitches, type KillSwitchRow } from './kill-switch-list.js';
 import { withdrawPendingVotes } from './role-revocation.js';

@@ -10,8 +10,8 @@
  * `actionledger gate expire`, and a CronJob) can run it; running it twice at once is safe (each row changes
  * once, by a conditional UPDATE).
  */
-import type { Config } from '../core/config.js';
-import { withTransaction, type Pool } from '../core/db.js';
+import type { Config } from '../config/index.js';
+import { withTransaction, type Pool } from '../db/index.js';
 import { asActionLedgerError } from '../core/errors.js';
 import { Approvals } from './approvals.js';
 import { GateCore, type GateDeps } from './core.js';

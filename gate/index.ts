@@ -18,12 +18,7 @@ export { withdrawPendingVotes } from './role-revocation.js';
 export { describeEffect, type ApprovalView } from './approval-envelope.js';
 export { Proposals } from './proposals.js';
 export { runGateHousekeeping, type GateHousekeepingSummary } from './housekeeping.js';
-export {
-  AuthorizationService,
-  AUTHORIZE_PATH,
-  AUTHORIZATION_FIELDS,
-  type AuthorizationServiceOptions,
-} from './authorization-service.js';
+export { AuthorizationService, type AuthorizationServiceOptions } from './authorization-service.js';
 export { type GateDeps } from './core.js';
 export { checkGateContext } from './checks.js';
 export { REDACTED, auditArguments } from './redaction.js';

@@ -1,5 +1,5 @@
 /** The engaged kill switches, read without a gate: what `gate kill-switch list` shows under a read-only role. */
-import { bindQueries, type Queryable } from '../core/db.js';
+import { bindQueries, type Queryable } from '../db/index.js';
 import { gateQueries } from './queries.js';
 
 export interface KillSwitchRow {

@@ -22,7 +22,7 @@
  * attempt is audited as that refusal, naming the proposal it aimed at and `not_owner` in its detail. Nothing
  * about the proposal changes (not even a due expiry).
  */
-import { withTransaction, type Queryable } from '../core/db.js';
+import { withTransaction, type Queryable } from '../db/index.js';
 import { canonicalArguments, sha256Hex, type JsonObject } from '../core/json.js';
 import type { AuditEntry } from './audit.js';
 import { checkGateContext } from './checks.js';

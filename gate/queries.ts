@@ -1,5 +1,5 @@
 /**
- * The gate's SQL, fixed text with `$n` parameters; `@schema.` is bound once at start (core/db.ts).
+ * The gate's SQL, fixed text with `$n` parameters; `@schema.` is bound once at start (db/db.ts).
  * Budgets are taken by single conditional upserts, state changes by single conditional UPDATEs.
  */
 const approvalColumns = `approval_id, tenant_id, requester_id, requester_role, account_id, conversation_id, trace_id,

@@ -3,7 +3,7 @@
  * made storable by PostgreSQL (no U+0000, no lone surrogates). Arguments that are not plain JSON are not
  * copied at all: the row says why instead.
  */
-import type { GateTool } from '../core/config.js';
+import type { GateTool } from '../config/index.js';
 import type { JsonBounds } from '../core/json.js';
 
 export const REDACTED = '[redacted]';

@@ -3,8 +3,8 @@
  * them: business validators and resource resolvers. Refuses to be built when a configured validator or
  * resolver is missing, so a bad registry fails at start, not at the first call.
  */
-import type { Config, GateTool } from '../core/config.js';
-import type { Queryable } from '../core/db.js';
+import type { Config, GateTool } from '../config/index.js';
+import type { Queryable } from '../db/index.js';
 import { ActionLedgerError } from '../core/errors.js';
 import type { JsonObject } from '../core/json.js';
 import { refuse } from './refusal.js';

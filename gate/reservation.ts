@@ -2,7 +2,7 @@
  * The reservation step: the operation reserved through the ledger on the gate's client, so the budgets, the
  * gate's record of the operation and the audit row commit (or roll back) in one transaction.
  */
-import type { Queryable } from '../core/db.js';
+import type { Queryable } from '../db/index.js';
 import type { JsonObject } from '../core/json.js';
 import type { Ledger, Reservation } from '../ledger/index.js';
 import type { Budgets } from './budgets.js';

@@ -3,7 +3,7 @@
  * pending stop counting, so such an approval needs another approver. Shared by `Gate.revokeRole` and the
  * principal store, each calling it in the transaction that records the revocation.
  */
-import { bindQueries, type Queryable } from '../core/db.js';
+import { bindQueries, type Queryable } from '../db/index.js';
 import { gateQueries } from './queries.js';
 
 /**

@@ -3,7 +3,7 @@
  * waiting for a person, cap holds not yet released, and kill switches engaged (with the oldest one's age).
  * One statement over partial indexes (pending approvals, open holds) and small tables.
  */
-import type { Queryable } from '../core/db.js';
+import type { Queryable } from '../db/index.js';
 
 export interface GateReading {
   approvals_pending: number;

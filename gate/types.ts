@@ -1,5 +1,5 @@
 /** The gate's public shapes: the trusted context it needs, its results, and the hooks the embedding code supplies. */
-import type { Queryable } from '../core/db.js';
+import type { Queryable } from '../db/index.js';
 import type { ErrorCode } from '../core/errors.js';
 import type { JsonObject } from '../core/json.js';
 import type { OperationStatus } from '../core/types.js';

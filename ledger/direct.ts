@@ -9,7 +9,7 @@
  * record (the mirror of the gate refusing to take over a direct reservation, gate/reservation.ts). Another
  * tenant's step is another operation: the identity includes the tenant.
  */
-import { bindQueries, withTransaction, type Pool } from '../core/db.js';
+import { bindQueries, withTransaction, type Pool } from '../db/index.js';
 import { ActionLedgerError, asActionLedgerError } from '../core/errors.js';
 import type { TrustedContext } from '../core/types.js';
 import { ledgerTenantQueries } from './queries.js';

@@ -6,7 +6,7 @@
  * predict it. The key id travels inside the key, so a rotated-out secret can still verify old keys.
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
-import type { EffectKeySecrets } from '../core/keys.js';
+import type { EffectKeySecrets } from '../config/index.js';
 import { ActionLedgerError } from '../core/errors.js';
 
 const LABEL = 'actionledger/effect-key/v1';

@@ -1,5 +1,5 @@
 /** Read-only views of the ledger: counts by state, the oldest waiting operation, one operation's history. */
-import { bindQueries, type Queryable } from '../core/db.js';
+import { bindQueries, type Queryable } from '../db/index.js';
 import { ActionLedgerError } from '../core/errors.js';
 import { OPERATION_STATUSES, type OperationStatus } from '../core/types.js';
 import { ledgerQueries } from './queries.js';

@@ -10,7 +10,7 @@
  * NOTIFY at all: it would wake every other dispatcher for an operation this one claims at once. Dispatchers also
  * poll, so a lost NOTIFY delays work and never loses it.
  */
-import type { Pool } from '../core/db.js';
+import type { Pool } from '../db/index.js';
 import { databaseKey, notifyOtherProcesses, wakeLocal } from '../core/local-wake.js';
 
 export class OutboxNotifier {

@@ -1,5 +1,5 @@
 /**
- * The ledger's SQL, as fixed text with `$n` parameters. `@schema.` is bound once at start (core/db.ts).
+ * The ledger's SQL, as fixed text with `$n` parameters. `@schema.` is bound once at start (db/db.ts).
  * Each reservation is one statement: ledger row, outbox row and history row commit together or not at all.
  */
 import { transitionCte } from './transitions.js';

@@ -2,9 +2,9 @@
  * `reserve`: turns "do this side effect" into one immutable, durable operation.
  */
 import { randomUUID } from 'node:crypto';
-import { checkTenantCluster } from '../core/cluster.js';
-import type { Config, ToolRoute } from '../core/config.js';
-import { bindQueries, prepared, SQLSTATE, sqlState, type Pool, type Queryable } from '../core/db.js';
+import { checkTenantCluster } from '../config/index.js';
+import type { Config, ToolRoute } from '../config/index.js';
+import { bindQueries, prepared, SQLSTATE, sqlState, type Pool, type Queryable } from '../db/index.js';
 import { ActionLedgerError, asActionLedgerError } from '../core/errors.js';
 import { canonicalArguments, sha256Hex } from '../core/json.js';
 import { identifierProblem } from '../core/identifier.js';

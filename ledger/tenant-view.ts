@@ -3,7 +3,7 @@
  * with an opaque cursor. Another tenant's operation is exactly as absent as an id that was never issued (and
  * a malformed id is absent too), so no answer tells a caller anything about a tenant it is not in.
  */
-import { bindQueries, type Queryable } from '../core/db.js';
+import { bindQueries, type Queryable } from '../db/index.js';
 import { ActionLedgerError } from '../core/errors.js';
 import { OPERATION_STATUSES, type OperationStatus } from '../core/types.js';
 import type { HistoryRow } from './inspect.js';

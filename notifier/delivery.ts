@@ -22,11 +22,11 @@
 import cluster from 'node:cluster';
 import { randomUUID } from 'node:crypto';
 import { Counter, type Registry } from 'prom-client';
-import type { Config } from '../core/config.js';
-import type { NotificationEventType, NotificationRoute } from '../core/config-notify.js';
-import { bindQueries, withTransaction, type Pool, type Queryable } from '../core/db.js';
+import type { Config } from '../config/index.js';
+import type { NotificationEventType, NotificationRoute } from '../config/index.js';
+import { bindQueries, withTransaction, type Pool, type Queryable } from '../db/index.js';
 import { asActionLedgerError } from '../core/errors.js';
-import { postJson } from '../core/http-client.js';
+import { postJson } from '../transport/index.js';
 import type { Logger } from '../core/log.js';
 import type { AuditWriter } from '../gate/index.js';
 import { notifierQueries } from './queries.js';

@@ -1,4 +1,4 @@
-/** The notifier's SQL: fixed texts with `$n` parameters; `@schema.` is bound once at start (core/db.ts). */
+/** The notifier's SQL: fixed texts with `$n` parameters; `@schema.` is bound once at start (db/db.ts). */
 export const notifierQueries = {
   /** Takes up to $1 events no worker has routed yet (oldest first), marking them routed. */
   eventsClaimUnrouted: `

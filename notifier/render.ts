@@ -4,8 +4,8 @@
  * audit log keeps, the effect in words said again from that copy), never a credential. Arguments the tool no longer declares (the tool was removed from the
  * configuration) are left out whole: without a redaction policy nothing of them is shown.
  */
-import type { Config, GateTool } from '../core/config.js';
-import type { NotificationEventType } from '../core/config-notify.js';
+import type { Config, GateTool } from '../config/index.js';
+import type { NotificationEventType } from '../config/index.js';
 import type { JsonObject, JsonValue } from '../core/json.js';
 import { hiddenInJson, revealHidden, visibleJson } from '../core/visible-text.js';
 import { auditArguments, describeEffect, REDACTED } from '../gate/index.js';

@@ -19,8 +19,8 @@
  * writes its own decision row as well. A request whose signature does not hold is logged and counted only.
  */
 import { Counter, type Registry } from 'prom-client';
-import type { Config } from '../core/config.js';
-import { bindQueries, withTransaction, type Pool } from '../core/db.js';
+import type { Config } from '../config/index.js';
+import { bindQueries, withTransaction, type Pool } from '../db/index.js';
 import { ActionLedgerError, asActionLedgerError, type ErrorCode } from '../core/errors.js';
 import { parseStrictJson, type JsonObject } from '../core/json.js';
 import type { Logger } from '../core/log.js';

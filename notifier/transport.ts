@@ -1,22 +1,22 @@
 /**
  * The outbound side of each destination: one undici agent per destination built by the same client the
- * dispatcher uses for providers (core/http-client.ts: TLS verification always on, optional client
+ * dispatcher uses for providers (transport/http-client.ts: TLS verification always on, optional client
  * certificate, no proxy from the environment, never a redirect, bounded time and bytes), and the secrets
  * read from their environment variables once, at start.
  *
- * A destination without `allow_private_network` connects through core/network-target.ts's `guardedLookup`:
+ * A destination without `allow_private_network` connects through transport/network-target.ts's `guardedLookup`:
  * a name that resolves to a loopback, private, link-local or other internal address fails its attempt before
  * any byte is sent, reported as `not_sent:private_network:<class>` (see {@link outcomeError}).
  */
 import { readFileSync } from 'node:fs';
 import type { LookupFunction } from 'node:net';
 import type { Agent } from 'undici';
-import type { NotificationDestination, NotificationsConfig } from '../core/config-notify.js';
+import type { NotificationDestination, NotificationsConfig } from '../config/index.js';
 import { ActionLedgerError } from '../core/errors.js';
-import { createMtlsAgent, postJson, type HttpOutcome } from '../core/http-client.js';
+import { createMtlsAgent, postJson, type HttpOutcome } from '../transport/index.js';
 import type { JsonObject } from '../core/json.js';
 import type { Logger } from '../core/log.js';
-import { guardedLookup, privateNetworkRefusal } from '../core/network-target.js';
+import { guardedLookup, privateNetworkRefusal } from '../transport/index.js';
 import { Secret } from '../core/secret.js';
 import { webhookSecret } from './signing.js';
 
@@ -134,7 +134,7 @@ export async function closeClients(clients: ReadonlyMap<string, DestinationClien
 
 /**
  * The stable reason an attempt that got no usable answer failed, for the delivery record: `not_sent:<code>`
- * or `unknown:<code>` (core/http-client.ts), with a non-2xx status when one arrived, and
+ * or `unknown:<code>` (transport/http-client.ts), with a non-2xx status when one arrived, and
  * `not_sent:private_network:<class>` when the destination's name resolved to an internal address
  * (`loopback`, `private`, `link_local`...).
  */

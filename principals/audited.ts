@@ -1,5 +1,5 @@
 /** What every change to the principal store shares: one transaction with its audit row, and the principal check. */
-import { withTransaction, type Pool, type Queryable } from '../core/db.js';
+import { withTransaction, type Pool, type Queryable } from '../db/index.js';
 import { ActionLedgerError, asActionLedgerError } from '../core/errors.js';
 import { identifier } from '../core/identifier.js';
 import type { AuditEntry, AuditWriter } from '../gate/index.js';

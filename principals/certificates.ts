@@ -6,8 +6,8 @@
  * decides who that is, so a certificate the CA issued but nobody mapped authenticates nobody.
  */
 import { X509Certificate } from 'node:crypto';
-import type { Config } from '../core/config.js';
-import { bindQueries, type Pool } from '../core/db.js';
+import type { Config } from '../config/index.js';
+import { bindQueries, type Pool } from '../db/index.js';
 import { ActionLedgerError } from '../core/errors.js';
 import { identifier } from '../core/identifier.js';
 import type { AuditWriter } from '../gate/index.js';

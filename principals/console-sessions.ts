@@ -12,10 +12,10 @@
  * there and then, so the next request of that browser is signed out.
  */
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
-import { bindQueries, type Pool } from '../core/db.js';
+import { bindQueries, type Pool } from '../db/index.js';
 import { ActionLedgerError, asActionLedgerError } from '../core/errors.js';
 import { identifier } from '../core/identifier.js';
-import type { Config } from '../core/config.js';
+import type { Config } from '../config/index.js';
 import type { AuditWriter } from '../gate/index.js';
 import { audited, mustExist } from './audited.js';
 import { principalQueries } from './queries.js';

@@ -1,4 +1,4 @@
-/** The principal store's SQL, fixed text with `$n` parameters; `@schema.` is bound once at start (core/db.ts). */
+/** The principal store's SQL, fixed text with `$n` parameters; `@schema.` is bound once at start (db/db.ts). */
 /**
  * The `counted` CTE: this request counted in the caller's current window ($2 seconds, aligned to the epoch by
  * the database clock), only for a credential (the CTE named `credential`) that may be used.

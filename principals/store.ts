@@ -11,10 +11,10 @@
  * dispatch. The revoked principal's votes on approvals still pending in that tenant stop counting.
  */
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
-import { bindQueries, type Pool, type Queryable } from '../core/db.js';
+import { bindQueries, type Pool, type Queryable } from '../db/index.js';
 import { ActionLedgerError } from '../core/errors.js';
 import { identifier } from '../core/identifier.js';
-import type { Config } from '../core/config.js';
+import type { Config } from '../config/index.js';
 import { AuditWriter, withdrawPendingVotes } from '../gate/index.js';
 import { audited, mustExist } from './audited.js';
 import { PrincipalCertificates } from './certificates.js';

@@ -4,8 +4,8 @@
  * each worker that has not said it stopped. Every process reads the same rows, so any replica's /metrics
  * answers for the whole fleet.
  */
-import { quoteSchemaName } from '../core/config.js';
-import type { Queryable } from '../core/db.js';
+import { quoteSchemaName } from '../config/index.js';
+import type { Queryable } from '../db/index.js';
 import type { FleetReading } from '../core/metrics.js';
 import { RECONCILE_QUEUE } from './schedule.js';
 

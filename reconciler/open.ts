@@ -6,10 +6,10 @@
 import { randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { ActionLedgerError } from '../core/errors.js';
-import type { Runtime } from '../core/runtime.js';
+import type { Runtime } from '../runtime/index.js';
 import { Compensator, type CompensationSummary } from '../compensator/index.js';
 import { CrashPoints } from '../core/crash-points.js';
-import { loadDispatchIdentity } from '../core/identity.js';
+import { loadDispatchIdentity } from '../runtime/index.js';
 import { runGateHousekeeping } from '../gate/index.js';
 import { PrincipalStore } from '../principals/index.js';
 import { EffectKeyer, Ledger } from '../ledger/index.js';

@@ -18,8 +18,8 @@
  * progress) -> stopped. stop() is safe before start() and safe to repeat; start() on a running watch does
  * nothing.
  */
-import type { Config } from '../core/config.js';
-import { bindQueries, type Pool } from '../core/db.js';
+import type { Config } from '../config/index.js';
+import { bindQueries, type Pool } from '../db/index.js';
 import { RepeatedFailureLog, type Logger } from '../core/log.js';
 import { reconcilerQueries } from './queries.js';
 

@@ -1,7 +1,7 @@
 /**
  * The reconciler's, reviewers' and verifier's SQL. Every transition is the ledger's fenced transition
  * (ledger/transitions.ts): fenced on the state (and claim) it read, with its history row in the same
- * statement; `@schema.` is bound once at start (core/db.ts).
+ * statement; `@schema.` is bound once at start (db/db.ts).
  */
 import { releaseToQueueSql, transitionCte } from '../ledger/index.js';
 

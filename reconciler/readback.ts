@@ -15,12 +15,12 @@
  * Only `applied` (with the provider's receipt) and `no_effect` are evidence; everything else is retried later.
  */
 import type { Agent } from 'undici';
-import { EFFECT_KEY_PLACEHOLDER, type ToolRoute } from '../core/config.js';
+import { EFFECT_KEY_PLACEHOLDER, type ToolRoute } from '../config/index.js';
 import type { JsonValue } from '../core/json.js';
 import type { Secret } from '../core/secret.js';
-import { guardExternalWrite } from '../core/external-writes.js';
-import { getJson, type HttpOutcome } from '../core/http-client.js';
-import type { DispatchProfile } from '../core/profile.js';
+import { guardExternalWrite } from '../transport/index.js';
+import { getJson, type HttpOutcome } from '../transport/index.js';
+import type { DispatchProfile } from '../protocol/index.js';
 
 export type ReadbackOutcome = 'applied' | 'no_effect' | 'mismatch' | 'inconclusive' | 'failing' | 'unreachable';
 

@@ -20,15 +20,15 @@
  *                                reconcile_attempts_exhausted, with every check in the detail
  */
 import type { Agent } from 'undici';
-import type { Config } from '../core/config.js';
-import { bindQueries, type Pool, type PoolClient } from '../core/db.js';
+import type { Config } from '../config/index.js';
+import { bindQueries, type Pool, type PoolClient } from '../db/index.js';
 import type { JsonValue } from '../core/json.js';
 import type { Logger } from '../core/log.js';
 import type { Secret } from '../core/secret.js';
 import type { ProviderContact } from '../ledger/index.js';
 import type { CrashPoints } from '../core/crash-points.js';
-import { withExternalWrites } from '../core/external-writes.js';
-import type { DispatchProfile } from '../core/profile.js';
+import { withExternalWrites } from '../transport/index.js';
+import type { DispatchProfile } from '../protocol/index.js';
 import type { ReconcileMetrics } from './metrics.js';
 import { reconcilerQueries } from './queries.js';
 import { readback, readbackUrl, type Readback } from './readback.js';

@@ -2,8 +2,8 @@
  * What waits for a person: the operations in `needs_review`, filtered and oldest first, each with whether a
  * reviewed retry would be safe (the same rule `Review.retry` applies under its lock). Read-only: one SELECT.
  */
-import type { Config } from '../core/config.js';
-import { bindQueries, type Pool } from '../core/db.js';
+import type { Config } from '../config/index.js';
+import { bindQueries, type Pool } from '../db/index.js';
 import type { ProviderContact } from '../ledger/index.js';
 import { reviewQueries } from './queries.js';
 import { retryIsSafe } from './review.js';

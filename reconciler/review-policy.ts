@@ -1,5 +1,5 @@
 /**
- * Review policies at work: reviewed authorization a person gave ahead of time (core/config-review-policies.ts),
+ * Review policies at work: reviewed authorization a person gave ahead of time (config/review-policies.ts),
  * applied by the reconciliation pass. Each retry is the review action's own retry (reconciler/review.ts: same
  * effect key, back to pending, a new outbox attempt, a fresh authorization at dispatch), fenced on the status,
  * attempt and review reason the selection read, and audited like a person's, with the policy as actor:
@@ -15,15 +15,15 @@
  * dispatcher sent there by the next pass. Several fleets never run it at once (the pass lock), and a retry
  * that races anything else is refused by its fence.
  */
-import type { Config } from '../core/config.js';
+import type { Config } from '../config/index.js';
 import {
   REVIEW_POLICY_REASONS,
   coveringPolicy,
   reasonInClass,
   type ReviewPolicy,
   type ReviewPolicyReason,
-} from '../core/config-review-policies.js';
-import { bindQueries, type Pool } from '../core/db.js';
+} from '../config/index.js';
+import { bindQueries, type Pool } from '../db/index.js';
 import { ActionLedgerError, isActionLedgerError } from '../core/errors.js';
 import type { Logger } from '../core/log.js';
 import type { ProviderContact } from '../ledger/index.js';

@@ -10,8 +10,8 @@
  * | `resolve-failed`    | needs_review              | failed (a later pass compensates the task's earlier steps) |
  * | `compensate`        | succeeded, needs_review   | compensating, with a minted compensation operation |
  */
-import type { Config } from '../core/config.js';
-import { bindQueries, withTransaction, type Pool } from '../core/db.js';
+import type { Config } from '../config/index.js';
+import { bindQueries, withTransaction, type Pool } from '../db/index.js';
 import { ActionLedgerError } from '../core/errors.js';
 import type { JsonValue } from '../core/json.js';
 import type { Compensator } from '../compensator/index.js';

@@ -13,13 +13,13 @@
  *   every succeeded (or compensated) operation has exactly one effect.
  */
 import type { Agent } from 'undici';
-import type { Config } from '../core/config.js';
-import { bindQueries, type Pool } from '../core/db.js';
+import type { Config } from '../config/index.js';
+import { bindQueries, type Pool } from '../db/index.js';
 import { canonicalJson, sha256Hex, type JsonValue } from '../core/json.js';
 import type { Secret } from '../core/secret.js';
 import type { OperationStatus } from '../core/types.js';
-import { withExternalWrites } from '../core/external-writes.js';
-import type { DispatchProfile } from '../core/profile.js';
+import { withExternalWrites } from '../transport/index.js';
+import type { DispatchProfile } from '../protocol/index.js';
 import { isLegalTransition, type EffectKeyer, type ProviderContact } from '../ledger/index.js';
 import { gatedGetJson } from './readback.js';
 import { retryIsSafe } from './review.js';

@@ -2,8 +2,8 @@
  * A sandbox authorization service over real mutual TLS: the other side of the dispatch contract's fresh
  * authorization decision, for tests and `npm start`.
  *
- * `POST /v1/authorize` takes a JSON object with exactly the binding fields ({@link AUTHORIZATION_REQUEST_FIELDS},
- * each a non-empty string), parsed with `parseStrictJson` (duplicate keys, wrong root type and the like are
+ * `POST /v1/authorize` takes a JSON object with exactly the binding fields (protocol/authorization.ts, each a
+ * non-empty string), parsed with `parseStrictJson` (duplicate keys, wrong root type and the like are
  * 400 `invalid_request`). It answers 200 with every request field echoed, `decision` ("allow" / "deny", from
  * the `decide` callback, default allow), and `authorized_at` / `expires_at` as ISO 8601 UTC strings
  * (default TTL 60 s).
@@ -12,7 +12,8 @@
  * that the dispatcher refuses every one of them and never calls the provider. Every request is recorded,
  * invalid ones included, so a test can also assert what the dispatcher sent.
  *
- * It is deliberately written from the contract, not from the dispatcher's code: it shares no types with it.
+ * It answers from the wire format in protocol/, not from the dispatcher's code; that format's field lists are
+ * pinned by their own test, so a change to them cannot pass unseen because both sides moved together.
  */
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import { parseStrictJson, type JsonObject, type JsonValue } from '../core/json.js';
@@ -23,26 +24,20 @@ import {
   sendJson,
   type ListenOptions,
   type ServerTls,
-} from '../core/mtls-json-server.js';
+} from '../transport/index.js';
+import {
+  AUTHORIZE_PATH,
+  decisionBody,
+  parseAuthorizationRequest,
+  type AuthorizationRequest,
+  type BindingField,
+  type DECISION_FIELDS,
+  type Verdict,
+} from '../protocol/index.js';
 
-export const AUTHORIZATION_REQUEST_FIELDS = [
-  'operation_id',
-  'effect_key',
-  'principal_id',
-  'task_id',
-  'workflow_step_id',
-  'tool_name',
-  'tenant_id',
-  'provider_id',
-  'args_sha256',
-  'approval_id',
-  'policy_version',
-] as const;
-
-export type AuthorizationField = (typeof AUTHORIZATION_REQUEST_FIELDS)[number];
-export type AuthorizationRequest = Record<AuthorizationField, string>;
-export type Decision = 'allow' | 'deny';
-type ResponseField = AuthorizationField | 'decision' | 'authorized_at' | 'expires_at';
+export type Decision = Verdict;
+type AuthorizationField = BindingField;
+type ResponseField = BindingField | (typeof DECISION_FIELDS)[number];
 
 export type AuthorizerFault =
   /** decision "deny" regardless of `decide`. */
@@ -94,26 +89,12 @@ export interface SandboxAuthorizerOptions extends ListenOptions {
   ttlMs?: number;
 }
 
-export const AUTHORIZE_PATH = '/v1/authorize';
 const MAX_REQUEST_BYTES = 64 * 1024;
 
 interface FaultRule {
   fault: AuthorizerFault;
   remaining: number;
   when: ((request: AuthorizationRequest) => boolean) | undefined;
-}
-
-/** The request as a typed object, or null unless it has exactly the binding fields, each a non-empty string. */
-export function toAuthorizationRequest(value: JsonObject): AuthorizationRequest | null {
-  const keys = Object.keys(value);
-  if (keys.length !== AUTHORIZATION_REQUEST_FIELDS.length) return null;
-  const out: Partial<AuthorizationRequest> = {};
-  for (const field of AUTHORIZATION_REQUEST_FIELDS) {
-    const v = value[field];
-    if (typeof v !== 'string' || v === '') return null;
-    out[field] = v;
-  }
-  return out as AuthorizationRequest;
 }
 
 export class SandboxAuthorizer extends MtlsJsonServer {
@@ -171,7 +152,7 @@ export class SandboxAuthorizer extends MtlsJsonServer {
     if (raw === null) return sendJson(res, 413, { error: 'request_too_large' });
     let request: AuthorizationRequest | null = null;
     try {
-      request = toAuthorizationRequest(parseStrictJson(raw, { requireObject: true }) as JsonObject);
+      request = parseAuthorizationRequest(parseStrictJson(raw, { requireObject: true }) as JsonObject);
     } catch {
       request = null;
     }
@@ -199,12 +180,7 @@ export class SandboxAuthorizer extends MtlsJsonServer {
       authorizedAt = expiresAt - 1_000;
     }
     if (fault?.kind === 'ttlTooLong') expiresAt = authorizedAt + (fault.ttlMs ?? 86_400_000);
-    const body: Record<string, JsonValue> = {
-      ...request,
-      decision,
-      authorized_at: new Date(authorizedAt).toISOString(),
-      expires_at: new Date(expiresAt).toISOString(),
-    };
+    const body: Record<string, JsonValue> = decisionBody(request, decision, authorizedAt, expiresAt);
     switch (fault?.kind) {
       case 'missingField':
         delete body[fault.field ?? 'args_sha256'];

@@ -8,10 +8,10 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Config } from '../core/config.js';
+import type { Config } from '../config/index.js';
 import type { Logger } from '../core/log.js';
-import { generateProfileKeyPair, signProfile } from '../core/profile.js';
-import { createPool } from '../core/db.js';
+import { generateProfileKeyPair, signProfile } from '../protocol/index.js';
+import { createPool } from '../db/index.js';
 import { ActionLedgerError } from '../core/errors.js';
 import { AuthorizationService } from '../gate/index.js';
 import { loadOrCreateDevPki } from './pki.js';

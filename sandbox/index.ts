@@ -15,7 +15,7 @@ export {
   type ServerCertOptions,
   type ValidityOptions,
 } from './pki.js';
-export type { ListenOptions, ServerTls } from '../core/mtls-json-server.js';
+export type { ListenOptions, ServerTls } from '../transport/index.js';
 export { startDevSandbox, type DevSandbox } from './dev.js';
 export {
   SandboxProvider,
@@ -26,12 +26,7 @@ export {
   type SandboxProviderOptions,
 } from './provider.js';
 export {
-  AUTHORIZATION_REQUEST_FIELDS,
-  AUTHORIZE_PATH,
   SandboxAuthorizer,
-  toAuthorizationRequest,
-  type AuthorizationField,
-  type AuthorizationRequest,
   type AuthorizerFault,
   type AuthorizerFaultSelector,
   type AuthorizerRequestRecord,

@@ -8,10 +8,10 @@
  */
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { RawTool } from '../core/config-schema.js';
-import { generateProfileKeyPair, signProfile, type ProfileKeyKind } from '../core/profile.js';
+import type { RawTool } from '../config/index.js';
+import { generateProfileKeyPair, signProfile, type ProfileKeyKind } from '../protocol/index.js';
 import { SandboxAuthorizer } from './authorizer.js';
-import type { ServerTls } from '../core/mtls-json-server.js';
+import type { ServerTls } from '../transport/index.js';
 import { createCa, issueClientCert, issueServerCert, type CertificateAuthority, type PemPair } from './pki.js';
 import { SandboxProvider } from './provider.js';
 

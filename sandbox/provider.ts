@@ -39,7 +39,7 @@ import {
   sendJson,
   type ListenOptions,
   type ServerTls,
-} from '../core/mtls-json-server.js';
+} from '../transport/index.js';
 import { EffectJournal, type ProviderEffect } from './effect-journal.js';
 
 export type { ProviderEffect } from './effect-journal.js';

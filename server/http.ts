@@ -1,7 +1,7 @@
 /**
  * The HTTP listener of `npm start`: the API (server/api/), `/healthz`, `/readyz` and `/metrics`, on one port
  * for the whole fleet. Loopback by default; another address needs TLS (`http.tls`) unless the configuration
- * explicitly allows plain HTTP (core/config-api.ts). start()/stop() follow the service contract: stop is safe
+ * explicitly allows plain HTTP (config/api.ts). start()/stop() follow the service contract: stop is safe
  * before start and safe to repeat.
  */
 import { readFileSync } from 'node:fs';
@@ -9,7 +9,7 @@ import type { AddressInfo } from 'node:net';
 import { hostname } from 'node:os';
 import type { FastifyInstance } from 'fastify';
 import { ActionLedgerError } from '../core/errors.js';
-import type { Runtime } from '../core/runtime.js';
+import type { Runtime } from '../runtime/index.js';
 import { Compensator } from '../compensator/index.js';
 import { AuditWriter, Gate } from '../gate/index.js';
 import type { Ledger } from '../ledger/index.js';

@@ -20,7 +20,7 @@
  * real write (a conflict, a statement timeout) is no verdict on the database and changes nothing.
  */
 import { Gauge, type Registry } from 'prom-client';
-import type { Pool, PoolClient } from '../core/db.js';
+import type { Pool, PoolClient } from '../db/index.js';
 import { asActionLedgerError, type ErrorCode } from '../core/errors.js';
 import type { Logger } from '../core/log.js';
 

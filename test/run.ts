@@ -15,8 +15,8 @@ import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
-import { migrate } from '../core/migrate.js';
-import { quoteSchemaName } from '../core/config.js';
+import { migrate } from '../db/migrate.js';
+import { quoteSchemaName } from '../config/index.js';
 import { freePort } from './helpers/net.js';
 import { runFiles, testFiles } from './runner.js';
 
@@ -35,7 +35,7 @@ async function withScratch(scratch: string): Promise<number> {
   let adminUrl = process.env.DATABASE_URL;
   let stop = (): Promise<void> => Promise.resolve();
   if (adminUrl === undefined || adminUrl === '') {
-    const { openEmbeddedDatabase } = await import('../core/embedded.js');
+    const { openEmbeddedDatabase } = await import('../embedded/embedded.js');
     const dir = mkdtempSync(join(tmpdir(), 'actionledger-test-'));
     chmodSync(dir, 0o711); // the postgres user (as root, a separate one) must reach the cluster folder
     const db = await openEmbeddedDatabase({ dataDir: dir, port: await freePort() });

@@ -10,12 +10,12 @@
  *   absent): the actor is `break-glass:NAME`, and every audit row written through a gate or the principal
  *   store says `break_glass: true`. This is the escape hatch for when the API or the store is unavailable.
  */
-import type { ApiCapability } from '../../core/config-api.js';
-import type { Config } from '../../core/config.js';
-import type { Queryable } from '../../core/db.js';
+import type { ApiCapability } from '../../config/index.js';
+import type { Config } from '../../config/index.js';
+import type { Queryable } from '../../db/index.js';
 import { ActionLedgerError } from '../../core/errors.js';
 import { identifierProblem } from '../../core/identifier.js';
-import type { Runtime } from '../../core/runtime.js';
+import type { Runtime } from '../../runtime/index.js';
 import type { AuditEntry, AuditWriter } from '../../gate/index.js';
 import { printRefusal, usageError, type Command, type OptionSpec, type Parsed } from '../cli-util.js';
 import { load } from './load.js';

@@ -16,7 +16,7 @@ import {
 import { load } from './load.js';
 import { ACTOR, GATE_EXITS, withActingGate } from './gate-kit.js';
 import { actingActor, actingRequest, actingTenant, BREAK_GLASS, requireCapability, type Acting } from './acting.js';
-import type { Config } from '../../core/config.js';
+import type { Config } from '../../config/index.js';
 
 const TARGET = {
   tenant: {

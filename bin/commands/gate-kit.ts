@@ -1,5 +1,5 @@
 /** What the `gate` subcommands share: their options and a gate over the configured database. */
-import type { Runtime } from '../../core/runtime.js';
+import type { Runtime } from '../../runtime/index.js';
 import type { AuditWriter, Gate } from '../../gate/index.js';
 import { load } from './load.js';
 import { EXIT, printRefusal, stderrLog, type OptionSpec } from '../cli-util.js';

@@ -4,8 +4,8 @@
  * and a command loads only what it uses.
  */
 export const load = {
-  runtime: () => import('../../core/runtime.js'),
-  identity: () => import('../../core/identity.js'),
+  runtime: () => import('../../runtime/index.js'),
+  identity: () => import('../../runtime/index.js'),
   ledger: () => import('../../ledger/index.js'),
   gate: () => import('../../gate/index.js'),
   principals: () => import('../../principals/index.js'),

@@ -7,7 +7,7 @@ import { ActionLedgerError } from '../../core/errors.js';
 import { EXIT, JSON_ALWAYS, parseCommand, printJson, stringValues, usageError, type Command } from '../cli-util.js';
 import { load } from './load.js';
 import { actingAudit, actingRequest, actingTenant, BREAK_GLASS } from './acting.js';
-import { withStore } from './principal.js';
+import { withStore } from './principal-store.js';
 
 const SLACK_ID = /^[A-Z0-9]{2,40}$/;
 

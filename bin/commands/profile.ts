@@ -13,7 +13,7 @@ import {
   signProfile,
   verifyProfile,
   type ProfileKeyKind,
-} from '../../core/profile.js';
+} from '../../protocol/index.js';
 import {
   EXIT,
   JSON_ALWAYS,

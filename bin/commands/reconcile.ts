@@ -3,7 +3,7 @@
  * ledger and the providers agree. What is left for a person is `review` (review.ts).
  */
 import { isActionLedgerError } from '../../core/errors.js';
-import type { Runtime } from '../../core/runtime.js';
+import type { Runtime } from '../../runtime/index.js';
 import type { PassSummary, VerifyOptions } from '../../reconciler/index.js';
 import { load } from './load.js';
 import {

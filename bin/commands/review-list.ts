@@ -3,7 +3,7 @@
  * database without migrating (a reader's role need not create tables) and refuses `schema_not_migrated` when
  * the schema is missing or behind. Also the selection `review retry --all` acts on (same filters, same rule).
  */
-import type { Runtime } from '../../core/runtime.js';
+import type { Runtime } from '../../runtime/index.js';
 import type { InReview, ReviewFilter, ReviewListing } from '../../reconciler/index.js';
 import { load } from './load.js';
 import {

@@ -4,7 +4,7 @@
  * one at a time through the review actions (each locked, checked and audited).
  */
 import { ActionLedgerError, asActionLedgerError } from '../../core/errors.js';
-import type { Runtime } from '../../core/runtime.js';
+import type { Runtime } from '../../runtime/index.js';
 import type { InReview, ReviewKit, ReviewResult } from '../../reconciler/index.js';
 import { load } from './load.js';
 import {

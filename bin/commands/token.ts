@@ -18,7 +18,7 @@ import {
   type Command,
 } from '../cli-util.js';
 import { actingRequest, actingTenant, BREAK_GLASS } from './acting.js';
-import { oneId, PRINCIPAL_EXITS, withReadStore, withStore } from './principal.js';
+import { oneId, PRINCIPAL_EXITS, withReadStore, withStore } from './principal-store.js';
 
 const TOKEN_ID_EXAMPLE = '3d0c8a1e-5b7f-4e29-8c61-0a9b2f4d6e13';
 

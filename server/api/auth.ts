@@ -6,7 +6,7 @@
  */
 import type { TLSSocket } from 'node:tls';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { ApiCapability } from '../../core/config-api.js';
+import type { ApiCapability } from '../../config/index.js';
 import { ActionLedgerError } from '../../core/errors.js';
 import { identifier } from '../../core/identifier.js';
 import type { GateContext, Reviewer } from '../../gate/index.js';

@@ -1,7 +1,7 @@
 /** What the API's routes are given, who is calling, and the per-route settings the hooks read. */
-import type { ApiCapability } from '../../core/config-api.js';
-import type { Config } from '../../core/config.js';
-import type { Pool } from '../../core/db.js';
+import type { ApiCapability } from '../../config/index.js';
+import type { Config } from '../../config/index.js';
+import type { Pool } from '../../db/index.js';
 import type { Logger } from '../../core/log.js';
 import type { Metrics } from '../../core/metrics.js';
 import type { AuditWriter, Gate } from '../../gate/index.js';

@@ -18,10 +18,9 @@ import { registerAuditPages } from './pages/audit.js';
 import { registerKillSwitchPages } from './pages/kill-switches.js';
 import { registerOperationPages } from './pages/operations.js';
 import { registerReviewPages } from './pages/review.js';
-import { checkCsrf, checkSameSite, clearSessionCookie, cookieOf, sessionHook, setSessionCookie } from './session.js';
+import { form, parseForm, type Form } from './form.js';
+import { checkSameSite, clearSessionCookie, cookieOf, sessionHook, setSessionCookie } from './session.js';
 import { explain } from './explain.js';
-
-export type Form = Record<string, string>;
 
 /** Registers the console on the API's app (before it is ready). */
 export function registerConsole(app: FastifyInstance, deps: ApiDeps): void {
@@ -54,27 +53,6 @@ export function registerConsole(app: FastifyInstance, deps: ApiDeps): void {
     },
     { prefix: '/console' },
   );
-}
-
-/** A form body: each field once, text only. Throws `invalid_request`. */
-export function parseForm(body: string): Form {
-  const out: Form = {};
-  for (const [k, v] of new URLSearchParams(body)) {
-    if (Object.hasOwn(out, k))
-      throw new ActionLedgerError('invalid_request', `the field ${k} was sent twice`, { details: { field: k } });
-    out[k] = v;
-  }
-  return out;
-}
-
-/** The form of a POST, with its CSRF token checked first. */
-export function form(request: FastifyRequest): Form {
-  const type = (request.headers['content-type'] ?? '').split(';')[0]?.trim().toLowerCase();
-  if (type !== 'application/x-www-form-urlencoded')
-    throw new ActionLedgerError('unsupported_media_type', 'the console takes HTML forms only');
-  const body = (request.body ?? {}) as Form;
-  checkCsrf(request, body.csrf);
-  return body;
 }
 
 function registerEntry(app: FastifyInstance, deps: ApiDeps, sessions: ConsoleSessions): void {

@@ -6,7 +6,7 @@
  * session state. A tool's arguments never contribute to it: they are checked against the tool's strict schema,
  * where an identity field is an unknown property (`invalid_arguments`).
  */
-import type { Config } from '../../core/config.js';
+import type { Config } from '../../config/index.js';
 import { ActionLedgerError } from '../../core/errors.js';
 import { identifier } from '../../core/identifier.js';
 import type { GateContext } from '../../gate/index.js';

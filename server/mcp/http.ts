@@ -27,7 +27,7 @@ import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { bindQueries } from '../../core/db.js';
+import { bindQueries } from '../../db/index.js';
 import { ActionLedgerError } from '../../core/errors.js';
 import type { Authenticated } from '../../principals/index.js';
 import { authenticateAgain, callerOf, overWindow } from '../api/auth.js';

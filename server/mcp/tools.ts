@@ -6,7 +6,7 @@
  * same operation). Also the few built-in tools that follow a call: confirm or cancel a proposal, read an
  * operation.
  */
-import type { Config, GateCap, GateTool } from '../../core/config.js';
+import type { Config, GateCap, GateTool } from '../../config/index.js';
 import type { GateResult } from '../../gate/index.js';
 
 /** The MCP tool shape (the SDK's `Tool`, as far as this server fills it). */

@@ -4,7 +4,7 @@
  * switches included, or the rewrite changed what is claimed; and the shipped claim's plan on a large queue.
  */
 import t from 'tap';
-import { bindQueries, createPool } from '../../core/db.js';
+import { bindQueries, createPool } from '../../db/db.js';
 import { dispatcherQueries } from '../../dispatcher/queries.js';
 import { explainClaim, loadOperations, previousClaim, SHIPPED, summarizePlan } from '../../bench/claim-scaling.js';
 import { createTestDatabase } from '../helpers/db.js';

@@ -14,7 +14,7 @@ import { chownSync, closeSync, mkdirSync, mkdtempSync, openSync, rmSync, writeSy
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
-import { createPool } from '../../core/db.js';
+import { createPool } from '../../db/db.js';
 import { createLogger } from '../../core/log.js';
 import { Metrics } from '../../core/metrics.js';
 import { AuditWriter } from '../../gate/index.js';

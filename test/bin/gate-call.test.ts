@@ -8,7 +8,7 @@ import t, { type Test } from 'tap';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createPool, type Pool } from '../../core/db.js';
+import { createPool, type Pool } from '../../db/db.js';
 import { createTestDatabase, TEST_SECRET } from '../helpers/db.js';
 import { gateRoutes, gateSection } from '../helpers/gate.js';
 import { runCli, type CliResult } from '../helpers/cli.js';

@@ -17,9 +17,9 @@ import {
 } from '../helpers/db.js';
 import { runCli, type CliResult } from '../helpers/cli.js';
 import pg from 'pg';
-import { bindQueries } from '../../core/db.js';
-import { quoteSchemaName } from '../../core/config.js';
-import { checkMigrated, migrate, readMigrations } from '../../core/migrate.js';
+import { bindQueries } from '../../db/db.js';
+import { quoteSchemaName } from '../../config/index.js';
+import { checkMigrated, migrate, readMigrations } from '../../db/migrate.js';
 import { createLogger } from '../../core/log.js';
 import { Compensator } from '../../compensator/index.js';
 import { transitionCte, type ProviderContact } from '../../ledger/index.js';

@@ -9,7 +9,7 @@
 import t from 'tap';
 import { statSync } from 'node:fs';
 import { join } from 'node:path';
-import { bindQueries } from '../../core/db.js';
+import { bindQueries } from '../../db/db.js';
 import { transitionCte } from '../../ledger/index.js';
 import { consoleEnv } from '../helpers/console.js';
 import { gctx } from '../helpers/gate.js';

@@ -9,7 +9,7 @@
  */
 import t, { type Test } from 'tap';
 import { Agent, fetch as undiciFetch } from 'undici';
-import { bindQueries } from '../../core/db.js';
+import { bindQueries } from '../../db/db.js';
 import { transitionCte, type ProviderContact } from '../../ledger/index.js';
 import { buildApi } from '../../server/api/app.js';
 import { apiFixture, type ApiFixture } from '../helpers/api.js';

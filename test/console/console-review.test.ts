@@ -3,7 +3,7 @@
  * the console should do and fails while the flaw it names is present.
  */
 import t, { type Test } from 'tap';
-import { bindQueries } from '../../core/db.js';
+import { bindQueries } from '../../db/db.js';
 import { transitionCte, type ProviderContact } from '../../ledger/index.js';
 import { apiFixture, type ApiFixture } from '../helpers/api.js';
 import { gctx } from '../helpers/gate.js';

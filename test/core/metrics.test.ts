@@ -1,6 +1,6 @@
 import t from 'tap';
 import { Metrics } from '../../core/metrics.js';
-import { createPool } from '../../core/db.js';
+import { createPool } from '../../db/db.js';
 import { readGateStatus } from '../../gate/index.js';
 import { LedgerView } from '../../ledger/index.js';
 import { gateFixture, gctx } from '../helpers/gate.js';

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { Metrics } from '../../core/metrics.js';
 import { DispatchMetrics } from '../../dispatcher/metrics.js';
 import { ReconcileMetrics } from '../../reconciler/metrics.js';
-import type { Pool } from '../../core/db.js';
+import type { Pool } from '../../db/db.js';
 import { createLogger } from '../../core/log.js';
 import { WriteProbe } from '../../server/write-probe.js';
 

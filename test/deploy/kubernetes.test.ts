@@ -27,9 +27,9 @@ import { Cluster, type ICluster } from '@kubernetes-models/cloudnative-pg/postgr
 import { parseAllDocuments } from 'yaml';
 import { COMMANDS } from '../../bin/commands/index.js';
 import { parseCommand } from '../../bin/cli-util.js';
-import { compileConfig } from '../../core/config.js';
+import { compileConfig } from '../../config/index.js';
 import { Metrics } from '../../core/metrics.js';
-import { verifyProfile } from '../../core/profile.js';
+import { verifyProfile } from '../../protocol/profile.js';
 import { DispatchMetrics } from '../../dispatcher/metrics.js';
 import { ReconcileMetrics } from '../../reconciler/metrics.js';
 import { STOP_DEADLINE_MS } from '../../reconciler/schedule.js';

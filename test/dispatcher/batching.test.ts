@@ -5,7 +5,7 @@
  */
 import t from 'tap';
 import type { Test } from 'tap';
-import { bindQueries, createPool, type Pool } from '../../core/db.js';
+import { bindQueries, createPool, type Pool } from '../../db/db.js';
 import { Metrics } from '../../core/metrics.js';
 import { openDispatcher } from '../../dispatcher/index.js';
 import { dispatcherQueries } from '../../dispatcher/queries.js';

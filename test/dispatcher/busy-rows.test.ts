@@ -5,7 +5,7 @@
  * Dispatcher; the stranger is a second connection holding `SELECT ... FOR UPDATE`.
  */
 import t, { type Test } from 'tap';
-import type { Pool, PoolClient } from '../../core/db.js';
+import type { Pool, PoolClient } from '../../db/db.js';
 import { ctx, dispatchEnv, dispatcherThroughProxy, evidenceRows, settled, statusOf } from '../helpers/fleet.js';
 
 const args = (n: number) => ({ order_id: `ord-${n}`, amount: 100 + n, currency: 'EUR' });

@@ -8,7 +8,7 @@
 import * as net from 'node:net';
 import pg from 'pg';
 import t, { type Test } from 'tap';
-import { bindQueries, createPool, isConnectionError, prepared, type Pool } from '../../core/db.js';
+import { bindQueries, createPool, isConnectionError, prepared, type Pool } from '../../db/db.js';
 import { Metrics } from '../../core/metrics.js';
 import { CLAIM_SESSION_OPTIONS, ClaimSession, openClaimConnection } from '../../dispatcher/claim-session.js';
 import { openDispatcher } from '../../dispatcher/index.js';

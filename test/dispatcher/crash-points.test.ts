@@ -5,7 +5,7 @@
  */
 import t, { type Test } from 'tap';
 import { spawn } from 'node:child_process';
-import { postJson, type HttpOutcome } from '../../core/http-client.js';
+import { postJson, type HttpOutcome } from '../../transport/http-client.js';
 import { onRequestSent } from '../../core/request-sent.js';
 import { BIN } from '../helpers/cli.js';
 import { ctx, dispatchEnv, type DispatchEnv } from '../helpers/fleet.js';

@@ -4,7 +4,7 @@
  * sandbox provider and authorizer over mTLS, dispatchers built by openDispatcher.
  */
 import t from 'tap';
-import { createPool } from '../../core/db.js';
+import { createPool } from '../../db/db.js';
 import { dispatcherPoolFloor, FLOOR_REOPEN_INTERVAL_MS, openDispatcher } from '../../dispatcher/index.js';
 import { ctx, dispatchEnv, settled } from '../helpers/fleet.js';
 

@@ -1,5 +1,5 @@
 /**
- * Statements written together (pg's pipeline mode on every pool core/db.ts makes): a dispatch batch's evidence
+ * Statements written together (pg's pipeline mode on every pool db/db.ts makes): a dispatch batch's evidence
  * statement, BEGIN, row locks, final check and savepoint reach PostgreSQL before the reply to the first of them,
  * through a proxy that holds that reply back, and leave the dispatcher's socket in one write. Real PostgreSQL, the
  * sandbox provider and authorizer over mTLS, a real Dispatcher.
@@ -7,7 +7,7 @@
 import t, { type Test } from 'tap';
 import pg from 'pg';
 import { Metrics } from '../../core/metrics.js';
-import { bindQueries, createPool, inOneWrite, prepared } from '../../core/db.js';
+import { bindQueries, createPool, inOneWrite, prepared } from '../../db/db.js';
 import { recordSocketWrites } from '../helpers/db.js';
 import { openDispatcher } from '../../dispatcher/index.js';
 import { dispatcherQueries } from '../../dispatcher/queries.js';
@@ -111,7 +111,7 @@ t.test(
     t.equal(outcome.length, 1, 'one write carried the outcome statement');
     t.ok(
       (outcome[0]?.indexOf('COMMIT') ?? -1) > (outcome[0]?.indexOf(outcomeName) ?? 0),
-      'and the COMMIT behind it (core/db.ts queryThenCommit)',
+      'and the COMMIT behind it (db/db.ts queryThenCommit)',
     );
   },
 );

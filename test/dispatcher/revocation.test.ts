@@ -5,7 +5,7 @@
  * and before the dispatch batch takes its locks. Real PostgreSQL, real mTLS, the sandbox provider.
  */
 import t from 'tap';
-import { bindQueries } from '../../core/db.js';
+import { bindQueries } from '../../db/db.js';
 import { dispatcherQueries } from '../../dispatcher/queries.js';
 import { approvedDeletion, gateDispatchEnv, type GateDispatchEnv } from '../helpers/gate-dispatch.js';
 import { auditRows } from '../helpers/gate.js';

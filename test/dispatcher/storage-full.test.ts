@@ -6,7 +6,7 @@
  * over mTLS, a real Dispatcher.
  */
 import t from 'tap';
-import type { Pool } from '../../core/db.js';
+import type { Pool } from '../../db/db.js';
 import type { OperationStatus } from '../../core/types.js';
 import { historyProblems } from '../../reconciler/index.js';
 import { ctx, dispatchEnv, settled } from '../helpers/fleet.js';

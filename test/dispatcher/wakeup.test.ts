@@ -1,6 +1,6 @@
 import * as diagnosticsChannel from 'node:diagnostics_channel';
 import t, { type Test } from 'tap';
-import { bindQueries, createPool, type Pool } from '../../core/db.js';
+import { bindQueries, createPool, type Pool } from '../../db/db.js';
 import { databaseKey, localWakeId, onLocalWake, wakeLocal } from '../../core/local-wake.js';
 import { Metrics } from '../../core/metrics.js';
 import { openDispatcher } from '../../dispatcher/index.js';

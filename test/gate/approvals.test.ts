@@ -29,7 +29,7 @@ async function requestAndShow(
   return { id, hash: view.envelope_sha256 };
 }
 
-const status = async (pool: import('../../core/db.js').Pool, id: string) =>
+const status = async (pool: import('../../db/db.js').Pool, id: string) =>
   (await pool.query('SELECT status, reason FROM actionledger.gate_approvals WHERE approval_id = $1', [id])).rows[0] as {
     status: string;
     reason: string | null;

@@ -6,11 +6,11 @@
  * refusal row is logged with its SQLSTATE and counted in actionledger_audit_lost_total.
  */
 import t, { type Test } from 'tap';
-import { createPool, type Pool } from '../../core/db.js';
+import { createPool, type Pool } from '../../db/db.js';
 import { createLogger } from '../../core/log.js';
 import { Metrics } from '../../core/metrics.js';
-import { authorizationRequest } from '../../dispatcher/authorize.js';
-import { postJson } from '../../core/http-client.js';
+import { authorizationRequest } from '../../protocol/authorization.js';
+import { postJson } from '../../transport/http-client.js';
 import { AuthorizationService, Gate } from '../../gate/index.js';
 import { settled } from '../helpers/fleet.js';
 import {

@@ -4,7 +4,7 @@
  * the role is held, no kill switch is on, the policy version is current and the resource versions match.
  */
 import t, { type Test } from 'tap';
-import { postJson } from '../../core/http-client.js';
+import { postJson } from '../../transport/http-client.js';
 import { AuthorizationService, type GateResult } from '../../gate/index.js';
 import { settled } from '../helpers/fleet.js';
 import {

@@ -4,7 +4,7 @@
  * checked for its effect: nothing reserved, nothing consumed, one audit row.
  */
 import t from 'tap';
-import { bindQueries } from '../../core/db.js';
+import { bindQueries } from '../../db/db.js';
 import { dispatcherQueries } from '../../dispatcher/queries.js';
 import { auditRows, count, gateFixture, gctx } from '../helpers/gate.js';
 

@@ -9,7 +9,7 @@
 import t from 'tap';
 import pg from 'pg';
 import { AuthorizationService, type GateResult } from '../../gate/index.js';
-import { migrate, readMigrations } from '../../core/migrate.js';
+import { migrate, readMigrations } from '../../db/migrate.js';
 import { createTestDatabase } from '../helpers/db.js';
 import { auditRows, GATE_RESOLVERS, gateFixture, gctx, reviewer, type GateFixture } from '../helpers/gate.js';
 

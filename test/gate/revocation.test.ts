@@ -5,7 +5,7 @@
  * whose approver no longer holds that role. Real PostgreSQL, real mTLS, the sandbox provider.
  */
 import t from 'tap';
-import type { Pool } from '../../core/db.js';
+import type { Pool } from '../../db/db.js';
 import { PrincipalStore } from '../../principals/index.js';
 import { approvedDeletion, gateDispatchEnv } from '../helpers/gate-dispatch.js';
 import { auditRows, gateFixture, gctx, reviewer, type GateFixture } from '../helpers/gate.js';

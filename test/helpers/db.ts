@@ -5,8 +5,8 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import type { Test } from 'tap';
-import { compileConfig, type Config } from '../../core/config.js';
-import { createPool, type Pool } from '../../core/db.js';
+import { compileConfig, type Config } from '../../config/index.js';
+import { createPool, type Pool } from '../../db/db.js';
 import { Secret } from '../../core/secret.js';
 import { EffectKeyer, Ledger } from '../../ledger/index.js';
 

@@ -5,8 +5,8 @@
  * confirmation, customer deletion needing two approvers), and a Gate over it.
  */
 import type { Test } from 'tap';
-import { compileConfig, type Config } from '../../core/config.js';
-import { createPool, type Pool } from '../../core/db.js';
+import { compileConfig, type Config } from '../../config/index.js';
+import { createPool, type Pool } from '../../db/db.js';
 import { Gate } from '../../gate/index.js';
 import type { BusinessValidator, GateContext, ResourceResolver, Reviewer } from '../../gate/index.js';
 import { Ledger } from '../../ledger/index.js';

@@ -4,7 +4,7 @@
  */
 import type { Test } from 'tap';
 import type { Agent } from 'undici';
-import { createMtlsAgent, type MtlsAgentOptions } from '../../core/http-client.js';
+import { createMtlsAgent, type MtlsAgentOptions } from '../../transport/http-client.js';
 import { SandboxAuthorizer, type SandboxAuthorizerOptions } from '../../sandbox/authorizer.js';
 import {
   createCa,

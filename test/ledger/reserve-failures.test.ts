@@ -4,7 +4,7 @@
  * statement writes, raising SQLSTATE 53100 while a flag row exists.
  */
 import t from 'tap';
-import { createPool, type Pool } from '../../core/db.js';
+import { createPool, type Pool } from '../../db/db.js';
 import { isActionLedgerError } from '../../core/errors.js';
 import { Ledger } from '../../ledger/index.js';
 import { ctx, ledgerFixture, testConfig, testKeyer } from '../helpers/db.js';

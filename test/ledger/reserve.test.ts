@@ -1,7 +1,7 @@
 import t, { type Test } from 'tap';
 import pg from 'pg';
 import { ctx, ledgerFixture, testKeyer } from '../helpers/db.js';
-import { createPool } from '../../core/db.js';
+import { createPool } from '../../db/db.js';
 import { isActionLedgerError } from '../../core/errors.js';
 import { Ledger } from '../../ledger/index.js';
 

@@ -1,10 +1,10 @@
 import t from 'tap';
 import pg from 'pg';
 import { ctx, createTestDatabase, ledgerFixture, testConfig, testKeyer } from '../helpers/db.js';
-import { createPool } from '../../core/db.js';
+import { createPool } from '../../db/db.js';
 import { asActionLedgerError } from '../../core/errors.js';
 import { createLogger } from '../../core/log.js';
-import { migrate, readMigrations } from '../../core/migrate.js';
+import { migrate, readMigrations } from '../../db/migrate.js';
 import { OPERATION_STATUSES, type OperationStatus } from '../../core/types.js';
 import { Compensator } from '../../compensator/index.js';
 import { LEGAL_TRANSITIONS, Ledger, isLegalTransition, type ProviderContact } from '../../ledger/index.js';

@@ -1,9 +1,12 @@
 /**
  * The component boundary rule (eslint.config.js, `local/component-boundaries`), run through eslint's Node API
- * with the repository's own configuration: a component reaches another only through its `index.js`, core/
- * imports no component, and test/, bench/ and chaos/ are exempt. The last test lints the shipped tree itself.
+ * with the repository's own configuration: a component (every top-level folder with TypeScript, derived from
+ * the folders) reaches another only through its `index.js`, core/ imports no component, and test/, bench/ and
+ * chaos/ are exempt. The last test lints the shipped tree itself.
  */
 import t from 'tap';
+import { readdirSync } from 'node:fs';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ESLint } from 'eslint';
 
@@ -62,6 +65,42 @@ t.test('core/ may import no component, not even its index', async (t) => {
   const found = await findings('core/probe.ts', "import { Ledger } from '../ledger/index.js';\nexport { Ledger };\n");
   t.equal(found.length, 1);
   t.match(found[0], 'imports the ledger component from core/');
+});
+
+t.test('the components the re-cut made of core/ are components like any other', async (t) => {
+  const deep = await findings(
+    'ledger/probe.ts',
+    "import { loadConfig } from '../config/load.js';\nexport { loadConfig };\n",
+  );
+  t.equal(deep.length, 1, 'a component reaching into config/');
+  t.match(deep[0], `${RULE}: '../config/load.js' reaches into config/ internals`);
+  const fromCore = await findings(
+    'core/probe.ts',
+    "import { createPool } from '../db/index.js';\nexport { createPool };\n",
+  );
+  t.equal(fromCore.length, 1, 'core/ importing db/ through its index');
+  t.match(fromCore[0], 'imports the db component from core/');
+  t.same(
+    await findings('ledger/probe.ts', "import { createPool } from '../db/index.js';\nexport { createPool };\n"),
+    [],
+  );
+});
+
+t.test('the component list is derived from the folders: each top-level folder with TypeScript is one', async (t) => {
+  const { COMPONENTS, NOT_COMPONENTS } = (await import(`${ROOT}eslint.config.js`)) as {
+    COMPONENTS: Set<string>;
+    NOT_COMPONENTS: Set<string>;
+  };
+  const folders = readdirSync(ROOT, { withFileTypes: true })
+    .filter((e) => e.isDirectory() && !e.name.startsWith('.') && !['node_modules', 'dist'].includes(e.name))
+    .map((e) => e.name)
+    .filter((name) => readdirSync(join(ROOT, name), { recursive: true }).some((f) => String(f).endsWith('.ts')));
+  t.ok(folders.length > 15, `${folders.length} folders hold TypeScript`);
+  for (const name of folders) {
+    if (NOT_COMPONENTS.has(name)) continue;
+    t.ok(COMPONENTS.has(name), `${name}/ is a component`);
+  }
+  t.same([...NOT_COMPONENTS].sort(), ['bench', 'chaos', 'core', 'test'], 'only these are exempt');
 });
 
 t.test('test/, bench/ and chaos/ may open any file', async (t) => {

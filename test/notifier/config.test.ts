@@ -3,9 +3,9 @@
  * compiles into frozen destinations and routes; routing by event, tenant and tool.
  */
 import t from 'tap';
-import { compileConfig } from '../../core/config.js';
+import { compileConfig } from '../../config/index.js';
 import { isActionLedgerError } from '../../core/errors.js';
-import type { ConfigProblem } from '../../core/config-problems.js';
+import type { ConfigProblem } from '../../config/problems.js';
 import { routeMatches } from '../../notifier/index.js';
 
 const tools = {

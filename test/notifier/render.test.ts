@@ -3,7 +3,7 @@
  * mention a channel or plant a link is shown inert and exact; arguments too long to show offer no Approve.
  */
 import t from 'tap';
-import { compileConfig } from '../../core/config.js';
+import { compileConfig } from '../../config/index.js';
 import type { JsonObject } from '../../core/json.js';
 import { slackApprovalRequest, webhookBody, type ClaimedEvent } from '../../notifier/render.js';
 import { gateRoutes, gateSection } from '../helpers/gate.js';

@@ -7,8 +7,8 @@
 import { randomBytes } from 'node:crypto';
 import t, { type Test } from 'tap';
 import { AuditWriter } from '../../gate/index.js';
-import { compileConfig } from '../../core/config.js';
-import { createPool } from '../../core/db.js';
+import { compileConfig } from '../../config/index.js';
+import { createPool } from '../../db/db.js';
 import { createLogger } from '../../core/log.js';
 import { NotificationDelivery } from '../../notifier/index.js';
 import { auditRows, count, gateFixture, gateRoutes, gateSection, gctx, type GateFixture } from '../helpers/gate.js';

@@ -8,7 +8,7 @@ import t, { type Test } from 'tap';
 import { AuditWriter } from '../../gate/index.js';
 import { createLogger } from '../../core/log.js';
 import { canonicalJson, sha256Hex, type JsonObject, type JsonValue } from '../../core/json.js';
-import { compileConfig } from '../../core/config.js';
+import { compileConfig } from '../../config/index.js';
 import { NotificationDelivery } from '../../notifier/index.js';
 import { slackApprovalRequest } from '../../notifier/render.js';
 import { count, gateConfig, gateFixture, gateRoutes, gateSection, gctx, type GateFixture } from '../helpers/gate.js';

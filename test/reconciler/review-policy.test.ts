@@ -7,7 +7,7 @@
  * count again under the row lock.
  */
 import t from 'tap';
-import { bindQueries } from '../../core/db.js';
+import { bindQueries } from '../../db/db.js';
 import { transitionCte, type ProviderContact } from '../../ledger/index.js';
 import { listInReview } from '../../reconciler/index.js';
 import { policyGuard } from '../../reconciler/review-policy.js';

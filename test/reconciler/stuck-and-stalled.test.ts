@@ -4,7 +4,7 @@
  */
 import t, { type Test } from 'tap';
 import { ctx, dispatchEnv, passUntilResolved, patchProvider, settled, type DispatchEnv } from '../helpers/fleet.js';
-import { loadDispatchIdentity } from '../../core/identity.js';
+import { loadDispatchIdentity } from '../../runtime/identity.js';
 import { EffectKeyer } from '../../ledger/effect-key.js';
 import { verifyLedger } from '../../reconciler/index.js';
 

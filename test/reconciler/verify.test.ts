@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { lastJson, runCli } from '../helpers/cli.js';
 import { ctx, dispatchEnv, PROVIDER_TOKEN, settled } from '../helpers/fleet.js';
-import { createMtlsAgent, postJson } from '../../core/http-client.js';
+import { createMtlsAgent, postJson } from '../../transport/http-client.js';
 import { canonicalJson, type JsonValue } from '../../core/json.js';
 import { historyProblems } from '../../reconciler/index.js';
 

@@ -21,7 +21,7 @@ function outsideMentions(text: string): string[] {
 
 /**
  * Migrations are exempt: an applied migration's bytes are pinned by its sha256 in every database it ran on
- * (core/migrate.ts), so its comments cannot be edited; the mentions in them stay.
+ * (db/migrate.ts), so its comments cannot be edited; the mentions in them stay.
  */
 const PINNED = /^sql\/\d{4}_.*\.sql$/;
 

@@ -1,11 +1,8 @@
 import { request as httpsRequest } from 'node:https';
 import t, { type Test } from 'tap';
-import { postJson, type HttpOutcome, type HttpResponse } from '../../core/http-client.js';
-import {
-  AUTHORIZATION_REQUEST_FIELDS,
-  SandboxAuthorizer,
-  type AuthorizationRequest,
-} from '../../sandbox/authorizer.js';
+import { postJson, type HttpOutcome, type HttpResponse } from '../../transport/http-client.js';
+import { SandboxAuthorizer } from '../../sandbox/authorizer.js';
+import { BINDING_FIELDS, type AuthorizationRequest } from '../../protocol/authorization.js';
 import { startAuthorizer, testAgent, testPki } from '../helpers/sandbox.js';
 
 const request: AuthorizationRequest = {
@@ -78,10 +75,7 @@ t.test('allow by default: every field echoed, ISO 8601 UTC times, 60 s TTL; requ
   const res = response(t, await postJson(agent, authorizer.authorizeUrl, call()));
   t.equal(res.status, 200);
   t.match(res.json, { ...request, decision: 'allow' });
-  t.same(
-    Object.keys(res.json ?? {}).sort(),
-    [...AUTHORIZATION_REQUEST_FIELDS, 'decision', 'authorized_at', 'expires_at'].sort(),
-  );
+  t.same(Object.keys(res.json ?? {}).sort(), [...BINDING_FIELDS, 'decision', 'authorized_at', 'expires_at'].sort());
   const { authorizedAt, expiresAt } = timestamps(res);
   t.ok(authorizedAt >= before - 1_000 && authorizedAt <= Date.now() + 1_000, 'authorized now');
   t.equal(expiresAt - authorizedAt, 60_000);

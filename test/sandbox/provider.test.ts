@@ -2,7 +2,7 @@ import t, { type Test } from 'tap';
 import { appendFileSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { getJson, postJson, type HttpOutcome, type HttpResponse } from '../../core/http-client.js';
+import { getJson, postJson, type HttpOutcome, type HttpResponse } from '../../transport/http-client.js';
 import { SandboxProvider } from '../../sandbox/provider.js';
 import { startProvider, testAgent, testPki } from '../helpers/sandbox.js';
 

@@ -5,7 +5,7 @@
  */
 import t, { type Test } from 'tap';
 import { AuthorizationService } from '../../gate/index.js';
-import { authorizationRequest } from '../../dispatcher/index.js';
+import { authorizationRequest } from '../../protocol/index.js';
 import { apiFixture, type ApiFixture } from '../helpers/api.js';
 import { count, documentVersion, gctx } from '../helpers/gate.js';
 

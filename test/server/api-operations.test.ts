@@ -6,7 +6,7 @@
  * an index of the tenant's rows, not the whole table.
  */
 import t from 'tap';
-import { bindQueries } from '../../core/db.js';
+import { bindQueries } from '../../db/db.js';
 import { ledgerTenantQueries } from '../../ledger/queries.js';
 import { apiFixture, type ApiFixture } from '../helpers/api.js';
 import { count } from '../helpers/gate.js';

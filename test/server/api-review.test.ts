@@ -7,7 +7,7 @@
  * tenant and pages each row once.
  */
 import t from 'tap';
-import { bindQueries } from '../../core/db.js';
+import { bindQueries } from '../../db/db.js';
 import { transitionCte, type ProviderContact } from '../../ledger/index.js';
 import { apiFixture, type ApiFixture } from '../helpers/api.js';
 import { auditRows, gctx } from '../helpers/gate.js';

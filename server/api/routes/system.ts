@@ -9,9 +9,9 @@
  * so a load balancer sends callers elsewhere, and it is 200 again by itself once a probe's write succeeds.
  */
 import type { FastifyInstance } from 'fastify';
-import { API_CAPABILITIES } from '../../../core/config-api.js';
+import { API_CAPABILITIES } from '../../../config/index.js';
 import { asActionLedgerError } from '../../../core/errors.js';
-import { checkMigrated, readMigrations } from '../../../core/migrate.js';
+import { checkMigrated, readMigrations } from '../../../db/index.js';
 import { callerOf, holds } from '../auth.js';
 import type { ApiDeps } from '../types.js';
 

@@ -16,7 +16,7 @@ import type { ApiDeps, Caller } from '../../api/types.js';
 import { explain } from '../explain.js';
 import { hasHidden, href, html, text, visible, type SafeHtml } from '../html.js';
 import { ago, csrfField, notice, page, send } from '../layout.js';
-import { form } from '../plugin.js';
+import { form } from '../form.js';
 import { callerIn, tenantsOf } from '../session.js';
 
 type Params = { tenant: string; id: string };

@@ -13,7 +13,7 @@ import { holds } from '../../api/auth.js';
 import type { ApiDeps } from '../../api/types.js';
 import { href, html, type SafeHtml } from '../html.js';
 import { ago, csrfField, doneNotice, page, send } from '../layout.js';
-import { form } from '../plugin.js';
+import { form } from '../form.js';
 import { callerIn, tenantsOf } from '../session.js';
 
 /** The tools routed for a tenant (the switch targets the gate accepts), and `*` for all of them. */

@@ -14,7 +14,7 @@ import { holds } from '../../api/auth.js';
 import type { ApiDeps, Caller } from '../../api/types.js';
 import { href, html } from '../html.js';
 import { csrfField, doneNotice, page, send, tenantPicker } from '../layout.js';
-import { form } from '../plugin.js';
+import { form } from '../form.js';
 import { callerIn, tenantsOf } from '../session.js';
 import { pickTenant } from './operations.js';
 

@@ -1,0 +1,91 @@
+/**
+ * The provider routes step of compiling the configuration: each tool's endpoint, readback and listing URLs
+ * checked, and its compensation mapping resolved against the other routes. Problems are added to the caller's
+ * list (every one is reported at once), skipping the parts the schema found malformed; the routes are returned
+ * frozen (complete only when there are no problems: otherwise the configuration is refused anyway).
+ */
+import type { CompensationMapping, CompensationSource, ToolRoute } from './types.js';
+import type { RawConfig, RawTool } from './schema.js';
+import { isObject, nearest, pointer, type ConfigProblems } from './problems.js';
+import { canonicalHttpsProblem } from '../core/url.js';
+
+/** The placeholder a readback URL template must contain exactly once. */
+export const EFFECT_KEY_PLACEHOLDER = '{effect_key}';
+
+export function compileRoutes(raw: RawConfig['tools'], problems: ConfigProblems): Map<string, ToolRoute> {
+  const routes = new Map<string, ToolRoute>();
+  if (!isObject(raw)) return routes;
+  for (const [name, t] of Object.entries(raw)) {
+    if (!isObject(t)) continue;
+    urlProblems(name, t, problems);
+    const compensation = isObject(t.compensation) ? compensationMapping(name, t.compensation, raw, problems) : null;
+    if (problems.malformed(pointer('tools', name))) continue;
+    routes.set(
+      name,
+      Object.freeze({
+        tool: name,
+        providerId: t.provider_id,
+        endpoint: t.endpoint,
+        allowedTenants: Object.freeze(new Set(t.allowed_tenants)),
+        credentialEnv: t.credential_env ?? null,
+        idempotencyHeader: t.idempotency.name,
+        definitiveFailureStatuses: Object.freeze(new Set(t.definitive_failure_statuses)),
+        releaseLimit: t.release_limit ?? null,
+        readback: t.readback === undefined ? null : Object.freeze({ urlTemplate: t.readback.url }),
+        effectsListingUrl: t.effects_listing_url ?? null,
+        compensation,
+      }),
+    );
+  }
+  return routes;
+}
+
+/** Every URL of a route must be canonical HTTPS; a readback template holds the effect key exactly once. */
+function urlProblems(name: string, t: RawTool, problems: ConfigProblems): void {
+  const check = (path: string, url: string, template: boolean): void => {
+    if (problems.malformed(path)) return;
+    const parts = template ? url.split(EFFECT_KEY_PLACEHOLDER) : [url];
+    const p =
+      template && parts.length !== 2
+        ? `must contain ${EFFECT_KEY_PLACEHOLDER} exactly once`
+        : canonicalHttpsProblem(parts.join('k'));
+    if (p !== null) problems.add(path, p);
+  };
+  check(pointer('tools', name, 'endpoint'), t.endpoint, false);
+  if (t.readback !== undefined) check(pointer('tools', name, 'readback', 'url'), t.readback?.url, true);
+  if (t.effects_listing_url !== undefined)
+    check(pointer('tools', name, 'effects_listing_url'), t.effects_listing_url, false);
+}
+
+/** A tool's declared inverse: another declared tool, each argument from the original or a literal. */
+function compensationMapping(
+  name: string,
+  raw: NonNullable<RawTool['compensation']>,
+  routes: RawConfig['tools'],
+  problems: ConfigProblems,
+): CompensationMapping | null {
+  const where = pointer('tools', name, 'compensation');
+  if (!problems.malformed(`${where}/tool`)) {
+    if (!Object.hasOwn(routes, raw.tool)) {
+      const suggestion = nearest(raw.tool, Object.keys(routes));
+      problems.add(`${where}/tool`, `names ${JSON.stringify(raw.tool)}, which /tools does not declare`, {
+        ...(suggestion === undefined ? {} : { suggestion }),
+      });
+    } else if (raw.tool === name) problems.add(`${where}/tool`, 'must be another tool');
+  }
+  if (!isObject(raw.arguments)) return null;
+  const args: Record<string, CompensationSource> = {};
+  for (const [arg, src] of Object.entries(raw.arguments)) {
+    const at = `${where}/arguments${pointer(arg)}`;
+    if (problems.malformed(at)) continue;
+    if ('value' in src) args[arg] = Object.freeze({ value: src.value });
+    else if (src.from === 'arguments') {
+      if (src.pointer === undefined) problems.add(at, 'needs a pointer into the original arguments');
+      args[arg] = Object.freeze({ from: 'arguments', pointer: src.pointer ?? '' });
+    } else {
+      if (src.pointer !== undefined) problems.add(at, 'takes a pointer only with from: arguments');
+      args[arg] = Object.freeze({ from: src.from });
+    }
+  }
+  return Object.freeze({ tool: raw.tool, arguments: Object.freeze(args) });
+}

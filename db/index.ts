@@ -1,0 +1,3 @@
+export * from './db.js';
+export * from './migrate.js';
+export * from './service-lock.js';

@@ -1,0 +1,2 @@
+export * from './authorization.js';
+export * from './profile.js';
