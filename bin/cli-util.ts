@@ -5,7 +5,7 @@
 import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import { asActionLedgerError } from '../core/errors.js';
-import { configProblemsText } from '../config/index.js';
+import { configProblemsText } from '../core/config-problems.js';
 import { revealHidden, visibleJson } from '../core/visible-text.js';
 
 /** Every exit code the command line uses; docs/cli.md holds the same table (a test compares them). */

@@ -9,6 +9,7 @@
  */
 import cluster, { type Worker } from 'node:cluster';
 import type { Logger } from '../core/log.js';
+import { backoffMs } from '../core/retry.js';
 
 /** The IPC message a worker sends its parent with its dispatcher id, before it claims anything. */
 export const WORKER_ID_MESSAGE = 'actionledger:worker-id';
@@ -87,7 +88,10 @@ export class WorkerSet {
         return;
       }
       this.#quickDeaths = Date.now() - started < SHORT_LIFE_MS ? this.#quickDeaths + 1 : 0;
-      const delay = Math.min(REPLACE_MAX_MS, REPLACE_AFTER_MS * 2 ** Math.min(this.#quickDeaths, 5));
+      const delay = backoffMs(
+        { baseDelayMs: REPLACE_AFTER_MS, maxDelayMs: REPLACE_MAX_MS },
+        Math.min(this.#quickDeaths, 5) + 1,
+      );
       this.#log.error(
         { worker_pid: w.process.pid, code, signal, restart_in_ms: delay },
         'dispatcher worker exited; starting another',

@@ -3,7 +3,7 @@
  * gate's own role tables (`api`). Every capability is denied unless a role is listed for it.
  */
 import { resolve } from 'node:path';
-import type { ConfigProblems } from './problems.js';
+import type { ConfigProblems } from '../core/config-problems.js';
 
 /** What a principal's role may do through the API, apart from gate calls and approvals (the tools' roles decide those). */
 export const API_CAPABILITIES = ['reserve', 'act_for_users', 'read', 'review', 'kill_switch', 'audit'] as const;

@@ -6,7 +6,7 @@
 import { Ajv, type ValidateFunction } from 'ajv';
 import type { GateCap, GateConfig, GateTool } from './types.js';
 import type { RawCap, RawConfig, RawGate, RawGateTool } from './schema.js';
-import { isObject, nearest, pointer, type ConfigProblems } from './problems.js';
+import { isObject, nearest, pointer, type ConfigProblems } from '../core/config-problems.js';
 import { IDENTITY_ARGUMENT_NAMES } from '../core/types.js';
 
 /** Tool argument schemas: strict mode (unknown keywords refused), every violation listed. */

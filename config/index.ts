@@ -5,7 +5,7 @@ export * from './keys.js';
 export * from './load.js';
 export * from './types.js';
 export * from './notify.js';
-export * from './problems.js';
+export * from '../core/config-problems.js';
 export * from './review-policies.js';
 export * from './routes.js';
 export * from './schema-errors.js';

@@ -16,7 +16,7 @@ import { compileRoutes } from './routes.js';
 import { compileGate } from './gate.js';
 import { compileNotifications } from './notify.js';
 import { compileReviewPolicies } from './review-policies.js';
-import { ConfigProblems, isObject, nearest } from './problems.js';
+import { ConfigProblems, isObject, nearest } from '../core/config-problems.js';
 import { reportSchemaErrors } from './schema-errors.js';
 import type { Config, DispatcherConfig } from './types.js';
 

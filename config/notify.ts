@@ -4,8 +4,8 @@
  * variable, never written in the file; they are read where they are used (notifier/secrets.ts).
  */
 import { resolve } from 'node:path';
-import type { ConfigProblems } from './problems.js';
-import { isObject, pointer } from './problems.js';
+import type { ConfigProblems } from '../core/config-problems.js';
+import { isObject, pointer } from '../core/config-problems.js';
 import { destinationUrlProblem } from '../transport/index.js';
 
 export const NOTIFICATION_EVENTS = [

@@ -12,7 +12,7 @@
  * role, a changed route): those are a person's to judge.
  */
 import { canonicalJson, sha256Hex, type JsonValue } from '../core/json.js';
-import { isObject, nearest, pointer, type ConfigProblems } from './problems.js';
+import { isObject, nearest, pointer, type ConfigProblems } from '../core/config-problems.js';
 
 /** What the provider contact must say for a class of reasons (ledger/transitions.ts `ProviderContact`). */
 export type ProvenContact = 'not_called' | 'no_effect_confirmed';

@@ -6,7 +6,7 @@
  */
 import type { CompensationMapping, CompensationSource, ToolRoute } from './types.js';
 import type { RawConfig, RawTool } from './schema.js';
-import { isObject, nearest, pointer, type ConfigProblems } from './problems.js';
+import { isObject, nearest, pointer, type ConfigProblems } from '../core/config-problems.js';
 import { canonicalHttpsProblem } from '../core/url.js';
 
 /** The placeholder a readback URL template must contain exactly once. */

@@ -5,7 +5,7 @@
  * to is reported. Each error also marks its part malformed, so the later steps skip it.
  */
 import type { ErrorObject } from 'ajv';
-import { ConfigProblems, nearest, pointer, type ProblemExtra } from './problems.js';
+import { ConfigProblems, nearest, pointer, type ProblemExtra } from '../core/config-problems.js';
 
 type Scalar = string | number | boolean | null;
 

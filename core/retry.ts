@@ -5,12 +5,9 @@
  */
 import { isTransient } from './sqlstate.js';
 
-export interface RetryPolicy {
+export interface RetryPolicy extends Backoff {
   /** Attempts in all, the first included (at least 1); `Infinity` retries for as long as failures are transient. */
   tries: number;
-  /** The wait after the first failed attempt; each later wait doubles it, up to {@link RetryPolicy.maxDelayMs}. */
-  baseDelayMs: number;
-  maxDelayMs: number;
   /** Which failures are worth another attempt; `isTransient` when absent. A failure it rejects is thrown at once. */
   retryOn?: (err: unknown) => boolean;
   /**
@@ -41,22 +38,35 @@ export async function retry<T>(fn: (attempt: number) => Promise<T>, policy: Retr
   }
 }
 
-/** The wait after failed attempt `attempt` (from 1): `baseDelayMs * 2^(attempt-1)`, at most `maxDelayMs`. */
-export function backoffMs(policy: Pick<RetryPolicy, 'baseDelayMs' | 'maxDelayMs'>, attempt: number): number {
-  return Math.min(policy.maxDelayMs, policy.baseDelayMs * 2 ** Math.min(attempt - 1, 30));
+/** A doubling wait: every backoff in the code base is one of these, computed by {@link backoffMs}. */
+export interface Backoff {
+  /** The wait after the first failure; each later wait doubles it, up to `maxDelayMs`. */
+  baseDelayMs: number;
+  maxDelayMs: number;
+  /**
+   * The share of each wait (0 to 1) taken off at random, for waits that many callers start at once (the
+   * operations one outage gave back to the queue do not all come back in the same instant); 0 or absent: none.
+   */
+  jitter?: number;
 }
 
 /**
- * `backoffMs` jittered into its upper half (from half the delay to all of it), for waits that many callers start
- * at once: the operations one outage gave back to the queue do not all come back in the same instant.
+ * The wait after failed attempt `attempt` (from 1): `baseDelayMs * 2^(attempt-1)`, at most `maxDelayMs`, less
+ * up to `jitter` of it at random (`random` in [0, 1)); at least 1 ms once jittered.
  */
+export function backoffMs(policy: Backoff, attempt: number, random: () => number = Math.random): number {
+  const full = Math.min(policy.maxDelayMs, policy.baseDelayMs * 2 ** Math.min(Math.max(attempt, 1) - 1, 40));
+  const jitter = policy.jitter ?? 0;
+  return jitter === 0 ? full : Math.max(1, Math.round(full * (1 - jitter * random())));
+}
+
+/** `backoffMs` jittered into its upper half (from half the delay to all of it). */
 export function jitteredBackoffMs(
-  policy: Pick<RetryPolicy, 'baseDelayMs' | 'maxDelayMs'>,
+  policy: Pick<Backoff, 'baseDelayMs' | 'maxDelayMs'>,
   attempt: number,
   random: () => number = Math.random,
 ): number {
-  const full = backoffMs(policy, attempt);
-  return Math.max(1, Math.round(full / 2 + (full / 2) * random()));
+  return backoffMs({ ...policy, jitter: 0.5 }, attempt, random);
 }
 
 /**

@@ -8,6 +8,7 @@
 
 /** SQLSTATE values the code acts on. */
 export const SQLSTATE = {
+  foreignKeyViolation: '23503',
   uniqueViolation: '23505',
   readOnlyTransaction: '25006',
   /** A named statement the session does not hold (reset by DISCARD or DEALLOCATE, or a pooler moved the session). */

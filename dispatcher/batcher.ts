@@ -11,7 +11,7 @@
  * instead, every item of the batch is rejected with that error (settling an item twice is a no-op).
  */
 import { isConnectionError, isRetryable, isTransient } from '../db/index.js';
-import { sleep, type RetryPolicy } from '../core/retry.js';
+import { backoffMs, sleep, type RetryPolicy } from '../core/retry.js';
 
 /** Batches of one batcher in their opening phase at once, at most. */
 export const BATCH_OPENINGS = 2;
@@ -129,7 +129,7 @@ export function retryBusy<T extends Settle<never> & { busyRetries?: number }>(
   halt: AbortSignal,
 ): void {
   item.busyRetries = (item.busyRetries ?? 0) + 1;
-  sleep(Math.min(BUSY_RETRY_MAX_MS, 10 * 2 ** item.busyRetries), halt).then(
+  sleep(backoffMs({ baseDelayMs: 20, maxDelayMs: BUSY_RETRY_MAX_MS }, item.busyRetries), halt).then(
     () => batcher.add(item),
     (err: unknown) => item.reject(err),
   );

@@ -25,6 +25,7 @@
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { backoffMs } from '../core/retry.js';
 
 /** Defaults of `database.embedded_restart_initial_ms` and `database.embedded_restart_max_ms`. */
 export const RESTART_INITIAL_MS = 500;
@@ -53,8 +54,7 @@ export interface RestartBackoff {
 
 /** The wait before try `attempt` (1, 2, ...): `random` in [0, 1) takes up to a quarter off the doubled wait. */
 export function restartDelay(attempt: number, backoff: RestartBackoff, random: number = Math.random()): number {
-  const full = Math.min(backoff.maxMs, backoff.initialMs * 2 ** Math.min(attempt - 1, 40));
-  return Math.round(full * (1 - random / 4));
+  return backoffMs({ baseDelayMs: backoff.initialMs, maxDelayMs: backoff.maxMs, jitter: 0.25 }, attempt, () => random);
 }
 
 export interface ClusterEvents {

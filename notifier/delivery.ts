@@ -28,6 +28,7 @@ import { bindQueries, withTransaction, type Pool, type Queryable } from '../db/i
 import { asActionLedgerError } from '../core/errors.js';
 import { postJson } from '../transport/index.js';
 import type { Logger } from '../core/log.js';
+import { backoffMs } from '../core/retry.js';
 import type { AuditWriter } from '../gate/index.js';
 import { notifierQueries } from './queries.js';
 import { slackApprovalRequest, slackDecision, slackNotice, txt, webhookBody, type ClaimedEvent } from './render.js';
@@ -276,8 +277,8 @@ export class NotificationDelivery {
         await c.query(this.#q.deliveryRelease, [e.event_id, e.destination, token, d.backoffInitialMs]);
         return;
       } else if (outcome.kind === 'retry') {
-        const backoff = Math.min(d.backoffMaxMs, d.backoffInitialMs * 2 ** Math.min(30, e.attempts - 1));
-        const jittered = Math.round(backoff * (0.75 + Math.random() * 0.25));
+        const policy = { baseDelayMs: d.backoffInitialMs, maxDelayMs: d.backoffMaxMs, jitter: 0.25 };
+        const jittered = backoffMs(policy, e.attempts);
         n = (await c.query(this.#q.deliveryRetry, [e.event_id, e.destination, token, jittered, outcome.error]))
           .rowCount;
       } else {

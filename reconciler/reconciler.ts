@@ -32,7 +32,7 @@ import type { DispatchProfile } from '../protocol/index.js';
 import type { ReconcileMetrics } from './metrics.js';
 import { reconcilerQueries } from './queries.js';
 import { readback, readbackUrl, type Readback } from './readback.js';
-import { releaseDelayMs } from '../core/retry.js';
+import { backoffMs, releaseDelayMs } from '../core/retry.js';
 
 /** Added to twice the provider timeout when waiting out a request that may still be inside the provider. */
 const IN_FLIGHT_MARGIN_MS = 1_000;
@@ -410,7 +410,7 @@ export class Reconciler {
             checks: checks.slice(-50) as JsonValue[],
           });
         }
-        const delay = Math.min(cfg.backoffMaxMs, cfg.backoffInitialMs * 2 ** (attempts - 1));
+        const delay = backoffMs({ baseDelayMs: cfg.backoffInitialMs, maxDelayMs: cfg.backoffMaxMs }, attempts);
         await client.query(q.backoff, [
           op.operation_id,
           op.status,

@@ -22,6 +22,8 @@
 import PgBoss from 'pg-boss';
 import { ActionLedgerError } from '../core/errors.js';
 import { RepeatedFailureLog, type Logger } from '../core/log.js';
+import { retry } from '../core/retry.js';
+import { SQLSTATE, sqlState } from '../core/sqlstate.js';
 
 export const RECONCILE_QUEUE = 'actionledger-reconcile-pass';
 /** The queue earlier versions created with the `singleton` policy; removed (with its schedule) at start. */
@@ -171,7 +173,7 @@ export class ReconcileSchedule {
         await boss.deleteQueue(LEGACY_RECONCILE_QUEUE);
         this.#o.log.info({ queue: LEGACY_RECONCILE_QUEUE }, 'removed the legacy singleton reconciliation queue');
       } catch (err) {
-        if ((err as { code?: string }).code !== '23503') throw err;
+        if (sqlState(err) !== SQLSTATE.foreignKeyViolation) throw err;
         this.#o.log.info(
           { queue: LEGACY_RECONCILE_QUEUE },
           'unscheduled the legacy singleton reconciliation queue; it is deleted once pg-boss has archived its jobs',
@@ -297,8 +299,10 @@ async function closeBoss(boss: PgBoss, failures: RepeatedFailureLog): Promise<vo
  * the queue made.
  */
 async function createQueueOnce(boss: PgBoss): Promise<void> {
-  for (let attempt = 0; ; attempt++) {
-    try {
+  const lostRace = (err: unknown): boolean =>
+    sqlState(err) === SQLSTATE.deadlockDetected || sqlState(err) === SQLSTATE.uniqueViolation;
+  await retry(
+    async () => {
       if ((await boss.getQueue(RECONCILE_QUEUE)) !== null) return;
       await boss.createQueue(RECONCILE_QUEUE, {
         name: RECONCILE_QUEUE,
@@ -306,11 +310,7 @@ async function createQueueOnce(boss: PgBoss): Promise<void> {
         retryLimit: 0,
         expireInSeconds: JOB_EXPIRE_SECONDS,
       });
-      return;
-    } catch (err) {
-      const code = (err as { code?: string }).code;
-      if ((code !== '40P01' && code !== '23505') || attempt >= 5) throw err;
-      await new Promise((r) => setTimeout(r, 50 + Math.random() * 200));
-    }
-  }
+    },
+    { tries: 6, baseDelayMs: 100, maxDelayMs: 400, jitter: 0.75, retryOn: lostRace },
+  );
 }

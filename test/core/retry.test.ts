@@ -3,7 +3,7 @@
  * and the abort signal. Real timers; the waits asserted are lower bounds and the upper bounds generous.
  */
 import t from 'tap';
-import { backoffMs, retry, sleep } from '../../core/retry.js';
+import { backoffMs, jitteredBackoffMs, retry, sleep } from '../../core/retry.js';
 import { isTransient } from '../../core/sqlstate.js';
 
 const pgError = (code: string): Error => Object.assign(new Error(`server says ${code}`), { code });
@@ -81,6 +81,35 @@ t.test(
     t.end();
   },
 );
+
+t.test('a jittered wait takes at most its share off, never below 1 ms, and the share 0 is no jitter', (t) => {
+  const policy = { baseDelayMs: 100, maxDelayMs: 800, jitter: 0.25 };
+  t.same(
+    [1, 2, 3, 4].map((a) => backoffMs(policy, a, () => 0)),
+    [100, 200, 400, 800],
+    'random 0 takes nothing off',
+  );
+  t.same(
+    [1, 2, 3, 4].map((a) => backoffMs(policy, a, () => 0.999_999)),
+    [75, 150, 300, 600],
+    'at most a quarter off',
+  );
+  t.equal(
+    backoffMs({ baseDelayMs: 1, maxDelayMs: 1, jitter: 1 }, 1, () => 0.999_999),
+    1,
+    'never 0',
+  );
+  t.equal(
+    backoffMs({ baseDelayMs: 100, maxDelayMs: 800, jitter: 0 }, 2, () => 0.9),
+    200,
+    'jitter 0',
+  );
+  for (let i = 0; i < 200; i++) {
+    const half = jitteredBackoffMs({ baseDelayMs: 100, maxDelayMs: 800 }, 3);
+    if (half < 200 || half > 400) t.fail(`jitteredBackoffMs gave ${half}, outside [200, 400]`);
+  }
+  t.end();
+});
 
 t.test('waits double from the base and are capped', async (t) => {
   const policy = { baseDelayMs: 100, maxDelayMs: 800 };

@@ -5,7 +5,7 @@
 import t from 'tap';
 import { compileConfig } from '../../config/index.js';
 import { isActionLedgerError } from '../../core/errors.js';
-import type { ConfigProblem } from '../../config/problems.js';
+import type { ConfigProblem } from '../../core/config-problems.js';
 import { routeMatches } from '../../notifier/index.js';
 
 const tools = {

@@ -14,7 +14,7 @@ import { createServer } from 'node:https';
 import type { LookupFunction } from 'node:net';
 import t, { type Test } from 'tap';
 import { compileConfig } from '../../config/index.js';
-import type { ConfigProblem } from '../../config/problems.js';
+import type { ConfigProblem } from '../../core/config-problems.js';
 import { isActionLedgerError } from '../../core/errors.js';
 import { createLogger } from '../../core/log.js';
 import { AuditWriter } from '../../gate/index.js';

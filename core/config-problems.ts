@@ -4,7 +4,7 @@
  * allowed there and the nearest one (`did you mean`). The schema step also records which parts failed it, so
  * the later steps skip exactly those parts (nothing runs on a malformed value) and check the rest.
  */
-import { ActionLedgerError } from '../core/errors.js';
+import { ActionLedgerError } from './errors.js';
 
 export interface ConfigProblem {
   /** A JSON pointer into the configuration (`/gate/tools/x/approval/mode`), or an environment variable's name. */

@@ -4,7 +4,13 @@
  */
 import t from 'tap';
 import { compileConfig } from '../../config/index.js';
-import { configProblemsText, dottedPath, editDistance, nearest, type ConfigProblem } from '../../config/problems.js';
+import {
+  configProblemsText,
+  dottedPath,
+  editDistance,
+  nearest,
+  type ConfigProblem,
+} from '../../core/config-problems.js';
 import { ActionLedgerError, isActionLedgerError } from '../../core/errors.js';
 import { BROKEN_CONFIG, BROKEN_PATHS } from '../helpers/broken-config.js';
 
