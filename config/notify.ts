@@ -1,7 +1,7 @@
 /**
  * The `notifications` section: where the events go (signed webhooks, Slack), which events go to which
  * destination per tenant and tool, and how the delivery loop retries. Secrets are named by environment
- * variable, never written in the file; they are read where they are used (notifier/secrets.ts).
+ * variable, never written in the file; they are read where they are used (notifier/transport.ts).
  */
 import { resolve } from 'node:path';
 import type { ConfigProblems } from '../core/config-problems.js';

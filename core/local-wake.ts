@@ -2,7 +2,7 @@
  * Wake-ups within one process: a reservation committed by this process reaches a dispatcher of this process
  * without the NOTIFY round trip through PostgreSQL (a query to send it, the server's signal to the listening
  * backend, and that backend's message back). Measured: reservation commit -> claim at one in flight, see
- * docs/architecture.md "Waking the dispatchers".
+ * docs/performance.md "Waking the dispatchers".
  *
  * Channels are the outbox NOTIFY channels (`<schema>_outbox`). A subscriber of another database with the same
  * schema name gets a wake-up that is not its own: it claims, finds nothing, and that costs one claim statement.

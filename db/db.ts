@@ -109,7 +109,7 @@ export async function warmPool(pool: pg.Pool, count: number, waitMs = 2_000): Pr
  * Calls `issue`, which issues statements on `client` without awaiting between them (the pool pipelines them,
  * {@link createPool}), with the connection's socket corked: their messages leave in one write instead of one
  * write each. A socket write is a system call that also carries the segment through the server's TCP stack on
- * loopback and wakes it, about 0.2-0.3 ms of CPU each on these machines (docs/architecture.md "Where the
+ * loopback and wakes it, about 0.2-0.3 ms of CPU each on these machines (docs/performance.md "Where the
  * dispatcher's CPU goes"). Returns what `issue` returns.
  */
 export function inOneWrite<T>(client: pg.ClientBase, issue: () => T): T {
@@ -295,7 +295,7 @@ export async function withTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClie
  * A named (prepared) form of a bound query: each connection parses and plans it once, then only executes it.
  * For statements whose plan does not depend on table sizes (key lookups, `unnest` batches): PostgreSQL may
  * switch a prepared statement to a generic plan, which for a claim over a queue that swings in size can be a
- * sequential scan (measured; docs/architecture.md "Where an operation's database time goes" has the plan built
+ * sequential scan (measured; docs/performance.md "Where an operation's database time goes" has the plan built
  * over a near-empty queue), so the claim is named only on a connection of its own whose planner settings rule
  * such plans out (dispatcher/claim-session.ts). The name is the text's hash, so two schemas' texts on one
  * connection never collide.

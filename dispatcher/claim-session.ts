@@ -4,7 +4,7 @@
  * ({@link CLAIM_SESSION_OPTIONS}), and the claim is a named statement on it, planned once.
  *
  * Why a connection of its own: planning the claim cost about as much server time as running it (measured in
- * docs/architecture.md, "Where an operation's database time goes"). A named statement on a shared pool
+ * docs/performance.md, "Where an operation's database time goes"). A named statement on a shared pool
  * connection would be planned once, but PostgreSQL's generic plan for it, built over a small or young queue,
  * deletes the outbox rows and updates the operations through hash joins over sequential scans of both tables,
  * and keeps that plan until the next ANALYZE. On this connection the planner settings rule those scans and joins

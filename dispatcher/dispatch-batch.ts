@@ -2,7 +2,8 @@
  * The dispatch batch: one round trip records the authorization evidence of its operations (a statement of its own
  * transaction, committed and flushed), then opens a transaction that takes their row locks and runs the final
  * check; the batch sends the checked ones in parallel and writes their outcomes before it commits. A revocation
- * either committed before the check (nothing is sent) or waits for the outcome. A batch holds one provider's
+ * or a new kill switch that committed before the check stops the send; engaging a kill switch waits for the row
+ * locks of the operations it covers that are executing, so it is never in force while one of them is sent. A batch holds one provider's
  * operations only (each provider has its own batcher): a batch commits when its slowest request returns, so a
  * provider that hangs holds its own batch-mates' outcomes and locks until its timeout, never another provider's.
  *

@@ -1,9 +1,10 @@
 /**
- * One provider call, and the classification of what came back (docs/architecture.md, "Operation states and who moves them"):
- * 2xx with a receipt -> succeeded; 2xx without -> needs_review; a status the contract declares definitive ->
- * failed; anything else once the request may have left (other statuses, timeout, reset, oversized or
- * malformed body, redirect) -> unknown; a connection that failed before any byte was sent -> needs_review
- * (not sent: a reviewed retry with the same effect key is safe).
+ * One provider call, and the classification of what came back (docs/architecture.md, "Operation states and who
+ * moves them"): 2xx with a receipt -> succeeded; 2xx without -> needs_review; a status the contract declares
+ * definitive -> failed; anything else once the request may have left (other statuses, timeout, reset, oversized
+ * or malformed body, redirect) -> unknown; a connection that failed before any byte was sent -> not sent, which
+ * the dispatch batch gives back to the queue (dispatcher/completer.ts `settleUnsent`: the same effect key is
+ * claimed again after a backoff, or goes to review once the release limit is spent).
  */
 import type { Agent } from 'undici';
 import type { ToolRoute } from '../config/index.js';

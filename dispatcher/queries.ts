@@ -49,7 +49,7 @@ export const dispatcherQueries = {
    * the evidence write fails on the token. With synchronous standbys (`synchronous_standby_names` set) the claim
    * keeps the server's setting and waits for them: a standby's wait can be cancelled (the commit then stands on the
    * primary alone, with a warning), and a later failover must not bring back as `pending` an operation whose
-   * request was sent. Measured: see docs/architecture.md "Waking the dispatchers".
+   * request was sent. Measured: see docs/performance.md "Waking the dispatchers".
    */
   outboxClaimBatch: `
     WITH picked AS (
