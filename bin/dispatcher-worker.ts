@@ -82,7 +82,7 @@ export async function runWorker(env: NodeJS.ProcessEnv, concurrency: number | un
       registry: rt.metrics.registry,
     });
     await dispatcher.start();
-    notifier.start();
+    await notifier.start();
     rt.log.info({ concurrency: concurrency ?? rt.config.dispatcher.concurrency }, 'dispatcher running');
     const signal = await stopSignal;
     rt.log.info({ signal, in_flight: dispatcher.inFlight }, 'dispatcher stopping');

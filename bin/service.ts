@@ -307,7 +307,8 @@ class Service {
           fleet: await readFleetHealth(rt.pool, rt.config.schema, rt.config.schemaQuoted),
         })),
     });
-    const addr = await http.start();
+    await http.start();
+    const addr = http.address;
     this.#stops.push({
       name: 'http',
       run: async () => {
@@ -344,7 +345,7 @@ class Service {
       const watch = new OrphanWatch({ config: rt.config, pool: rt.pool, log: this.#quietLog, pass: () => kit.pass() });
       this.#orphanWatch = watch;
       this.#stops.push({ name: 'orphan watch', run: () => watch.stop() });
-      watch.start();
+      await watch.start();
     } catch (err) {
       // An API-only node without a dispatch identity: nothing here could read a provider back.
       if (!(isActionLedgerError(err, 'config_invalid') && workers === 0)) throw err;

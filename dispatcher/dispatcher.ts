@@ -28,6 +28,7 @@ import { Completer } from './completer.js';
 import type { DispatchContext, DispatcherOptions } from './context.js';
 import { DispatchBatch } from './dispatch-batch.js';
 import { WorkerHalted } from './persist.js';
+import { Service } from '../core/service.js';
 import { Pipeline } from './pipeline.js';
 import { Producer } from './producer.js';
 import { dispatcherQueries } from './queries.js';
@@ -53,12 +54,11 @@ export function dispatcherPoolFloor(concurrency: number): number {
  */
 export const FLOOR_REOPEN_INTERVAL_MS = 10_000;
 
-export class Dispatcher {
+export class Dispatcher extends Service<[deadlineMs?: number]> {
   readonly #o: DispatcherOptions;
   readonly #producer: Producer;
-  #state: 'idle' | 'running' | 'stopping' = 'idle';
-  /** start() and stop() run one after the other, each after the previous one has finished. */
-  #lifecycle: Promise<void> = Promise.resolve();
+  /** Registered and claiming: what a stop has to drain (a start that failed to register left nothing). */
+  #claiming = false;
   /** Aborted when a stop's deadline has passed (or the stop found nothing in flight): owed writes give up. */
   #halt = new AbortController();
   #agents: { authorizer: Agent; provider: Agent } | undefined;
@@ -67,6 +67,7 @@ export class Dispatcher {
   #nextReopenAt = 0;
 
   constructor(options: DispatcherOptions) {
+    super();
     this.#o = options;
     const q = bindQueries(dispatcherQueries, options.config.schemaQuoted);
     const ctx: DispatchContext = {
@@ -105,57 +106,42 @@ export class Dispatcher {
     return this.#producer.inFlight;
   }
 
-  /**
-   * Registers the worker and starts claiming. Resolves once it is running; a no-op when it already runs. After
-   * `stop()` it starts again (with new agents and a new heartbeat). Waits for a start or stop in progress
-   * first. Throws the database failure's code (`database_unavailable`, `storage_full`, ...) when the worker
-   * cannot be registered; it is then not running, and `start()` may be called again.
-   */
-  start(): Promise<void> {
-    const started = this.#lifecycle.then(() => this.#start());
-    this.#lifecycle = started.catch(() => undefined);
-    return started;
-  }
-
-  /**
-   * Stops claiming, lets in-flight operations finish until `deadlineMs`, then gives up the writes still owed
-   * (their claims go to the reconciler) and marks the worker stopped. Safe before `start()` and safe to repeat;
-   * every call, concurrent ones included, resolves only once the worker has fully stopped (drained or past its
-   * deadline, the LISTEN and heartbeat connections released, marked stopped). Never throws.
-   */
-  stop(deadlineMs = 15_000): Promise<void> {
-    const stopped = this.#lifecycle.then(() => this.#stop(deadlineMs));
-    this.#lifecycle = stopped.catch(() => undefined);
-    return stopped;
-  }
-
   /** Asks the producer to claim if it has free slots; safe to call any time, from anywhere. */
   wake(): void {
     this.#producer.wake();
   }
 
-  async #start(): Promise<void> {
-    if (this.#state === 'running') return;
+  /**
+   * Registers the worker and starts claiming (the start/stop life is core/service.ts's: after a stop it starts
+   * again, with new agents and a new heartbeat). Throws the database failure's code (`database_unavailable`,
+   * `storage_full`, ...) when the worker cannot be registered; it is then not running, and may be started again.
+   */
+  protected async onStart(): Promise<void> {
     this.#halt = new AbortController();
     // The constructor's, or kept from a stop whose deadline passed (operations of that run may still use them);
     // a clean stop closed them.
     this.#agents ??= { authorizer: this.#o.agent(), provider: this.#o.agent() };
-    this.#state = 'running';
     try {
       await this.#producer.register();
     } catch (err) {
-      this.#state = 'idle';
       await this.#closeAgents();
       throw asActionLedgerError(err);
     }
+    this.#claiming = true;
     // Best effort: a connection that does not open now is opened on demand.
     await warmPool(this.#o.pool, dispatcherPoolFloor(this.#o.concurrency));
     await this.#producer.start();
   }
 
-  async #stop(deadlineMs: number): Promise<void> {
-    if (this.#state !== 'running') return;
-    this.#state = 'stopping';
+  /**
+   * Stops claiming, lets in-flight operations finish until `deadlineMs` (default 15 s), then gives up the writes
+   * still owed (their claims go to the reconciler) and marks the worker stopped; resolves once it has fully
+   * stopped (drained or past its deadline, the LISTEN and heartbeat connections released, marked stopped).
+   * Never throws.
+   */
+  protected async onStop(deadlineMs = 15_000): Promise<void> {
+    if (!this.#claiming) return;
+    this.#claiming = false;
     const clean = await this.#producer.drain(deadlineMs);
     this.#halt.abort(new WorkerHalted());
     if (!clean)
@@ -167,7 +153,6 @@ export class Dispatcher {
     await this.#reopening;
     // Idle keep-alive connections only: in-flight work has drained or the deadline passed.
     if (clean) await this.#closeAgents();
-    this.#state = 'idle';
   }
 
   /**
@@ -180,7 +165,7 @@ export class Dispatcher {
   #keepFloor(): void {
     const pool = this.#o.pool;
     const floor = Math.min((pool.options as { min?: number }).min ?? 0, dispatcherPoolFloor(this.#o.concurrency));
-    if (this.#state !== 'running' || this.#reopening !== undefined || pool.totalCount >= floor) return;
+    if (!this.running || this.#reopening !== undefined || pool.totalCount >= floor) return;
     if (pool.waitingCount > 0 || Date.now() < this.#nextReopenAt) return;
     this.#nextReopenAt = Date.now() + FLOOR_REOPEN_INTERVAL_MS;
     this.#reopening = warmPool(pool, floor).finally(() => {

@@ -28,6 +28,7 @@ import { bindQueries, withTransaction, type Pool, type Queryable } from '../db/i
 import { asActionLedgerError } from '../core/errors.js';
 import { postJson } from '../transport/index.js';
 import type { Logger } from '../core/log.js';
+import { Service } from '../core/service.js';
 import { backoffMs } from '../core/retry.js';
 import type { AuditWriter } from '../gate/index.js';
 import { notifierQueries } from './queries.js';
@@ -77,7 +78,7 @@ export function routeMatches(
   return true;
 }
 
-export class NotificationDelivery {
+export class NotificationDelivery extends Service {
   readonly #config: Config;
   readonly #pool: Pool;
   readonly #audit: AuditWriter;
@@ -87,11 +88,11 @@ export class NotificationDelivery {
   readonly #attempts: Counter<'destination' | 'outcome'>;
   #timer: NodeJS.Timeout | undefined;
   #running: Promise<void> | undefined;
-  #stopped = true;
   #nextPrune = 0;
 
   /** Reads the destinations' secrets and certificates now: throws `secret_missing` or `config_invalid`. */
   constructor(options: NotificationDeliveryOptions) {
+    super();
     this.#config = options.config;
     this.#pool = options.pool;
     this.#audit = options.audit;
@@ -115,18 +116,17 @@ export class NotificationDelivery {
     return this.#clients.size > 0;
   }
 
-  /** Starts polling. Safe to repeat. */
-  start(): void {
-    if (!this.#stopped || !this.enabled) return;
+  /** Starts polling (with no destination configured, nothing). */
+  protected onStart(): Promise<void> {
+    if (!this.enabled) return Promise.resolve();
     // A fleet worker leaves it to the service, which says it once for the fleet (bin/service.ts).
     if (!cluster.isWorker) warnPrivateNetwork(this.#config.notifications, this.#log);
-    this.#stopped = false;
     this.#schedule(0);
+    return Promise.resolve();
   }
 
-  /** Stops polling and waits for the tick in flight (bounded by the delivery timeout). Safe before start, repeatable. */
-  async stop(): Promise<void> {
-    this.#stopped = true;
+  /** Stops polling and waits for the tick in flight (bounded by the delivery timeout). */
+  protected async onStop(): Promise<void> {
     if (this.#timer !== undefined) clearTimeout(this.#timer);
     this.#timer = undefined;
     await this.#running;
@@ -134,7 +134,7 @@ export class NotificationDelivery {
   }
 
   #schedule(ms: number): void {
-    if (this.#stopped) return;
+    if (this.lifecycle !== 'running' && this.lifecycle !== 'starting') return;
     this.#timer = setTimeout(() => {
       this.#timer = undefined;
       this.#running = this.tick()

@@ -15,12 +15,12 @@
  * next tick looks again while any remain.
  *
  * States: stopped -> running: idle <-> checking -> passing -> idle ... -> stopping (waits for the pass in
- * progress) -> stopped. stop() is safe before start() and safe to repeat; start() on a running watch does
- * nothing.
+ * progress) -> stopped; the start/stop life is core/service.ts's.
  */
 import type { Config } from '../config/index.js';
 import { bindQueries, type Pool } from '../db/index.js';
 import { RepeatedFailureLog, type Logger } from '../core/log.js';
+import { Service } from '../core/service.js';
 import { reconcilerQueries } from './queries.js';
 
 export interface OrphanWatchOptions {
@@ -31,32 +31,31 @@ export interface OrphanWatchOptions {
   pass(): Promise<unknown>;
 }
 
-export class OrphanWatch {
+export class OrphanWatch extends Service {
   readonly #o: OrphanWatchOptions;
   readonly #q: Readonly<typeof reconcilerQueries>;
   readonly #failures: RepeatedFailureLog;
   #timer: NodeJS.Timeout | undefined;
-  #running = false;
   /** The check or pass in progress; a poke meanwhile asks for one more check after it. */
   #busy: Promise<void> | undefined;
   #again = false;
 
   constructor(options: OrphanWatchOptions) {
+    super();
     this.#o = options;
     this.#q = bindQueries(reconcilerQueries, options.config.schemaQuoted);
     this.#failures = new RepeatedFailureLog(options.log, 'orphan watch: the check or its pass failed');
   }
 
   /** Runs a pass at once, then checks every interval (unless the interval is 0: then only the pass and pokes). */
-  start(): void {
-    if (this.#running) return;
-    this.#running = true;
+  protected onStart(): Promise<void> {
     this.#kick(true);
     const every = this.#o.config.reconciler.orphanCheckIntervalMs;
     if (every > 0) {
       this.#timer = setInterval(() => this.#kick(false), every);
       this.#timer.unref();
     }
+    return Promise.resolve();
   }
 
   /** Looks for orphaned claims now. Does nothing once stopped. */
@@ -69,16 +68,15 @@ export class OrphanWatch {
    * now, and looks for them. A failure to mark it is logged; its heartbeat's lapse orphans the claims later.
    */
   workerExited(workerId: string): void {
-    if (!this.#running) return;
+    if (!this.running) return;
     this.#o.pool.query(this.#q.workerExited, [workerId]).then(
       () => this.poke(),
       (err: unknown) => this.#failures.fail(err, { worker_id: workerId }),
     );
   }
 
-  /** No more checks; waits for a check or pass in progress. Safe before start and safe to repeat. */
-  async stop(): Promise<void> {
-    this.#running = false;
+  /** No more checks; waits for a check or pass in progress. */
+  protected async onStop(): Promise<void> {
     if (this.#timer !== undefined) clearInterval(this.#timer);
     this.#timer = undefined;
     this.#again = false;
@@ -86,14 +84,14 @@ export class OrphanWatch {
   }
 
   #kick(force: boolean): void {
-    if (!this.#running) return;
+    if (!this.#live()) return;
     if (this.#busy !== undefined) {
       this.#again = true;
       return;
     }
     this.#busy = this.#round(force).finally(() => {
       this.#busy = undefined;
-      if (this.#again && this.#running) {
+      if (this.#again && this.#live()) {
         this.#again = false;
         this.#kick(false);
       }
@@ -109,11 +107,16 @@ export class OrphanWatch {
         ]);
         if (rows[0]?.found !== true) return this.#failures.ok();
       }
-      if (!this.#running) return;
+      if (!this.#live()) return;
       await this.#o.pass();
       this.#failures.ok();
     } catch (err) {
       this.#failures.fail(err);
     }
+  }
+
+  /** Running, or starting (the first pass is kicked from onStart); not once a stop was asked for. */
+  #live(): boolean {
+    return this.lifecycle === 'running' || this.lifecycle === 'starting';
   }
 }

@@ -24,6 +24,7 @@ import { ActionLedgerError } from '../core/errors.js';
 import { RepeatedFailureLog, type Logger } from '../core/log.js';
 import { retry } from '../core/retry.js';
 import { SQLSTATE, sqlState } from '../core/sqlstate.js';
+import { Service } from '../core/service.js';
 
 export const RECONCILE_QUEUE = 'actionledger-reconcile-pass';
 /** The queue earlier versions created with the `singleton` policy; removed (with its schedule) at start. */
@@ -59,16 +60,14 @@ interface Run {
   loop: Promise<void>;
 }
 
-export class ReconcileSchedule {
+export class ReconcileSchedule extends Service {
   readonly #o: ReconcileScheduleOptions;
   readonly #passFailures: RepeatedFailureLog;
   readonly #bossFailures: RepeatedFailureLog;
-  #state: 'stopped' | 'starting' | 'running' | 'stopping' = 'stopped';
   #run: Run | undefined;
-  #starting: Promise<void> | undefined;
-  #stopping: Promise<void> | undefined;
 
   constructor(options: ReconcileScheduleOptions) {
+    super();
     this.#o = options;
     this.#passFailures = new RepeatedFailureLog(options.log, 'reconciliation pass failed');
     this.#bossFailures = new RepeatedFailureLog(options.log, 'reconciliation schedule: pg-boss error');
@@ -78,35 +77,12 @@ export class ReconcileSchedule {
     return `${this.#o.schema}_pgboss`;
   }
 
-  /** 'stopped' | 'starting' | 'running' | 'stopping'. */
-  get state(): string {
-    return this.#state;
-  }
-
   /**
    * Creates the queue and schedule (idempotent across fleets), removes the legacy singleton queue, and starts
-   * fetching jobs. Throws `already_running` unless the schedule is stopped; pg errors when the database
-   * cannot be reached (the schedule is then stopped again and may be started later).
+   * fetching jobs. Throws pg errors when the database cannot be reached (the schedule is then stopped again and
+   * may be started later).
    */
-  async start(): Promise<void> {
-    if (this.#state !== 'stopped')
-      throw new ActionLedgerError('already_running', `the reconciliation schedule is ${this.#state}`, {
-        details: { state: this.#state },
-      });
-    this.#state = 'starting';
-    this.#starting = this.#open();
-    try {
-      await this.#starting;
-      this.#state = 'running';
-    } catch (err) {
-      this.#state = 'stopped';
-      throw err;
-    } finally {
-      this.#starting = undefined;
-    }
-  }
-
-  async #open(): Promise<void> {
+  protected async onStart(): Promise<void> {
     const boss = new PgBoss({
       connectionString: this.#o.databaseUrl,
       schema: this.bossSchema,
@@ -224,9 +200,9 @@ export class ReconcileSchedule {
    */
   async runNow(): Promise<string | null> {
     const run = this.#run;
-    if (this.#state !== 'running' || run === undefined)
-      throw new ActionLedgerError('internal', `the reconciliation schedule is ${this.#state}`, {
-        details: { state: this.#state },
+    if (this.lifecycle !== 'running' || run === undefined)
+      throw new ActionLedgerError('internal', `the reconciliation schedule is ${this.lifecycle}`, {
+        details: { state: this.lifecycle },
       });
     const id = await run.boss.send(RECONCILE_QUEUE, {});
     run.wake();
@@ -242,21 +218,11 @@ export class ReconcileSchedule {
 
   /**
    * Stops fetching, waits for a pass in progress up to the deadline (then aborts it and leaves it), and closes
-   * pg-boss. Safe before start() and to repeat; every call resolves only once the schedule is stopped. Never
-   * throws: a database that is gone is logged.
+   * pg-boss. Never throws: a database that is gone is logged.
    */
-  async stop(): Promise<void> {
-    this.#stopping ??= this.#stop().finally(() => {
-      this.#stopping = undefined;
-    });
-    return this.#stopping;
-  }
-
-  async #stop(): Promise<void> {
-    await this.#starting?.catch(() => undefined);
+  protected async onStop(): Promise<void> {
     const run = this.#run;
     if (run === undefined) return;
-    this.#state = 'stopping';
     run.stopping = true;
     run.wake();
     const deadlineMs = this.#o.stopDeadlineMs ?? STOP_DEADLINE_MS;
@@ -277,7 +243,6 @@ export class ReconcileSchedule {
     }
     await closeBoss(run.boss, this.#bossFailures);
     this.#run = undefined;
-    this.#state = 'stopped';
   }
 }
 

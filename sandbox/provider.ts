@@ -146,8 +146,8 @@ export class SandboxProvider extends MtlsJsonServer {
     }
   }
 
-  override async stop(): Promise<void> {
-    await super.stop();
+  protected override async onStop(): Promise<void> {
+    await super.onStop();
     this.#journal?.close();
   }
 

@@ -19,6 +19,7 @@ import { buildApi } from './api/app.js';
 import { SlackInteractions } from '../notifier/index.js';
 import type { ApiDeps } from './api/types.js';
 import { WriteProbe } from './write-probe.js';
+import { Service } from '../core/service.js';
 
 export interface HttpServerOptions {
   runtime: Runtime;
@@ -39,12 +40,13 @@ export interface HttpServerOptions {
   env?: NodeJS.ProcessEnv;
 }
 
-export class HttpServer {
+export class HttpServer extends Service {
   readonly #options: HttpServerOptions;
   #app: FastifyInstance | undefined;
   readonly #writes: WriteProbe;
 
   constructor(options: HttpServerOptions) {
+    super();
     this.#options = options;
     const rt = options.runtime;
     this.#writes = new WriteProbe({
@@ -117,8 +119,14 @@ export class HttpServer {
     };
   }
 
-  async start(): Promise<AddressInfo> {
-    if (this.#app !== undefined) return this.#app.server.address() as AddressInfo;
+  /** Where it listens; throws before it has started. */
+  get address(): AddressInfo {
+    if (this.#app === undefined) throw new Error('the HTTP server is not listening');
+    return this.#app.server.address() as AddressInfo;
+  }
+
+  /** Probes a write, then listens; `port_in_use` when the port is taken. */
+  protected async onStart(): Promise<void> {
     const { config } = this.#options.runtime;
     const { app } = await buildApi(this.#deps(), { https: tlsOptions(config.http.tls) });
     const { host, port } = config.http;
@@ -138,10 +146,9 @@ export class HttpServer {
       );
     }
     this.#app = app;
-    return app.server.address() as AddressInfo;
   }
 
-  async stop(): Promise<void> {
+  protected async onStop(): Promise<void> {
     const app = this.#app;
     this.#app = undefined;
     if (app === undefined) return;

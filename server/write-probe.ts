@@ -23,6 +23,7 @@ import { Gauge, type Registry } from 'prom-client';
 import type { Pool, PoolClient } from '../db/index.js';
 import { asActionLedgerError, type ErrorCode } from '../core/errors.js';
 import type { Logger } from '../core/log.js';
+import { Service } from '../core/service.js';
 
 /** The codes of a real write that say the database refuses writes (docs/errors.md). */
 export const WRITE_REFUSALS: ReadonlySet<ErrorCode> = new Set<ErrorCode>([
@@ -65,16 +66,16 @@ export interface WriteProbeOptions {
 
 const GAUGE = 'actionledger_database_writable';
 
-export class WriteProbe implements WriteHealth {
+export class WriteProbe extends Service implements WriteHealth {
   readonly #options: WriteProbeOptions;
   readonly #gauge: Gauge<'reason'>;
   readonly #sql: string;
   #state: WriteState = { writable: null, reason: null, sqlstate: null, since: new Date() };
   #timer: NodeJS.Timeout | undefined;
   #running: Promise<void> | null = null;
-  #stopped = false;
 
   constructor(options: WriteProbeOptions) {
+    super();
     this.#options = options;
     // One gauge per registry: an embedder may build more than one server over one runtime.
     const existing = options.registry.getSingleMetric(GAUGE);
@@ -99,17 +100,14 @@ export class WriteProbe implements WriteHealth {
   }
 
   /** Probes once now (awaited, so a service is not called ready before it has written), then every interval. */
-  async start(): Promise<void> {
-    this.#stopped = false;
+  protected async onStart(): Promise<void> {
     await this.probe();
-    if (this.#stopped || this.#timer !== undefined) return;
     this.#timer = setInterval(() => void this.probe(), this.#options.intervalMs);
     this.#timer.unref();
   }
 
-  /** Stops the timer; a probe in flight finishes. Safe to repeat. */
-  async stop(): Promise<void> {
-    this.#stopped = true;
+  /** Stops the timer; a probe in flight finishes. */
+  protected async onStop(): Promise<void> {
     if (this.#timer !== undefined) clearInterval(this.#timer);
     this.#timer = undefined;
     await this.#running;

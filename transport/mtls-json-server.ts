@@ -11,6 +11,7 @@ import { createServer, type Server } from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
+import { Service } from '../core/service.js';
 
 /** The server's own certificate and key, and the CA(s) whose client certificates it accepts. */
 export interface ServerTls {
@@ -28,7 +29,7 @@ export interface ListenOptions {
   urlHost?: string;
 }
 
-export abstract class MtlsJsonServer {
+export abstract class MtlsJsonServer extends Service {
   readonly #tls: ServerTls;
   readonly #listen: ListenOptions;
   readonly #sockets = new Set<Socket>();
@@ -37,6 +38,7 @@ export abstract class MtlsJsonServer {
   #port: number | undefined;
 
   protected constructor(tls: ServerTls, listen: ListenOptions = {}) {
+    super();
     this.#tls = tls;
     this.#listen = listen;
   }
@@ -52,9 +54,8 @@ export abstract class MtlsJsonServer {
     return this.#port;
   }
 
-  /** Listens; resolves once bound. A second call while running does nothing. */
-  async start(): Promise<void> {
-    if (this.#server !== undefined) return;
+  /** Listens; resolves once bound. */
+  protected async onStart(): Promise<void> {
     const server = createServer(
       { ...this.#tls, requestCert: true, rejectUnauthorized: true, minVersion: 'TLSv1.2' },
       (req, res) => this.#dispatch(req, res),
@@ -75,8 +76,8 @@ export abstract class MtlsJsonServer {
     this.#port = (server.address() as { port: number }).port;
   }
 
-  /** Closes the server and every open connection, cancels pending timers. Safe before start and repeatable. */
-  async stop(): Promise<void> {
+  /** Closes the server and every open connection, cancels pending timers. */
+  protected async onStop(): Promise<void> {
     const server = this.#server;
     this.#server = undefined;
     this.#port = undefined;

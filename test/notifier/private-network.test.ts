@@ -401,7 +401,7 @@ t.test('with allow_private_network the same names are delivered to the local rec
 
 t.test('an allowed destination is announced once, at warn level, naming it', async (t) => {
   const { g, delivery, logs } = await setup(t, true);
-  delivery.start();
+  await delivery.start();
   await delivery.stop();
   const lines = logs
     .map((l) => JSON.parse(l) as Record<string, unknown>)

@@ -112,7 +112,7 @@ t.test(
     const crashedAt = Date.now();
     const kit = await e.reconciler();
     const watch = new OrphanWatch({ config: e.config, pool: e.pool, log: silent, pass: () => kit.pass() });
-    watch.start();
+    await watch.start();
     t.teardown(() => watch.stop());
     const { rows: ws } = await e.pool.query<{ pid: number }>('SELECT pid FROM actionledger.workers');
     t.same(
@@ -217,7 +217,7 @@ t.test(
     );
     const kit = await e.reconciler();
     const watch = new OrphanWatch({ config: e.config, pool: e.pool, log: silent, pass: () => kit.pass() });
-    watch.start();
+    await watch.start();
     t.teardown(() => watch.stop());
     // Fleet B (another container with the same host name, its own pid namespace) saw ITS worker with this pid
     // exit. Marked by host and pid, this live worker would be stopped for good (a heartbeat never clears

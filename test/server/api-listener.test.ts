@@ -85,7 +85,8 @@ function httpsGet(
 
 t.test('with http.tls the API is HTTPS only; stop is safe to repeat; a taken port is port_in_use', async (t) => {
   const { rt, ledger, server, pki, port } = await tlsService(t, false);
-  const address = await server.start();
+  await server.start();
+  const address = server.address;
   t.equal(address.port, port);
   const answer = await httpsGet(port, '/readyz', pki.ca.cert);
   t.same([answer.status, answer.text], [200, '{"ok":true}'], 'HTTPS with the configured certificate');
