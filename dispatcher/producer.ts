@@ -1,6 +1,9 @@
 /**
- * The producer of one dispatcher worker: registers the worker, keeps its heartbeat (with the claims it holds),
- * listens for NOTIFY and polls, and claims only as many operations as it has free slots, handing each to `work`.
+ * The producer of one dispatcher worker: claims only as many operations as it has free slots, and hands each to
+ * `work`. Its two helpers own the rest: the heartbeat (dispatcher/heartbeat.ts: the worker's row, beaten with the
+ * claims this producer holds) and the wake sources (dispatcher/wake-sources.ts: NOTIFY, this process's
+ * reservations, the poll, the due timer), which only call `wake()`. What is left here is the claim loop and the
+ * slots: every flag below belongs to it.
  *
  * Loop states (graphile-worker style):
  *   idle      - not started, or closed; `start()` makes it running
@@ -9,21 +12,22 @@
  *               (the last claim filled its limit and saw more waiting, or failed, or a wake-up came since it
  *               was sent); one claim statement in flight at a time, for `free slots` (capped at batchSize)
  *               operations; a heartbeat every interval, skipped while the previous one is still in flight
- *   draining  - no more claims and no more heartbeats; the claim statement in flight lands (its operations run
- *               too), then the operations in flight finish, up to the deadline
- *   idle      - after `close()`: the LISTEN connection released, the heartbeat in flight landed, the claim
- *               connection closed (dispatcher/claim-session.ts), the worker marked stopped
+ *   draining  - no more claims, wake-ups (the LISTEN connection released) or heartbeats; the claim statement in
+ *               flight lands (its operations run too), then the operations in flight finish, up to the deadline
+ *   idle      - after `close()`: the heartbeat in flight landed, the claim connection closed
+ *               (dispatcher/claim-session.ts), the worker marked stopped
  *
  * Every claim it holds is listed in its heartbeat until its work has settled (the last write landed, or given up).
  */
 import * as diagnosticsChannel from 'node:diagnostics_channel';
-import { hostname } from 'node:os';
-import { isConnectionError, prepared, type PoolClient } from '../db/index.js';
-import { databaseKey, localWakeId, notifyOtherProcesses, onLocalWake } from '../core/local-wake.js';
+import { prepared } from '../db/index.js';
+import { notifyOtherProcesses } from '../core/local-wake.js';
 import { RepeatedFailureLog } from '../core/log.js';
 import { ClaimSession, openClaimConnection } from './claim-session.js';
 import type { DispatchContext } from './context.js';
+import { Heartbeat } from './heartbeat.js';
 import type { ClaimedOperation } from './types.js';
+import { WakeSources } from './wake-sources.js';
 
 /**
  * Every claim a worker's producer made, with its answer or its failure (which may have come before any statement
@@ -42,9 +46,6 @@ export interface ClaimEvent {
 
 const claimChannel = diagnosticsChannel.channel('actionledger:claim');
 
-/** The longest delay `setTimeout` keeps (2^31 - 1 ms, about 24.8 days). */
-const MAX_TIMER_MS = 2_147_483_647;
-
 /**
  * A row of the claim statement: a claimed operation, whether more was waiting, and how long until the earliest
  * row still in its backoff is available (dispatcher/queries.ts).
@@ -55,8 +56,8 @@ export class Producer {
   readonly #ctx: DispatchContext;
   readonly #work: (op: ClaimedOperation) => Promise<void>;
   readonly #freed: () => void;
-  readonly #beaten: () => void;
-  readonly #channel: string;
+  readonly #heartbeat: Heartbeat;
+  readonly #wakes: WakeSources;
   readonly #inFlight = new Set<Promise<void>>();
   /** Claim tokens this worker holds: claimed and not yet finished, released, or given up. The heartbeat lists them. */
   readonly #held = new Set<string>();
@@ -81,20 +82,9 @@ export class Producer {
   #claimLimit = 0;
   /** The last claim failed: local wake-ups are not taken, so their NOTIFY wakes the other processes. */
   #claimsFailing = false;
-  /** The heartbeat in flight, if any. */
-  #beating: Promise<void> | undefined;
-  #listener: PoolClient | undefined;
   /** The connection claims run on (dispatcher/claim-session.ts), opened by the first claim. */
   readonly #claims: ClaimSession<ClaimRow>;
-  #poll: NodeJS.Timeout | undefined;
-  /** The wake-up for the earliest outbox row a claim saw in its backoff (`#wakeIn`), and when it fires. */
-  #due: NodeJS.Timeout | undefined;
-  #dueAt = 0;
-  /** Unsubscribes from this process's wake-ups (reservations committed by this process). */
-  #unsubscribeLocal: (() => void) | undefined;
-  #heartbeat: NodeJS.Timeout | undefined;
   readonly #claimFailures: RepeatedFailureLog;
-  readonly #heartbeatFailures: RepeatedFailureLog;
 
   /**
    * `work` carries one claimed operation to its end; it must never reject (the slot is freed when it settles).
@@ -110,10 +100,13 @@ export class Producer {
     this.#ctx = ctx;
     this.#work = work;
     this.#freed = freed;
-    this.#beaten = beaten;
-    this.#channel = `${ctx.o.config.schema}_outbox`;
+    this.#heartbeat = new Heartbeat(ctx, () => this.#held, beaten);
+    this.#wakes = new WakeSources(
+      ctx,
+      () => this.wake(),
+      (id) => this.#takeLocal(id),
+    );
     this.#claimFailures = new RepeatedFailureLog(ctx.o.log, 'claim failed; retrying on the next wake-up');
-    this.#heartbeatFailures = new RepeatedFailureLog(ctx.o.log, 'heartbeat failed');
     this.#claims = new ClaimSession(
       () => openClaimConnection(ctx.o.pool),
       prepared(ctx.q.outboxClaimBatch),
@@ -134,18 +127,15 @@ export class Producer {
   }
 
   /** Registers the worker (live, no claims listed). Throws the raw database failure. */
-  async register(): Promise<void> {
-    const { o, q } = this.#ctx;
-    await o.pool.query(q.workerUpsert, [o.workerId, process.pid, hostname()]);
+  register(): Promise<void> {
+    return this.#heartbeat.register();
   }
 
-  /** Starts the heartbeat, LISTEN and the poll timer, and claims at once. */
+  /** Starts the heartbeat and the wake sources, and claims at once. */
   async start(): Promise<void> {
     this.#state = 'running';
-    this.#heartbeat = setInterval(() => this.#beat(), this.#ctx.o.heartbeatIntervalMs);
-    this.#unsubscribeLocal = onLocalWake(this.#channel, databaseKey(this.#ctx.o.pool), (id) => this.#takeLocal(id));
-    await this.#listen();
-    this.#poll = setInterval(() => this.wake(), this.#ctx.o.pollIntervalMs);
+    this.#heartbeat.start();
+    await this.#wakes.start();
     this.wake();
   }
 
@@ -155,14 +145,10 @@ export class Producer {
    */
   async drain(deadlineMs: number): Promise<boolean> {
     this.#state = 'draining';
-    this.#unsubscribeLocal?.();
-    this.#unsubscribeLocal = undefined;
+    this.#wakes.stop();
     // Reservations it took and will not claim now: the other dispatchers are told.
     if (this.#taken.size > 0) this.#announce();
-    clearInterval(this.#poll);
-    clearInterval(this.#heartbeat);
-    clearTimeout(this.#due);
-    this.#due = undefined;
+    const stoppedBeating = this.#heartbeat.stop();
     const drained = (async () => {
       await this.#claiming;
       await Promise.all([...this.#inFlight]);
@@ -174,6 +160,7 @@ export class Producer {
     });
     const clean = await Promise.race([drained, timeout]);
     clearTimeout(timer);
+    await stoppedBeating;
     return clean;
   }
 
@@ -182,25 +169,11 @@ export class Producer {
    * settles, never waiting for it), waits for the heartbeat in flight, and marks the worker stopped. Never throws.
    */
   async close(): Promise<void> {
-    const { o, q } = this.#ctx;
     this.#state = 'idle';
-    clearTimeout(this.#due);
-    this.#due = undefined;
-    this.#unsubscribeLocal?.();
-    this.#unsubscribeLocal = undefined;
-    const listener = this.#listener;
-    this.#listener = undefined;
-    listener?.release();
+    this.#wakes.stop();
     this.#claims.close();
-    await this.#beating;
-    await o.pool
-      .query(q.workerStopped, [o.workerId])
-      .catch((err: unknown) =>
-        o.log.warn(
-          { err },
-          'could not mark the worker stopped; the reconciler takes its claims once its heartbeat is stale',
-        ),
-      );
+    await this.#heartbeat.stop();
+    await this.#heartbeat.markStopped();
   }
 
   /** Asks the producer to claim if it has free slots; safe to call any time, from anywhere. */
@@ -216,7 +189,7 @@ export class Producer {
    */
   #announce(): void {
     this.#taken.clear();
-    notifyOtherProcesses(this.#ctx.o.pool, this.#channel);
+    notifyOtherProcesses(this.#ctx.o.pool, this.#wakes.channel);
   }
 
   /**
@@ -304,7 +277,8 @@ export class Producer {
         const claimedAt = performance.now();
         for (const op of ops) this.#track({ ...op, claimed_at_ms: claimedAt });
         const nextInMs = rows[0]?.next_in_ms;
-        if (typeof nextInMs === 'number' && Number.isFinite(nextInMs)) this.#wakeIn(nextInMs);
+        if (typeof nextInMs === 'number' && Number.isFinite(nextInMs) && this.#state === 'running')
+          this.#wakes.wakeIn(nextInMs);
         if (!more && !this.#wakeAgain) break;
       }
     } catch (err) {
@@ -315,30 +289,6 @@ export class Producer {
       this.#claimFailures.fail(err);
       if (this.#taken.size > 0) this.#announce();
     }
-  }
-
-  /**
-   * Wakes the producer in `ms`, when the earliest outbox row its claim saw in a backoff becomes available: nothing
-   * else announces that moment when the worker that released the row has stopped or has no slot, and a claim that
-   * saw nothing more waiting is not followed by another. One timer, for the earliest such moment; the claim it
-   * starts reports the next if it takes work (a claim that takes nothing returns no row to report it in).
-   */
-  #wakeIn(ms: number): void {
-    if (this.#state !== 'running') return;
-    const at = performance.now() + ms;
-    if (this.#due !== undefined && this.#dueAt <= at) return;
-    clearTimeout(this.#due);
-    this.#dueAt = at;
-    // A millisecond late at least: the claim it starts takes its clock after the row's available_at. Capped at
-    // the longest delay a timer takes (Node would fire a longer one after 1 ms); the poll covers a row that far off.
-    this.#due = setTimeout(
-      () => {
-        this.#due = undefined;
-        this.wake();
-      },
-      Math.min(Math.max(0, Math.ceil(ms)) + 1, MAX_TIMER_MS),
-    );
-    this.#due.unref();
   }
 
   /** Holds one claimed operation's slot and listing until its work settles. */
@@ -353,67 +303,5 @@ export class Producer {
       if (this.#backlog) this.#kick();
     });
     this.#inFlight.add(p);
-  }
-
-  /** One heartbeat, unless the previous one is still in flight (a slow or saturated pool): then this beat is skipped. */
-  #beat(): void {
-    if (this.#beating !== undefined) return;
-    this.#beating = this.#beatOnce().finally(() => {
-      this.#beating = undefined;
-    });
-  }
-
-  /**
-   * Takes the connection first and only then copies the list of held claims: a claim taken while the beat waited
-   * for a connection is in the list it stamps `claims_listed_at` with, never left out of it.
-   */
-  async #beatOnce(): Promise<void> {
-    const { o, q } = this.#ctx;
-    let client: PoolClient | undefined;
-    let lost: Error | undefined;
-    const onError = (err: Error): void => {
-      lost = err;
-    };
-    try {
-      client = await o.pool.connect();
-      client.on('error', onError);
-      await client.query(q.workerHeartbeat, [o.workerId, [...this.#held]]);
-      this.#heartbeatFailures.ok();
-      if (this.#state === 'running') this.#beaten();
-    } catch (err) {
-      if (isConnectionError(err)) lost ??= err as Error;
-      this.#heartbeatFailures.fail(err);
-    } finally {
-      client?.off('error', onError);
-      client?.release(lost);
-    }
-  }
-
-  async #listen(): Promise<void> {
-    const { o } = this.#ctx;
-    try {
-      const client = await o.pool.connect();
-      // A NOTIFY this process sent follows a wake-up its listeners had already (core/local-wake.ts).
-      client.on('notification', (msg) => {
-        if (msg.payload !== localWakeId) this.wake();
-      });
-      client.on('error', (err) => {
-        // Released already by close() (or by an earlier error): nothing to give back.
-        if (this.#listener !== client) return;
-        o.log.warn({ err }, 'LISTEN connection lost; polling until it is back');
-        this.#listener = undefined;
-        client.release(err);
-        if (this.#state === 'running') setTimeout(() => void this.#listen(), 1000).unref();
-      });
-      await client.query(`LISTEN "${this.#channel}"`);
-      if (this.#state !== 'running') {
-        client.release();
-        return;
-      }
-      this.#listener = client;
-    } catch (err) {
-      o.log.warn({ err }, 'LISTEN failed; polling');
-      if (this.#state === 'running') setTimeout(() => void this.#listen(), 1000).unref();
-    }
   }
 }
