@@ -17,15 +17,15 @@ import {
 } from '../helpers/db.js';
 import { runCli, type CliResult } from '../helpers/cli.js';
 import pg from 'pg';
-import { bindQueries } from '../../db/db.js';
 import { quoteSchemaName } from '../../config/index.js';
 import { checkMigrated, migrate, readMigrations } from '../../db/migrate.js';
 import { createLogger } from '../../core/log.js';
 import { Compensator } from '../../compensator/index.js';
-import { transitionCte, type ProviderContact } from '../../ledger/index.js';
+import type { ProviderContact } from '../../ledger/index.js';
 import { listInReview, Review } from '../../reconciler/index.js';
 import { formatAge } from '../../bin/commands/review-list.js';
 import { PrincipalStore } from '../../principals/index.js';
+import { putOut } from '../helpers/review-state.js';
 
 interface Env {
   env: NodeJS.ProcessEnv;
@@ -47,52 +47,14 @@ interface Spec {
   ago?: number;
 }
 
-const Q = {
-  claim: `WITH ${transitionCte({
-    name: 'done',
-    input: '(SELECT $1::uuid AS operation_id) i',
-    from: "'pending'",
-    to: "'executing'",
-    fence: 'TRUE',
-    set: "claim_token = gen_random_uuid(), claimed_by = 'worker-test', claimed_at = now()",
-    actor: "'worker-test'",
-    reason: "'claimed'",
-    detail: "'{}'::jsonb",
-  })} SELECT count(*)::int AS n FROM done`,
-  outboxDone: `DELETE FROM @schema.outbox WHERE operation_id = $1`,
-  // $4 false: the history row is written by the caller, dated back.
-  toReview: `WITH ${transitionCte({
-    name: 'done',
-    input: '(SELECT $1::uuid AS operation_id) i',
-    from: "'executing'",
-    to: "'needs_review'",
-    fence: 'TRUE',
-    set: 'review_reason = $2, claim_token = NULL',
-    contact: '$3::text',
-    actor: "'worker-test'",
-    reason: '$2',
-    detail: "'{}'::jsonb",
-    historyWhen: '$4::boolean',
-  })} SELECT count(*)::int AS n FROM done`,
-  datedHistory: `INSERT INTO @schema.operation_history (operation_id, from_status, to_status, at, actor, reason)
-    VALUES ($1, 'executing', 'needs_review', now() - make_interval(secs => $2::float8), 'worker-test', $3)`,
-} as const;
-
 async function reviewEnv(t: Test): Promise<Env> {
   const fx = await ledgerFixture(t);
   const dir = mkdtempSync(join(tmpdir(), 'al-review-cli-'));
   const cfg = join(dir, 'config.json');
   writeFileSync(cfg, JSON.stringify({ tools: baseToolConfig, api: { permissions: { review: ['operator'] } } }));
   const env = { DATABASE_URL: fx.url, ACTIONLEDGER_CONFIG: cfg, ACTIONLEDGER_EFFECT_KEY_SECRET: TEST_SECRET };
-  const q = bindQueries(Q, fx.config.schemaQuoted);
-  const send = async (id: string, reason: string, contact: ProviderContact, ago?: number): Promise<void> => {
-    const claimed = await fx.pool.query<{ n: number }>(q.claim, [id]);
-    if (claimed.rows[0]?.n !== 1) throw new Error(`claim of ${id} missed`);
-    await fx.pool.query(q.outboxDone, [id]);
-    const moved = await fx.pool.query<{ n: number }>(q.toReview, [id, reason, contact, ago === undefined]);
-    if (moved.rows[0]?.n !== 1) throw new Error(`review of ${id} missed`);
-    if (ago !== undefined) await fx.pool.query(q.datedHistory, [id, ago, reason]);
-  };
+  const send = (id: string, reason: string, contact: ProviderContact, ago?: number): Promise<void> =>
+    putOut(fx, id, { reason, contact, ...(ago === undefined ? {} : { agoS: ago }) });
   return {
     env,
     fx,

@@ -9,10 +9,9 @@
 import t from 'tap';
 import { statSync } from 'node:fs';
 import { join } from 'node:path';
-import { bindQueries } from '../../db/db.js';
-import { transitionCte } from '../../ledger/index.js';
 import { consoleEnv } from '../helpers/console.js';
 import { gctx } from '../helpers/gate.js';
+import { putOut } from '../helpers/review-state.js';
 
 /**
  * Where the screenshots go: `.actionledger/screenshots/` (ignored by git) unless CONSOLE_SCREENSHOTS names a
@@ -30,33 +29,6 @@ const gate = {
     transfer_funds: { approver_roles: ['supervisor'], approval: { mode: 'always' } },
   },
 };
-
-const Q = {
-  claim: `WITH ${transitionCte({
-    name: 'done',
-    input: '(SELECT $1::uuid AS operation_id) i',
-    from: "'pending'",
-    to: "'executing'",
-    fence: 'TRUE',
-    set: "claim_token = gen_random_uuid(), claimed_by = 'worker-test', claimed_at = now()",
-    actor: "'worker-test'",
-    reason: "'claimed'",
-    detail: "'{}'::jsonb",
-  })} SELECT count(*)::int AS n FROM done`,
-  outboxDone: `DELETE FROM @schema.outbox WHERE operation_id = $1`,
-  toReview: `WITH ${transitionCte({
-    name: 'done',
-    input: '(SELECT $1::uuid AS operation_id) i',
-    from: "'executing'",
-    to: "'needs_review'",
-    fence: 'TRUE',
-    set: "review_reason = 'final_check:tool_disabled', claim_token = NULL",
-    contact: "'not_called'",
-    actor: "'worker-test'",
-    reason: "'final_check:tool_disabled'",
-    detail: "'{}'::jsonb",
-  })} SELECT count(*)::int AS n FROM done`,
-} as const;
 
 t.test('the console in a browser', async (t) => {
   const c = await consoleEnv(t, gate);
@@ -174,10 +146,7 @@ t.test('the console in a browser', async (t) => {
       currency: 'GBP',
     });
     if (!r.ok || r.operation_id === undefined || r.effect_key === undefined) throw new Error(JSON.stringify(r));
-    const q = bindQueries(Q, c.g.config.schemaQuoted);
-    t.equal((await c.g.pool.query<{ n: number }>(q.claim, [r.operation_id])).rows[0]?.n, 1);
-    await c.g.pool.query(q.outboxDone, [r.operation_id]);
-    t.equal((await c.g.pool.query<{ n: number }>(q.toReview, [r.operation_id])).rows[0]?.n, 1);
+    await putOut(c.g, r.operation_id);
     const op = await c.signIn('op-1');
     await op.goto(`${c.base}/console/review`);
     t.match(await op.locator('#review h2').first().innerText(), /final_check:tool_disabled/);

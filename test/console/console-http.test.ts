@@ -9,13 +9,13 @@
  */
 import t, { type Test } from 'tap';
 import { Agent, fetch as undiciFetch } from 'undici';
-import { bindQueries } from '../../db/db.js';
-import { transitionCte, type ProviderContact } from '../../ledger/index.js';
+import type { ProviderContact } from '../../ledger/index.js';
 import { buildApi } from '../../server/api/app.js';
 import { apiFixture, type ApiFixture } from '../helpers/api.js';
 import { gctx } from '../helpers/gate.js';
 import { FORM, get, person, post, redeem, sessions, signIn } from '../helpers/console-http.js';
 import { testPki } from '../helpers/sandbox.js';
+import { putOut } from '../helpers/review-state.js';
 
 async function waitingRefund(f: ApiFixture, step: string): Promise<string> {
   const r = await f.gate.call(gctx({ workflow_step_id: step }), 'issue_refund', {
@@ -348,43 +348,13 @@ t.test('kill switches: configured tools only, engaged and lifted with reasons', 
   t.equal((await get(f, '/console/kill-switches', sup.cookie)).status, 403, 'a role without kill_switch');
 });
 
-const Q = {
-  claim: `WITH ${transitionCte({
-    name: 'done',
-    input: '(SELECT $1::uuid AS operation_id) i',
-    from: "'pending'",
-    to: "'executing'",
-    fence: 'TRUE',
-    set: "claim_token = gen_random_uuid(), claimed_by = 'worker-test', claimed_at = now()",
-    actor: "'worker-test'",
-    reason: "'claimed'",
-    detail: "'{}'::jsonb",
-  })} SELECT count(*)::int AS n FROM done`,
-  outboxDone: `DELETE FROM @schema.outbox WHERE operation_id = $1`,
-  toReview: `WITH ${transitionCte({
-    name: 'done',
-    input: '(SELECT $1::uuid AS operation_id) i',
-    from: "'executing'",
-    to: "'needs_review'",
-    fence: 'TRUE',
-    set: "review_reason = 'final_check:tool_disabled', claim_token = NULL",
-    contact: '$2::text',
-    actor: "'worker-test'",
-    reason: "'final_check:tool_disabled'",
-    detail: "'{}'::jsonb",
-  })} SELECT count(*)::int AS n FROM done`,
-} as const;
-
 async function inReview(f: ApiFixture, step: string, contact: ProviderContact): Promise<string> {
   const r = await f.gate.call(gctx({ workflow_step_id: step }), 'transfer_funds', {
     to_account: 'ACC0000000001',
     amount: 10,
   });
   if (!r.ok || r.operation_id === undefined) throw new Error(JSON.stringify(r));
-  const q = bindQueries(Q, f.config.schemaQuoted);
-  await f.pool.query(q.claim, [r.operation_id]);
-  await f.pool.query(q.outboxDone, [r.operation_id]);
-  await f.pool.query(q.toReview, [r.operation_id, contact]);
+  await putOut(f, r.operation_id, { contact });
   return r.operation_id;
 }
 

@@ -3,11 +3,11 @@
  * the console should do and fails while the flaw it names is present.
  */
 import t, { type Test } from 'tap';
-import { bindQueries } from '../../db/db.js';
-import { transitionCte, type ProviderContact } from '../../ledger/index.js';
+import type { ProviderContact } from '../../ledger/index.js';
 import { apiFixture, type ApiFixture } from '../helpers/api.js';
 import { gctx } from '../helpers/gate.js';
 import { FORM, get, person, post, sessions, signIn } from '../helpers/console-http.js';
+import { putOut } from '../helpers/review-state.js';
 
 async function setup(t: Test, api: Record<string, unknown> = {}) {
   const f = await apiFixture(t, { api });
@@ -111,39 +111,9 @@ t.test('a sign-in link is only for a person, not for a service principal (an age
   );
 });
 
-const Q = {
-  claim: `WITH ${transitionCte({
-    name: 'done',
-    input: '(SELECT $1::uuid AS operation_id) i',
-    from: "'pending'",
-    to: "'executing'",
-    fence: 'TRUE',
-    set: "claim_token = gen_random_uuid(), claimed_by = 'worker-test', claimed_at = now()",
-    actor: "'worker-test'",
-    reason: "'claimed'",
-    detail: "'{}'::jsonb",
-  })} SELECT count(*)::int AS n FROM done`,
-  outboxDone: `DELETE FROM @schema.outbox WHERE operation_id = $1`,
-  toReview: `WITH ${transitionCte({
-    name: 'done',
-    input: '(SELECT $1::uuid AS operation_id) i',
-    from: "'executing'",
-    to: "'needs_review'",
-    fence: 'TRUE',
-    set: "review_reason = 'final_check:tool_disabled', claim_token = NULL",
-    contact: '$2::text',
-    actor: "'worker-test'",
-    reason: "'final_check:tool_disabled'",
-    detail: "'{}'::jsonb",
-  })} SELECT count(*)::int AS n FROM done`,
-} as const;
-
 /** The operation's next attempt claimed by a worker and sent back to review with this provider contact. */
 async function dispatchToReview(f: ApiFixture, id: string, contact: ProviderContact): Promise<void> {
-  const q = bindQueries(Q, f.config.schemaQuoted);
-  await f.pool.query(q.claim, [id]);
-  await f.pool.query(q.outboxDone, [id]);
-  await f.pool.query(q.toReview, [id, contact]);
+  await putOut(f, id, { contact });
 }
 
 async function inReview(f: ApiFixture, step: string, contact: ProviderContact): Promise<string> {

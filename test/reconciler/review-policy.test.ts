@@ -8,12 +8,13 @@
  */
 import t from 'tap';
 import { bindQueries } from '../../db/db.js';
-import { transitionCte, type ProviderContact } from '../../ledger/index.js';
+import type { ProviderContact } from '../../ledger/index.js';
 import { listInReview } from '../../reconciler/index.js';
 import { policyGuard } from '../../reconciler/review-policy.js';
 import { policyQueries } from '../../reconciler/policy-queries.js';
 import { lastJson, runCli } from '../helpers/cli.js';
 import { ctx, dispatchEnv, IN_FLIGHT_WAIT_MS, settled, type DispatchEnv } from '../helpers/fleet.js';
+import { putOut } from '../helpers/review-state.js';
 
 const ACTOR = 'policy:retry-no-effect (authorized_by alice@example.com)';
 
@@ -206,34 +207,6 @@ t.test('max_retries is honored: the operation then waits for a person, and revie
   });
 });
 
-const Q = {
-  claim: `WITH ${transitionCte({
-    name: 'done',
-    input: '(SELECT $1::uuid AS operation_id) i',
-    from: "'pending'",
-    to: "'executing'",
-    fence: 'TRUE',
-    set: "claim_token = gen_random_uuid(), claimed_by = 'worker-test', claimed_at = now()",
-    actor: "'worker-test'",
-    reason: "'claimed'",
-    detail: "'{}'::jsonb",
-  })} SELECT count(*)::int AS n FROM done`,
-  outboxDone: `DELETE FROM @schema.outbox WHERE operation_id = $1`,
-  /** executing -> $2 (needs_review with review reason $3, or unknown due in an hour), contact $4. */
-  out: `WITH ${transitionCte({
-    name: 'done',
-    input: '(SELECT $1::uuid AS operation_id) i',
-    from: "'executing'",
-    to: '$2::text',
-    fence: 'TRUE',
-    set: "review_reason = $3, claim_token = NULL, next_reconcile_at = now() + interval '1 hour'",
-    contact: '$4::text',
-    actor: "'worker-test'",
-    reason: "coalesce($3, 'provider_outcome_unknown:timeout')",
-    detail: "'{}'::jsonb",
-  })} SELECT count(*)::int AS n FROM done`,
-} as const;
-
 t.test(
   'it never touches an unproven outcome, a decision, an uncovered tool, or a contact that proves nothing',
   async (t) => {
@@ -250,7 +223,6 @@ t.test(
         },
       },
     );
-    const q = bindQueries(Q, e.config.schemaQuoted);
     // Each put where a dispatcher or reconciler would leave it, through the ledger's fenced transitions.
     const put = async (
       step: string,
@@ -260,9 +232,7 @@ t.test(
       tool = 'issue_refund',
     ): Promise<string> => {
       const r = await e.ledger.reserve(ctx(step), tool, { order_id: step, amount: 1, currency: 'EUR' });
-      t.equal((await e.pool.query<{ n: number }>(q.claim, [r.operation_id])).rows[0]?.n, 1);
-      await e.pool.query(q.outboxDone, [r.operation_id]);
-      t.equal((await e.pool.query<{ n: number }>(q.out, [r.operation_id, to, reason, contact])).rows[0]?.n, 1);
+      await putOut(e, r.operation_id, { to, reason, contact });
       return r.operation_id;
     };
     const covered = {

@@ -7,37 +7,10 @@
  * tenant and pages each row once.
  */
 import t from 'tap';
-import { bindQueries } from '../../db/db.js';
-import { transitionCte, type ProviderContact } from '../../ledger/index.js';
+import type { ProviderContact } from '../../ledger/index.js';
 import { apiFixture, type ApiFixture } from '../helpers/api.js';
 import { auditRows, gctx } from '../helpers/gate.js';
-
-const Q = {
-  claim: `WITH ${transitionCte({
-    name: 'done',
-    input: '(SELECT $1::uuid AS operation_id) i',
-    from: "'pending'",
-    to: "'executing'",
-    fence: 'TRUE',
-    set: "claim_token = gen_random_uuid(), claimed_by = 'worker-test', claimed_at = now()",
-    actor: "'worker-test'",
-    reason: "'claimed'",
-    detail: "'{}'::jsonb",
-  })} SELECT count(*)::int AS n FROM done`,
-  outboxDone: `DELETE FROM @schema.outbox WHERE operation_id = $1`,
-  toReview: `WITH ${transitionCte({
-    name: 'done',
-    input: '(SELECT $1::uuid AS operation_id) i',
-    from: "'executing'",
-    to: "'needs_review'",
-    fence: 'TRUE',
-    set: 'review_reason = $2, claim_token = NULL',
-    contact: '$3::text',
-    actor: "'worker-test'",
-    reason: '$2',
-    detail: "'{}'::jsonb",
-  })} SELECT count(*)::int AS n FROM done`,
-} as const;
+import { putOut } from '../helpers/review-state.js';
 
 const RANDOM = '6f1e2a1c-9d3b-4c55-8a1e-0b7f3c2d1e00';
 
@@ -54,12 +27,8 @@ async function inReview(
     amount: 10,
   });
   if (!r.ok || r.operation_id === undefined) throw new Error(`not reserved: ${JSON.stringify(r)}`);
-  const q = bindQueries(Q, f.config.schemaQuoted);
   const id = r.operation_id;
-  if ((await f.pool.query<{ n: number }>(q.claim, [id])).rows[0]?.n !== 1) throw new Error('claim missed');
-  await f.pool.query(q.outboxDone, [id]);
-  if ((await f.pool.query<{ n: number }>(q.toReview, [id, reason, contact])).rows[0]?.n !== 1)
-    throw new Error('review missed');
+  await putOut(f, id, { reason, contact });
   return id;
 }
 
