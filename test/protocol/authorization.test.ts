@@ -95,8 +95,10 @@ t.test('a received request must have exactly the binding fields, each a non-empt
 t.test('an answer is accepted only as an allow echoing every binding, inside the windows', (t) => {
   const request: AuthorizationRequest = authorizationRequest(row);
   const now = Date.parse('2026-12-05T08:00:00.000Z');
-  const answer = (over: Record<string, unknown> = {}, at = now, until = now + 60_000): JsonObject =>
-    ({ ...decisionBody(request, 'allow', at, until), ...over });
+  const answer = (over: Record<string, unknown> = {}, at = now, until = now + 60_000): JsonObject => ({
+    ...decisionBody(request, 'allow', at, until),
+    ...over,
+  });
   const check = (body: JsonObject): string => code(() => checkDecision(body, request, profile, new Date(now)));
 
   const ok = checkDecision(answer(), request, profile, new Date(now));
