@@ -6,7 +6,6 @@
  * quoted schema name: the only dynamic part of any SQL text. Values always travel as `$n` parameters.
  */
 import { createHash } from 'node:crypto';
-import type { EventEmitter } from 'node:events';
 import pg from 'pg';
 import { ActionLedgerError, asActionLedgerError } from '../core/errors.js';
 import { isConnectionError } from '../core/sqlstate.js';
@@ -15,6 +14,14 @@ export type Queryable = Pick<pg.ClientBase, 'query'>;
 export type Pool = pg.Pool;
 export type PoolClient = pg.PoolClient;
 
+export {
+  CommitFailed,
+  inOneWrite,
+  parseConnectionString,
+  PG_ADAPTER,
+  queryThenCommit,
+  type PgAdapterMode,
+} from './pg-adapter.js';
 export {
   SQLSTATE,
   sqlState,
@@ -103,156 +110,6 @@ export async function warmPool(pool: pg.Pool, count: number, waitMs = 2_000): Pr
   late = true;
   for (const client of held) client.release();
   return pool.totalCount;
-}
-
-/**
- * Calls `issue`, which issues statements on `client` without awaiting between them (the pool pipelines them,
- * {@link createPool}), with the connection's socket corked: their messages leave in one write instead of one
- * write each. A socket write is a system call that also carries the segment through the server's TCP stack on
- * loopback and wakes it, about 0.2-0.3 ms of CPU each on these machines (docs/performance.md "Where the
- * dispatcher's CPU goes"). Returns what `issue` returns.
- */
-export function inOneWrite<T>(client: pg.ClientBase, issue: () => T): T {
-  const stream = (client as unknown as { connection?: { stream?: { cork?: () => void; uncork?: () => void } } })
-    .connection?.stream;
-  // A stream without cork (a custom one node-postgres was given) writes as it did.
-  const corks = typeof stream?.cork === 'function' && typeof stream.uncork === 'function';
-  if (corks) stream.cork!();
-  try {
-    return issue();
-  } finally {
-    if (corks) stream.uncork!();
-  }
-}
-
-/**
- * The statement of {@link queryThenCommit} ran and then its COMMIT failed (or its rows could not be read after the
- * COMMIT): the transaction is over, and whether it committed is for a fenced rewrite to settle.
- */
-export class CommitFailed extends Error {
-  constructor(cause: unknown) {
-    super(`COMMIT failed: ${(cause as Error).message}`, { cause });
-    this.name = 'CommitFailed';
-  }
-}
-
-/** What {@link queryThenCommit} needs of node-postgres's connection and query: its extended-protocol steps. */
-interface ProtocolConnection {
-  parse(o: { text: string }): void;
-  bind(o: object): void;
-  execute(o: object): void;
-  sync(): void;
-}
-interface QueryInternals {
-  prepare(connection: ProtocolConnection): void;
-  handleCommandComplete(msg: unknown, connection: ProtocolConnection): void;
-  handleError(err: unknown, connection: ProtocolConnection): void;
-  handleReadyForQuery(connection: ProtocolConnection): void;
-}
-const QueryWithInternals = pg.Query as unknown as new (
-  config: pg.QueryConfig,
-  callback: (err: Error | undefined, results: pg.QueryResult | pg.QueryResult[]) => void,
-) => QueryInternals;
-
-/**
- * A statement followed by COMMIT under one Sync: node-postgres writes a statement's Parse, Bind, Describe and
- * Execute, then COMMIT's Parse, Bind and Execute, then a single Sync. The server runs the COMMIT only after the
- * statement succeeded; after a failure it skips everything up to the Sync.
- */
-class StatementThenCommit extends QueryWithInternals {
-  /** Marks the query for observers of a client's `query` calls (the benchmark's probe): it also commits. */
-  readonly thenCommit = true;
-  /** The statement's CommandComplete arrived: a failure after it is the COMMIT's. */
-  statementDone = false;
-  /** The Sync's ReadyForQuery arrived: the client knows the transaction's state. */
-  ready = false;
-  /** Its messages were written: a Sync went, and its ReadyForQuery will come. */
-  submitted = false;
-  #failed = false;
-
-  /** Always the extended protocol: without a name or values node-postgres would send the text alone, no COMMIT. */
-  requiresPreparation(): boolean {
-    return true;
-  }
-
-  override prepare(connection: ProtocolConnection): void {
-    this.submitted = true;
-    // The statement's own Sync is held back (the prototype's method is restored by deleting the stand-in).
-    Object.assign(connection, { sync: () => undefined });
-    try {
-      super.prepare(connection);
-    } finally {
-      delete (connection as { sync?: unknown }).sync;
-    }
-    if (!this.#failed) {
-      connection.parse({ text: 'COMMIT' });
-      connection.bind({});
-      connection.execute({});
-    }
-    // After a value that could not be bound, node-postgres closed the statement and failed the query: its Sync
-    // still goes.
-    connection.sync();
-  }
-
-  override handleCommandComplete(msg: unknown, connection: ProtocolConnection): void {
-    super.handleCommandComplete(msg, connection);
-    this.statementDone = true;
-  }
-
-  override handleError(err: unknown, connection: ProtocolConnection): void {
-    this.#failed = true;
-    super.handleError(err, connection);
-  }
-
-  override handleReadyForQuery(connection: ProtocolConnection): void {
-    this.ready = true;
-    super.handleReadyForQuery(connection);
-  }
-}
-
-/**
- * Runs `statement` in the open transaction on `client` and COMMITs it, in one round trip. If the statement
- * fails, the COMMIT never runs and the transaction stays open, failed, with its locks: the caller can roll back
- * to a savepoint and go on under them (two statements pipelined would not do: the COMMIT of a failed transaction
- * rolls it back and lets the locks go). Resolves with the statement's result. Rejects with the statement's error
- * (the transaction open), with {@link CommitFailed} when the statement succeeded and the COMMIT did not (the
- * transaction over), or with a lost connection's error as it came.
- */
-export function queryThenCommit<R extends pg.QueryResultRow>(
-  client: pg.ClientBase,
-  statement: { name?: string; text: string; values: unknown[] },
-): Promise<pg.QueryResult<R>> {
-  return new Promise((resolve, reject) => {
-    let failed = false;
-    const query = new StatementThenCommit(statement, (err, results) => {
-      if (err === undefined || err === null) {
-        // After a value that could not be bound, node-postgres calls back once more at the ReadyForQuery.
-        if (!failed) resolve((Array.isArray(results) ? results[0] : results) as pg.QueryResult<R>);
-        return;
-      }
-      failed = true;
-      if (isConnectionError(err)) {
-        reject(err);
-        return;
-      }
-      const failure = query.statementDone ? new CommitFailed(err) : err;
-      // An error arrives before the Sync's ReadyForQuery: settled after it (or after the connection closed, when
-      // none will come), the client's transaction status (`getTransactionStatus`) is the transaction's.
-      if (query.ready || !query.submitted) {
-        reject(failure);
-        return;
-      }
-      const connection = (client as unknown as { connection: EventEmitter }).connection;
-      const settle = (): void => {
-        connection.off('readyForQuery', settle);
-        connection.off('end', settle);
-        reject(failure);
-      };
-      connection.once('readyForQuery', settle);
-      connection.once('end', settle);
-    });
-    client.query(query as unknown as pg.Submittable);
-  });
 }
 
 /**

@@ -29,10 +29,8 @@
  * lost with its connection. Its operations wait, never sent, until the reconciler takes the claims this worker
  * never listed in its heartbeat (`orphan_after_ms`).
  */
-import { createRequire } from 'node:module';
 import pg from 'pg';
-import type { parse as Parse } from 'pg-connection-string';
-import { isConnectionError, SQLSTATE, sqlState, type Pool } from '../db/index.js';
+import { isConnectionError, parseConnectionString, SQLSTATE, sqlState, type Pool } from '../db/index.js';
 
 /**
  * The claim connection's planner settings, as startup parameters: the generic plan forced (planned once), and
@@ -50,14 +48,6 @@ const CLAIM_SETTINGS: readonly (readonly [string, string])[] = [
   ['enable_sort', 'off'],
   ['enable_material', 'off'],
 ];
-
-/**
- * node-postgres's own reader of connection strings: the copy `pg` loads (not another version beside it), so the
- * claim connection reads `DATABASE_URL` exactly as the pool's connections do.
- */
-const parseConnectionString = (
-  createRequire(createRequire(import.meta.url).resolve('pg'))('pg-connection-string') as { parse: typeof Parse }
-).parse;
 
 /** {@link CLAIM_SETTINGS} as a startup `options` value. */
 export const CLAIM_SESSION_OPTIONS = CLAIM_SETTINGS.map(([name, value]) => `-c ${name}=${value}`).join(' ');

@@ -4,7 +4,7 @@
  */
 import { Counter } from 'prom-client';
 import { loadConfig, type Config } from '../config/index.js';
-import { createPool, databaseUnavailable, type Pool } from '../db/index.js';
+import { createPool, databaseUnavailable, PG_ADAPTER, type Pool } from '../db/index.js';
 import type { EmbeddedDatabase, OpenEmbeddedOptions } from '../embedded/index.js';
 import { resolveEffectKeySecrets, type EffectKeySecrets } from '../config/index.js';
 import { createLogger, type Logger } from '../core/log.js';
@@ -59,6 +59,11 @@ export async function openRuntime(options: OpenOptions): Promise<Runtime> {
     destination: options.logDestination,
     cluster: config.cluster,
   });
+  if (PG_ADAPTER.mode === 'plain')
+    log.warn(
+      { installed: PG_ADAPTER.installed, pinned: PG_ADAPTER.pinned },
+      'node-postgres is not the version its adapter was written against: statements run without its shortcuts (db/pg-adapter.ts)',
+    );
   let url = options.databaseUrl ?? config.databaseUrl;
   const isEmbedded = url === null;
   const wantKeys = options.effectKeys !== false;

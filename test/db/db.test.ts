@@ -1,14 +1,29 @@
 /**
  * withTransaction against a real PostgreSQL: a connection cut from another session in the middle of a
  * transaction rejects the call with a coded error, the process survives, and the pool goes on working. The
- * pool's floor: `warmPool` opens connections, `min` keeps them open while idle. And `queryThenCommit`: a
- * statement and its COMMIT in one write, the COMMIT skipped when the statement fails.
+ * pool's floor: `warmPool` opens connections, `min` keeps them open while idle. And the node-postgres adapter
+ * (db/pg-adapter.ts): `queryThenCommit`, a statement and its COMMIT in one write (plain: two), the COMMIT skipped
+ * when the statement fails, each case run with the shortcut and with the plain path.
  */
 import pg from 'pg';
 import t, { type Test } from 'tap';
+import { createRequire } from 'node:module';
 import { CommitFailed, createPool, queryThenCommit, sqlState, warmPool, withTransaction } from '../../db/db.js';
+import { parseConnectionString, PG_ADAPTER, PG_PINNED } from '../../db/pg-adapter.js';
 import { isActionLedgerError } from '../../core/errors.js';
 import { createTestDatabase, recordSocketWrites } from '../helpers/db.js';
+
+/**
+ * The client's transaction status once the server's ReadyForQuery has arrived: the shortcut settles after it,
+ * the plain path may settle just before it.
+ */
+async function statusOf(
+  client: pg.ClientBase & { getTransactionStatus(): string | null },
+  want: string,
+): Promise<string | null> {
+  for (let i = 0; i < 200 && client.getTransactionStatus() !== want; i++) await new Promise((r) => setTimeout(r, 5));
+  return client.getTransactionStatus();
+}
 
 /** A test database, a pool of `max` on it, and the uncaught exceptions seen until the test ends. */
 async function poolWatchingUncaught(t: Test, max: number) {
@@ -142,104 +157,152 @@ t.test("warmPool never waits for another caller's client", async (t) => {
   t.equal(await warmPool(pool, 5), 3, 'all idle: it stops at the max');
 });
 
-t.test('queryThenCommit: the statement and its COMMIT leave in one write and commit together', async (t) => {
-  const { pool, uncaught } = await poolWatchingUncaught(t, 2);
-  const writes = recordSocketWrites(pool);
-  await pool.query('CREATE TABLE then_commit (id int PRIMARY KEY)');
-  const client = await pool.connect();
-  try {
-    await client.query('BEGIN');
-    writes.length = 0;
-    const r = await queryThenCommit<{ id: number }>(client, {
-      text: 'INSERT INTO then_commit VALUES ($1) RETURNING id',
-      values: [1],
-    });
-    t.same(r.rows, [{ id: 1 }], "the statement's result");
-    t.equal(writes.length, 1, 'one write');
-    t.match(writes[0], /INSERT INTO then_commit[^]*COMMIT/, 'the statement, then COMMIT');
-    t.equal(client.getTransactionStatus(), 'I', 'the transaction is over');
-    const again = await client.query<{ n: number }>('SELECT 41 + 1 AS n');
-    t.equal(again.rows[0]?.n, 42, 'the connection answers the next statement');
-  } finally {
-    client.release();
-  }
-  t.same((await pool.query('SELECT id FROM then_commit')).rows, [{ id: 1 }], 'committed, seen from another session');
-  t.same(uncaught, []);
+t.test('the shortcuts run here: node-postgres is the pinned version and has what they use', (t) => {
+  t.equal(PG_ADAPTER.installed, PG_PINNED, 'package.json pins the version the adapter was written against');
+  t.equal(PG_ADAPTER.mode, 'tricks');
+  t.end();
 });
 
-t.test(
-  'queryThenCommit: a failed statement leaves its transaction open with its locks; a failed COMMIT ends it',
-  async (t) => {
-    const { pool, uncaught } = await poolWatchingUncaught(t, 3);
-    await pool.query('CREATE TABLE then_commit (id int PRIMARY KEY, n int NOT NULL)');
-    await pool.query('CREATE TABLE then_commit_ref (id int REFERENCES then_commit DEFERRABLE INITIALLY DEFERRED)');
-    await pool.query('INSERT INTO then_commit VALUES (1, 0)');
-    const client = await pool.connect();
-    const other = await pool.connect();
-    try {
-      await client.query('BEGIN');
-      await client.query('SELECT id FROM then_commit WHERE id = 1 FOR UPDATE');
-      await client.query('SAVEPOINT s');
-      const err: unknown = await queryThenCommit(client, {
-        text: 'UPDATE then_commit SET n = n / $1 RETURNING id',
-        values: [0],
-      }).catch((e: unknown) => e);
-      t.equal(sqlState(err), '22012', "rejected with the statement's own error (division by zero)");
-      t.notOk(err instanceof CommitFailed);
-      t.equal(client.getTransactionStatus(), 'E', 'the transaction is open and failed: its COMMIT never ran');
-      const locked: unknown = await other
-        .query('SELECT id FROM then_commit WHERE id = 1 FOR UPDATE NOWAIT')
-        .catch((e: unknown) => e);
-      t.equal(sqlState(locked), '55P03', 'its row lock is still held');
-      await client.query('ROLLBACK TO SAVEPOINT s');
-      await client.query('UPDATE then_commit SET n = 1 WHERE id = 1');
-      await client.query('COMMIT');
+t.test('parseConnectionString is the copy node-postgres itself loads, and reads a URL as it does', (t) => {
+  const own = createRequire(createRequire(import.meta.url).resolve('pg'))('pg-connection-string') as {
+    parse: unknown;
+  };
+  t.equal(parseConnectionString, own.parse, "pg's own copy");
+  const parsed = parseConnectionString('postgres://u:p@db.example:5433/ledger?application_name=x');
+  t.match(parsed, { user: 'u', password: 'p', host: 'db.example', port: '5433', database: 'ledger' });
+  t.end();
+});
+
+for (const mode of ['tricks', 'plain'] as const)
+  t.test(
+    `queryThenCommit (${mode}): the statement and its COMMIT commit together, in ${mode === 'tricks' ? 'one write' : 'two round trips'}`,
+    async (t) => {
+      const { pool, uncaught } = await poolWatchingUncaught(t, 2);
+      const writes = recordSocketWrites(pool);
+      await pool.query('CREATE TABLE then_commit (id int PRIMARY KEY)');
+      const client = await pool.connect();
+      try {
+        await client.query('BEGIN');
+        writes.length = 0;
+        const r = await queryThenCommit<{ id: number }>(
+          client,
+          { text: 'INSERT INTO then_commit VALUES ($1) RETURNING id', values: [1] },
+          mode,
+        );
+        t.same(r.rows, [{ id: 1 }], "the statement's result");
+        if (mode === 'tricks') {
+          t.equal(writes.length, 1, 'one write');
+          t.match(writes[0], /INSERT INTO then_commit[^]*COMMIT/, 'the statement, then COMMIT');
+        } else {
+          t.equal(writes.length, 2, 'two writes');
+          t.match(writes[0], /INSERT INTO then_commit/, 'the statement');
+          t.match(writes[1], /COMMIT/, 'then COMMIT');
+        }
+        t.equal(client.getTransactionStatus(), 'I', 'the transaction is over');
+        const again = await client.query<{ n: number }>('SELECT 41 + 1 AS n');
+        t.equal(again.rows[0]?.n, 42, 'the connection answers the next statement');
+      } finally {
+        client.release();
+      }
       t.same(
-        (await pool.query('SELECT n FROM then_commit')).rows,
-        [{ n: 1 }],
-        'it went on under the lock and committed',
+        (await pool.query('SELECT id FROM then_commit')).rows,
+        [{ id: 1 }],
+        'committed, seen from another session',
       );
+      t.same(uncaught, []);
+    },
+  );
 
-      await client.query('BEGIN');
-      const failed: unknown = await queryThenCommit(client, {
-        text: 'INSERT INTO then_commit_ref VALUES ($1)',
-        values: [99],
-      }).catch((e: unknown) => e);
-      t.ok(failed instanceof CommitFailed, 'the statement ran and its COMMIT failed (a deferred foreign key)');
-      t.equal(sqlState((failed as CommitFailed).cause), '23503');
-      t.equal(client.getTransactionStatus(), 'I', 'the transaction is over');
-      t.same((await pool.query('SELECT id FROM then_commit_ref')).rows, [], 'nothing of it committed');
+for (const mode of ['tricks', 'plain'] as const)
+  t.test(
+    `queryThenCommit (${mode}): a failed statement leaves its transaction open with its locks; a failed COMMIT ends it`,
+    async (t) => {
+      const { pool, uncaught } = await poolWatchingUncaught(t, 3);
+      await pool.query('CREATE TABLE then_commit (id int PRIMARY KEY, n int NOT NULL)');
+      await pool.query('CREATE TABLE then_commit_ref (id int REFERENCES then_commit DEFERRABLE INITIALLY DEFERRED)');
+      await pool.query('INSERT INTO then_commit VALUES (1, 0)');
+      const client = await pool.connect();
+      const other = await pool.connect();
+      try {
+        await client.query('BEGIN');
+        await client.query('SELECT id FROM then_commit WHERE id = 1 FOR UPDATE');
+        await client.query('SAVEPOINT s');
+        const err: unknown = await queryThenCommit(
+          client,
+          { text: 'UPDATE then_commit SET n = n / $1 RETURNING id', values: [0] },
+          mode,
+        ).catch((e: unknown) => e);
+        t.equal(sqlState(err), '22012', "rejected with the statement's own error (division by zero)");
+        t.notOk(err instanceof CommitFailed);
+        t.equal(
+          mode === 'tricks' ? client.getTransactionStatus() : await statusOf(client, 'E'),
+          'E',
+          'the transaction is open and failed: its COMMIT never ran',
+        );
+        const locked: unknown = await other
+          .query('SELECT id FROM then_commit WHERE id = 1 FOR UPDATE NOWAIT')
+          .catch((e: unknown) => e);
+        t.equal(sqlState(locked), '55P03', 'its row lock is still held');
+        await client.query('ROLLBACK TO SAVEPOINT s');
+        await client.query('UPDATE then_commit SET n = 1 WHERE id = 1');
+        await client.query('COMMIT');
+        t.same(
+          (await pool.query('SELECT n FROM then_commit')).rows,
+          [{ n: 1 }],
+          'it went on under the lock and committed',
+        );
 
-      await client.query('BEGIN');
-      const unbound: unknown = await queryThenCommit(client, {
-        text: 'INSERT INTO then_commit VALUES ($1, $2)',
-        values: [
-          2,
+        await client.query('BEGIN');
+        const failed: unknown = await queryThenCommit(
+          client,
+          { text: 'INSERT INTO then_commit_ref VALUES ($1)', values: [99] },
+          mode,
+        ).catch((e: unknown) => e);
+        t.ok(failed instanceof CommitFailed, 'the statement ran and its COMMIT failed (a deferred foreign key)');
+        t.equal(sqlState((failed as CommitFailed).cause), '23503');
+        t.equal(client.getTransactionStatus(), 'I', 'the transaction is over');
+        t.same((await pool.query('SELECT id FROM then_commit_ref')).rows, [], 'nothing of it committed');
+
+        await client.query('BEGIN');
+        const unbound: unknown = await queryThenCommit(
+          client,
           {
-            toPostgres: () => {
-              throw new Error('a value that cannot be bound');
-            },
+            text: 'INSERT INTO then_commit VALUES ($1, $2)',
+            values: [
+              2,
+              {
+                toPostgres: () => {
+                  throw new Error('a value that cannot be bound');
+                },
+              },
+            ],
           },
-        ],
-      }).catch((e: unknown) => e);
-      t.match(unbound, { message: 'a value that cannot be bound' }, 'a value that cannot be bound rejects');
-      t.equal(client.getTransactionStatus(), 'T', 'nothing ran: the transaction is open and well');
-      await client.query('ROLLBACK');
-      const after = await client.query<{ n: number }>('SELECT 41 + 1 AS n');
-      t.equal(after.rows[0]?.n, 42, 'and the connection still answers');
-    } finally {
-      client.release();
-      other.release();
-    }
-    t.same(uncaught, []);
-  },
-);
+          mode,
+        ).catch((e: unknown) => e);
+        t.match(unbound, { message: 'a value that cannot be bound' }, 'a value that cannot be bound rejects');
+        t.equal(client.getTransactionStatus(), 'T', 'nothing ran: the transaction is open and well');
+        await client.query('ROLLBACK');
+        const after = await client.query<{ n: number }>('SELECT 41 + 1 AS n');
+        t.equal(after.rows[0]?.n, 42, 'and the connection still answers');
+      } finally {
+        client.release();
+        other.release();
+      }
+      t.same(uncaught, []);
+    },
+  );
 
 t.test('queryThenCommit on a client that can no longer query rejects at once', async (t) => {
   const url = await createTestDatabase(t);
   const client = new pg.Client({ connectionString: url });
   await client.connect();
   await client.end();
-  const err: unknown = await queryThenCommit(client, { text: 'SELECT 1', values: [] }).catch((e: unknown) => e);
-  t.match(err, { message: /not queryable/ }, "node-postgres's refusal, not a wait for a reply that never comes");
+  for (const mode of ['tricks', 'plain'] as const) {
+    const err: unknown = await queryThenCommit(client, { text: 'SELECT 1', values: [] }, mode).catch((e: unknown) => e);
+    t.match(
+      err,
+      { message: /not queryable/ },
+      `${mode}: node-postgres's refusal, not a wait for a reply that never comes`,
+    );
+  }
 });

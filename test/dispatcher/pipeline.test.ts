@@ -48,29 +48,36 @@ t.test(
   },
 );
 
-t.test('statements issued in inOneWrite leave the socket in one write; issued alone, in one write each', async (t) => {
-  const e = await dispatchEnv(t);
-  const pool = createPool(e.url, { max: 1, statementTimeoutMs: 10_000, applicationName: 'one-write-test' });
-  t.teardown(() => pool.end());
-  const writes = recordSocketWrites(pool);
-  const client = await pool.connect();
-  try {
-    const statements = (): Promise<unknown>[] => [
-      client.query('BEGIN'),
-      client.query({ text: 'SELECT $1::int + 1 AS n', values: [41] }),
-      client.query('COMMIT'),
-    ];
-    writes.length = 0;
-    await Promise.all(inOneWrite(client, statements));
-    t.equal(writes.length, 1, 'one write');
-    t.match(writes[0], /BEGIN[^]*SELECT \$1::int \+ 1[^]*COMMIT/, 'with all three, in order');
-    writes.length = 0;
-    await Promise.all(statements());
-    t.equal(writes.length, 3, 'without it: one write per statement');
-  } finally {
-    client.release();
-  }
-});
+t.test(
+  'statements issued in inOneWrite leave the socket in one write; issued alone or on its plain path, in one write each',
+  async (t) => {
+    const e = await dispatchEnv(t);
+    const pool = createPool(e.url, { max: 1, statementTimeoutMs: 10_000, applicationName: 'one-write-test' });
+    t.teardown(() => pool.end());
+    const writes = recordSocketWrites(pool);
+    const client = await pool.connect();
+    try {
+      const statements = (): Promise<unknown>[] => [
+        client.query('BEGIN'),
+        client.query({ text: 'SELECT $1::int + 1 AS n', values: [41] }),
+        client.query('COMMIT'),
+      ];
+      writes.length = 0;
+      await Promise.all(inOneWrite(client, statements));
+      t.equal(writes.length, 1, 'one write');
+      t.match(writes[0], /BEGIN[^]*SELECT \$1::int \+ 1[^]*COMMIT/, 'with all three, in order');
+      writes.length = 0;
+      await Promise.all(statements());
+      t.equal(writes.length, 3, 'without it: one write per statement');
+      writes.length = 0;
+      const answers = (await Promise.all(inOneWrite(client, statements, 'plain'))) as { rows: unknown[] }[];
+      t.equal(writes.length, 3, 'its plain path: one write per statement');
+      t.same(answers[1]?.rows, [{ n: 42 }], 'with the same answers');
+    } finally {
+      client.release();
+    }
+  },
+);
 
 t.test(
   'a dispatch batch opens in one write (evidence, BEGIN, locks, final check, savepoint) and ends in one (outcomes, COMMIT)',
