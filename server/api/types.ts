@@ -1,4 +1,13 @@
 /** What the API's routes are given, who is calling, and the per-route settings the hooks read. */
+import type {
+  FastifyBaseLogger,
+  FastifyInstance,
+  FastifyTypeProvider,
+  RawReplyDefaultExpression,
+  RawRequestDefaultExpression,
+  RawServerDefault,
+} from 'fastify';
+import type { FromSchema, JSONSchema } from 'json-schema-to-ts';
 import type { ApiCapability } from '../../config/index.js';
 import type { Config } from '../../config/index.js';
 import type { Pool } from '../../db/index.js';
@@ -41,6 +50,33 @@ export interface ApiDeps {
    */
   writes?: WriteHealth;
 }
+
+/**
+ * The routes' request types, derived from the very JSON Schemas they validate with (json-schema-to-ts): a route
+ * registered on `app.withTypeProvider<SchemaTypes>()` reads `request.params`, `query` and `body` as
+ * `FromSchema` of its `schema.params`, `querystring` and `body` (each declared `as const`), so the type and the
+ * schema cannot drift. A property with a `default` is present (ajv fills it in before the handler runs). Replies
+ * are not typed from the response schemas: those document, they do not filter.
+ */
+export interface SchemaTypes extends FastifyTypeProvider {
+  readonly validator: FromRouteSchema<this['schema']>;
+  readonly serializer: unknown;
+}
+
+/** The app as the route groups register on it: request types from the schemas ({@link SchemaTypes}). */
+export type ApiApp = FastifyInstance<
+  RawServerDefault,
+  RawRequestDefaultExpression,
+  RawReplyDefaultExpression,
+  FastifyBaseLogger,
+  SchemaTypes
+>;
+
+/**
+ * The request type {@link SchemaTypes} derives from a schema (the compile-time test pins some): distributed over
+ * a union, so a route registered with one of several schemas reads the union of their types.
+ */
+export type FromRouteSchema<S> = S extends JSONSchema ? FromSchema<S> : unknown;
 
 /** An authenticated caller, as the hooks leave it on the request. */
 export type Caller = Authenticated;

@@ -11,7 +11,7 @@ import { ActionLedgerError } from '../../../core/errors.js';
 import { identifier } from '../../../core/identifier.js';
 import { APPROVAL_STATUSES, listApprovals, type GateResult } from '../../../gate/index.js';
 import { callerOf, holds, reviewerOf } from '../auth.js';
-import type { ApiDeps, Caller } from '../types.js';
+import type { ApiApp, ApiDeps, Caller, SchemaTypes } from '../types.js';
 
 const NOT_FOUND = 'no such approval';
 
@@ -27,6 +27,40 @@ const roleField = {
   minLength: 1,
   maxLength: 256,
   description: 'the approver role you act with; needed only when you hold several roles here',
+} as const;
+
+/** The body of an approval (exported with the other request schemas for the test that pins their types). */
+export const approveBody = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['envelope_sha256'],
+  properties: {
+    envelope_sha256: { type: 'string', pattern: '^[0-9a-f]{64}$' },
+    role: roleField,
+    acknowledge_hidden_characters: {
+      type: 'boolean',
+      description:
+        'true when the envelope holds characters a reader would not see as written (default-ignorable, bidi controls, format characters, combining overlays: `hidden_characters`, each listed with its code and JSON pointer in the refusal) and you approve it having read them by their codes',
+    },
+  },
+} as const;
+
+const rejectBody = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['reason'],
+  properties: { reason: { type: 'string', minLength: 1, maxLength: 1000 }, role: roleField },
+} as const;
+
+export const approvalListQuery = {
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    status: { type: 'string', enum: [...APPROVAL_STATUSES, 'all'], default: 'pending' },
+    tool: { type: 'string', minLength: 1, maxLength: 256 },
+    limit: { type: 'integer', minimum: 1, maximum: 200, default: 50 },
+    cursor: { type: 'string', minLength: 1, maxLength: 200, description: 'next_cursor of the page before' },
+  },
 } as const;
 
 const summary = {
@@ -99,14 +133,15 @@ function answer(r: GateResult) {
   throw new ActionLedgerError(r.error, r.message, Object.keys(details).length === 0 ? {} : { details });
 }
 
-export function registerApprovalRoutes(app: FastifyInstance, deps: ApiDeps): void {
+export function registerApprovalRoutes(untyped: FastifyInstance, deps: ApiDeps): void {
+  const app = untyped.withTypeProvider<SchemaTypes>();
   registerList(app, deps);
   registerShow(app, deps);
   registerDecisions(app, deps);
 }
 
-function registerShow(app: FastifyInstance, deps: ApiDeps): void {
-  app.get<{ Params: { id: string } }>(
+function registerShow(app: ApiApp, deps: ApiDeps): void {
+  app.get(
     '/v1/approvals/:id',
     {
       config: { operationId: 'getApproval', errors: [404] },
@@ -143,11 +178,8 @@ function registerShow(app: FastifyInstance, deps: ApiDeps): void {
   );
 }
 
-function registerDecisions(app: FastifyInstance, deps: ApiDeps): void {
-  app.post<{
-    Params: { id: string };
-    Body: { envelope_sha256: string; role?: string; acknowledge_hidden_characters?: boolean };
-  }>(
+function registerDecisions(app: ApiApp, deps: ApiDeps): void {
+  app.post(
     '/v1/approvals/:id/approve',
     {
       config: { operationId: 'approveApproval', errors: [404, 409] },
@@ -155,20 +187,7 @@ function registerDecisions(app: FastifyInstance, deps: ApiDeps): void {
         summary: 'Approve with the envelope hash you were shown; the last approver needed reserves the operation',
         tags: ['approvals'],
         params: idParam,
-        body: {
-          type: 'object',
-          additionalProperties: false,
-          required: ['envelope_sha256'],
-          properties: {
-            envelope_sha256: { type: 'string', pattern: '^[0-9a-f]{64}$' },
-            role: roleField,
-            acknowledge_hidden_characters: {
-              type: 'boolean',
-              description:
-                'true when the envelope holds characters a reader would not see as written (default-ignorable, bidi controls, format characters, combining overlays: `hidden_characters`, each listed with its code and JSON pointer in the refusal) and you approve it having read them by their codes',
-            },
-          },
-        },
+        body: approveBody,
         response: { 200: gateResult },
       },
     },
@@ -181,7 +200,7 @@ function registerDecisions(app: FastifyInstance, deps: ApiDeps): void {
       );
     },
   );
-  app.post<{ Params: { id: string }; Body: { reason: string; role?: string } }>(
+  app.post(
     '/v1/approvals/:id/reject',
     {
       config: { operationId: 'rejectApproval', errors: [404, 409] },
@@ -189,12 +208,7 @@ function registerDecisions(app: FastifyInstance, deps: ApiDeps): void {
         summary: 'Reject with a reason; final',
         tags: ['approvals'],
         params: idParam,
-        body: {
-          type: 'object',
-          additionalProperties: false,
-          required: ['reason'],
-          properties: { reason: { type: 'string', minLength: 1, maxLength: 1000 }, role: roleField },
-        },
+        body: rejectBody,
         response: { 200: gateResult },
       },
     },
@@ -205,26 +219,15 @@ function registerDecisions(app: FastifyInstance, deps: ApiDeps): void {
   );
 }
 
-function registerList(app: FastifyInstance, deps: ApiDeps): void {
-  app.get<{
-    Querystring: { status: (typeof APPROVAL_STATUSES)[number] | 'all'; tool?: string; limit: number; cursor?: string };
-  }>(
+function registerList(app: ApiApp, deps: ApiDeps): void {
+  app.get(
     '/v1/approvals',
     {
       config: { operationId: 'listApprovals' },
       schema: {
         summary: 'Approvals of your tenant, oldest first, in pages (pending ones unless told otherwise)',
         tags: ['approvals'],
-        querystring: {
-          type: 'object',
-          additionalProperties: false,
-          properties: {
-            status: { type: 'string', enum: [...APPROVAL_STATUSES, 'all'], default: 'pending' },
-            tool: { type: 'string', minLength: 1, maxLength: 256 },
-            limit: { type: 'integer', minimum: 1, maximum: 200, default: 50 },
-            cursor: { type: 'string', minLength: 1, maxLength: 200, description: 'next_cursor of the page before' },
-          },
-        },
+        querystring: approvalListQuery,
         response: {
           200: {
             type: 'object',

@@ -4,9 +4,9 @@
  * tenant, and rows that belong to no tenant, are never shown.
  */
 import type { FastifyInstance } from 'fastify';
-import { ISO_TIME_PATTERN, listAudit, type AuditListFilter } from '../../../gate/index.js';
+import { ISO_TIME_PATTERN, listAudit } from '../../../gate/index.js';
 import { callerOf } from '../auth.js';
-import type { ApiDeps } from '../types.js';
+import type { ApiDeps, SchemaTypes } from '../types.js';
 
 /** A filter's text: PostgreSQL cannot take NUL in a text parameter (it would be a 500), so it is refused here. */
 const text = { type: 'string', minLength: 1, maxLength: 256, pattern: '^[^\\u0000]*$' } as const;
@@ -34,11 +34,9 @@ const row = {
   },
 } as const;
 
-/** The query string: the listing's filter, less the tenant (always the caller's). */
-type AuditQuery = Omit<AuditListFilter, 'tenant_id'>;
-
-export function registerAuditRoutes(app: FastifyInstance, deps: ApiDeps): void {
-  app.get<{ Querystring: AuditQuery }>(
+export function registerAuditRoutes(untyped: FastifyInstance, deps: ApiDeps): void {
+  const app = untyped.withTypeProvider<SchemaTypes>();
+  app.get(
     '/v1/audit',
     {
       config: { capability: 'audit', operationId: 'listAudit' },

@@ -11,9 +11,9 @@
 import type { FastifyInstance } from 'fastify';
 import { ERROR_CODES } from '../../../core/errors.js';
 import { OPERATION_STATUSES } from '../../../core/types.js';
-import { callIdentitySchema, gateContext, type CallIdentity } from '../auth.js';
+import { callIdentitySchema, gateContext } from '../auth.js';
 import { gateDecision } from '../errors.js';
-import type { ApiDeps } from '../types.js';
+import type { ApiDeps, SchemaTypes } from '../types.js';
 
 /** The gate's answer (gate/types.ts `GateResult`): `ok: true` with a status, or a refusal or hold with its code. */
 export const gateResultSchema = {
@@ -56,10 +56,30 @@ export const IDENTITY_REQUIRED = ['task_id', 'workflow_step_id'] as const;
 export const IDENTITY_NOTE =
   'The tenant is always your token’s. Without `user` you act as yourself: your principal and account, the role you name in `role` (one you hold here; optional when you hold one), the conversation `conversation_id` (default: the task) and the turn `turn_id` (default: this request). With `user` (capability act_for_users) the context is that end user’s, in your tenant; `role`, `conversation_id` and `turn_id` are then the user’s own fields.';
 
-type CallBody = CallIdentity & { tool: string; arguments: unknown; ttl_s?: number };
+/** The body of a tool call. */
+export const callBody = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['tool', 'arguments', ...IDENTITY_REQUIRED],
+  properties: {
+    tool: { type: 'string', minLength: 1, maxLength: 256, description: 'one of the configured gate tools' },
+    arguments: {
+      description:
+        'the tool’s arguments as the model wrote them; anything the tool’s schema does not accept is the gate’s invalid_arguments refusal (200)',
+    },
+    ttl_s: {
+      type: 'integer',
+      minimum: 1,
+      maximum: 86400,
+      description: 'for a proposal: a shorter confirmation window than configured (never longer)',
+    },
+    ...callIdentitySchema,
+  },
+} as const;
 
-export function registerCallRoutes(app: FastifyInstance, deps: ApiDeps): void {
-  app.post<{ Body: CallBody }>(
+export function registerCallRoutes(untyped: FastifyInstance, deps: ApiDeps): void {
+  const app = untyped.withTypeProvider<SchemaTypes>();
+  app.post(
     '/v1/calls',
     {
       config: { operationId: 'callTool', gateAudited: true },
@@ -72,25 +92,7 @@ export function registerCallRoutes(app: FastifyInstance, deps: ApiDeps): void {
           IDENTITY_NOTE,
         ].join('\n\n'),
         tags: ['calls'],
-        body: {
-          type: 'object',
-          additionalProperties: false,
-          required: ['tool', 'arguments', ...IDENTITY_REQUIRED],
-          properties: {
-            tool: { type: 'string', minLength: 1, maxLength: 256, description: 'one of the configured gate tools' },
-            arguments: {
-              description:
-                'the tool’s arguments as the model wrote them; anything the tool’s schema does not accept is the gate’s invalid_arguments refusal (200)',
-            },
-            ttl_s: {
-              type: 'integer',
-              minimum: 1,
-              maximum: 86400,
-              description: 'for a proposal: a shorter confirmation window than configured (never longer)',
-            },
-            ...callIdentitySchema,
-          },
-        },
+        body: callBody,
         response: { 200: gateResultSchema },
       },
     },

@@ -7,7 +7,7 @@ import type { FastifyInstance } from 'fastify';
 import { ActionLedgerError } from '../../../core/errors.js';
 import { identifier } from '../../../core/identifier.js';
 import { callerOf } from '../auth.js';
-import type { ApiDeps } from '../types.js';
+import type { ApiDeps, SchemaTypes } from '../types.js';
 
 const switchRow = {
   type: 'object',
@@ -62,7 +62,8 @@ function withoutConfiguredNames(err: unknown): never {
   throw err;
 }
 
-export function registerKillSwitchRoutes(app: FastifyInstance, deps: ApiDeps): void {
+export function registerKillSwitchRoutes(untyped: FastifyInstance, deps: ApiDeps): void {
+  const app = untyped.withTypeProvider<SchemaTypes>();
   app.get(
     '/v1/kill-switches',
     {
@@ -85,7 +86,7 @@ export function registerKillSwitchRoutes(app: FastifyInstance, deps: ApiDeps): v
       return { ok: true, kill_switches: all.filter((s) => s.tenant_id === tenant || s.tenant_id === '*') };
     },
   );
-  app.put<{ Params: { tool: string }; Body: { reason: string } }>(
+  app.put(
     '/v1/kill-switches/:tool',
     {
       config: { capability: 'kill_switch', operationId: 'engageKillSwitch' },
@@ -108,7 +109,7 @@ export function registerKillSwitchRoutes(app: FastifyInstance, deps: ApiDeps): v
       return { ok: true, tenant_id: caller.tenant_id, tool, ...waited };
     },
   );
-  app.delete<{ Params: { tool: string } }>(
+  app.delete(
     '/v1/kill-switches/:tool',
     {
       config: { capability: 'kill_switch', operationId: 'liftKillSwitch', errors: [404] },

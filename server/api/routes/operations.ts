@@ -7,14 +7,21 @@
 import type { FastifyInstance } from 'fastify';
 import { ActionLedgerError } from '../../../core/errors.js';
 import { identifier } from '../../../core/identifier.js';
-import { OPERATION_STATUSES, type OperationStatus, type TrustedContext } from '../../../core/types.js';
+import { OPERATION_STATUSES, type TrustedContext } from '../../../core/types.js';
 import { DirectReservations, OPERATION_PAGE, TenantLedgerView } from '../../../ledger/index.js';
 import { callerOf, holds, requireCapability } from '../auth.js';
-import type { ApiDeps } from '../types.js';
+import type { ApiApp, ApiDeps, SchemaTypes } from '../types.js';
 
 const text = { type: 'string', minLength: 1, maxLength: 256 } as const;
 
-const reserveBody = {
+const idParam = {
+  type: 'object',
+  required: ['id'],
+  additionalProperties: false,
+  properties: { id: { type: 'string', description: 'the operation id' } },
+} as const;
+
+export const reserveBody = {
   type: 'object',
   additionalProperties: false,
   required: ['tool', 'arguments', 'task_id', 'workflow_step_id', 'approval_id', 'policy_version'],
@@ -34,16 +41,6 @@ const reserveBody = {
     },
   },
 } as const;
-
-type ReserveBody = {
-  tool: string;
-  arguments: Record<string, unknown>;
-  task_id: string;
-  workflow_step_id: string;
-  approval_id: string;
-  policy_version: string;
-  user?: { principal_id: string };
-};
 
 const reservedResponse = {
   type: 'object',
@@ -90,7 +87,7 @@ const historyRow = {
   },
 } as const;
 
-const listQuery = {
+export const operationListQuery = {
   type: 'object',
   additionalProperties: false,
   properties: {
@@ -109,15 +106,6 @@ const listQuery = {
   },
 } as const;
 
-type ListQuery = {
-  status?: OperationStatus;
-  tool?: string;
-  task_id?: string;
-  principal_id?: string;
-  limit?: number;
-  cursor?: string;
-};
-
 /** The one answer for every operation the caller may not see: unknown, malformed, another tenant's, not its own. */
 const noSuchOperation = () => new ActionLedgerError('not_found', 'no such operation');
 
@@ -126,15 +114,16 @@ function optionalIdentifier(field: string, value: string | undefined): string | 
   return value === undefined ? undefined : identifier(field, value);
 }
 
-export function registerOperationRoutes(app: FastifyInstance, deps: ApiDeps): void {
+export function registerOperationRoutes(untyped: FastifyInstance, deps: ApiDeps): void {
+  const app = untyped.withTypeProvider<SchemaTypes>();
   registerReserve(app, deps, new DirectReservations(deps.pool, deps.config.schemaQuoted, deps.ledger));
   const view = new TenantLedgerView(deps.pool, deps.config.schemaQuoted);
   registerShow(app, deps, view);
   registerList(app, view);
 }
 
-function registerReserve(app: FastifyInstance, deps: ApiDeps, direct: DirectReservations): void {
-  app.post<{ Body: ReserveBody }>(
+function registerReserve(app: ApiApp, deps: ApiDeps, direct: DirectReservations): void {
+  app.post(
     '/v1/operations',
     {
       config: { capability: 'reserve', operationId: 'reserveOperation', errors: [409] },
@@ -169,8 +158,8 @@ function registerReserve(app: FastifyInstance, deps: ApiDeps, direct: DirectRese
   );
 }
 
-function registerShow(app: FastifyInstance, deps: ApiDeps, view: TenantLedgerView): void {
-  app.get<{ Params: { id: string } }>(
+function registerShow(app: ApiApp, deps: ApiDeps, view: TenantLedgerView): void {
+  app.get(
     '/v1/operations/:id',
     {
       config: { operationId: 'getOperation', errors: [404] },
@@ -179,12 +168,7 @@ function registerShow(app: FastifyInstance, deps: ApiDeps, view: TenantLedgerVie
         description:
           'Capability read, or the operation’s own principal. Any other operation (unknown, another tenant’s, not yours without read, or an id that is not one) is 404 not_found with the same body.',
         tags: ['operations'],
-        params: {
-          type: 'object',
-          required: ['id'],
-          additionalProperties: false,
-          properties: { id: { type: 'string', description: 'the operation id' } },
-        },
+        params: idParam,
         response: {
           200: {
             type: 'object',
@@ -209,8 +193,8 @@ function registerShow(app: FastifyInstance, deps: ApiDeps, view: TenantLedgerVie
   );
 }
 
-function registerList(app: FastifyInstance, view: TenantLedgerView): void {
-  app.get<{ Querystring: ListQuery }>(
+function registerList(app: ApiApp, view: TenantLedgerView): void {
+  app.get(
     '/v1/operations',
     {
       config: { capability: 'read', operationId: 'listOperations' },
@@ -219,7 +203,7 @@ function registerList(app: FastifyInstance, view: TenantLedgerView): void {
         description:
           'Filters combine (all must hold). Pass `next_cursor` back as `cursor` for the next page; it is null on the last. A cursor not given by this route is 422 invalid_request. An operation reserved after a page passed its place is not on the later pages.',
         tags: ['operations'],
-        querystring: listQuery,
+        querystring: operationListQuery,
         response: {
           200: {
             type: 'object',

@@ -11,7 +11,7 @@ import { ActionLedgerError } from '../../../core/errors.js';
 import type { GateContext, GateResult } from '../../../gate/index.js';
 import { callIdentitySchema, gateContext, type CallIdentity } from '../auth.js';
 import { gateDecision } from '../errors.js';
-import type { ApiDeps } from '../types.js';
+import type { ApiApp, ApiDeps, SchemaTypes } from '../types.js';
 import { gateResultSchema, IDENTITY_NOTE, IDENTITY_REQUIRED } from './calls.js';
 
 const idParam = {
@@ -57,16 +57,41 @@ function proposalContext(deps: ApiDeps, request: FastifyRequest, body: CallIdent
   return context;
 }
 
-type ConfirmBody = CallIdentity & { confirm_token: string };
-type ExecuteBody = CallIdentity & { arguments?: unknown };
+const confirmBody = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['confirm_token', ...IDENTITY_REQUIRED],
+  properties: {
+    confirm_token: { type: 'string', minLength: 1, maxLength: 256 },
+    ...callIdentitySchema,
+  },
+} as const;
 
-export function registerProposalRoutes(app: FastifyInstance, deps: ApiDeps): void {
+const executeBody = {
+  type: 'object',
+  additionalProperties: false,
+  required: [...IDENTITY_REQUIRED],
+  properties: {
+    arguments: { description: 'optional: must be the proposed arguments (compared by hash)' },
+    ...callIdentitySchema,
+  },
+} as const;
+
+const cancelBody = {
+  type: 'object',
+  additionalProperties: false,
+  required: [...IDENTITY_REQUIRED],
+  properties: { ...callIdentitySchema },
+} as const;
+
+export function registerProposalRoutes(untyped: FastifyInstance, deps: ApiDeps): void {
+  const app = untyped.withTypeProvider<SchemaTypes>();
   registerConfirm(app, deps);
   registerExecuteAndCancel(app, deps);
 }
 
-function registerConfirm(app: FastifyInstance, deps: ApiDeps): void {
-  app.post<{ Body: ConfirmBody }>(
+function registerConfirm(app: ApiApp, deps: ApiDeps): void {
+  app.post(
     '/v1/proposals/confirm',
     {
       config: { operationId: 'confirmProposal', errors: [404], gateAudited: true },
@@ -78,15 +103,7 @@ function registerConfirm(app: FastifyInstance, deps: ApiDeps): void {
           IDENTITY_NOTE,
         ].join('\n\n'),
         tags: ['proposals'],
-        body: {
-          type: 'object',
-          additionalProperties: false,
-          required: ['confirm_token', ...IDENTITY_REQUIRED],
-          properties: {
-            confirm_token: { type: 'string', minLength: 1, maxLength: 256 },
-            ...callIdentitySchema,
-          },
-        },
+        body: confirmBody,
         response: responses,
       },
     },
@@ -104,8 +121,8 @@ function registerConfirm(app: FastifyInstance, deps: ApiDeps): void {
   );
 }
 
-function registerExecuteAndCancel(app: FastifyInstance, deps: ApiDeps): void {
-  app.post<{ Params: { id: string }; Body: ExecuteBody }>(
+function registerExecuteAndCancel(app: ApiApp, deps: ApiDeps): void {
+  app.post(
     '/v1/proposals/:id/execute',
     {
       config: { operationId: 'executeProposal', errors: [404], gateAudited: true },
@@ -118,15 +135,7 @@ function registerExecuteAndCancel(app: FastifyInstance, deps: ApiDeps): void {
         ].join('\n\n'),
         tags: ['proposals'],
         params: idParam,
-        body: {
-          type: 'object',
-          additionalProperties: false,
-          required: [...IDENTITY_REQUIRED],
-          properties: {
-            arguments: { description: 'optional: must be the proposed arguments (compared by hash)' },
-            ...callIdentitySchema,
-          },
-        },
+        body: executeBody,
         response: responses,
       },
     },
@@ -138,7 +147,7 @@ function registerExecuteAndCancel(app: FastifyInstance, deps: ApiDeps): void {
     },
   );
 
-  app.post<{ Params: { id: string }; Body: CallIdentity }>(
+  app.post(
     '/v1/proposals/:id/cancel',
     {
       config: { operationId: 'cancelProposal', errors: [404], gateAudited: true },
@@ -147,12 +156,7 @@ function registerExecuteAndCancel(app: FastifyInstance, deps: ApiDeps): void {
         description: ['Runs Gate.cancelProposal.', OWNER_NOTE, IDENTITY_NOTE].join('\n\n'),
         tags: ['proposals'],
         params: idParam,
-        body: {
-          type: 'object',
-          additionalProperties: false,
-          required: [...IDENTITY_REQUIRED],
-          properties: { ...callIdentitySchema },
-        },
+        body: cancelBody,
         response: responses,
       },
     },

@@ -10,7 +10,7 @@ import { ActionLedgerError } from '../../../core/errors.js';
 import { identifier } from '../../../core/identifier.js';
 import { listInReview, type Review, type ReviewResult } from '../../../reconciler/index.js';
 import { callerOf, holds } from '../auth.js';
-import type { ApiDeps } from '../types.js';
+import type { ApiApp, ApiDeps, FromRouteSchema, SchemaTypes } from '../types.js';
 
 const idParam = {
   type: 'object',
@@ -77,12 +77,6 @@ const EXPECT = {
   description: 'the attempt and review reason you saw in the list; the retry is refused if either changed since',
 } as const;
 
-interface ActionBody {
-  reason: string;
-  receipt?: string;
-  expect?: { attempt: number; review_reason: string };
-}
-
 interface ActionInput {
   actor: string;
   reason: string;
@@ -94,35 +88,47 @@ interface ActionInput {
 
 type Action = (review: Review, id: string, input: ActionInput) => Promise<ReviewResult>;
 
+const reasonOnly = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['reason'],
+  properties: { reason },
+} as const;
+
+const withReceipt = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['reason', 'receipt'],
+  properties: { reason, receipt: RECEIPT },
+} as const;
+
+/** The body of a retry (exported for the test that pins the request types derived from the schemas). */
+export const retryBody = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['reason'],
+  properties: { reason, expect: EXPECT },
+} as const;
+
+type ActionBody = typeof reasonOnly | typeof withReceipt | typeof retryBody;
+
 /** One review action's route: the body's reason (and receipt or expectation), the caller as actor, in its tenant. */
 function action(
-  app: FastifyInstance,
+  app: ApiApp,
   deps: ApiDeps,
-  spec: { path: string; operationId: string; summary: string; body?: 'receipt' | 'expect'; run: Action },
+  spec: {
+    path: string;
+    operationId: string;
+    summary: string;
+    body: ActionBody;
+    run: Action;
+  },
 ): void {
-  const properties =
-    spec.body === 'receipt'
-      ? { reason, receipt: RECEIPT }
-      : spec.body === 'expect'
-        ? { reason, expect: EXPECT }
-        : { reason };
-  const required = spec.body === 'receipt' ? ['reason', 'receipt'] : ['reason'];
-  app.post<{ Params: { id: string }; Body: ActionBody }>(
+  app.post(
     `/v1/operations/:id/review/${spec.path}`,
     {
       config: { capability: 'review', operationId: spec.operationId, errors: [404, 409] },
-      schema: {
-        summary: spec.summary,
-        tags: ['review'],
-        params: idParam,
-        body: {
-          type: 'object',
-          additionalProperties: false,
-          required,
-          properties,
-        },
-        response: { 200: result },
-      },
+      schema: { summary: spec.summary, tags: ['review'], params: idParam, body: spec.body, response: { 200: result } },
     },
     async (request) => {
       const review = deps.review;
@@ -141,21 +147,22 @@ function actor(request: FastifyRequest): { actor: string; tenant: string; reques
   return { actor: caller.principal_id, tenant: caller.tenant_id, requestId: request.id };
 }
 
-function extras(body: ActionBody): Pick<ActionInput, 'receipt' | 'expect'> {
+function extras(body: FromRouteSchema<ActionBody>): Pick<ActionInput, 'receipt' | 'expect'> {
   return {
-    ...(body.receipt === undefined ? {} : { receipt: body.receipt }),
-    ...(body.expect === undefined
-      ? {}
-      : { expect: { attempt: body.expect.attempt, reviewReason: body.expect.review_reason } }),
+    ...('receipt' in body ? { receipt: body.receipt } : {}),
+    ...('expect' in body && body.expect !== undefined
+      ? { expect: { attempt: body.expect.attempt, reviewReason: body.expect.review_reason } }
+      : {}),
   };
 }
 
-export function registerReviewRoutes(app: FastifyInstance, deps: ApiDeps): void {
+export function registerReviewRoutes(untyped: FastifyInstance, deps: ApiDeps): void {
+  const app = untyped.withTypeProvider<SchemaTypes>();
   registerList(app, deps);
   action(app, deps, {
     path: 'retry',
     operationId: 'retryOperation',
-    body: 'expect',
+    body: retryBody,
     summary: 'A new attempt with the same effect key, only when the provider is known to have no effect',
     run: (r, id, input) => r.retry(id, input),
   });
@@ -163,25 +170,27 @@ export function registerReviewRoutes(app: FastifyInstance, deps: ApiDeps): void 
     path: 'resolve-succeeded',
     operationId: 'resolveOperationSucceeded',
     summary: 'Record that the effect happened, with the receipt you found at the provider',
-    body: 'receipt',
+    body: withReceipt,
     run: (r, id, input) => r.resolveSucceeded(id, { ...input, receipt: input.receipt ?? '' }),
   });
   action(app, deps, {
     path: 'resolve-failed',
     operationId: 'resolveOperationFailed',
     summary: 'Record that the effect did not happen; earlier steps of the task are compensated',
+    body: reasonOnly,
     run: (r, id, input) => r.resolveFailed(id, input),
   });
   action(app, deps, {
     path: 'compensate',
     operationId: 'compensateOperation',
     summary: 'Undo a succeeded (or reviewed) operation with a compensation operation',
+    body: reasonOnly,
     run: (r, id, input) => r.compensate(id, input),
   });
 }
 
-function registerList(app: FastifyInstance, deps: ApiDeps): void {
-  app.get<{ Querystring: { reason?: string; tool?: string; older_than_s?: number; limit: number } }>(
+function registerList(app: ApiApp, deps: ApiDeps): void {
+  app.get(
     '/v1/review',
     {
       config: { operationId: 'listReview' },

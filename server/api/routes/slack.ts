@@ -5,17 +5,19 @@
  * asks the gate, exactly as the approval routes do.
  */
 import type { FastifyInstance } from 'fastify';
-import type { ApiDeps } from '../types.js';
+import type { ApiDeps, SchemaTypes } from '../types.js';
 
 const header = (v: string | string[] | undefined): string | undefined => (typeof v === 'string' ? v : undefined);
 
 export function registerSlackRoutes(app: FastifyInstance, deps: ApiDeps): void {
-  void app.register((child, _opts, done) => {
+  void app.register((untyped, _opts, done) => {
+    const child = untyped.withTypeProvider<SchemaTypes>();
     child.removeAllContentTypeParsers();
     child.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'buffer' }, (_request, body, next) =>
       next(null, body),
     );
-    child.post<{ Params: { destination: string }; Body: Buffer }>(
+    // The body is the raw form (a Buffer, for the signature), not JSON: it has no schema.
+    child.post(
       '/integrations/slack/:destination/interactions',
       {
         config: { public: true, operationId: 'slackInteraction', errors: [400, 401, 404, 415] },
