@@ -19,10 +19,11 @@ import type { Socket } from 'node:net';
 import { Transform, type Readable } from 'node:stream';
 import { Ajv } from 'ajv';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
-import { ActionLedgerError, asActionLedgerError, type ErrorCode } from '../../core/errors.js';
+import { ActionLedgerError } from '../../core/errors.js';
 import { parseStrictJson } from '../../core/json.js';
 import { authenticateHook, headerLines } from './auth.js';
 import { DEFAULT_RETRY_AFTER_S, httpStatus, type ErrorBody } from './errors.js';
+import { frameworkError } from './framework-errors.js';
 import { OpenApiCollector } from './openapi.js';
 import type { ApiDeps } from './types.js';
 import { registerSystemRoutes } from './routes/system.js';
@@ -72,13 +73,14 @@ export async function buildApi(deps: ApiDeps, options: { https?: Record<string, 
     forceCloseConnections: true,
     routerOptions: { ignoreTrailingSlash: false, maxParamLength: 300 },
     // A path the router cannot decode (bad percent-encoding, a parameter over the length) is refused before
-    // any hook runs: it still gets the one error body and a request id.
-    frameworkErrors: (_err: Error, request: FastifyRequest, reply: FastifyReply): void => {
+    // any hook runs: it still gets the one error body and a request id, 400 like the parser's own refusals.
+    frameworkErrors: (err: Error, request: FastifyRequest, reply: FastifyReply): void => {
+      const coded = frameworkError(err);
       void reply
         .code(400)
         .header('x-request-id', request.id)
         .header('cache-control', 'no-store')
-        .send({ ok: false, error: 'invalid_request', message: 'the request path is malformed' });
+        .send({ ok: false, error: coded.code, message: coded.message });
     },
   }) as unknown as FastifyInstance;
   const openapi = new OpenApiCollector();
@@ -327,45 +329,8 @@ function bodyEncodingHook(
   done(null, payload.pipe(checked));
 }
 
-/** fastify's own errors, as codes. */
-function codeOf(err: FastifyError): ActionLedgerError {
-  if (err instanceof ActionLedgerError) return err;
-  if (err.validation !== undefined) {
-    const first = err.validation[0];
-    const where = err.validationContext ?? 'body';
-    const field = first === undefined ? where : fieldOf(where, first.instancePath, first.params);
-    return new ActionLedgerError('invalid_request', `${field} ${first?.message ?? 'is invalid'}`, {
-      details: { field, problem: first?.keyword ?? 'invalid' },
-    });
-  }
-  const codes: Record<string, [ErrorCode, string]> = {
-    FST_ERR_CTP_BODY_TOO_LARGE: ['body_too_large', 'the body is over the cap'],
-    FST_ERR_CTP_INVALID_MEDIA_TYPE: ['unsupported_media_type', 'send the body as application/json'],
-    FST_ERR_CTP_INVALID_CONTENT_LENGTH: ['invalid_request', 'the content-length does not match the body'],
-    FST_ERR_CTP_EMPTY_JSON_BODY: ['invalid_json', 'the body is empty'],
-  };
-  const known = err.code === undefined ? undefined : codes[err.code];
-  if (known !== undefined) return new ActionLedgerError(known[0], known[1]);
-  if (err.statusCode === 413) return new ActionLedgerError('body_too_large', 'the body is over the cap');
-  if (err.statusCode === 415)
-    return new ActionLedgerError('unsupported_media_type', 'send the body as application/json');
-  if (err.statusCode !== undefined && err.statusCode >= 400 && err.statusCode < 500)
-    return new ActionLedgerError('invalid_request', 'the request is malformed');
-  return asActionLedgerError(err);
-}
-
-function fieldOf(where: string, instancePath: string, params: Record<string, unknown>): string {
-  const extra =
-    typeof params.additionalProperty === 'string'
-      ? `/${params.additionalProperty}`
-      : typeof params.missingProperty === 'string'
-        ? `/${params.missingProperty}`
-        : '';
-  return `${where}${instancePath}${extra}`.replaceAll('/', '.');
-}
-
 function sendError(deps: ApiDeps, request: FastifyRequest, reply: FastifyReply, raw: FastifyError): FastifyReply {
-  const err = codeOf(raw);
+  const err = frameworkError(raw);
   const status = httpStatus(err.code);
   if (status >= 500)
     deps.log.error(

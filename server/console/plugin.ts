@@ -6,9 +6,9 @@
  * decision is checked, refused and audited exactly as over the API.
  */
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import { ActionLedgerError, asActionLedgerError } from '../../core/errors.js';
 import { ConsoleSessions } from '../../principals/index.js';
 import { httpStatus } from '../api/errors.js';
+import { FORM_BODY, frameworkError } from '../api/framework-errors.js';
 import type { ApiDeps } from '../api/types.js';
 import { CONSOLE_CSS, CONSOLE_JS } from './assets.js';
 import { html } from './html.js';
@@ -105,16 +105,7 @@ function registerEntry(app: FastifyInstance, deps: ApiDeps, sessions: ConsoleSes
 }
 
 function errorPage(deps: ApiDeps, request: FastifyRequest, reply: FastifyReply, raw: FastifyError): FastifyReply {
-  const err =
-    raw instanceof ActionLedgerError
-      ? raw
-      : raw.statusCode === 413
-        ? new ActionLedgerError('body_too_large', 'the form is over the cap')
-        : raw.statusCode === 415
-          ? new ActionLedgerError('unsupported_media_type', 'send the form as application/x-www-form-urlencoded')
-          : raw.statusCode !== undefined && raw.statusCode < 500
-            ? new ActionLedgerError('invalid_request', 'the request is malformed')
-            : asActionLedgerError(raw);
+  const err = frameworkError(raw, FORM_BODY);
   const status = httpStatus(err.code);
   if (status >= 500) deps.log.error({ err: raw, code: err.code, request_id: request.id }, 'console request failed');
   if (err.code === 'unauthenticated') {
