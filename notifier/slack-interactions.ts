@@ -45,7 +45,11 @@ export interface SlackInteractionsOptions {
   now?: () => number;
 }
 
-/** What the endpoint answers: Slack needs a 200 for anything it sent correctly, the refusal goes to the user. */
+/**
+ * What the endpoint answers: Slack needs a 200 for anything it sent correctly, the refusal goes to the user. A
+ * request refused before it is read answers its code's status, as the API's table has it: 404 `not_found`, 401
+ * `unauthenticated`, 422 `invalid_request`.
+ */
 export interface SlackAnswer {
   status: number;
   body: { ok: boolean; outcome?: string; error?: ErrorCode; message: string };
@@ -184,7 +188,7 @@ export class SlackInteractions {
     } catch (err) {
       const e = asActionLedgerError(err);
       await this.#audit('invalid', null, { destination, code: e.code });
-      return { status: 400, body: { ok: false, error: 'invalid_request', message: e.message } };
+      return { status: 422, body: { ok: false, error: 'invalid_request', message: e.message } };
     }
     try {
       return await this.#decide(client, click);

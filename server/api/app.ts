@@ -25,6 +25,7 @@ import { authenticateHook, headerLines } from './auth.js';
 import { DEFAULT_RETRY_AFTER_S, httpStatus, type ErrorBody } from './errors.js';
 import { frameworkError } from './framework-errors.js';
 import { OpenApiCollector } from './openapi.js';
+import { declaredErrorsHook } from './route-errors.js';
 import type { ApiDeps } from './types.js';
 import { registerSystemRoutes } from './routes/system.js';
 import { registerKillSwitchRoutes } from './routes/kill-switches.js';
@@ -101,6 +102,7 @@ export async function buildApi(deps: ApiDeps, options: { https?: Record<string, 
     await deps.audit.settled();
   });
   app.addHook('onResponse', metricsHook(deps));
+  app.addHook('onSend', declaredErrorsHook(deps.log, deps.declaredErrors ?? 'warn', deps.onUndeclaredError));
   app.setErrorHandler((err: FastifyError, request, reply) => sendError(deps, request, reply, err));
   app.setNotFoundHandler((request, reply) =>
     reply.code(404).send({
@@ -113,7 +115,10 @@ export async function buildApi(deps: ApiDeps, options: { https?: Record<string, 
   registerConsole(app, deps);
   app.get(
     '/v1/openapi.json',
-    { config: { public: true, operationId: 'getOpenApi' }, schema: { summary: 'This document', tags: ['system'] } },
+    {
+      config: { public: true, operationId: 'getOpenApi', errors: [] },
+      schema: { summary: 'This document', tags: ['system'] },
+    },
     (_request, reply) => reply.send(openapi.document({ title: 'actionledger', version: '1' })),
   );
   await app.ready();
@@ -247,6 +252,7 @@ function wellFormedHook(request: FastifyRequest, reply: FastifyReply, done: () =
     done();
     return;
   }
+  request.refusedMalformed = true;
   void reply
     .code(400)
     .header('connection', 'close')

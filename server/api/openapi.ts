@@ -3,12 +3,11 @@
  * is recorded (an `onRoute` hook) and turned into its operation. A route without a schema is still listed.
  */
 import type { RouteOptions } from 'fastify';
+import type { ErrorCode } from '../../core/errors.js';
 import { errorSchema } from './errors.js';
+import { codesByStatus, routeErrorCodes } from './route-errors.js';
 
 type Schema = Record<string, unknown>;
-
-/** The statuses every authenticated route can answer with, besides its own. */
-const AUTHENTICATED_ERRORS = [401, 403, 422, 429, 503];
 
 const REASONS: Record<number, string> = {
   400: 'the body is not strict JSON',
@@ -17,10 +16,12 @@ const REASONS: Record<number, string> = {
   404: 'no such resource in your tenant',
   409: 'the resource is not in a state that allows this',
   413: 'the body is over the cap',
-  415: 'the body is not application/json',
+  415: 'the body is not in the media type the route takes',
+  421: 'the tenant is served by another cluster',
   422: 'invalid request',
   429: 'over the request rate; see Retry-After',
   500: 'internal error',
+  501: 'this process cannot do it as configured',
   503: 'the database is unavailable or not migrated; retry',
 };
 
@@ -40,6 +41,20 @@ export class OpenApiCollector {
   routes(): string[] {
     return this.#routes.flatMap((r) =>
       (Array.isArray(r.method) ? r.method : [r.method]).map((m) => `${m} ${openApiPath(r.url)}`),
+    );
+  }
+
+  /** Each documented operation with the codes it declares itself (for the test that checks its statuses). */
+  declared(): { operation: string; public: boolean; body: boolean; errors: readonly ErrorCode[] | undefined }[] {
+    return this.#routes.flatMap((r) =>
+      (Array.isArray(r.method) ? r.method : [r.method])
+        .filter((m) => m !== 'HEAD')
+        .map((m) => ({
+          operation: `${m} ${openApiPath(r.url)}`,
+          public: r.config?.public === true,
+          body: (r.schema as Schema | undefined)?.body !== undefined,
+          errors: r.config?.errors,
+        })),
     );
   }
 
@@ -72,7 +87,7 @@ function openApiPath(url: string): string {
 
 function operation(route: RouteOptions, method: string): Schema {
   const schema = (route.schema ?? {}) as Schema;
-  const config = (route.config ?? {}) as { public?: boolean; operationId?: string; errors?: readonly number[] };
+  const config = (route.config ?? {}) as { public?: boolean; operationId?: string; errors?: readonly ErrorCode[] };
   const op: Schema = {
     operationId:
       config.operationId ??
@@ -97,12 +112,16 @@ function operation(route: RouteOptions, method: string): Schema {
     };
   }
   if (Object.keys(responses).length === 0) responses['200'] = { description: 'success' };
-  const errors = new Set([...(config.public === true ? [] : AUTHENTICATED_ERRORS), ...(config.errors ?? [])]);
-  if (schema.body !== undefined) for (const s of [400, 413, 415]) errors.add(s);
-  for (const status of [...errors].sort()) {
-    responses[String(status)] = {
-      description: REASONS[status] ?? 'error',
-      content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } },
+  // Each error status from the codes the route can answer (route-errors.ts), through the one code->status table;
+  // a status the route's own response schema describes keeps that schema.
+  for (const [status, codes] of codesByStatus(routeErrorCodes({ config, schema }))) {
+    responses[String(status)] ??= {
+      description: `${REASONS[status] ?? 'error'}: ${codes.join(', ')}`,
+      content: {
+        'application/json': {
+          schema: { allOf: [{ $ref: '#/components/schemas/Error' }, { properties: { error: { enum: codes } } }] },
+        },
+      },
     };
   }
   op.responses = responses;

@@ -11,6 +11,7 @@ import type { FromSchema, JSONSchema } from 'json-schema-to-ts';
 import type { ApiCapability } from '../../config/index.js';
 import type { Config } from '../../config/index.js';
 import type { Pool } from '../../db/index.js';
+import type { ErrorCode } from '../../core/errors.js';
 import type { Logger } from '../../core/log.js';
 import type { Metrics } from '../../core/metrics.js';
 import type { AuditWriter, Gate } from '../../gate/index.js';
@@ -19,6 +20,7 @@ import type { Authenticated, PrincipalStore } from '../../principals/index.js';
 import type { Review } from '../../reconciler/index.js';
 import type { SlackInteractions } from '../../notifier/index.js';
 import type { WriteHealth } from '../write-probe.js';
+import type { DeclaredErrorsMode, UndeclaredError } from './route-errors.js';
 
 export interface ApiDeps {
   config: Config;
@@ -49,6 +51,13 @@ export interface ApiDeps {
    * reported to it. Without it `/readyz` checks reads only.
    */
   writes?: WriteHealth;
+  /**
+   * What happens to an error answer its route does not declare (server/api/route-errors.ts): `warn` (the
+   * default) logs it; `enforce` (the tests) answers 500 `internal` instead, so it cannot go unnoticed.
+   */
+  declaredErrors?: DeclaredErrorsMode;
+  /** Told of each undeclared error answer (the tests collect them). */
+  onUndeclaredError?: (undeclared: UndeclaredError) => void;
 }
 
 /**
@@ -90,6 +99,8 @@ declare module 'fastify' {
   interface FastifyRequest {
     /** Set by the authentication hook on every route that is not public. */
     caller?: Caller;
+    /** Refused as malformed HTTP before any route could see it (a repeated Host or Content-Type). */
+    refusedMalformed?: boolean;
   }
   interface FastifyContextConfig {
     /** Served without credentials (probes, metrics, the OpenAPI document). */
@@ -108,7 +119,10 @@ declare module 'fastify' {
     gateAudited?: boolean;
     /** The OpenAPI operationId. */
     operationId?: string;
-    /** Error statuses this route can answer besides 401, 403, 422, 429 and 503 (for the OpenAPI document). */
-    errors?: readonly number[];
+    /**
+     * The error codes this route answers besides those of its kind (server/api/route-errors.ts): the OpenAPI
+     * document lists their statuses, and every error answer is checked against them.
+     */
+    errors?: readonly ErrorCode[];
   }
 }

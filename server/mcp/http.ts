@@ -167,7 +167,12 @@ export function registerMcpRoutes(app: FastifyInstance, deps: ApiDeps): void {
   app.post(
     '/mcp',
     {
-      config: { ...config, operationId: 'mcpPost' },
+      // The JSON-RPC body has no schema (the MCP transport reads it): its refusals are declared here.
+      config: {
+        ...config,
+        operationId: 'mcpPost',
+        errors: ['not_found', 'invalid_json', 'body_too_large', 'unsupported_media_type'],
+      },
       schema: {
         summary: 'MCP over Streamable HTTP: a JSON-RPC message (initialize, tools/list, tools/call, ...)',
         description: 'See docs/mcp.md. The answer is JSON or an event stream, as the MCP transport decides.',
@@ -179,14 +184,17 @@ export function registerMcpRoutes(app: FastifyInstance, deps: ApiDeps): void {
   app.get(
     '/mcp',
     {
-      config: { ...config, operationId: 'mcpStream' },
+      config: { ...config, operationId: 'mcpStream', errors: ['not_found'] },
       schema: { summary: 'MCP: the session’s server-to-client event stream', tags },
     },
     handle,
   );
   app.delete(
     '/mcp',
-    { config: { ...config, operationId: 'mcpClose' }, schema: { summary: 'MCP: end the session', tags } },
+    {
+      config: { ...config, operationId: 'mcpClose', errors: ['not_found'] },
+      schema: { summary: 'MCP: end the session', tags },
+    },
     handle,
   );
 }

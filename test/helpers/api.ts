@@ -11,6 +11,7 @@ import { Metrics } from '../../core/metrics.js';
 import { PrincipalStore, type PrincipalKind } from '../../principals/index.js';
 import { Review } from '../../reconciler/index.js';
 import { buildApi, type Api } from '../../server/api/app.js';
+import type { UndeclaredError } from '../../server/api/route-errors.js';
 import type { ApiDeps } from '../../server/api/types.js';
 import { gateFixture, type GateFixture } from './gate.js';
 
@@ -35,6 +36,12 @@ export interface ApiFixture extends GateFixture {
     roles: string[],
     options?: { tenant?: string; kind?: PrincipalKind; ttlDays?: number },
   ): Promise<string>;
+  /**
+   * The error answers a route gave that it does not declare (server/api/route-errors.ts). The fixture's app
+   * enforces the declarations: such an answer goes out as a 500 `internal` naming it, so the test that met it
+   * fails; this list says which it was.
+   */
+  undeclared: UndeclaredError[];
   /** A request with a bearer token (or none) and a JSON body (or raw text). */
   call(method: string, path: string, options?: CallOptions): Promise<ApiResponse>;
 }
@@ -66,7 +73,10 @@ export async function apiFixture(
   const metrics = new Metrics({ defaultMetrics: false });
   const audit = new AuditWriter({ config: fixture.config, pool: fixture.pool, log, metrics });
   const store = new PrincipalStore(fixture.config, fixture.pool, audit);
+  const undeclared: UndeclaredError[] = [];
   const deps: ApiDeps = {
+    declaredErrors: 'enforce',
+    onUndeclaredError: (u) => undeclared.push(u),
     config: fixture.config,
     pool: fixture.pool,
     log,
@@ -94,6 +104,7 @@ export async function apiFixture(
     deps,
     base,
     store,
+    undeclared,
     async token(principal, roles, o = {}) {
       const tenant = o.tenant ?? 'tenant-a';
       if (!added.has(principal)) {

@@ -55,6 +55,8 @@ export async function consoleEnv(t: Test, gate: Record<string, unknown> = {}): P
   const audit = new AuditWriter({ config: g.config, pool: g.pool, log, metrics });
   const store = new PrincipalStore(g.config, g.pool, audit);
   const deps: ApiDeps = {
+    // An error answer a route does not declare goes out as a 500 naming it (server/api/route-errors.ts).
+    declaredErrors: 'enforce',
     config: g.config,
     pool: g.pool,
     log,

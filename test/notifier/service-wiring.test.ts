@@ -64,7 +64,7 @@ t.test('the endpoint checks signatures with the configured secret', async (t) =>
   const forged = await post('sign-2');
   t.equal(forged.status, 401, 'another secret: refused');
   const signed = await post('sign-1');
-  t.equal(signed.status, 400, 'the configured secret: past the signature, refused for its empty payload');
+  t.equal(signed.status, 422, 'the configured secret: past the signature, refused for its empty payload');
   t.equal(((await signed.json()) as { error: string }).error, 'invalid_request');
 });
 

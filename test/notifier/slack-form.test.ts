@@ -185,7 +185,7 @@ t.test('a signed request with payload twice, or any field twice, is refused and 
     ['another field twice', `${click}&x=1&x=2`],
   ] as const) {
     const r = await signed(env, Buffer.from(body));
-    t.match(r, { status: 400, body: { ok: false, error: 'invalid_request' } }, label);
+    t.match(r, { status: 422, body: { ok: false, error: 'invalid_request' } }, label);
     t.match(r.body.message, /more than once/, `${label}: says why`);
     t.ok(r.headers.get('x-request-id'), `${label}: a request id`);
   }
@@ -204,12 +204,12 @@ t.test('a signed request whose bytes or percent-escapes are not UTF-8 is refused
   const env = await setup(t);
   const m = await requested(env, 'not-utf8');
   const click = clickField(m);
-  // Raw bytes are refused by the API before the handler reads the form (422, as every invalid_request of the
-  // API); a percent-escape is the handler's refusal (400, as its other bad requests).
+  // Raw bytes are refused by the API before the handler reads the form, a percent-escape by the handler: both
+  // 422, as every invalid_request of the API.
   for (const [label, body, status] of [
     ['a raw byte that is not UTF-8', Buffer.concat([Buffer.from(`${click}&note=`), Buffer.from([0xff])]), 422],
-    ['a percent-escape that is not UTF-8', Buffer.from(`${click}&note=%FF`), 400],
-    ['a malformed percent-escape', Buffer.from(`${click}&note=%zz`), 400],
+    ['a percent-escape that is not UTF-8', Buffer.from(`${click}&note=%FF`), 422],
+    ['a malformed percent-escape', Buffer.from(`${click}&note=%zz`), 422],
   ] as const) {
     const r = await signed(env, body);
     t.match(r, { status, body: { ok: false, error: 'invalid_request' } }, label);

@@ -406,13 +406,13 @@ t.test('hostile bodies, correctly signed, are refused before anything is read', 
   };
   const dup = `payload=${encodeURIComponent(`{"type":"block_actions","type":"view_submission"}`)}`;
   const cases: [string, string, number, string][] = [
-    ['duplicate keys', dup, 400, 'invalid_request'],
-    ['no payload field', 'other=1', 400, 'invalid_request'],
-    ['not JSON', 'payload=%7Bnope', 400, 'invalid_request'],
+    ['duplicate keys', dup, 422, 'invalid_request'],
+    ['no payload field', 'other=1', 422, 'invalid_request'],
+    ['not JSON', 'payload=%7Bnope', 422, 'invalid_request'],
     [
       'an unknown action',
       `payload=${encodeURIComponent(JSON.stringify({ type: 'block_actions', actions: [{ action_id: 'x' }] }))}`,
-      400,
+      422,
       'invalid_request',
     ],
   ];

@@ -144,7 +144,7 @@ function registerShow(app: ApiApp, deps: ApiDeps): void {
   app.get(
     '/v1/approvals/:id',
     {
-      config: { operationId: 'getApproval', errors: [404] },
+      config: { operationId: 'getApproval', errors: ['not_found'] },
       schema: {
         summary: 'One approval: the exact envelope to decide on and its sha256 (send it back to approve)',
         tags: ['approvals'],
@@ -182,7 +182,23 @@ function registerDecisions(app: ApiApp, deps: ApiDeps): void {
   app.post(
     '/v1/approvals/:id/approve',
     {
-      config: { operationId: 'approveApproval', errors: [404, 409] },
+      config: {
+        operationId: 'approveApproval',
+        errors: [
+          'not_found',
+          'invalid_context',
+          'approval_hash_mismatch',
+          'self_approval_forbidden',
+          'hidden_characters',
+          'approval_expired',
+          'invalid_state_transition',
+          'config_invalid',
+          // the last approval needed executes it: today's state again
+          'reapproval_required',
+          'tool_disabled',
+          'operation_conflict',
+        ],
+      },
       schema: {
         summary: 'Approve with the envelope hash you were shown; the last approver needed reserves the operation',
         tags: ['approvals'],
@@ -203,7 +219,10 @@ function registerDecisions(app: ApiApp, deps: ApiDeps): void {
   app.post(
     '/v1/approvals/:id/reject',
     {
-      config: { operationId: 'rejectApproval', errors: [404, 409] },
+      config: {
+        operationId: 'rejectApproval',
+        errors: ['not_found', 'invalid_context', 'approval_expired', 'invalid_state_transition'],
+      },
       schema: {
         summary: 'Reject with a reason; final',
         tags: ['approvals'],
@@ -223,7 +242,7 @@ function registerList(app: ApiApp, deps: ApiDeps): void {
   app.get(
     '/v1/approvals',
     {
-      config: { operationId: 'listApprovals' },
+      config: { operationId: 'listApprovals', errors: ['invalid_context', 'unknown_tool'] },
       schema: {
         summary: 'Approvals of your tenant, oldest first, in pages (pending ones unless told otherwise)',
         tags: ['approvals'],

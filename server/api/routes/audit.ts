@@ -39,7 +39,7 @@ export function registerAuditRoutes(untyped: FastifyInstance, deps: ApiDeps): vo
   app.get(
     '/v1/audit',
     {
-      config: { capability: 'audit', operationId: 'listAudit' },
+      config: { capability: 'audit', operationId: 'listAudit', errors: [] },
       schema: {
         summary: 'The audit log of your tenant, newest first, in pages',
         tags: ['audit'],

@@ -82,7 +82,7 @@ export function registerCallRoutes(untyped: FastifyInstance, deps: ApiDeps): voi
   app.post(
     '/v1/calls',
     {
-      config: { operationId: 'callTool', gateAudited: true },
+      config: { operationId: 'callTool', errors: ['invalid_context', 'config_invalid'], gateAudited: true },
       schema: {
         summary: 'Call a tool through the gate: reserved, refused, or held for a confirmation or an approval',
         description: [

@@ -67,7 +67,7 @@ export function registerKillSwitchRoutes(untyped: FastifyInstance, deps: ApiDeps
   app.get(
     '/v1/kill-switches',
     {
-      config: { capability: 'kill_switch', operationId: 'listKillSwitches' },
+      config: { capability: 'kill_switch', operationId: 'listKillSwitches', errors: [] },
       schema: {
         summary: 'The kill switches engaged in your tenant (including those covering every tenant)',
         tags: ['kill switches'],
@@ -89,7 +89,11 @@ export function registerKillSwitchRoutes(untyped: FastifyInstance, deps: ApiDeps
   app.put(
     '/v1/kill-switches/:tool',
     {
-      config: { capability: 'kill_switch', operationId: 'engageKillSwitch' },
+      config: {
+        capability: 'kill_switch',
+        operationId: 'engageKillSwitch',
+        errors: ['invalid_context', 'unknown_tool', 'unknown_tenant'],
+      },
       schema: {
         summary: 'Engage a kill switch for one tool (or * for all) in your tenant',
         description:
@@ -112,7 +116,7 @@ export function registerKillSwitchRoutes(untyped: FastifyInstance, deps: ApiDeps
   app.delete(
     '/v1/kill-switches/:tool',
     {
-      config: { capability: 'kill_switch', operationId: 'liftKillSwitch', errors: [404] },
+      config: { capability: 'kill_switch', operationId: 'liftKillSwitch', errors: ['invalid_context', 'not_found'] },
       schema: {
         summary: 'Lift the kill switch of one tool (or *) in your tenant; held operations are dispatched again',
         tags: ['kill switches'],

@@ -126,7 +126,17 @@ function registerReserve(app: ApiApp, deps: ApiDeps, direct: DirectReservations)
   app.post(
     '/v1/operations',
     {
-      config: { capability: 'reserve', operationId: 'reserveOperation', errors: [409] },
+      config: {
+        capability: 'reserve',
+        operationId: 'reserveOperation',
+        errors: [
+          'invalid_context',
+          'invalid_arguments',
+          'operation_conflict',
+          'route_not_approved',
+          'tenant_wrong_cluster',
+        ],
+      },
       schema: {
         summary: 'Reserve an operation straight in the ledger (a trusted service; no gate checks)',
         description: [
@@ -162,7 +172,7 @@ function registerShow(app: ApiApp, deps: ApiDeps, view: TenantLedgerView): void 
   app.get(
     '/v1/operations/:id',
     {
-      config: { operationId: 'getOperation', errors: [404] },
+      config: { operationId: 'getOperation', errors: ['not_found'] },
       schema: {
         summary: 'One operation of your tenant with its state history, oldest first',
         description:
@@ -197,7 +207,7 @@ function registerList(app: ApiApp, view: TenantLedgerView): void {
   app.get(
     '/v1/operations',
     {
-      config: { capability: 'read', operationId: 'listOperations' },
+      config: { capability: 'read', operationId: 'listOperations', errors: ['invalid_context'] },
       schema: {
         summary: 'Your tenant’s operations, newest first, a page at a time',
         description:

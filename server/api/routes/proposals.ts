@@ -94,7 +94,7 @@ function registerConfirm(app: ApiApp, deps: ApiDeps): void {
   app.post(
     '/v1/proposals/confirm',
     {
-      config: { operationId: 'confirmProposal', errors: [404], gateAudited: true },
+      config: { operationId: 'confirmProposal', errors: ['proposal_not_found', 'invalid_context'], gateAudited: true },
       schema: {
         summary: 'Confirm a proposal with its one-time token, in a later user turn than the call',
         description: [
@@ -125,7 +125,11 @@ function registerExecuteAndCancel(app: ApiApp, deps: ApiDeps): void {
   app.post(
     '/v1/proposals/:id/execute',
     {
-      config: { operationId: 'executeProposal', errors: [404], gateAudited: true },
+      config: {
+        operationId: 'executeProposal',
+        errors: ['proposal_not_found', 'invalid_context', 'config_invalid'],
+        gateAudited: true,
+      },
       schema: {
         summary: 'Execute a confirmed proposal: the reservation, from the arguments stored when it was proposed',
         description: [
@@ -150,7 +154,7 @@ function registerExecuteAndCancel(app: ApiApp, deps: ApiDeps): void {
   app.post(
     '/v1/proposals/:id/cancel',
     {
-      config: { operationId: 'cancelProposal', errors: [404], gateAudited: true },
+      config: { operationId: 'cancelProposal', errors: ['proposal_not_found', 'invalid_context'], gateAudited: true },
       schema: {
         summary: 'Cancel a proposal that is proposed or confirmed (its holds on the caps are released)',
         description: ['Runs Gate.cancelProposal.', OWNER_NOTE, IDENTITY_NOTE].join('\n\n'),

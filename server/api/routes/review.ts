@@ -6,7 +6,7 @@
  * id; an operation of another tenant is refused before anything is read under a lock, as a missing one.
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { ActionLedgerError } from '../../../core/errors.js';
+import { ActionLedgerError, type ErrorCode } from '../../../core/errors.js';
 import { identifier } from '../../../core/identifier.js';
 import { listInReview, type Review, type ReviewResult } from '../../../reconciler/index.js';
 import { callerOf, holds } from '../auth.js';
@@ -121,13 +121,19 @@ function action(
     operationId: string;
     summary: string;
     body: ActionBody;
+    /** The refusals of this action besides `not_found`, `invalid_state_transition` and `invalid_review`. */
+    errors?: readonly ErrorCode[];
     run: Action;
   },
 ): void {
   app.post(
     `/v1/operations/:id/review/${spec.path}`,
     {
-      config: { capability: 'review', operationId: spec.operationId, errors: [404, 409] },
+      config: {
+        capability: 'review',
+        operationId: spec.operationId,
+        errors: ['not_found', 'invalid_state_transition', 'invalid_review', ...(spec.errors ?? [])],
+      },
       schema: { summary: spec.summary, tags: ['review'], params: idParam, body: spec.body, response: { 200: result } },
     },
     async (request) => {
@@ -163,6 +169,7 @@ export function registerReviewRoutes(untyped: FastifyInstance, deps: ApiDeps): v
     path: 'retry',
     operationId: 'retryOperation',
     body: retryBody,
+    errors: ['retry_not_safe'],
     summary: 'A new attempt with the same effect key, only when the provider is known to have no effect',
     run: (r, id, input) => r.retry(id, input),
   });
@@ -193,7 +200,7 @@ function registerList(app: ApiApp, deps: ApiDeps): void {
   app.get(
     '/v1/review',
     {
-      config: { operationId: 'listReview' },
+      config: { operationId: 'listReview', errors: ['invalid_context'] },
       schema: {
         summary: 'Operations of your tenant in review, oldest entry first (needs read or review)',
         tags: ['review'],

@@ -20,7 +20,11 @@ export function registerSlackRoutes(app: FastifyInstance, deps: ApiDeps): void {
     child.post(
       '/integrations/slack/:destination/interactions',
       {
-        config: { public: true, operationId: 'slackInteraction', errors: [400, 401, 404, 415] },
+        config: {
+          public: true,
+          operationId: 'slackInteraction',
+          errors: ['unauthenticated', 'not_found', 'invalid_request', 'body_too_large', 'unsupported_media_type'],
+        },
         schema: {
           summary: "Slack's interactivity requests (signed by Slack; application/x-www-form-urlencoded)",
           tags: ['notifications'],

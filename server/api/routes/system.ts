@@ -36,7 +36,7 @@ export function registerSystemRoutes(app: FastifyInstance, deps: ApiDeps): void 
   app.get(
     '/healthz',
     {
-      config: { public: true, operationId: 'getHealth' },
+      config: { public: true, operationId: 'getHealth', errors: [] },
       schema: { summary: 'The process is up', tags: ['system'], response: { 200: probe, 503: probe } },
     },
     async (_request, reply) => {
@@ -47,7 +47,7 @@ export function registerSystemRoutes(app: FastifyInstance, deps: ApiDeps): void 
   app.get(
     '/readyz',
     {
-      config: { public: true, operationId: 'getReady' },
+      config: { public: true, operationId: 'getReady', errors: [] },
       schema: {
         summary: 'The database answers, its schema is current and it takes writes; not stopping',
         tags: ['system'],
@@ -90,7 +90,7 @@ function registerMetrics(app: FastifyInstance, deps: ApiDeps): void {
   app.get(
     '/metrics',
     {
-      config: { public: true, operationId: 'getMetrics' },
+      config: { public: true, operationId: 'getMetrics', errors: [] },
       schema: { summary: 'Prometheus exposition', tags: ['system'] },
     },
     async (_request, reply) => {
@@ -131,7 +131,7 @@ function registerStatus(app: FastifyInstance, deps: ApiDeps): void {
   app.get(
     '/v1/status',
     {
-      config: { operationId: 'getStatus' },
+      config: { operationId: 'getStatus', errors: [] },
       schema: {
         summary: 'Who you are here: principal, tenant, roles and what they may do',
         tags: ['system'],
