@@ -38,6 +38,7 @@ import {
   type ApprovalView,
 } from './approval-envelope.js';
 import { hiddenInJson } from '../core/visible-text.js';
+import { approvalBlockers, type ApprovalBlocker, type ApprovalCaller } from './approval-blockers.js';
 
 export class Approvals {
   readonly #oq: Readonly<typeof gateOperationQueries>;
@@ -82,24 +83,14 @@ export class Approvals {
   }
 
   /**
-   * Whether the approval could still be approved and executed now, read without writing: null when it holds,
-   * else why not (`reapproval_required` with the staleness details, `tool_disabled`, `approval_expired`, or
-   * its final status as `invalid_state_transition`). The same checks execute runs; a page shows this so a
-   * person is not offered an approval that cannot be carried out. Throws `not_found`.
+   * Why `caller` cannot approve it now (approval-blockers.ts): empty when they may. Read without writing, on the
+   * pool; the same checks approving and executing run, so a surface does not offer what would be refused.
+   * Throws `not_found` (also for another tenant's approval), or a database failure's code.
    */
-  async freshness(
-    approvalId: string,
-    reviewer: Pick<Reviewer, 'tenant_id'>,
-  ): Promise<{ error: string; details: Record<string, unknown> } | null> {
+  async blockers(approvalId: string, caller: ApprovalCaller): Promise<ApprovalBlocker[]> {
     try {
-      const row = await this.#row(this.core.pool, approvalId, reviewer.tenant_id);
-      if (row.status !== 'pending' && row.status !== 'approved')
-        return { error: 'invalid_state_transition', details: { status: row.status, reason: row.reason } };
-      if (row.expired) return { error: 'approval_expired', details: { expires_at: row.expires_at.toISOString() } };
-      const killed = await this.core.access.killSwitch(this.core.pool, row.tenant_id, row.tool_name);
-      if (killed !== null) return { error: 'tool_disabled', details: { reason: killed.reason } };
-      const stale = await approvalStaleness(this.core, this.core.pool, row);
-      return stale === null ? null : { error: 'reapproval_required', details: stale };
+      const row = await this.#row(this.core.pool, approvalId, caller.tenant_id);
+      return await approvalBlockers(this.core, this.core.pool, row, caller);
     } catch (err) {
       if (err instanceof Refused) throw new ActionLedgerError(err.refusal.error, err.refusal.message);
       throw asActionLedgerError(err);

@@ -16,6 +16,7 @@ export {
 export { listAudit, ISO_TIME_PATTERN, type AuditListFilter, type AuditListRow, type AuditPage } from './audit-list.js';
 export { withdrawPendingVotes } from './role-revocation.js';
 export { describeEffect, type ApprovalView } from './approval-envelope.js';
+export { type ApprovalBlocker, type ApprovalCaller } from './approval-blockers.js';
 export { Proposals } from './proposals.js';
 export { runGateHousekeeping, type GateHousekeepingSummary } from './housekeeping.js';
 export { AuthorizationService, type AuthorizationServiceOptions } from './authorization-service.js';

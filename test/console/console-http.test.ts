@@ -281,6 +281,41 @@ t.test('decisions: a reason to reject, a role that cannot decide explained, anot
   t.same(audit.rows, [{ principal_id: 'sup-1', outcome: 'rejected' }], 'decided by the signed-in person');
 });
 
+t.test('an approval page shows the gate’s blockers, each as its code and text, and no approve button', async (t) => {
+  const f = await setup(t);
+  const id = await waitingRefund(f, 'blk-1');
+  const sup = await signIn(f, 'sup-1');
+  const page = async () =>
+    (await (await get(f, `/console/approvals/tenant-a/${id}`, sup.cookie)).text()).replace(/\s+/g, ' ');
+  t.match(await page(), /id="approve"/, 'nothing in the way: the approve button is offered');
+  await f.gate.engageKillSwitch('tenant-a', 'issue_refund', 'op-1', 'incident 9');
+  const switched = await page();
+  t.match(switched, /id="freshness">tool_disabled<\/span>: a kill switch holds issue_refund \(incident 9\)\./);
+  t.notMatch(switched, /id="approve"/);
+  await f.gate.liftKillSwitch('tenant-a', 'issue_refund', 'op-1');
+  await f.pool.query(
+    `UPDATE actionledger.gate_approvals SET envelope_json = jsonb_set(envelope_json, '{effect}', '"other"')
+     WHERE approval_id = $1`,
+    [id],
+  );
+  const tampered = await page();
+  t.match(
+    tampered,
+    /approval_hash_mismatch<\/span>: the stored envelope does not hash to its recorded sha256; it cannot be approved\./,
+  );
+  t.notMatch(tampered, /id="approve"/);
+  const blockers = await f.gate.approvals.blockers(id, {
+    tenant_id: 'tenant-a',
+    principal_id: 'sup-1',
+    roles: ['supervisor'],
+  });
+  t.same(
+    blockers.map((b) => b.code),
+    ['approval_hash_mismatch'],
+    'the page shows exactly what the gate says',
+  );
+});
+
 t.test('kill switches: configured tools only, engaged and lifted with reasons', async (t) => {
   const f = await setup(t);
   const op = await signIn(f, 'op-1');

@@ -8,7 +8,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ActionLedgerError } from '../../../core/errors.js';
 import { canonicalJson, sha256Hex, type JsonObject } from '../../../core/json.js';
-import { listApprovals, type ApprovalSummary, type GateResult } from '../../../gate/index.js';
+import { listApprovals, type ApprovalBlocker, type ApprovalSummary, type GateResult } from '../../../gate/index.js';
 import { TenantLedgerView } from '../../../ledger/index.js';
 import { holds } from '../../api/auth.js';
 import { httpStatus } from '../../api/errors.js';
@@ -227,13 +227,7 @@ async function approvalPage(
   const tools = visibleTools(deps, caller);
   if (tools !== null && !tools.includes(env.tool)) throw new ActionLedgerError('not_found', 'no such approval');
   const displayedHash = sha256Hex(canonicalJson(view.envelope));
-  const fresh = await deps.gate.approvals.freshness(p.id, caller);
-  const role = approverRole(deps, caller, env.tool);
-  const self = env.requester.principal_id === caller.principal_id;
-  const voted = view.approvers.includes(caller.principal_id);
-  const approverRoles = [...(deps.config.gate.tools.get(env.tool)?.approverRoles ?? [])];
-
-  const blockers = blockersOf(deps, { p, env, caller, view, fresh, role, self, voted, approverRoles, displayedHash });
+  const blockers = (await deps.gate.approvals.blockers(p.id, caller)).map((b) => blockerNotice(b, p.tenant, env.tool));
   const hidden = hasHidden(JSON.stringify(view.envelope));
   const decide =
     blockers.length > 0 || view.status !== 'pending' ? html`` : decideForms(request, p, displayedHash, hidden);
@@ -307,86 +301,64 @@ async function operationStatus(deps: ApiDeps, caller: Caller, id: string): Promi
   return found === null ? null : text(found.operation.status);
 }
 
-interface BlockerInput {
-  p: Params;
-  env: { tool: string; requester: { principal_id: string } };
-  caller: Caller;
-  view: { approvers: string[]; envelope_sha256: string };
-  fresh: { error: string; details: Record<string, unknown> } | null;
-  role: string | undefined;
-  self: boolean;
-  voted: boolean;
-  approverRoles: string[];
-  displayedHash: string;
-}
-
-/** Why the person cannot approve this now, each explained (empty: they can). */
-function blockersOf(_deps: ApiDeps, i: BlockerInput): SafeHtml[] {
-  const { p, env, caller, view, fresh, role, self, voted, approverRoles, displayedHash } = i;
-  const blockers: SafeHtml[] = [];
-  if (fresh?.error === 'reapproval_required') {
-    const d = fresh.details as {
-      reason?: string;
-      resources?: { type: string; id: string; approved_version: string; current_version: string | null }[];
-    };
-    blockers.push(
-      notice(
+/**
+ * One reason the gate gives why the person cannot approve this now (gate/approval-blockers.ts), as the page
+ * explains it: the approval's own state (`#freshness`), the requester (`#self`) or a second vote, the role
+ * (`#role`), an envelope that does not hash to its record.
+ */
+function blockerNotice(b: ApprovalBlocker, tenant: string, tool: string): SafeHtml {
+  const d = b.details;
+  switch (b.code) {
+    case 'reapproval_required': {
+      const resources = (d.resources ?? []) as {
+        type: string;
+        id: string;
+        approved_version: string;
+        current_version: string | null;
+      }[];
+      return notice(
         'bad',
         html`<p>
             <span class="code" id="freshness">reapproval_required</span>: what this approval binds no longer holds
-            (<span class="code">${d.reason ?? ''}</span>). Approving is not possible; the requester must ask again.
+            (<span class="code">${text(d.reason)}</span>). Approving is not possible; the requester must ask again.
           </p>
-          ${(d.resources ?? []).map((r) => html`<p>${r.type} ${r.id}: approved at version ${r.approved_version}, now ${r.current_version ?? 'gone'}.</p>`)}`,
-      ),
-    );
-  } else if (fresh !== null) {
-    blockers.push(
-      notice(
-        'bad',
-        html`<p>
-          <span class="code" id="freshness">${fresh.error}</span>:
-          ${fresh.error === 'invalid_state_transition' ? `this approval is ${text(fresh.details.status)}` : fresh.error === 'tool_disabled' ? `a kill switch holds ${env.tool} (${text(fresh.details.reason)})` : 'this approval is past its time to live'}.
-        </p>`,
-      ),
-    );
-  }
-  if (self)
-    blockers.push(
-      notice(
-        'warn',
-        html`<p id="self">
-          <span class="code">self_approval_forbidden</span>: you asked for this yourself (as
-          ${env.requester.principal_id}). The person who asks never approves their own request; another approver must
-          decide it.
-        </p>`,
-      ),
-    );
-  else if (voted)
-    blockers.push(
-      notice(
-        'warn',
-        html`<p>
-          <span class="code">self_approval_forbidden</span>: you approved this already; nobody counts twice. It waits
-          for another approver.
-        </p>`,
-      ),
-    );
-  if (role === undefined)
-    blockers.push(
-      notice(
+          ${resources.map((r) => html`<p>${r.type} ${r.id}: approved at version ${r.approved_version}, now ${r.current_version ?? 'gone'}.</p>`)}`,
+      );
+    }
+    case 'invalid_state_transition':
+    case 'approval_expired':
+    case 'tool_disabled':
+    case 'config_invalid':
+      return notice('bad', html`<p><span class="code" id="freshness">${b.code}</span>: ${b.message}.</p>`);
+    case 'self_approval_forbidden':
+      return d.reason === 'requester'
+        ? notice(
+            'warn',
+            html`<p id="self">
+              <span class="code">self_approval_forbidden</span>: you asked for this yourself (as
+              ${text(d.requester_id)}). The person who asks never approves their own request; another approver must
+              decide it.
+            </p>`,
+          )
+        : notice(
+            'warn',
+            html`<p>
+              <span class="code">self_approval_forbidden</span>: you approved this already; nobody counts twice. It
+              waits for another approver.
+            </p>`,
+          );
+    case 'permission_denied':
+      return notice(
         'warn',
         html`<p id="role">
-          <span class="code">permission_denied</span>: your roles in ${p.tenant} (${caller.roles.join(', ')}) may not
-          decide ${env.tool}; it needs one of: ${approverRoles.join(', ') || 'nobody (no approver role is configured)'}.
+          <span class="code">permission_denied</span>: your roles in ${tenant} (${(d.roles as string[]).join(', ')}) may
+          not decide ${tool}; it needs one of:
+          ${(d.approver_roles as string[]).join(', ') || 'nobody (no approver role is configured)'}.
         </p>`,
-      ),
-    );
-  if (displayedHash !== view.envelope_sha256)
-    blockers.push(
-      notice('bad', html`<p>The stored envelope does not hash to its recorded sha256; it cannot be approved.</p>`),
-    );
-
-  return blockers;
+      );
+    default:
+      return notice('bad', html`<p><span class="code">${b.code}</span>: ${b.message}.</p>`);
+  }
 }
 
 /**
