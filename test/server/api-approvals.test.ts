@@ -87,6 +87,7 @@ t.test(
     });
     const hash = shown.body.envelope_sha256 as string;
     t.equal(hash, sha256Hex(canonicalJson(envelope as never)), 'the hash is the canonical envelope’s sha256');
+    t.same(shown.body.blockers, [], 'nothing stands in the supervisor’s way');
     t.equal((list.body.approvals as { envelope_sha256: string }[])[0]?.envelope_sha256, hash, 'the list shows it too');
 
     const wrong = await f.call('POST', `/v1/approvals/${id}/approve`, {
@@ -133,6 +134,9 @@ t.test('the requester never approves its own request, and nobody votes twice', a
   const id = await refund(f, 'step-1');
   const own = await f.token('agent-1', ['supervisor'], { kind: 'person' });
   const hash = (await f.call('GET', `/v1/approvals/${id}`, { token: sup })).body.envelope_sha256 as string;
+  t.match((await f.call('GET', `/v1/approvals/${id}`, { token: own })).body.blockers, [
+    { code: 'self_approval_forbidden', message: /you asked for this yourself/, details: { reason: 'requester' } },
+  ]);
   const self = await f.call('POST', `/v1/approvals/${id}/approve`, { token: own, body: { envelope_sha256: hash } });
   t.equal(self.status, 403);
   t.match(self.body, { error: 'self_approval_forbidden' });
@@ -146,6 +150,12 @@ t.test('the requester never approves its own request, and nobody votes twice', a
     body: { envelope_sha256: delHash },
   });
   t.match(first, { status: 200, body: { ok: true, status: 'pending_approvals' } }, 'one of two approvers');
+  const blockersOf = async (token: string) =>
+    (
+      (await f.call('GET', `/v1/approvals/${del}`, { token })).body.blockers as { code: string; details: unknown }[]
+    ).map((b) => [b.code, b.details]);
+  t.same(await blockersOf(sup), [['self_approval_forbidden', { reason: 'already_approved' }]], 'GET says why');
+  t.same(await blockersOf(sup2), [], 'the second approver may');
   t.equal(await count(f.pool, 'actionledger.operations'), 0);
   const twice = await f.call('POST', `/v1/approvals/${del}/approve`, {
     token: sup,
@@ -167,6 +177,9 @@ t.test('a revoked approver, or a role that decides nothing, is refused on the ne
   const hash = (await f.call('GET', `/v1/approvals/${id}`, { token: sup })).body.envelope_sha256 as string;
   const auditor = await f.token('aud-1', ['auditor']);
   t.equal((await f.call('GET', '/v1/approvals', { token: auditor })).status, 200, 'read sees approvals');
+  t.match((await f.call('GET', `/v1/approvals/${id}`, { token: auditor })).body.blockers, [
+    { code: 'permission_denied', details: { roles: ['auditor'], approver_roles: ['supervisor'] } },
+  ]);
   const byAuditor = await f.call('POST', `/v1/approvals/${id}/approve`, {
     token: auditor,
     body: { envelope_sha256: hash },

@@ -99,6 +99,7 @@ t.test('over HTTP: 422 hidden_characters, then approved with acknowledge_hidden_
   const id = await held(f, 'h-1', 'ref \u3164 9\u0336');
   const shown = await f.call('GET', `/v1/approvals/${id}`, { token: sup });
   const hash = String((shown.body as { envelope_sha256: string }).envelope_sha256);
+  t.same(shown.body.blockers, [], 'hidden characters are no blocker: a requirement, asked for below');
   const refused = await f.call('POST', `/v1/approvals/${id}/approve`, { token: sup, body: { envelope_sha256: hash } });
   t.equal(refused.status, 422);
   t.match(refused.body, { ok: false, error: 'hidden_characters', details: { request_id: id } });

@@ -7,7 +7,7 @@
  * approvals of the tools it may decide. Anything else, another tenant's approval included, is `not_found`.
  */
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { ActionLedgerError } from '../../../core/errors.js';
+import { ActionLedgerError, ERROR_CODES } from '../../../core/errors.js';
 import { identifier } from '../../../core/identifier.js';
 import { APPROVAL_STATUSES, listApprovals, type GateResult } from '../../../gate/index.js';
 import { callerOf, holds, reviewerOf } from '../auth.js';
@@ -84,6 +84,22 @@ const summary = {
   },
 } as const;
 
+/** One reason the caller cannot approve now (gate/approval-blockers.ts). */
+const blocker = {
+  type: 'object',
+  required: ['code', 'message', 'details'],
+  properties: {
+    code: {
+      type: 'string',
+      enum: Object.keys(ERROR_CODES),
+      description:
+        'invalid_state_transition, approval_expired, tool_disabled, config_invalid or reapproval_required (the approval itself); self_approval_forbidden (details.reason requester or already_approved); permission_denied (no approver role, details.roles and approver_roles); approval_hash_mismatch',
+    },
+    message: { type: 'string' },
+    details: { type: 'object', additionalProperties: true },
+  },
+} as const;
+
 const gateResult = {
   type: 'object',
   required: ['ok', 'status', 'message'],
@@ -152,7 +168,7 @@ function registerShow(app: ApiApp, deps: ApiDeps): void {
         response: {
           200: {
             type: 'object',
-            required: ['ok', 'approval_id', 'status', 'envelope', 'envelope_sha256', 'approvers'],
+            required: ['ok', 'approval_id', 'status', 'envelope', 'envelope_sha256', 'approvers', 'blockers'],
             properties: {
               ok: { const: true },
               approval_id: { type: 'string' },
@@ -162,6 +178,12 @@ function registerShow(app: ApiApp, deps: ApiDeps): void {
               approvers: { type: 'array', items: { type: 'string' } },
               reason: { type: ['string', 'null'] },
               operation_id: { type: ['string', 'null'] },
+              blockers: {
+                type: 'array',
+                items: blocker,
+                description:
+                  'why you cannot approve it now, each the code approving would be refused with (empty: you may). Hidden characters are not a blocker: approving them takes acknowledge_hidden_characters',
+              },
             },
           },
         },
@@ -173,7 +195,7 @@ function registerShow(app: ApiApp, deps: ApiDeps): void {
       const view = await deps.gate.approvals.show(request.params.id, caller);
       if (tools !== null && !tools.includes(view.envelope.tool as string))
         throw new ActionLedgerError('not_found', NOT_FOUND);
-      return { ok: true, ...view };
+      return { ok: true, ...view, blockers: await deps.gate.approvals.blockers(view.approval_id, caller) };
     },
   );
 }
