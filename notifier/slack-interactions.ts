@@ -12,8 +12,10 @@
  *      console session); otherwise the click is refused and the user told why, privately
  *   4. the gate decides, exactly as for the console and the API: `approve(id, hash the message showed,
  *      reviewer)` or `reject`; four eyes, approver roles, revocation, expiry and `reapproval_required` are the
- *      gate's. The person is told the outcome privately; the message itself is updated through the
- *      notification outbox (the approval's status change writes the event)
+ *      gate's. The person is told the outcome privately: a refused approval with the gate's blockers for them
+ *      (`gate.approvals.blockers`, read before the click is decided: each code and why), or its own message
+ *      when there are none; the message itself is updated through the notification outbox (the approval's
+ *      status change writes the event)
  *
  * Every signed click, refused or not, is an audit row (`notification`, `slack_click:<outcome>`); the gate
  * writes its own decision row as well. A request whose signature does not hold is logged and counted only.
@@ -24,7 +26,7 @@ import { bindQueries, withTransaction, type Pool } from '../db/index.js';
 import { ActionLedgerError, asActionLedgerError, type ErrorCode } from '../core/errors.js';
 import { parseStrictJson, type JsonObject } from '../core/json.js';
 import type { Logger } from '../core/log.js';
-import type { AuditWriter, Gate, GateResult } from '../gate/index.js';
+import type { ApprovalBlocker, AuditWriter, Gate, GateResult } from '../gate/index.js';
 import type { PrincipalStore } from '../principals/index.js';
 import { notifierQueries } from './queries.js';
 import { APPROVE_ACTION, REJECT_ACTION, txt } from './render.js';
@@ -52,7 +54,14 @@ export interface SlackInteractionsOptions {
  */
 export interface SlackAnswer {
   status: number;
-  body: { ok: boolean; outcome?: string; error?: ErrorCode; message: string };
+  body: {
+    ok: boolean;
+    outcome?: string;
+    error?: ErrorCode;
+    message: string;
+    /** With a refused approval: why this person cannot approve it, as the gate reads it (told to them too). */
+    blockers?: ApprovalBlocker[];
+  };
 }
 
 interface Click {
@@ -134,6 +143,15 @@ export function signedForm(rawBody: Buffer): Map<string, string> {
     out.set(name, value);
   }
   return out;
+}
+
+/**
+ * What a refused click tells the person: the gate's code, and why they cannot approve this (the gate's blockers,
+ * each its code and text, read before the click was decided) or, with none, the gate's own message.
+ */
+export function refusalText(error: ErrorCode, message: string, blockers: readonly ApprovalBlocker[]): string {
+  const why = blockers.length === 0 ? message : blockers.map((b) => `${b.code}: ${b.message}`).join('; ');
+  return `Refused (${error}): ${why}. Nothing was approved by this click.`;
 }
 
 export class SlackInteractions {
@@ -249,7 +267,15 @@ export class SlackInteractions {
         `The principal your Slack account is linked to (${principal}) holds no active credential in tenant ${m.tenant_id} (every API token and certificate is revoked or expired, and no console session is open), so your click was not counted.`,
         m.tenant_id,
       );
-    const reviewer = { tenant_id: m.tenant_id, principal_id: principal, role: await this.#role(m, principal) };
+    const held = (await this.#o.principals.rolesHeld(principal, m.tenant_id)).sort();
+    const reviewer = { tenant_id: m.tenant_id, principal_id: principal, role: await this.#role(m, held) };
+    // Read before the gate decides (its decision may change the approval): what stands in this person's way.
+    const blockers =
+      click.action === 'approve'
+        ? await this.#o.gate.approvals
+            .blockers(m.approval_id, { tenant_id: m.tenant_id, principal_id: principal, roles: held })
+            .catch((): ApprovalBlocker[] => [])
+        : [];
     const r: GateResult =
       click.action === 'approve'
         ? await this.#o.gate.approve(m.approval_id, m.envelope_sha256, reviewer)
@@ -264,19 +290,20 @@ export class SlackInteractions {
         envelope_sha256: m.envelope_sha256,
       },
     );
-    await this.#tell(
-      client,
-      click,
-      r.ok ? `Done: ${r.message}.` : `Refused (${r.error}): ${r.message}. Nothing was approved by this click.`,
-    );
-    return r.ok
-      ? { status: 200, body: { ok: true, outcome, message: r.message } }
-      : { status: 200, body: { ok: false, error: r.error, message: r.message } };
+    if (r.ok) {
+      await this.#tell(client, click, `Done: ${r.message}.`);
+      return { status: 200, body: { ok: true, outcome, message: r.message } };
+    }
+    const why = refusalText(r.error, r.message, blockers);
+    await this.#tell(client, click, why);
+    return {
+      status: 200,
+      body: { ok: false, error: r.error, message: r.message, ...(blockers.length === 0 ? {} : { blockers }) },
+    };
   }
 
   /** The role the principal decides with: one it holds that the tool lets approve (else one it holds: refused). */
-  async #role(m: { approval_id: string; tenant_id: string }, principal: string): Promise<string> {
-    const held = (await this.#o.principals.rolesHeld(principal, m.tenant_id)).sort();
+  async #role(m: { approval_id: string; tenant_id: string }, held: readonly string[]): Promise<string> {
     const view = await this.#o.gate.approvals.show(m.approval_id, { tenant_id: m.tenant_id }).catch(() => null);
     const tool = view === null ? undefined : this.#o.gate.tool(txt(view.envelope.tool));
     return held.find((r) => tool?.approverRoles.has(r) === true) ?? held[0] ?? 'none';

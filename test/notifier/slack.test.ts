@@ -311,18 +311,32 @@ t.test('refused clicks: nothing approved, nothing dispatched, the clicker told w
 
   await t.test("the requester's own click", async (t) => {
     const m = await requested(env, 'self');
+    const before = env.slack.of('chat.postEphemeral').length;
     const r = await click(env, m, { user: 'U0EDITOR' });
     t.same([r.body.ok, r.body.error], [false, 'self_approval_forbidden']);
     t.equal(await approvalStatus(env, m.approvalId), 'pending');
+    const told = env.slack.of('chat.postEphemeral').slice(before);
+    t.match(
+      String(told[0]?.body.text),
+      /^Refused \(self_approval_forbidden\): self_approval_forbidden: you asked for this yourself \(as editor-1\)/,
+      "told the gate's blocker, its code and why, not a generic refusal",
+    );
+    t.match(r.body.blockers, [{ code: 'self_approval_forbidden', details: { reason: 'requester' } }]);
   });
 
   await t.test('a click after the resource moved', async (t) => {
     const m = await requested(env, 'moved');
     await env.api.pool.query("UPDATE shop.documents SET version = version + 1 WHERE doc_id = 'DOC-1'");
     t.teardown(() => env.api.pool.query("UPDATE shop.documents SET version = 7 WHERE doc_id = 'DOC-1'"));
+    const before = env.slack.of('chat.postEphemeral').length;
     const r = await click(env, m);
     t.same([r.body.ok, r.body.error], [false, 'reapproval_required']);
     t.equal(await approvalStatus(env, m.approvalId), 'invalidated');
+    t.match(
+      String(env.slack.of('chat.postEphemeral').slice(before)[0]?.body.text),
+      /reapproval_required: what this approval binds no longer holds \(stale_resource\)/,
+      'told what moved, as read before the click invalidated it',
+    );
     await drain(env);
     const update = env.slack.of('chat.update').filter((u) => u.body.ts === m.ts);
     t.equal(update.length, 1, 'updated once, to the current state');
