@@ -159,3 +159,22 @@ t.test('the rejection reason and the requester are shown by their codes', async 
   t.notOk(/[\u202e\u202c]/u.test(page));
   t.match(page, /refund <span class="hidden-char"[^>]*>\\u202E<\/span>yaw on/);
 });
+
+t.test('a control character: the console asks for the box exactly when the gate would refuse', async (t) => {
+  // JSON text writes ESC and backspace as escapes, so a check on it saw nothing; the console asks the gate's own.
+  const { f } = await setup(t);
+  await person(f, 'sup-5', ['supervisor']);
+  const id = await held(f, 'ctl-1', 'pay\u001b[8m 9999\u0008');
+  const s = await signIn(f, 'sup-5');
+  const page = await (await get(f, `/console/approvals/tenant-a/${id}`, s.cookie)).text();
+  t.match(page, /id="hidden-chars"/, 'the warning');
+  t.match(page, /name="acknowledge_hidden_characters"[^>]*required/, 'the box');
+  const hash = /name="envelope_sha256" value="([0-9a-f]{64})"/.exec(page)?.[1] ?? '';
+  const path = `/console/approvals/tenant-a/${id}/approve`;
+  const unticked = await post(f, path, s, { csrf: s.csrf, envelope_sha256: hash });
+  t.equal(unticked.status, 422, 'the gate refuses without it');
+  t.match(await unticked.text(), /\\u001B at \/arguments\/note/);
+  const ticked = await post(f, path, s, { csrf: s.csrf, envelope_sha256: hash, acknowledge_hidden_characters: 'yes' });
+  t.equal(ticked.status, 303);
+  t.same((await state(f, id)).status, 'executed');
+});

@@ -8,13 +8,14 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ActionLedgerError } from '../../../core/errors.js';
 import { canonicalJson, sha256Hex, type JsonObject } from '../../../core/json.js';
+import { hiddenInJson } from '../../../core/visible-text.js';
 import { listApprovals, type ApprovalSummary, type GateResult } from '../../../gate/index.js';
 import { TenantLedgerView } from '../../../ledger/index.js';
 import { holds } from '../../api/auth.js';
 import { httpStatus } from '../../api/errors.js';
 import type { ApiDeps, Caller } from '../../api/types.js';
 import { explain } from '../explain.js';
-import { hasHidden, href, html, text, visible, type SafeHtml } from '../html.js';
+import { href, html, text, visible, type SafeHtml } from '../html.js';
 import { ago, csrfField, notice, page, send } from '../layout.js';
 import { form } from '../plugin.js';
 import { callerIn, tenantsOf } from '../session.js';
@@ -234,7 +235,9 @@ async function approvalPage(
   const approverRoles = [...(deps.config.gate.tools.get(env.tool)?.approverRoles ?? [])];
 
   const blockers = blockersOf(deps, { p, env, caller, view, fresh, role, self, voted, approverRoles, displayedHash });
-  const hidden = hasHidden(JSON.stringify(view.envelope));
+  // The gate's own check (gate/approvals.ts), on the envelope itself: the box is shown exactly when approving
+  // without it would be refused (JSON text would hide a control character behind its escape).
+  const hidden = hiddenInJson(view.envelope).length > 0;
   const decide =
     blockers.length > 0 || view.status !== 'pending' ? html`` : decideForms(request, p, displayedHash, hidden);
   const op = view.operation_id === null ? null : await operationStatus(deps, caller, view.operation_id);
