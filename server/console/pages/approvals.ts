@@ -296,9 +296,11 @@ function hiddenWarning(): SafeHtml {
     'warn',
     html`<p id="hidden-chars">
       <span class="code">hidden_characters</span>: what you are asked to approve holds characters a browser would draw
-      as nothing or that reorder the text around them. Each is shown below as its code in a marked box; the stored
-      value, and what would be sent, contains them exactly there. Approving it takes a second yes: the box beside
-      Approve.
+      as nothing or that reorder the text around them, or text written right to left, which reorders the digits and
+      words around it. Each hidden character is shown below as its code in a marked box (a control character inside the
+      arguments as its JSON escape), and text with right-to-left letters left to right in the order it is stored (in a
+      dashed frame); the stored value, and what would be sent, is exactly that. Approving it takes a second yes: the box
+      beside Approve.
     </p>`,
   );
 }
