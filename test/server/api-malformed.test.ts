@@ -7,6 +7,7 @@
  */
 import { connect } from 'node:net';
 import t, { type Test } from 'tap';
+import { parseForm } from '../../server/console/plugin.js';
 import { apiFixture, type ApiFixture } from '../helpers/api.js';
 
 interface RawAnswer {
@@ -247,6 +248,35 @@ t.test('bodies are UTF-8 only: another charset is 415, bytes that are not UTF-8 
   t.equal(consoleBad.status, 422, 'console form: invalid UTF-8 refused (invalid_request)');
   t.match(consoleBad.text, /not valid UTF-8/);
   t.ok(consoleBad.headers.get('x-request-id'));
+  // The same bytes percent-escaped: refused the same way, not read as U+FFFD.
+  const escaped = await f.call('POST', '/console/login', {
+    headers: { 'content-type': 'application/x-www-form-urlencoded', origin: f.base },
+    raw: Buffer.from('link=%FF%FEok'),
+  });
+  t.equal(escaped.status, 422, 'console form: a percent-escape that is not UTF-8 refused (invalid_request)');
+  t.match(escaped.text, /not valid UTF-8/);
+  t.ok(escaped.headers.get('x-request-id'));
+});
+
+t.test('console forms are decoded strictly: no byte replaced, no field taken twice', (t) => {
+  const refused = (body: string, problem: string) =>
+    t.throws(() => parseForm(body), { code: 'invalid_request', details: { problem } }, body);
+  refused('csrf=x&reason=%FF%FEok', 'not_utf8');
+  refused('reason=%C3', 'not_utf8');
+  refused('reason=%ED%A0%80', 'not_utf8'); // an encoded surrogate
+  refused('reason%FF=x', 'not_utf8');
+  refused('reason=100%', 'malformed_escape');
+  refused('reason=%G0', 'malformed_escape');
+  t.throws(() => parseForm('a=1&a=2'), { code: 'invalid_request', details: { field: 'a' } }, 'a field sent twice');
+  t.same(parseForm('a=b+c%20d&e=%C3%A9%E2%80%AE&&f&g=&h=x=y'), {
+    a: 'b c d',
+    e: '\u00e9\u202e',
+    f: '',
+    g: '',
+    h: 'x=y',
+  });
+  t.same(parseForm(''), {});
+  t.end();
 });
 
 t.test('a repeated Authorization header authenticates nobody, on the API and on /mcp', async (t) => {
