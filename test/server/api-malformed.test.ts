@@ -106,6 +106,7 @@ t.test('requests Node’s parser refuses get the documented body, a request id, 
       'HPE_',
     ],
     ['no Host', 'GET /v1/operations HTTP/1.1\r\nConnection: close\r\n\r\n', 400, 'malformed_headers'],
+    ['no Host in HTTP/1.0', 'GET /v1/operations HTTP/1.0\r\n\r\n', 400, 'malformed_headers'],
     [
       'Host twice',
       'GET /v1/operations HTTP/1.1\r\nHost: a\r\nHost: b\r\nConnection: close\r\n\r\n',
@@ -133,9 +134,31 @@ t.test('requests Node’s parser refuses get the documented body, a request id, 
     'invalid_request',
     'bad path',
   );
-  // A well-formed request on the same listener is still answered normally.
+  // A well-formed request on the same listener is still answered normally, in HTTP/1.0 with a Host too.
   const ok = await raw(f, 'GET /v1/openapi.json HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n');
   t.equal(ok.status, 200, 'a well-formed request still works');
+  t.equal((await raw(f, 'GET /v1/openapi.json HTTP/1.0\r\nHost: a\r\n\r\n')).status, 200, 'HTTP/1.0 with Host');
+});
+
+t.test('an Expect other than 100-continue: 417 expectation_failed in the documented shape', async (t) => {
+  const f = await apiFixture(t);
+  const token = await f.token('agent-1', ['agent']);
+  for (const expect of ['foo', '200-ok']) {
+    const r = await raw(
+      f,
+      `GET /v1/status HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer ${token}\r\nExpect: ${expect}\r\n\r\n`,
+    );
+    documented(t, r, 417, 'expectation_failed', `Expect: ${expect}`);
+    t.match(r.json.details, { field: 'expect' });
+    t.same(r.headers.get('connection'), ['close'], 'the connection is closed');
+  }
+  // 100-continue is met: the interim answer, then the request's own.
+  const body = '{}';
+  const text = await exchange(
+    f.base,
+    `POST /v1/calls HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer ${token}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n${body}`,
+  );
+  t.match(text, /^HTTP\/1\.1 100 Continue\r\n\r\nHTTP\/1\.1 422 /, '100 Continue, then the answer');
 });
 
 t.test('JSON nested 100,000 deep is refused by the depth limit, before any parser recurses', async (t) => {
