@@ -142,6 +142,14 @@ export function revealHidden(
 }
 
 /**
+ * Text for one line (a table cell): as {@link revealHidden}, with the newline shown as its code too (`\u000A`),
+ * as every other control character is, so a value cannot start a line of its own and pass for another row.
+ */
+export function revealInLine(text: string): string {
+  return revealHidden(text).replaceAll('\n', hiddenCode(0x0a));
+}
+
+/**
  * What a reader would not see as stored, in a JSON value: where (a JSON pointer; `key` when in an object's key),
  * and either a hidden character (class `hidden`, its code) or a string that holds right-to-left characters
  * (class `right_to_left`, once per string, with the code of the first one).
