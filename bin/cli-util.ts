@@ -6,7 +6,7 @@ import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import { asActionLedgerError } from '../core/errors.js';
 import { configProblemsText } from '../core/config-problems.js';
-import { revealHidden, visibleJson } from '../core/visible-text.js';
+import { revealInLine, visibleJson } from '../core/visible-text.js';
 
 /** Every exit code the command line uses; docs/cli.md holds the same table (a test compares them). */
 export const EXIT = { ok: 0, refused: 1, usage: 2, providerUnreadable: 3 } as const;
@@ -273,9 +273,12 @@ export function printRefusal(err: unknown, options: { json?: boolean } = {}): nu
   return EXIT.refused;
 }
 
-/** Rows as aligned columns; a hidden character in a cell is shown as its code (core/visible-text.ts). */
+/**
+ * Rows as aligned columns, one line each: a hidden character in a cell is shown as its code, and so is a
+ * newline (core/visible-text.ts), so a value (a reason) cannot forge a row.
+ */
 export function table(rawRows: (string | number)[][]): string {
-  const rows = rawRows.map((r) => r.map((c) => (typeof c === 'number' ? c : revealHidden(c))));
+  const rows = rawRows.map((r) => r.map((c) => (typeof c === 'number' ? c : revealInLine(c))));
   const widths = rows[0]?.map((_, i) => Math.max(...rows.map((r) => String(r[i] ?? '').length))) ?? [];
   return rows
     .map((r) =>

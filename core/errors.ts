@@ -38,6 +38,7 @@ export const ERROR_CODES = {
   csrf_token_invalid: 'refused',
   body_too_large: 'refused',
   unsupported_media_type: 'refused',
+  expectation_failed: 'refused',
   route_not_approved: 'refused',
   operation_conflict: 'refused',
   not_found: 'refused',

@@ -12,9 +12,16 @@
  * - `Bidi_Control` (embeddings, overrides, isolates, marks) and every other format character (`Cf`);
  * - control characters (`Cc`) but the newline, line and paragraph separators, unpaired surrogates and
  *   unassigned code points (which no font draws as what a later Unicode will make them);
- * - characters drawn blank that no property names: U+2800 (Braille pattern blank);
+ * - private-use code points (`Co`, in every plane): what they look like is whatever a font chose, often nothing;
+ * - characters drawn blank that no property names ({@link BLANKS});
  * - the combining overlays (canonical combining class 1: U+0334..U+0338 strike through what precedes them,
  *   U+20D2 and others), and any combining mark on a digit: `9\u0336` reads as a struck-out nine or as nine.
+ *
+ * Text written right to left is the other half of the rule. A visible right-to-left letter needs no control
+ * character to reorder what is around it: `IBAN \u05D0 1234 5678` is drawn `IBAN 5678 1234 \u05D0`. Such
+ * letters are not hidden and stay drawn as themselves, but a string that holds one ({@link RIGHT_TO_LEFT}) is
+ * reported beside the hidden characters (class `right_to_left`) and needs the same acknowledgement; the console
+ * draws it in the order it is stored. Identifiers refuse right-to-left letters outright.
  */
 
 /** Canonical combining class 1 (Overlay), which no regex property escape names; a test holds it to Unicode's data. */
@@ -22,11 +29,52 @@ const OVERLAYS =
   '\\u0334-\\u0338\\u1CD4\\u1CE2-\\u1CE8\\u20D2\\u20D3\\u20D8-\\u20DA\\u20E5\\u20E6\\u20EA\\u20EB' +
   '\\u{10A39}\\u{16AF0}-\\u{16AF4}\\u{1BC9E}\\u{1D167}-\\u{1D169}';
 
-/** Drawn as a blank though no property says so. */
-const BLANKS = '\\u2800';
+/**
+ * Drawn as nothing or as a blank though no property says so; kept short, each one named with why:
+ * - U+2800 BRAILLE PATTERN BLANK: the braille cell with no dots, drawn as a space by every font;
+ * - U+16FE4 KHITAN SMALL SCRIPT FILLER: a nonspacing mark with no glyph (it only pads a Khitan cluster);
+ * - U+1D159 MUSICAL SYMBOL NULL NOTEHEAD: a placeholder notehead with no ink, drawn as nothing.
+ */
+const BLANKS = '\\u2800\\u{16FE4}\\u{1D159}';
 
 /** Every hidden character but the control characters, which the two uses below treat differently. */
-const CLASS = `\\p{Default_Ignorable_Code_Point}\\p{Bidi_Control}\\p{Cf}\\p{Zl}\\p{Zp}\\p{Cs}\\p{Cn}${BLANKS}${OVERLAYS}`;
+const CLASS = `\\p{Default_Ignorable_Code_Point}\\p{Bidi_Control}\\p{Cf}\\p{Zl}\\p{Zp}\\p{Cs}\\p{Cn}\\p{Co}${BLANKS}${OVERLAYS}`;
+
+/**
+ * The scripts written right to left (Unicode's `Script` property; a test holds the class to every character
+ * Python's unicodedata gives bidi class R or AL). A script this engine's Unicode does not know yet is left out
+ * rather than failing to load (Garay arrived in Unicode 16).
+ */
+const RTL_SCRIPTS = (
+  'Adlam Arabic Avestan Chorasmian Cypriot Elymaic Garay Hanifi_Rohingya Hatran Hebrew Imperial_Aramaic ' +
+  'Inscriptional_Pahlavi Inscriptional_Parthian Kharoshthi Lydian Mandaic Manichaean Mende_Kikakui ' +
+  'Meroitic_Cursive Meroitic_Hieroglyphs Nabataean Nko Old_Hungarian Old_North_Arabian Old_Sogdian ' +
+  'Old_South_Arabian Old_Turkic Old_Uyghur Palmyrene Phoenician Psalter_Pahlavi Samaritan Sogdian Syriac ' +
+  'Thaana Yezidi'
+).split(' ');
+
+/**
+ * Right-to-left characters of no right-to-left script (Script=Common): the Arabic semicolon U+061B, question
+ * mark U+061F and tatweel U+0640, the right-to-left mark U+200F (also a bidi control, so shown as its code),
+ * and the Indic and Ottoman Siyaq numbers (U+1EC70..U+1ECBF, U+1ED00..U+1ED4F).
+ */
+const RTL_COMMON = '\\u061B\\u061F\\u0640\\u200F\\u{1EC70}-\\u{1ECBF}\\u{1ED00}-\\u{1ED4F}';
+
+const scriptEscape = (name: string): string => {
+  const escape = `\\p{Script=${name}}`;
+  try {
+    new RegExp(escape, 'u');
+    return escape;
+  } catch {
+    return '';
+  }
+};
+
+/** The class of right-to-left characters (see the module comment). */
+const RTL_CLASS = RTL_SCRIPTS.map(scriptEscape).join('') + RTL_COMMON;
+
+/** A character written right to left: one in a string makes the digits and words around it reorder on screen. */
+export const RIGHT_TO_LEFT: RegExp = new RegExp(`[${RTL_CLASS}]`, 'u');
 
 /** A combining mark after a digit (and after any marks already on it). */
 const MARK_ON_DIGIT = '(?<=\\p{Nd}\\p{M}*)\\p{M}';
@@ -34,8 +82,11 @@ const MARK_ON_DIGIT = '(?<=\\p{Nd}\\p{M}*)\\p{M}';
 /** Hidden in text a person reads; the newline is text's own line break and stays one. */
 const HIDDEN_SOURCE = `${MARK_ON_DIGIT}|[${CLASS}\\u0000-\\u0009\\u000B-\\u001F\\u007F-\\u009F]`;
 
-/** Refused in an identifier: every hidden character, every control character, every space but U+0020. */
-const IDENTIFIER_FORBIDDEN_SOURCE = `${MARK_ON_DIGIT}|[${CLASS}\\p{Cc}\\u00A0\\u1680\\u2000-\\u200A\\u202F\\u205F\\u3000]`;
+/**
+ * Refused in an identifier: every hidden character, every control character, every space but U+0020, and every
+ * right-to-left character (an identifier is shown to people inside other text, where it would reorder).
+ */
+const IDENTIFIER_FORBIDDEN_SOURCE = `${MARK_ON_DIGIT}|[${CLASS}${RTL_CLASS}\\p{Cc}\\u00A0\\u1680\\u2000-\\u200A\\u202F\\u205F\\u3000]`;
 
 const HIDDEN_ONE = new RegExp(HIDDEN_SOURCE, 'u');
 const HIDDEN_ALL = new RegExp(HIDDEN_SOURCE, 'gu');
@@ -52,6 +103,11 @@ export function hiddenCode(codePoint: number): string {
 /** Whether the text holds a character a person would not read as written. */
 export function hasHiddenCharacters(text: string): boolean {
   return HIDDEN_ONE.test(text);
+}
+
+/** Whether the text holds a right-to-left character, which reorders the digits and words around it on screen. */
+export function hasRightToLeft(text: string): boolean {
+  return RIGHT_TO_LEFT.test(text);
 }
 
 /** One stretch of text: either drawn as it is or a hidden character shown by its code. */
@@ -85,22 +141,41 @@ export function revealHidden(
     .join('');
 }
 
-/** A hidden character in a JSON value: where (a JSON pointer; `key` when in an object's key) and its code. */
+/**
+ * Text for one line (a table cell): as {@link revealHidden}, with the newline shown as its code too (`\u000A`),
+ * as every other control character is, so a value cannot start a line of its own and pass for another row.
+ */
+export function revealInLine(text: string): string {
+  return revealHidden(text).replaceAll('\n', hiddenCode(0x0a));
+}
+
+/**
+ * What a reader would not see as stored, in a JSON value: where (a JSON pointer; `key` when in an object's key),
+ * and either a hidden character (class `hidden`, its code) or a string that holds right-to-left characters
+ * (class `right_to_left`, once per string, with the code of the first one).
+ */
 export interface HiddenFound {
   path: string;
   code: string;
   in: 'key' | 'value';
+  class: 'hidden' | 'right_to_left';
 }
 
 const pointer = (path: string, key: string): string => `${path}/${key.replaceAll('~', '~0').replaceAll('/', '~1')}`;
 
-/** Every hidden character in a JSON value's strings and keys, in document order (at most `limit`). */
+/**
+ * Every hidden character in a JSON value's strings and keys, and every string holding right-to-left characters
+ * (before that string's hidden characters), in document order (at most `limit`).
+ */
 export function hiddenInJson(value: unknown, limit = 50): HiddenFound[] {
   const found: HiddenFound[] = [];
   const scan = (text: string, path: string, where: HiddenFound['in']): void => {
+    const rtl = RIGHT_TO_LEFT.exec(text);
+    if (rtl !== null && found.length < limit)
+      found.push({ path, code: hiddenCode(rtl[0].codePointAt(0) ?? 0), in: where, class: 'right_to_left' });
     if (!hasHiddenCharacters(text)) return;
     for (const p of textPieces(text))
-      if ('hidden' in p && found.length < limit) found.push({ path, code: p.hidden, in: where });
+      if ('hidden' in p && found.length < limit) found.push({ path, code: p.hidden, in: where, class: 'hidden' });
   };
   const walk = (v: unknown, path: string): void => {
     if (found.length >= limit) return;
@@ -114,6 +189,21 @@ export function hiddenInJson(value: unknown, limit = 50): HiddenFound[] {
   };
   walk(value, '');
   return found;
+}
+
+/**
+ * The first `max` of `found` in words, for a message: `\u202E at /arguments/note` for a hidden character,
+ * `right-to-left text at /arguments/memo (\u05D0 first)` for a string that holds right-to-left characters.
+ */
+export function foundInWords(found: readonly HiddenFound[], max: number): string {
+  return found
+    .slice(0, max)
+    .map((h) =>
+      h.class === 'right_to_left'
+        ? `right-to-left text at ${h.path === '' ? '/' : h.path} (${h.code} first)`
+        : `${h.code} at ${h.path === '' ? '/' : h.path}`,
+    )
+    .join(', ');
 }
 
 /**

@@ -37,7 +37,7 @@ import {
   type ApprovalRow,
   type ApprovalView,
 } from './approval-envelope.js';
-import { hiddenInJson } from '../core/visible-text.js';
+import { foundInWords, hiddenInJson } from '../core/visible-text.js';
 import { approvalBlockers, type ApprovalBlocker, type ApprovalCaller } from './approval-blockers.js';
 
 export class Approvals {
@@ -177,8 +177,8 @@ export class Approvals {
    * it executes (see {@link Approvals.execute}). Refusals: `not_found`, `permission_denied`,
    * `approval_hash_mismatch`, `self_approval_forbidden`, `approval_expired`, `invalid_state_transition`,
    * `config_invalid` (the tool binds resources this process has no resolver for; nothing recorded),
-   * `hidden_characters` (the envelope holds characters a reader would not see as written, and the approver
-   * did not acknowledge them: `acknowledgeHiddenCharacters`), and those of execute.
+   * `hidden_characters` (the envelope holds characters a reader would not see as written, or right-to-left
+   * text, and the approver did not acknowledge them: `acknowledgeHiddenCharacters`), and those of execute.
    */
   async approve(
     approvalId: string,
@@ -204,15 +204,13 @@ export class Approvals {
         );
       }
       // What a person reads is what they approve: a character drawn as nothing, reordering its neighbours or
-      // striking through a digit is shown as its code everywhere, and approving it takes a second, explicit yes.
+      // striking through a digit is shown as its code everywhere, text written right to left (which reorders
+      // the digits around it) is reported beside them, and approving either takes a second, explicit yes.
       const hidden = hiddenInJson(row.envelope_json);
       if (hidden.length > 0 && options.acknowledgeHiddenCharacters !== true)
         throw refuse(
           'hidden_characters',
-          `what you are asked to approve holds ${hidden.length === 50 ? '50 or more' : String(hidden.length)} character(s) a reader would not see as written (${hidden
-            .slice(0, 3)
-            .map((h) => `${h.code} at ${h.path}`)
-            .join(', ')}); read them as shown by their codes, then approve with the acknowledgement, or reject`,
+          `what you are asked to approve holds ${hidden.length === 50 ? '50 or more' : String(hidden.length)} place(s) a reader would not see as stored, hidden characters or right-to-left text (${foundInWords(hidden, 3)}); read them as shown, then approve with the acknowledgement, or reject`,
           { request_id: row.approval_id, details: { hidden } },
         );
       const upd = await c.query<{ status: string }>(this.core.q.approvalApprove, [

@@ -58,7 +58,8 @@ export interface GateAllowed {
 export interface ApproveOptions {
   /**
    * The person saw the characters the envelope holds that a reader would not see as written (each shown by its
-   * code) and approves anyway; without it such an approval is refused `hidden_characters`.
+   * code), or its text written right to left (shown in stored order), and approves anyway; without it such an
+   * approval is refused `hidden_characters`.
    */
   acknowledgeHiddenCharacters?: boolean;
 }

@@ -7,7 +7,7 @@
 import type { Config, GateTool } from '../config/index.js';
 import type { NotificationEventType } from '../config/index.js';
 import type { JsonObject, JsonValue } from '../core/json.js';
-import { hiddenInJson, revealHidden, visibleJson } from '../core/visible-text.js';
+import { foundInWords, hiddenInJson, revealHidden, visibleJson } from '../core/visible-text.js';
 import { auditArguments, describeEffect, REDACTED } from '../gate/index.js';
 
 /** A JSON value as text: strings as they are, anything else as its JSON. */
@@ -68,7 +68,8 @@ function shownResources(tool: GateTool | undefined, resources: JsonValue | undef
 /**
  * The webhook body (Standard Webhooks' recommended shape: type, timestamp, data). A receiver that shows it to a
  * person sees no hidden character drawn: each is written as its JSON escape (the same value to a parser), and
- * `data.hidden_characters` lists each one's code and JSON pointer when there are any.
+ * `data.hidden_characters` lists each one's code and JSON pointer when there are any, and each string holding
+ * right-to-left text (class `right_to_left`), which a receiver's screen would reorder.
  */
 export function webhookBody(config: Config, e: ClaimedEvent): string {
   const data = eventData(config, e);
@@ -140,12 +141,9 @@ export function slackApprovalRequest(config: Config, e: ClaimedEvent): { text: s
       ? []
       : [
           section(
-            `:warning: *Hidden characters*: what you are asked to approve holds ${hidden.length} character(s) a screen would draw as nothing, draw blank, reorder the text around or strike through (${slackText(
-              hidden
-                .slice(0, 5)
-                .map((h) => `${h.code} at ${h.path === '' ? '/' : h.path}`)
-                .join(', '),
-            )}); each is shown below as its code. Approving it is not offered here: decide in the console.`,
+            `:warning: *Hidden characters*: what you are asked to approve holds ${hidden.length} place(s) a screen would not draw as stored: characters drawn as nothing or blank, that reorder the text around them or strike through it (each shown below as its code), or text written right to left, which reorders the digits and words around it (${slackText(
+              foundInWords(hidden, 5),
+            )}). Approving it is not offered here: decide in the console, which shows it in the order it is stored.`,
           ),
         ]),
     code.length <= MAX_CODE

@@ -10,7 +10,10 @@
  *   resolved to, so the address refused is the one that would have been connected to (no second resolution a
  *   rebinding name could answer differently).
  *
- * The address rules are node:net `BlockList`s, one per range, so a refusal names the range it fell in. An IPv6
+ * The address rules are node:net `BlockList`s, one per range, so a refusal names the range it fell in. The cloud
+ * metadata services' own addresses are classed `metadata` before the range they sit in, and so is one that sits
+ * in public space: Azure's WireServer, 168.63.129.16, which every Azure VM reaches and which serves its
+ * configuration and extensions, would otherwise pass as a public address. An IPv6
  * address that carries an IPv4 one (IPv4-mapped `::ffff:0:0/96`, IPv4-translated `::ffff:0:0:0/96`, NAT64
  * `64:ff9b::/96`, 6to4 `2002::/16`) is judged by the IPv4 address inside; outside global unicast `2000::/3`
  * every IPv6 address is refused.
@@ -46,7 +49,7 @@ const CLASS_WORDS: Record<TargetClass, string> = {
   multicast: 'a multicast address',
   broadcast: 'the broadcast address',
   reserved: 'a reserved address',
-  metadata: 'a cloud metadata service name',
+  metadata: 'a cloud metadata service address',
   internal_name: 'an internal name',
 };
 
@@ -67,6 +70,13 @@ function rules(family: 'ipv4' | 'ipv6', spec: readonly (readonly [TargetClass, s
 
 /** In the order checked: the first range that holds the address names its class. */
 const IPV4 = rules('ipv4', [
+  // Cloud metadata and platform services, before the ranges they sit in (one sits in public space).
+  ['metadata', '169.254.169.254/32'], // instance metadata of AWS, Azure, Google Cloud, Oracle Cloud, OpenStack, ...
+  ['metadata', '168.63.129.16/32'], // Azure WireServer (VM agent configuration, extensions; a public address)
+  ['metadata', '100.100.100.200/32'], // Alibaba Cloud instance metadata
+  ['metadata', '169.254.170.2/32'], // Amazon ECS task metadata and credentials endpoint
+  ['metadata', '169.254.170.23/32'], // Amazon EKS Pod Identity agent (credentials)
+  ['metadata', '169.254.0.23/32'], // Tencent Cloud instance metadata (metadata.tencentyun.com)
   ['unspecified', '0.0.0.0/8'], // "this network": 0.0.0.0 reaches this host on Linux
   ['loopback', '127.0.0.0/8'],
   ['private', '10.0.0.0/8'],
@@ -86,6 +96,8 @@ const IPV4 = rules('ipv4', [
 ]);
 
 const IPV6 = rules('ipv6', [
+  ['metadata', 'fd00:ec2::254/128'], // AWS instance metadata over IPv6 (Nitro instances)
+  ['metadata', 'fd00:ec2::23/128'], // Amazon EKS Pod Identity agent over IPv6
   ['unspecified', '::/128'],
   ['loopback', '::1/128'],
   ['reserved', '::/96'], // deprecated IPv4-compatible addresses (::a.b.c.d)
@@ -161,7 +173,13 @@ export function addressRefusal(address: string): TargetRefusal | null {
   return null;
 }
 
-/** Cloud metadata services' names (their addresses are refused as link-local or private anyway). */
+/** How a refused name is described where its class's words speak of addresses. */
+const NAME_WORDS: Partial<Record<TargetClass, string>> = {
+  loopback: 'a loopback name',
+  metadata: 'a cloud metadata service name',
+};
+
+/** Cloud metadata services' names (their addresses are refused as `metadata` too). */
 const METADATA_NAMES = new Set(['metadata.google.internal', 'metadata', 'instance-data', 'instance-data.ec2.internal']);
 /** Suffixes of names that only mean something inside a network: RFC 6761, RFC 6762, RFC 8375, ICANN's .internal. */
 const INTERNAL_SUFFIXES = ['.internal', '.local', '.localdomain', '.home.arpa'];
@@ -179,7 +197,7 @@ export function hostRefusal(hostname: string): TargetRefusal | null {
   const name = hostname.toLowerCase().replace(/\.+$/, '');
   const refused = (cls: TargetClass, detail: string): TargetRefusal => ({
     class: cls,
-    message: `${hostname} is ${cls === 'loopback' ? 'a loopback name' : CLASS_WORDS[cls]} (${detail})`,
+    message: `${hostname} is ${NAME_WORDS[cls] ?? CLASS_WORDS[cls]} (${detail})`,
   });
   if (name === 'localhost' || name.endsWith('.localhost')) return refused('loopback', 'localhost and *.localhost');
   if (METADATA_NAMES.has(name)) return refused('metadata', 'an instance metadata endpoint');

@@ -17,6 +17,7 @@ import {
   type Command,
   type Parsed,
 } from '../cli-util.js';
+import { hiddenInJson } from '../../core/visible-text.js';
 import {
   ACTING_TENANT,
   ACTOR,
@@ -114,7 +115,10 @@ const show: Command = {
     const a = approvalArgs(this, parsed);
     if (typeof a === 'number') return a;
     return withGate(async (gate) => {
-      printJson({ ok: true, ...(await gate.approvals.show(a.id, { tenant_id: a.v.tenant ?? '' })) });
+      const view = await gate.approvals.show(a.id, { tenant_id: a.v.tenant ?? '' });
+      // What `gate approve` would refuse without --accept-hidden-characters, said before it is asked.
+      const hidden = hiddenInJson(view.envelope);
+      printJson({ ok: true, ...view, ...(hidden.length === 0 ? {} : { hidden_characters: hidden }) });
       return EXIT.ok;
     });
   },
@@ -133,7 +137,7 @@ const approve: Command = {
     'accept-hidden-characters': {
       type: 'boolean',
       description:
-        'approve an envelope that holds characters a reader would not see as written (`gate show` prints each as its \\u code; refused `hidden_characters` without this)',
+        'approve an envelope that holds characters a reader would not see as written, or right-to-left text (`gate show` prints each hidden character as its \\u code and lists both in hidden_characters; refused `hidden_characters` without this)',
       default: 'off',
     },
     json: JSON_ALWAYS,

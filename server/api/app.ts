@@ -9,12 +9,13 @@
  * Malformed requests get the same body and an `x-request-id` as every other answer, including those Node's
  * HTTP parser refuses before any route sees them (duplicate or conflicting Content-Length and
  * Transfer-Encoding, a bad chunk, headers over the size limit): {@link answerClientError} writes a raw
- * HTTP/1.1 answer and closes the connection. Bodies are UTF-8 only (another charset is
+ * HTTP/1.1 answer and closes the connection; an `Expect` other than `100-continue`, which Node would answer
+ * with a bare 417, is {@link answerExpectation}'s. Bodies are UTF-8 only (another charset is
  * `unsupported_media_type`, bytes that are not UTF-8 are refused, never replaced), and JSON nests at most
  * {@link bodyDepth} deep, checked on the text before it is parsed.
  */
 import { randomUUID } from 'node:crypto';
-import { STATUS_CODES, type ServerResponse } from 'node:http';
+import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import { Transform, type Readable } from 'node:stream';
 import { Ajv } from 'ajv';
@@ -84,6 +85,7 @@ export async function buildApi(deps: ApiDeps, options: { https?: Record<string, 
         .send({ ok: false, error: coded.code, message: coded.message });
     },
   }) as unknown as FastifyInstance;
+  app.server.on('checkExpectation', answerExpectation);
   const openapi = new OpenApiCollector();
   app.addHook('onRoute', openapi.onRoute);
   setValidation(app);
@@ -216,6 +218,30 @@ export function answerClientError(err: NodeJS.ErrnoException, socket: Socket): v
   socket.end(`${head}\r\n\r\n${body}`, () => socket.destroy());
 }
 
+/**
+ * The answer to a request whose `Expect` is not `100-continue` (Node asks the server's `checkExpectation`
+ * listener instead of answering a bare 417): `417` `expectation_failed` in the one error body, with a request
+ * id, and the connection closed (whether the client sends the body it announced is not known). Nothing else of
+ * the request is read.
+ */
+export function answerExpectation(_request: IncomingMessage, response: ServerResponse): void {
+  const body = JSON.stringify({
+    ok: false,
+    error: 'expectation_failed',
+    message: 'the only expectation this server meets is Expect: 100-continue',
+    details: { field: 'expect' },
+  });
+  response
+    .writeHead(417, {
+      'content-type': 'application/json; charset=utf-8',
+      'content-length': Buffer.byteLength(body),
+      'x-request-id': randomUUID(),
+      'cache-control': 'no-store',
+      connection: 'close',
+    })
+    .end(body);
+}
+
 /** What llhttp's codes mean, for the message (the code itself is `details.problem`). */
 const CLIENT_ERRORS: Record<string, string> = {
   HPE_UNEXPECTED_CONTENT_LENGTH: 'Content-Length with Transfer-Encoding, or Content-Length sent twice',
@@ -233,15 +259,16 @@ const CLIENT_ERRORS: Record<string, string> = {
 };
 
 /**
- * The header lines a request may send once: Host (required in HTTP/1.1, which Node would otherwise answer
- * with an empty 400) and Content-Type (Node keeps the first of several; which one the body is was not said).
+ * The header lines a request must send exactly once: Host (required in every version, HTTP/1.0 included: Node
+ * would answer a missing one with an empty 400 in HTTP/1.1 and accept it in HTTP/1.0), and Content-Type at most
+ * once (Node keeps the first of several; which one the body is was not said).
  * Refused `invalid_request` 400 with the connection closed. A repeated Authorization is refused by the
  * authentication (server/api/auth.ts).
  */
 function wellFormedHook(request: FastifyRequest, reply: FastifyReply, done: () => void): void {
   const raw = request.raw;
   const problem =
-    raw.httpVersion === '1.1' && raw.headers.host === undefined
+    raw.headers.host === undefined
       ? 'the Host header is missing'
       : headerLines(raw.rawHeaders, 'host') > 1
         ? 'the Host header was sent more than once'

@@ -26,6 +26,7 @@ const STATUS: Partial<Record<ErrorCode, number>> = {
   proposal_expired: 409,
   body_too_large: 413,
   unsupported_media_type: 415,
+  expectation_failed: 417,
   rate_limited: 429,
   // A tool needs a business validator or resolver this process does not run: retrying will not help.
   config_invalid: 501,

@@ -41,6 +41,7 @@ table { border-collapse: collapse; width: 100%; }
 th, td { text-align: left; padding: .35rem .5rem; border-bottom: 1px solid var(--line); vertical-align: top; }
 pre { white-space: pre-wrap; overflow-wrap: anywhere; background: #f6f8fa; padding: .75rem; border: 1px solid var(--line); }
 .hidden-char { font-family: ui-monospace, monospace; background: #fff3bf; color: #7a2e00; border: 1px dashed #b35900; padding: 0 .15em; }
+.logical-order { unicode-bidi: bidi-override; direction: ltr; outline: 1px dashed #b35900; }
 .hash { font-family: ui-monospace, monospace; overflow-wrap: anywhere; }
 .notice { padding: .6rem .8rem; border: 1px solid var(--line); border-left-width: 5px; margin: .8rem 0; }
 .notice.bad { border-left-color: var(--bad); } .notice.ok { border-left-color: var(--ok); }

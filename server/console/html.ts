@@ -5,9 +5,10 @@
  * arguments, names or reasons can therefore become markup, whether it lands in text or in a quoted attribute.
  * Attribute values are always written in double quotes by the templates; URLs are built with `href()`, which
  * percent-encodes each part, so no value can start a `javascript:` URL. No interpolation draws a character a
- * reader would not see as written (core/visible-text.ts): it shows as its code, `\u202E`.
+ * reader would not see as written (core/visible-text.ts): it shows as its code, `\u202E`. Text for reading
+ * (`visible()`) that holds right-to-left characters is drawn in the order it is stored.
  */
-import { hasHiddenCharacters, revealHidden } from '../../core/visible-text.js';
+import { hasRightToLeft, revealHidden } from '../../core/visible-text.js';
 
 /** Markup that is already safe: only `html` and `href` make one. */
 export class SafeHtml {
@@ -71,23 +72,24 @@ export function text(v: unknown): string {
   return JSON.stringify(v);
 }
 
-/** Whether the text holds a character `visible` would mark (core/visible-text.ts). */
-export function hasHidden(value: string): boolean {
-  return hasHiddenCharacters(value);
-}
-
 /**
  * Text for reading, escaped like every interpolation, with each hidden character (core/visible-text.ts) shown
  * as its code (`\u202E`) in a marked span instead of being drawn, so what the reader sees is what is stored.
+ * Text that holds right-to-left characters, which would reorder the digits and words around them
+ * (`IBAN \u05D0 1234 5678` drawn as `IBAN 5678 1234 \u05D0`), is drawn left to right in the order it is stored
+ * (`<bdo dir="ltr">`, and `unicode-bidi: bidi-override; direction: ltr` in the stylesheet), marked.
  * For text content only, never for an attribute value (where every interpolation shows the bare code).
  */
 export function visible(raw: string | undefined): SafeHtml {
+  const shown = revealHidden(
+    raw ?? '',
+    (code) => `<span class="hidden-char" title="a hidden character, shown as its code">${code}</span>`,
+    escapeHtml,
+  );
   return new SafeHtml(
-    revealHidden(
-      raw ?? '',
-      (code) => `<span class="hidden-char" title="a hidden character, shown as its code">${code}</span>`,
-      escapeHtml,
-    ),
+    hasRightToLeft(raw ?? '')
+      ? `<bdo dir="ltr" class="logical-order" title="right-to-left text, shown in the order it is stored">${shown}</bdo>`
+      : shown,
     MINT,
   );
 }

@@ -19,6 +19,10 @@
  * credential that opened it: every {@link STREAM_RECHECK_MS} the credentials of the open ones are read again
  * from the database (a token is revoked by another process, the CLI), and the streams of a token or certificate
  * now revoked or expired are ended. A POST's stream ends by itself once its last JSON-RPC result is sent.
+ *
+ * A JSON-RPC request id is the session's until its answer is sent: a POST carrying a request whose id is still
+ * in flight in its session (or one id twice) is refused 409 with a JSON-RPC error before the transport reads
+ * it, since the SDK maps answers to streams by id and the first request's stream would never end.
  */
 import { randomUUID } from 'node:crypto';
 import type { ServerResponse } from 'node:http';
@@ -64,6 +68,8 @@ interface Session {
   tenant: string;
   owner: string;
   lastUsed: number;
+  /** The JSON-RPC request ids whose POST is still open (see {@link idKey}). */
+  inFlight: Set<string>;
 }
 
 /** An open response of a session: who opened it (the credential), and how to end it. */
@@ -107,6 +113,35 @@ const noSession = () =>
   });
 
 /**
+ * The caller's session named by `mcp-session-id` (`not_found` when unknown or another's), or a new one for an
+ * `initialize` (`opened`); `invalid_request` otherwise.
+ */
+async function sessionOf(
+  deps: ApiDeps,
+  sessions: ReturnType<typeof sessionTable>,
+  request: FastifyRequest,
+  caller: ReturnType<typeof callerOf>,
+): Promise<{ session: Session; opened: Session | undefined }> {
+  const header = request.headers['mcp-session-id'];
+  if (typeof header === 'string') {
+    const session = sessions.get(header);
+    if (session === undefined || session.owner !== ownerOf(caller)) throw noSession();
+    return { session, opened: undefined };
+  }
+  if (request.method === 'POST' && isInitializeRequest(request.body)) {
+    // Room is made and the new session registered with no await between, so parallel initializes each see
+    // the others and the caps hold.
+    const closing = makeRoom(sessions, caller);
+    const session = openSession(deps, sessions, caller);
+    await Promise.all([...closing, session.server.connect(session.transport)]);
+    return { session, opened: session };
+  }
+  throw new ActionLedgerError('invalid_request', 'send mcp-session-id, or initialize a session first', {
+    details: { field: 'mcp-session-id' },
+  });
+}
+
+/**
  * Adds `POST`, `GET` and `DELETE /mcp` to the API (authenticated by its hook like every route). Errors before
  * the transport takes the reply are the API's error bodies: `not_found` (a session that is unknown or not the
  * caller's), `invalid_request` (no session and no `initialize`), `rate_limited` (too many sessions).
@@ -118,26 +153,11 @@ export function registerMcpRoutes(app: FastifyInstance, deps: ApiDeps): void {
   const handle = async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
     const caller = callerOf(request);
     await countBatch(deps, request, reply, caller);
-    const header = request.headers['mcp-session-id'];
-    const id = typeof header === 'string' ? header : undefined;
-    let session: Session | undefined;
-    let opened: Session | undefined;
-    if (id !== undefined) {
-      session = sessions.get(id);
-      if (session === undefined || session.owner !== ownerOf(caller)) throw noSession();
-    } else if (request.method === 'POST' && isInitializeRequest(request.body)) {
-      // Room is made and the new session registered with no await between, so parallel initializes each see
-      // the others and the caps hold.
-      const closing = makeRoom(sessions, caller);
-      session = openSession(deps, sessions, caller);
-      await Promise.all([...closing, session.server.connect(session.transport)]);
-      opened = session;
-    } else {
-      throw new ActionLedgerError('invalid_request', 'send mcp-session-id, or initialize a session first', {
-        details: { field: 'mcp-session-id' },
-      });
-    }
+    const { session, opened } = await sessionOf(deps, sessions, request, caller);
     session.lastUsed = Date.now();
+    const ids = rpcIds(request.body);
+    // Checked and taken with no await between, so two POSTs racing with one id cannot both pass.
+    if (request.method === 'POST' && !claimIds(session, ids, reply)) return;
     const raw = request.raw as typeof request.raw & { auth?: AuthInfo };
     raw.auth = {
       token: '',
@@ -146,7 +166,7 @@ export function registerMcpRoutes(app: FastifyInstance, deps: ApiDeps): void {
       extra: { caller, again: () => authenticateAgain(deps, request), request_id: request.id },
     };
     reply.hijack();
-    watch({ credential: caller.token_id, session, method: request.method, ids: rpcIds(request.body), res: reply.raw });
+    watch({ credential: caller.token_id, session, method: request.method, ids, res: reply.raw });
     try {
       await session.transport.handleRequest(raw, reply.raw, request.body);
     } catch (err) {
@@ -244,6 +264,35 @@ function rpcIds(body: unknown): (string | number)[] {
   return ids;
 }
 
+/** A request id as the SDK's maps key it: 5 and "5" are two ids. */
+const idKey = (id: string | number): string => `${typeof id}:${String(id)}`;
+
+/**
+ * Takes the POST's request ids for the session until its response closes; or, when one is already in flight
+ * there (or the body names one twice), answers 409 with a JSON-RPC error naming it and takes none.
+ */
+function claimIds(session: Session, ids: (string | number)[], reply: FastifyReply): boolean {
+  const keys = ids.map(idKey);
+  const clash = ids.find((_, i) => session.inFlight.has(keys[i] ?? '') || keys.indexOf(keys[i] ?? '') !== i);
+  if (clash !== undefined) {
+    void reply.code(409).send({
+      jsonrpc: '2.0',
+      id: clash,
+      error: {
+        code: -32600,
+        message: `request id ${JSON.stringify(clash)} is already in flight in this session: send each request with an id not in use`,
+        data: { error: 'invalid_request', problem: 'request_id_in_flight', id: clash },
+      },
+    });
+    return false;
+  }
+  for (const k of keys) session.inFlight.add(k);
+  reply.raw.once('close', () => {
+    for (const k of keys) session.inFlight.delete(k);
+  });
+  return true;
+}
+
 /**
  * A check that ends the open streams whose credential is no longer active (revoked or expired): it asks the
  * transport to end each (the GET stream, or the POST's request streams), and cuts the response if it is still
@@ -320,6 +369,7 @@ function openSession(deps: ApiDeps, sessions: Map<string, Session>, caller: Auth
     tenant: caller.tenant_id,
     owner: ownerOf(caller),
     lastUsed: Date.now(),
+    inFlight: new Set(),
     transport: new StreamableHTTPServerTransport({ sessionIdGenerator: () => id }),
   };
   session.transport.onclose = () => {

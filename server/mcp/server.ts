@@ -8,7 +8,8 @@
  *   tools/call      Gate.call with the context of server/mcp/context.ts; the gate's answer as structured
  *                   content, a refusal or hold as a tool error (isError) with its code, never a protocol error
  *                   confirmation_required + client elicitation: ask the user, then Gate.confirm (a turn of its
- *                   own) and Gate.executeProposal with the arguments the user saw, compared by hash
+ *                   own) and Gate.executeProposal with the arguments the user saw, compared by hash; hidden
+ *                   characters shown as codes and acknowledged apart (server/mcp/confirm.ts)
  *   resources/read  actionledger://operations/{id}: the operation's state, receipt and history
  */
 import { randomUUID } from 'node:crypto';
@@ -16,7 +17,6 @@ import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import type { RequestHandlerExtra } from '@modelcontextprotocol/sdk/shared/protocol.js';
 import {
   CallToolRequestSchema,
-  ElicitResultSchema,
   ErrorCode as McpErrorCode,
   ListResourcesRequestSchema,
   ListResourceTemplatesRequestSchema,
@@ -28,13 +28,12 @@ import {
 } from '@modelcontextprotocol/sdk/types.js';
 import { ActionLedgerError, asActionLedgerError, ERROR_CODES, type ErrorCode } from '../../core/errors.js';
 import { DEFAULT_RETRY_AFTER_S } from '../api/errors.js';
-import type { JsonObject } from '../../core/json.js';
 import type { GateContext, GateResult } from '../../gate/index.js';
-import { describeEffect } from '../../gate/index.js';
 import { TenantLedgerView } from '../../ledger/index.js';
 import type { Authenticated } from '../../principals/index.js';
 import { overWindow } from '../api/auth.js';
 import type { ApiDeps } from '../api/types.js';
+import { confirmAndExecute, elicitConfirmation } from './confirm.js';
 import { actingPrincipal, callContext, listingRoles, type Meta } from './context.js';
 import {
   BUILTIN,
@@ -251,119 +250,6 @@ async function callTool(
 
 function unknownTool(name: string): GateResult {
   return { ok: false, error: 'unknown_tool', message: `there is no tool named ${JSON.stringify(name.slice(0, 64))}` };
-}
-
-/**
- * Confirms with the token in `context`'s turn, then executes: with `shown` (the arguments the user confirmed)
- * the gate compares them with the proposed ones by hash, and a difference is `params_mismatch`: the proposal
- * is then cancelled, nothing reserved.
- */
-async function confirmAndExecute(
-  deps: McpDeps,
-  token: string,
-  context: GateContext,
-  shown: JsonObject | undefined,
-): Promise<GateResult> {
-  const confirmed = await deps.gate.confirm(token, context);
-  if (!confirmed.ok || confirmed.request_id === undefined) return confirmed;
-  const executed = await deps.gate.executeProposal(
-    confirmed.request_id,
-    context,
-    shown === undefined ? {} : { args: shown },
-  );
-  if (!executed.ok && executed.error === 'params_mismatch')
-    await deps.gate.cancelProposal(confirmed.request_id, context);
-  return executed;
-}
-
-/** The form field that carries the user's yes. */
-export const CONFIRM_FIELD = 'confirm';
-/** The prefix of every argument's form field when an argument is itself named {@link CONFIRM_FIELD}. */
-export const ARGUMENT_FIELD_PREFIX = 'argument:';
-
-/**
- * How arguments are named in the form, and back: by their own names, or, when one argument is named like the
- * confirmation field, each under {@link ARGUMENT_FIELD_PREFIX} (a namespace `confirm` is not in), so the user's
- * yes and an argument's value never share a field. A field of the answer that is not an argument's field is
- * taken as an argument of its own name: an added argument, refused params_mismatch like any change.
- */
-function formFields(args: Record<string, unknown>): {
-  field: (name: string) => string;
-  argument: (field: string) => string;
-} {
-  if (!Object.hasOwn(args, CONFIRM_FIELD)) return { field: (name) => name, argument: (field) => field };
-  return {
-    field: (name) => ARGUMENT_FIELD_PREFIX + name,
-    argument: (field) => (field.startsWith(ARGUMENT_FIELD_PREFIX) ? field.slice(ARGUMENT_FIELD_PREFIX.length) : field),
-  };
-}
-
-type Primitive = string | number | boolean;
-const isPrimitive = (v: unknown): v is Primitive =>
-  typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean';
-
-/**
- * Asks the user, through the client, to confirm the exact arguments (each top-level argument a field preset to
- * the proposed value, when they are all plain values). The answer is the user's own turn: accepted, it goes
- * through Gate.confirm in a turn id of its own (never the call's) and Gate.executeProposal with the arguments
- * as the user left them, in the context `recheck` rebuilds once the answer is in; declined or cancelled, the
- * proposal is cancelled (`confirmation_declined`).
- */
-async function elicitConfirmation(
-  deps: McpDeps,
-  context: GateContext,
-  recheck: () => Promise<GateContext>,
-  name: string,
-  args: Record<string, unknown>,
-  proposal: GateResult & { ok: false },
-  extra: Extra,
-): Promise<GateResult> {
-  const tool = deps.gate.tool(name);
-  const token = proposal.confirm_token;
-  const id = proposal.request_id;
-  if (tool === undefined || token === undefined || id === undefined) return proposal;
-  const flat = Object.values(args).every(isPrimitive);
-  const form = formFields(args);
-  const properties: Record<string, Record<string, unknown>> = {
-    [CONFIRM_FIELD]: { type: 'boolean', title: 'Carry this out', description: 'yes: do exactly this, once' },
-  };
-  if (flat)
-    for (const [k, v] of Object.entries(args))
-      properties[form.field(k)] = { type: typeof v === 'boolean' ? 'boolean' : typeof v, title: k, default: v };
-  const message = `Confirm ${name}: ${describeEffect(tool, args as JsonObject)}\nExact arguments: ${JSON.stringify(args)}`;
-  let answer;
-  try {
-    answer = await extra.sendRequest(
-      {
-        method: 'elicitation/create',
-        params: {
-          message,
-          requestedSchema: { type: 'object', properties, required: Object.keys(properties) } as never,
-        },
-      },
-      ElicitResultSchema,
-    );
-  } catch (err) {
-    // The client could not ask: the proposal stays, for the next-turn confirmation.
-    deps.log.warn({ err, proposal: id }, 'MCP elicitation failed; the next-turn confirmation applies');
-    return proposal;
-  }
-  const content = answer.content ?? {};
-  const elicited: GateContext = { ...context, turn_id: `elicitation:${randomUUID()}` };
-  if (answer.action !== 'accept' || content[CONFIRM_FIELD] !== true) {
-    await deps.gate.cancelProposal(id, elicited);
-    return {
-      ok: false,
-      error: 'confirmation_declined',
-      message: `the user did not confirm ${name}; nothing was done`,
-      request_id: id,
-    };
-  }
-  const shown: JsonObject = { ...(args as JsonObject) };
-  for (const [k, v] of Object.entries(content)) if (k !== CONFIRM_FIELD) shown[form.argument(k)] = v;
-  // Throws (a tool error; the proposal stays unconfirmed until it expires) when the caller lost its standing.
-  const now = await recheck();
-  return confirmAndExecute(deps, token, { ...now, turn_id: elicited.turn_id }, shown);
 }
 
 /** An operation of the caller's tenant, if it may read it: capability read, or its own principal's. */

@@ -11,7 +11,7 @@ import { baseToolConfig, ctx, ledgerFixture, TEST_SECRET, type LedgerFixture } f
 import { dispatchEnv } from '../helpers/fleet.js';
 import { runCli } from '../helpers/cli.js';
 import { allCommands } from '../../bin/commands/index.js';
-import { EXIT_MEANINGS } from '../../bin/cli-util.js';
+import { EXIT_MEANINGS, table } from '../../bin/cli-util.js';
 
 const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 const UNKNOWN_ID = '00000000-0000-4000-8000-000000000000';
@@ -55,6 +55,33 @@ t.test('a JSON document far larger than a pipe buffer arrives whole through a pi
   t.ok(out.stdout.length > 300_000, `all of it: ${out.stdout.length} bytes, not a pipe buffer's worth`);
   const doc = JSON.parse(out.stdout) as { ok: boolean; operation: { arguments_json: { note: string } } };
   t.equal(doc.operation.arguments_json.note, note, 'the document parses and carries the arguments');
+});
+
+t.test('a table cell is one line: a newline or any control character in a value is shown as its code', async (t) => {
+  const forged = 'maintenance\ntenant-b  send_email    op  all good';
+  t.equal(
+    table([
+      ['tool', 'reason'],
+      ['issue_refund', forged],
+      ['x', 'tab\there, cr\r, esc\u001b[2J, nel\u0085, ls\u2028'],
+    ]),
+    [
+      'tool          reason',
+      'issue_refund  maintenance\\u000Atenant-b  send_email    op  all good',
+      'x             tab\\u0009here, cr\\u000D, esc\\u001B[2J, nel\\u0085, ls\\u2028',
+    ].join('\n'),
+  );
+  // As a command prints it: a reason written through the API (or the database) with a newline in it.
+  const { env, fx } = await cliEnv(t);
+  await fx.pool.query(
+    "INSERT INTO actionledger.gate_kill_switches (tenant_id, tool_name, engaged_by, reason) VALUES ('tenant-a', 'issue_refund', 'op', $1)",
+    [forged],
+  );
+  const out = await runCli(['gate', 'kill-switch', 'list'], env);
+  t.equal(out.code, 0, out.stderr);
+  const lines = out.stdout.trimEnd().split('\n');
+  t.equal(lines.length, 2, 'the heading and one row: no forged row');
+  t.match(lines[1], /maintenance\\u000Atenant-b/);
 });
 
 t.test("docs/cli.md's exit codes: the same table as the code, and each one produced", async (t) => {

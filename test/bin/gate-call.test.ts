@@ -281,6 +281,47 @@ t.test('gate show prints hidden characters as codes; gate approve needs --accept
   t.equal(await operationsOfStep(pool, 'del-h'), 1, 'approved with the flag');
 });
 
+t.test('right-to-left text: gate show lists it, gate approve needs --accept-hidden-characters', async (t) => {
+  const { env, pool } = await setup(t);
+  // No control character: a Hebrew letter alone draws "1234 5678" as "5678 1234" in a terminal that does bidi.
+  const args = JSON.stringify({ customer_id: 'C-8', reason: 'duplicate of \u05d0 1234 5678' });
+  const held = doc(
+    t,
+    await runCli(
+      ['gate', 'call', ...context('admin-1', 'admin', 'del-r'), '--tool', 'delete_customer', '--args', args],
+      env,
+    ),
+  );
+  t.match(held, { ok: false, error: 'approval_required' });
+  const id = String(held.request_id);
+  const show = JSON.parse((await runCli(['gate', 'show', id, '--tenant', 'tenant-a'], env)).stdout) as {
+    envelope_sha256: string;
+    hidden_characters?: { path: string; class: string }[];
+  };
+  t.same(
+    show.hidden_characters?.filter((h) => h.path === '/arguments/reason'),
+    [{ path: '/arguments/reason', code: '\\u05D0', in: 'value', class: 'right_to_left' }],
+    'gate show says what approving will need acknowledged',
+  );
+  const root = ['--break-glass', 'root'];
+  const approve = [
+    'gate',
+    'approve',
+    id,
+    '--hash',
+    show.envelope_sha256,
+    '--tenant',
+    'tenant-a',
+    '--role',
+    'supervisor',
+  ];
+  const refused = doc(t, await runCli([...approve, ...root], env));
+  t.match(refused, { ok: false, error: 'hidden_characters', message: /right-to-left text at \/arguments\/reason/ });
+  t.equal(await operationsOfStep(pool, 'del-r'), 0, 'nothing reserved without the flag');
+  const approved = doc(t, await runCli([...approve, '--accept-hidden-characters', ...root], env));
+  t.match(approved, { ok: true, operation_id: /^[0-9a-f-]{36}$/ });
+});
+
 t.test('gate call held for a confirmation: confirm in a later turn, then execute', async (t) => {
   const { env, pool, dir } = await setup(t);
   const argsFile = join(dir, 'email.json');

@@ -34,7 +34,9 @@ const tools = {
 
 /** Each URL and the words its refusal must name. */
 const REFUSED: [string, string][] = [
-  ['https://169.254.169.254/latest/meta-data/', 'a link-local address (169.254.0.0/16)'],
+  ['https://169.254.169.254/latest/meta-data/', 'a cloud metadata service address (169.254.169.254/32)'],
+  ['https://168.63.129.16/machine?comp=goalstate', 'a cloud metadata service address (168.63.129.16/32)'],
+  ['https://169.254.1.1/', 'a link-local address (169.254.0.0/16)'],
   ['https://127.0.0.1:5432/', 'a loopback address (127.0.0.0/8)'],
   ['https://127.53.0.9/', 'a loopback address'],
   ['https://2130706433/', 'a loopback address'], // decimal
@@ -46,11 +48,11 @@ const REFUSED: [string, string][] = [
   ['https://[0:0:0:0:0:0:0:1]:8443/x', 'a loopback address'],
   ['https://[::ffff:127.0.0.1]/', 'a loopback address (IPv4-mapped 127.0.0.1'],
   ['https://[::ffff:7f00:1]/', 'a loopback address (IPv4-mapped 127.0.0.1'],
-  ['https://[::ffff:169.254.169.254]/', 'a link-local address (IPv4-mapped 169.254.169.254'],
+  ['https://[::ffff:169.254.169.254]/', 'a cloud metadata service address (IPv4-mapped 169.254.169.254'],
   ['https://[::ffff:10.1.2.3]/', 'a private address (IPv4-mapped 10.1.2.3'],
   ['https://[::ffff:100.64.0.1]/', 'a carrier-grade NAT address (IPv4-mapped'],
   ['https://[::ffff:0.0.0.0]/', 'an unspecified address (IPv4-mapped'],
-  ['https://[64:ff9b::a9fe:a9fe]/', 'a link-local address (NAT64 169.254.169.254'],
+  ['https://[64:ff9b::a9fe:a9fe]/', 'a cloud metadata service address (NAT64 169.254.169.254'],
   ['https://localhost/', 'a loopback name'],
   ['https://LOCALHOST./', 'a loopback name'],
   ['https://localhost:8443/', 'a loopback name'],
@@ -68,7 +70,8 @@ const REFUSED: [string, string][] = [
   ['https://172.16.5.4/', 'a private address (172.16.0.0/12)'],
   ['https://172.31.255.254/', 'a private address (172.16.0.0/12)'],
   ['https://192.168.1.1/', 'a private address (192.168.0.0/16)'],
-  ['https://[fd00:ec2::254]/', 'a private address (fc00::/7)'],
+  ['https://[fd00:ec2::254]/', 'a cloud metadata service address (fd00:ec2::254/128)'],
+  ['https://[fd00:ec2::1]/', 'a private address (fc00::/7)'],
   ['https://[FC00::1]/', 'a private address (fc00::/7)'],
   ['https://[fe80::1]/', 'a link-local address (fe80::/10)'],
   ['https://0.0.0.0/', 'an unspecified address (0.0.0.0/8)'],

@@ -90,8 +90,8 @@ t.test('a webhook body shows no hidden character raw, lists each, and parses to 
   t.same(
     listed.filter((h) => h.path === '/envelope/arguments/to'),
     [
-      { path: '/envelope/arguments/to', code: '\\u202E', in: 'value' },
-      { path: '/envelope/arguments/to', code: '\\u202C', in: 'value' },
+      { path: '/envelope/arguments/to', code: '\\u202E', in: 'value', class: 'hidden' },
+      { path: '/envelope/arguments/to', code: '\\u202C', in: 'value', class: 'hidden' },
     ],
   );
   t.ok(
@@ -102,5 +102,21 @@ t.test('a webhook body shows no hidden character raw, lists each, and parses to 
     data: JsonObject;
   };
   t.notOk('hidden_characters' in plain.data, 'absent when there are none');
+  t.end();
+});
+
+t.test('text written right to left: Slack warns and offers no Approve, the webhook lists it', (t) => {
+  // No control character: a visible Hebrew letter alone draws "IBAN 5678 1234 \u05d0" on screen.
+  const e = event({ to_account: 'ACC0000000001', amount: 5, to: 'IBAN \u05d0 1234 5678' });
+  const msg = slackApprovalRequest(config, e);
+  const warning = texts(msg.blocks).find((x) => x.startsWith(':warning:')) ?? '';
+  t.match(warning, /right-to-left text at \/envelope\/arguments\/to \(\\u05D0 first\)/, 'where, in words');
+  t.match(warning, /decide in the console/);
+  t.same(buttons(msg.blocks), ['actionledger_reject'], 'Reject only');
+  const body = JSON.parse(webhookBody(config, e)) as { data: { hidden_characters: { path: string }[] } };
+  t.same(
+    body.data.hidden_characters.filter((h) => h.path === '/envelope/arguments/to'),
+    [{ path: '/envelope/arguments/to', code: '\\u05D0', in: 'value', class: 'right_to_left' }],
+  );
   t.end();
 });

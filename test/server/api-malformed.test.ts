@@ -7,6 +7,7 @@
  */
 import { connect } from 'node:net';
 import t, { type Test } from 'tap';
+import { parseForm } from '../../server/console/form.js';
 import { apiFixture, type ApiFixture } from '../helpers/api.js';
 
 interface RawAnswer {
@@ -105,6 +106,7 @@ t.test('requests Node’s parser refuses get the documented body, a request id, 
       'HPE_',
     ],
     ['no Host', 'GET /v1/operations HTTP/1.1\r\nConnection: close\r\n\r\n', 400, 'malformed_headers'],
+    ['no Host in HTTP/1.0', 'GET /v1/operations HTTP/1.0\r\n\r\n', 400, 'malformed_headers'],
     [
       'Host twice',
       'GET /v1/operations HTTP/1.1\r\nHost: a\r\nHost: b\r\nConnection: close\r\n\r\n',
@@ -132,9 +134,31 @@ t.test('requests Node’s parser refuses get the documented body, a request id, 
     'invalid_request',
     'bad path',
   );
-  // A well-formed request on the same listener is still answered normally.
+  // A well-formed request on the same listener is still answered normally, in HTTP/1.0 with a Host too.
   const ok = await raw(f, 'GET /v1/openapi.json HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n');
   t.equal(ok.status, 200, 'a well-formed request still works');
+  t.equal((await raw(f, 'GET /v1/openapi.json HTTP/1.0\r\nHost: a\r\n\r\n')).status, 200, 'HTTP/1.0 with Host');
+});
+
+t.test('an Expect other than 100-continue: 417 expectation_failed in the documented shape', async (t) => {
+  const f = await apiFixture(t);
+  const token = await f.token('agent-1', ['agent']);
+  for (const expect of ['foo', '200-ok']) {
+    const r = await raw(
+      f,
+      `GET /v1/status HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer ${token}\r\nExpect: ${expect}\r\n\r\n`,
+    );
+    documented(t, r, 417, 'expectation_failed', `Expect: ${expect}`);
+    t.match(r.json.details, { field: 'expect' });
+    t.same(r.headers.get('connection'), ['close'], 'the connection is closed');
+  }
+  // 100-continue is met: the interim answer, then the request's own.
+  const body = '{}';
+  const text = await exchange(
+    f.base,
+    `POST /v1/calls HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer ${token}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n${body}`,
+  );
+  t.match(text, /^HTTP\/1\.1 100 Continue\r\n\r\nHTTP\/1\.1 422 /, '100 Continue, then the answer');
 });
 
 t.test('JSON nested 100,000 deep is refused by the depth limit, before any parser recurses', async (t) => {
@@ -247,6 +271,35 @@ t.test('bodies are UTF-8 only: another charset is 415, bytes that are not UTF-8 
   t.equal(consoleBad.status, 422, 'console form: invalid UTF-8 refused (invalid_request)');
   t.match(consoleBad.text, /not valid UTF-8/);
   t.ok(consoleBad.headers.get('x-request-id'));
+  // The same bytes percent-escaped: refused the same way, not read as U+FFFD.
+  const escaped = await f.call('POST', '/console/login', {
+    headers: { 'content-type': 'application/x-www-form-urlencoded', origin: f.base },
+    raw: Buffer.from('link=%FF%FEok'),
+  });
+  t.equal(escaped.status, 422, 'console form: a percent-escape that is not UTF-8 refused (invalid_request)');
+  t.match(escaped.text, /not valid UTF-8/);
+  t.ok(escaped.headers.get('x-request-id'));
+});
+
+t.test('console forms are decoded strictly: no byte replaced, no field taken twice', (t) => {
+  const refused = (body: string, problem: string) =>
+    t.throws(() => parseForm(body), { code: 'invalid_request', details: { problem } }, body);
+  refused('csrf=x&reason=%FF%FEok', 'not_utf8');
+  refused('reason=%C3', 'not_utf8');
+  refused('reason=%ED%A0%80', 'not_utf8'); // an encoded surrogate
+  refused('reason%FF=x', 'not_utf8');
+  refused('reason=100%', 'malformed_escape');
+  refused('reason=%G0', 'malformed_escape');
+  t.throws(() => parseForm('a=1&a=2'), { code: 'invalid_request', details: { field: 'a' } }, 'a field sent twice');
+  t.same(parseForm('a=b+c%20d&e=%C3%A9%E2%80%AE&&f&g=&h=x=y'), {
+    a: 'b c d',
+    e: '\u00e9\u202e',
+    f: '',
+    g: '',
+    h: 'x=y',
+  });
+  t.same(parseForm(''), {});
+  t.end();
 });
 
 t.test('a repeated Authorization header authenticates nobody, on the API and on /mcp', async (t) => {

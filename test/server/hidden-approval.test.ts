@@ -1,8 +1,10 @@
 /**
  * What a person reads is what they approve: an approval whose envelope holds characters a reader would not see
  * as written (a right-to-left override that turns "0057" into "7500" on screen, a Hangul filler, a digit struck
- * through by U+0336) is shown with each as its code, and approving it takes an explicit second yes, over the
- * gate, the HTTP API and the console alike. Without it nothing is recorded; with it the operation is reserved.
+ * through by U+0336, a private-use or null-notehead character drawn as nothing) is shown with each as its code,
+ * text written right to left (a Hebrew letter turns "1234 5678" into "5678 1234" on screen) is shown in stored
+ * order, and approving either takes an explicit second yes, over the gate, the HTTP API and the console alike.
+ * Without it nothing is recorded; with it the operation is reserved.
  * Real HTTP, a real PostgreSQL, the console's real forms.
  */
 import t, { type Test } from 'tap';
@@ -32,8 +34,9 @@ const refundWithNote = {
 };
 
 /** A refund of 900 (over the threshold: it waits for a supervisor) whose note hides what it says. */
-async function held(f: ApiFixture, step: string, note: string): Promise<string> {
-  const r: GateResult = await f.gate.call(gctx({ workflow_step_id: step }), 'issue_refund', {
+async function held(f: ApiFixture, step: string, note: string, conversation = 'conv-1'): Promise<string> {
+  const context = gctx({ workflow_step_id: step, conversation_id: conversation });
+  const r: GateResult = await f.gate.call(context, 'issue_refund', {
     order_id: 'O-1',
     note,
     amount: 900,
@@ -71,8 +74,8 @@ t.test('the gate refuses an approval with hidden characters unless acknowledged'
   t.same(
     hidden,
     [
-      { path: '/arguments/note', code: '\\u202E', in: 'value' },
-      { path: '/arguments/note', code: '\\u202C', in: 'value' },
+      { path: '/arguments/note', code: '\\u202E', in: 'value', class: 'hidden' },
+      { path: '/arguments/note', code: '\\u202C', in: 'value', class: 'hidden' },
     ],
     'each one, where it is in the envelope (the effect in words quotes the note too)',
   );
@@ -159,4 +162,94 @@ t.test('the rejection reason and the requester are shown by their codes', async 
   const page = await (await get(f, `/console/approvals/tenant-a/${id}`, s.cookie)).text();
   t.notOk(/[\u202e\u202c]/u.test(page));
   t.match(page, /refund <span class="hidden-char"[^>]*>\\u202E<\/span>yaw on/);
+});
+
+t.test(
+  'drawn as nothing though no property says so, and text written right to left: refused unless acknowledged',
+  async (t) => {
+    const { f } = await setup(t);
+    const reviewer = { tenant_id: 'tenant-a', principal_id: 'sup-1', role: 'supervisor' };
+    const cases: [string, string, RegExp][] = [
+      ['n-1', 'pay invoice 1\u{1D159}000', /\\u\{1D159\} at \/effect/],
+      ['n-2', 'pay invoice 10\ue000\ue00100', /\\uE000 at \/effect/],
+      ['n-3', 'from \u{F0000}plane 15', /\\u\{F0000\} at \/effect/],
+      ['n-4', 'x\u{16FE4}y', /\\u\{16FE4\} at \/effect/],
+      ['n-5', 'IBAN \u05d0 1234 5678', /right-to-left text at \/effect \(\\u05D0 first\)/],
+    ];
+    for (const [step, note, message] of cases) {
+      const id = await held(f, step, note, `conv-${step}`);
+      const view = await f.gate.approvals.show(id, { tenant_id: 'tenant-a' });
+      const refused = await f.gate.approve(id, view.envelope_sha256, reviewer);
+      t.match(refused, { ok: false, error: 'hidden_characters', message }, JSON.stringify(note));
+      t.same(await state(f, id), { status: 'pending', approvers: [] }, 'no vote recorded');
+      const approved = await f.gate.approve(id, view.envelope_sha256, reviewer, { acknowledgeHiddenCharacters: true });
+      t.match(approved, { ok: true, status: 'reserved' }, 'approved once acknowledged');
+    }
+    const rtl = await held(f, 'n-6', 'IBAN \u05d0 1234 5678', 'conv-n-6');
+    const view = await f.gate.approvals.show(rtl, { tenant_id: 'tenant-a' });
+    const refused = await f.gate.approve(rtl, view.envelope_sha256, reviewer);
+    const listed = refused.ok ? [] : (refused.details?.hidden as { path: string }[]);
+    t.same(
+      listed.filter((h) => h.path === '/arguments/note'),
+      [{ path: '/arguments/note', code: '\\u05D0', in: 'value', class: 'right_to_left' }],
+      'the string is named, with its first right-to-left letter',
+    );
+  },
+);
+
+t.test('a principal id written right to left or drawn as nothing is refused before anything is held', async (t) => {
+  const { f } = await setup(t);
+  const runtime = await f.token('runtime-1', ['agent-runtime']);
+  for (const who of ['supervisor-1\u{1D159}', 'sup\u05d0-1', 'user\ue000']) {
+    const r = await f.call('POST', '/v1/calls', {
+      token: runtime,
+      body: {
+        tool: 'issue_refund',
+        arguments: { order_id: 'O-1', amount: 900, currency: 'GBP' },
+        task_id: 'task-p',
+        workflow_step_id: 'p-1',
+        user: { principal_id: who, role: 'agent', account_id: 'acct-1', conversation_id: 'c-1', turn_id: '1' },
+      },
+    });
+    t.equal(r.status, 422, JSON.stringify(who));
+    t.match(r.body, { ok: false, error: 'invalid_context', details: { field: 'user.principal_id' } });
+  }
+  const { rows } = await f.pool.query<{ n: number }>('SELECT count(*)::int AS n FROM actionledger.gate_approvals');
+  t.equal(rows[0]?.n, 0, 'nothing held');
+});
+
+t.test('the console draws right-to-left text in stored order and asks for the box', async (t) => {
+  const { f } = await setup(t);
+  await person(f, 'sup-4', ['supervisor']);
+  const id = await held(f, 'rtl-1', 'IBAN \u05d0 1234 5678');
+  const s = await signIn(f, 'sup-4');
+  const page = await (await get(f, `/console/approvals/tenant-a/${id}`, s.cookie)).text();
+  t.match(page, /<bdo dir="ltr" class="logical-order"[^>]*>[^<]*IBAN \u05d0 1234 5678/, 'in the order it is stored');
+  t.match(page, /id="hidden-chars"[^]*right to left/, 'the warning says why');
+  t.match(page, /name="acknowledge_hidden_characters"[^>]*required/, 'the box');
+  const hash = /name="envelope_sha256" value="([0-9a-f]{64})"/.exec(page)?.[1] ?? '';
+  const path = `/console/approvals/tenant-a/${id}/approve`;
+  t.equal((await post(f, path, s, { csrf: s.csrf, envelope_sha256: hash })).status, 422, 'refused without it');
+  const ticked = await post(f, path, s, { csrf: s.csrf, envelope_sha256: hash, acknowledge_hidden_characters: 'yes' });
+  t.equal(ticked.status, 303);
+  t.same((await state(f, id)).status, 'executed');
+});
+
+t.test('a control character: the console asks for the box exactly when the gate would refuse', async (t) => {
+  // JSON text writes ESC and backspace as escapes, so a check on it saw nothing; the console asks the gate's own.
+  const { f } = await setup(t);
+  await person(f, 'sup-5', ['supervisor']);
+  const id = await held(f, 'ctl-1', 'pay\u001b[8m 9999\u0008');
+  const s = await signIn(f, 'sup-5');
+  const page = await (await get(f, `/console/approvals/tenant-a/${id}`, s.cookie)).text();
+  t.match(page, /id="hidden-chars"/, 'the warning');
+  t.match(page, /name="acknowledge_hidden_characters"[^>]*required/, 'the box');
+  const hash = /name="envelope_sha256" value="([0-9a-f]{64})"/.exec(page)?.[1] ?? '';
+  const path = `/console/approvals/tenant-a/${id}/approve`;
+  const unticked = await post(f, path, s, { csrf: s.csrf, envelope_sha256: hash });
+  t.equal(unticked.status, 422, 'the gate refuses without it');
+  t.match(await unticked.text(), /\\u001B at \/arguments\/note/);
+  const ticked = await post(f, path, s, { csrf: s.csrf, envelope_sha256: hash, acknowledge_hidden_characters: 'yes' });
+  t.equal(ticked.status, 303);
+  t.same((await state(f, id)).status, 'executed');
 });

@@ -260,6 +260,69 @@ t.test(
   },
 );
 
+t.test(
+  'an elicited confirmation of hidden characters or right-to-left text: shown by codes, a second yes required',
+  async (t) => {
+    const f = await apiFixture(t);
+    const token = await f.token('agent-1', ['agent']);
+    type Schema = { properties: Record<string, { default?: unknown }>; required: string[] };
+    const asked: { message: string; schema: Schema }[] = [];
+    // The SDK's client checks an answer against the form, so it always sends the required second field: false
+    // is the user leaving it unticked.
+    let accept = false;
+    let second = true;
+    const client = await mcpClient(t, f.base, token, {
+      elicit: (params) => {
+        const schema = (params as { requestedSchema: Schema }).requestedSchema;
+        asked.push({ message: params.message, schema });
+        const shown = Object.fromEntries(Object.entries(schema.properties).map(([k, v]) => [k, v.default]));
+        const content = { ...shown, confirm: true, ...(second ? { accept_hidden_characters: accept } : {}) };
+        return { action: 'accept', content };
+      },
+    });
+    const hidden = { ...EMAIL, subject: 'Refund of \u202e0057\u202c GBP' };
+    const refused = await call(client, 'send_email', hidden, meta('h-1', { turn_id: 'turn-1' }));
+    t.match(refused, { isError: true, body: { ok: false, error: 'hidden_characters', request_id: String } });
+    const q = asked[0];
+    t.notOk(/[\u202e\u202c]/u.test(q?.message ?? ''), 'nothing hidden is drawn raw in the question');
+    t.match(q?.message, /Exact arguments: .*Refund of \\u202e0057\\u202c GBP/, 'the arguments as JSON escapes');
+    t.match(q?.message, /Warning \(hidden_characters\).*\\u202E at \/arguments\/subject/);
+    t.equal(q?.schema.properties.subject?.default, 'Refund of \\u202E0057\\u202C GBP', 'the preset shows the codes');
+    t.ok(q?.schema.required.includes('accept_hidden_characters'), 'the second yes is a required field');
+    t.same(
+      (await f.pool.query("SELECT status FROM actionledger.gate_proposals WHERE workflow_step_id = 'h-1'")).rows,
+      [{ status: 'cancelled' }],
+      'confirmed without the second yes: cancelled',
+    );
+    t.equal(await count(f.pool, 'actionledger.operations'), 0, 'nothing reserved');
+
+    accept = true;
+    const yes = await call(client, 'send_email', hidden, meta('h-3', { turn_id: 'turn-3' }));
+    t.match(yes, { isError: false, body: { ok: true, status: 'reserved' } }, 'the preset, left as shown, is the value');
+    const rtl = { ...EMAIL, body: 'IBAN \u05d0 1234 5678' };
+    const right = await call(client, 'send_email', rtl, meta('h-4', { turn_id: 'turn-4' }));
+    t.match(right, { isError: false, body: { ok: true, status: 'reserved' } });
+    t.match(asked.at(-1)?.message, /right-to-left text at \/arguments\/body/, 'right-to-left text asks too');
+    const stored = await f.pool.query<{ args: Record<string, string> }>(
+      'SELECT arguments_json AS args FROM actionledger.operations ORDER BY created_at',
+    );
+    t.same(
+      stored.rows.map((r) => [r.args.subject, r.args.body]),
+      [
+        [hidden.subject, EMAIL.body],
+        [EMAIL.subject, rtl.body],
+      ],
+      'exactly what was proposed, the hidden characters themselves',
+    );
+
+    second = false;
+    asked.length = 0;
+    await call(client, 'send_email', EMAIL, meta('h-5', { turn_id: 'turn-5' }));
+    t.notOk('accept_hidden_characters' in (asked[0]?.schema.properties ?? {}), 'plain text needs no second yes');
+    t.notMatch(asked[0]?.message, /Warning/);
+  },
+);
+
 t.test('without elicitation, the next-turn confirmation: the same turn is refused, a later one executes', async (t) => {
   const f = await apiFixture(t);
   const client = await mcpClient(t, f.base, await f.token('agent-1', ['agent']));

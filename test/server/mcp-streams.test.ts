@@ -2,7 +2,8 @@
  * The MCP endpoint's event streams, read by a plain HTTP client (fetch) against the API's real listener and a
  * real PostgreSQL: a `tools/call` answered as an event stream ends once its result is sent, and the session's
  * GET stream of a token that is revoked (as the CLI does, in another process: a row in the database) or that
- * expires is ended within the recheck interval, while another token's stream stays open.
+ * expires is ended within the recheck interval, while another token's stream stays open; a request id still in
+ * flight in the session cannot be sent again.
  */
 import t, { type Test } from 'tap';
 import { STREAM_RECHECK_MS } from '../../server/mcp/http.js';
@@ -189,6 +190,81 @@ t.test(
     const last = dataEvents(text + rest.text).at(-1);
     t.match(last, { jsonrpc: '2.0', id: 8, result: { isError: true } }, 'its last event is the call’s result');
     t.match(JSON.stringify(last), /confirmation_declined/);
+  },
+);
+
+t.test(
+  'a request id still in flight in the session is refused; the first call’s stream still ends with its result',
+  async (t) => {
+    const f = await apiFixture(t);
+    const token = await f.token('agent-1', ['agent']);
+    const id = await session(t, f, token, { elicitation: { form: {} } });
+    const headers = {
+      authorization: `Bearer ${token}`,
+      'content-type': 'application/json',
+      accept: 'application/json, text/event-stream',
+      'mcp-session-id': id,
+      'mcp-protocol-version': VERSION,
+    };
+    const rpc = (body: unknown) => fetch(`${f.base}/mcp`, { method: 'POST', headers, body: JSON.stringify(body) });
+    const call = { name: 'send_email', arguments: EMAIL, _meta: meta('same-id-1') };
+    const first = await rpc({ jsonrpc: '2.0', id: 5, method: 'tools/call', params: call });
+    const reader: ReadableStreamDefaultReader<Uint8Array> | undefined = first.body?.getReader();
+    if (reader === undefined) throw new Error('no body');
+    const decoder = new TextDecoder();
+    let text = '';
+    let question: Record<string, unknown> | undefined;
+    while (question === undefined) {
+      const next = await reader.read();
+      if (next.done) throw new Error(`the stream ended before the question: ${text}`);
+      text += decoder.decode(next.value, { stream: true });
+      question = dataEvents(text).find((e) => e.method === 'elicitation/create');
+    }
+    // While the call waits on the user, id 5 is in flight: another request with it is refused, as is a batch
+    // naming one id twice; the same number as a string is another id.
+    const again = await rpc({ jsonrpc: '2.0', id: 5, method: 'tools/list' });
+    t.equal(again.status, 409);
+    t.match(await again.json(), {
+      jsonrpc: '2.0',
+      id: 5,
+      error: {
+        code: -32600,
+        message: /already in flight/,
+        data: { error: 'invalid_request', problem: 'request_id_in_flight' },
+      },
+    });
+    t.ok(again.headers.get('x-request-id'), 'with a request id');
+    const twice = await rpc([
+      { jsonrpc: '2.0', id: 9, method: 'tools/list' },
+      { jsonrpc: '2.0', id: 9, method: 'tools/list' },
+    ]);
+    t.equal(twice.status, 409, 'one id twice in a batch');
+    await twice.arrayBuffer();
+    const other = await rpc({ jsonrpc: '2.0', id: '5', method: 'tools/list' });
+    t.equal(other.status, 200, '"5" is not 5');
+    t.ok((await readUntilEnd(other, 5_000)).ended);
+
+    const answered = await rpc({ jsonrpc: '2.0', id: question.id, result: { action: 'decline' } });
+    t.equal(answered.status, 202);
+    await answered.arrayBuffer();
+    const rest = await readUntilEnd(
+      new Response(
+        new ReadableStream({
+          pull: async (c) => {
+            const next = await reader.read();
+            if (next.done) c.close();
+            else c.enqueue(next.value);
+          },
+        }),
+      ),
+      10_000,
+    );
+    t.ok(rest.ended, 'the first call’s stream ends once its result is sent');
+    t.match(dataEvents(text + rest.text).at(-1), { id: 5, result: { isError: true } }, 'its result, to id 5');
+    // Answered, id 5 is free again.
+    const reused = await rpc({ jsonrpc: '2.0', id: 5, method: 'tools/list' });
+    t.equal(reused.status, 200, 'an id whose answer was sent may be used again');
+    t.ok((await readUntilEnd(reused, 5_000)).ended);
   },
 );
 

@@ -53,6 +53,7 @@ const STATUS: Record<ErrorCode, number> = {
   csrf_token_invalid: 403,
   body_too_large: 413,
   unsupported_media_type: 415,
+  expectation_failed: 417,
   route_not_approved: 422,
   operation_conflict: 409,
   not_found: 404,

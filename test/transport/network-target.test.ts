@@ -31,13 +31,13 @@ t.test('each address class is named; public addresses pass', (t) => {
     ['172.31.255.255', 'private'],
     ['192.168.1.1', 'private'],
     ['fc00::1', 'private'],
-    ['fd00:ec2::254', 'private'],
+    ['fd00:ec2::1', 'private'],
     ['fec0::1', 'private'],
-    ['169.254.169.254', 'link_local'],
+    ['169.254.1.1', 'link_local'],
     ['fe80::1', 'link_local'],
     ['fe80::1%eth0', 'link_local'],
     ['100.64.0.1', 'carrier_grade_nat'],
-    ['100.100.100.200', 'carrier_grade_nat'],
+    ['100.100.100.199', 'carrier_grade_nat'],
     ['224.0.0.1', 'multicast'],
     ['239.255.255.250', 'multicast'],
     ['ff02::1', 'multicast'],
@@ -53,17 +53,36 @@ t.test('each address class is named; public addresses pass', (t) => {
     // IPv6 forms carrying an IPv4 address are judged by it.
     ['::ffff:127.0.0.1', 'loopback'],
     ['::ffff:7f00:1', 'loopback'],
-    ['0:0:0:0:0:ffff:a9fe:a9fe', 'link_local'],
+    ['0:0:0:0:0:ffff:a9fe:101', 'link_local'],
     ['::ffff:0:10.0.0.1', 'private'],
-    ['64:ff9b::169.254.169.254', 'link_local'],
+    ['64:ff9b::169.254.169.254', 'metadata'],
     ['2002:7f00:1::1', 'loopback'],
     ['not-an-address', 'reserved'],
   ];
+  // Cloud metadata and platform services by their own addresses, before the range they sit in; Azure's
+  // WireServer sits in public space and would otherwise pass.
+  for (const address of [
+    '169.254.169.254',
+    '168.63.129.16',
+    '100.100.100.200',
+    '169.254.170.2',
+    '169.254.170.23',
+    '169.254.0.23',
+    'fd00:ec2::254',
+    'fd00:ec2::23',
+    '::ffff:168.63.129.16',
+    '0:0:0:0:0:ffff:a9fe:a9fe',
+    '2002:a83f:8110::1',
+  ])
+    refused.push([address, 'metadata']);
   for (const [address, cls] of refused) t.equal(addressRefusal(address)?.class, cls, `${address}: ${cls}`);
+  t.match(addressRefusal('168.63.129.16')?.message, /a cloud metadata service address \(168\.63\.129\.16\/32\)/);
   t.match(addressRefusal('::ffff:127.0.0.1')?.message, /IPv4-mapped 127\.0\.0\.1, in 127\.0\.0\.0\/8/);
   for (const address of [
     '8.8.8.8',
     '1.1.1.1',
+    '168.63.129.17',
+    '168.63.129.15',
     '172.32.0.1',
     '100.128.0.1',
     '192.169.0.1',
@@ -132,7 +151,10 @@ t.test('guardedLookup: any inward address fails the lookup; public answers pass 
   t.equal(privateNetworkRefusal(mixed.err), 'private');
   t.match(mixed.err?.message, /hooks\.example\.com resolved to 10\.0\.0\.7 is a private address \(10\.0\.0\.0\/8\)/);
   const mapped = await run(guardedLookup(fixed(['::ffff:169.254.169.254'])), false);
-  t.equal(privateNetworkRefusal(mapped.err), 'link_local', 'an IPv4-mapped answer is judged by its IPv4 address');
+  t.equal(privateNetworkRefusal(mapped.err), 'metadata', 'an IPv4-mapped answer is judged by its IPv4 address');
+  // A name that resolves to Azure's WireServer (a public address) is refused at the connection too.
+  const wire = await run(guardedLookup(fixed(['168.63.129.16'])), false);
+  t.equal(privateNetworkRefusal(wire.err), 'metadata', 'Azure WireServer, resolved');
   const failing: LookupFunction = (hostname, _options, callback) =>
     callback(Object.assign(new Error(`getaddrinfo ENOTFOUND ${hostname}`), { code: 'ENOTFOUND' }), '', 4);
   const notFound = await run(guardedLookup(failing), false);

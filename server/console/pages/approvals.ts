@@ -8,13 +8,14 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { ActionLedgerError } from '../../../core/errors.js';
 import { canonicalJson, sha256Hex, type JsonObject } from '../../../core/json.js';
+import { hiddenInJson } from '../../../core/visible-text.js';
 import { listApprovals, type ApprovalBlocker, type ApprovalSummary, type GateResult } from '../../../gate/index.js';
 import { TenantLedgerView } from '../../../ledger/index.js';
 import { holds } from '../../api/auth.js';
 import { httpStatus } from '../../api/errors.js';
 import type { ApiDeps, Caller } from '../../api/types.js';
 import { explain } from '../explain.js';
-import { hasHidden, href, html, text, visible, type SafeHtml } from '../html.js';
+import { href, html, text, visible, type SafeHtml } from '../html.js';
 import { ago, csrfField, notice, page, send } from '../layout.js';
 import { form } from '../form.js';
 import { callerIn, tenantsOf } from '../session.js';
@@ -228,7 +229,9 @@ async function approvalPage(
   if (tools !== null && !tools.includes(env.tool)) throw new ActionLedgerError('not_found', 'no such approval');
   const displayedHash = sha256Hex(canonicalJson(view.envelope));
   const blockers = (await deps.gate.approvals.blockers(p.id, caller)).map((b) => blockerNotice(b, p.tenant, env.tool));
-  const hidden = hasHidden(JSON.stringify(view.envelope));
+  // The gate's own check (gate/approvals.ts), on the envelope itself: the box is shown exactly when approving
+  // without it would be refused (JSON text would hide a control character behind its escape).
+  const hidden = hiddenInJson(view.envelope).length > 0;
   const decide =
     blockers.length > 0 || view.status !== 'pending' ? html`` : decideForms(request, p, displayedHash, hidden);
   const op = view.operation_id === null ? null : await operationStatus(deps, caller, view.operation_id);
@@ -287,9 +290,11 @@ function hiddenWarning(): SafeHtml {
     'warn',
     html`<p id="hidden-chars">
       <span class="code">hidden_characters</span>: what you are asked to approve holds characters a browser would draw
-      as nothing or that reorder the text around them. Each is shown below as its code in a marked box; the stored
-      value, and what would be sent, contains them exactly there. Approving it takes a second yes: the box beside
-      Approve.
+      as nothing or that reorder the text around them, or text written right to left, which reorders the digits and
+      words around it. Each hidden character is shown below as its code in a marked box (a control character inside the
+      arguments as its JSON escape), and text with right-to-left letters left to right in the order it is stored (in a
+      dashed frame); the stored value, and what would be sent, is exactly that. Approving it takes a second yes: the box
+      beside Approve.
     </p>`,
   );
 }
