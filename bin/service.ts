@@ -227,7 +227,7 @@ class Service {
       lock.setAddress(`http://${addr.address}:${addr.port}`);
     }
     if (rt.config.reconciler.enabled && this.#stopReason === null) await this.#startReconciler(rt, sandboxEnv, workers);
-    if (this.#stopReason === null) this.#startWorkers(rt, sandboxEnv, workers);
+    if (this.#stopReason === null) await this.#startWorkers(rt, sandboxEnv, workers);
   }
 
   /** The runtime (pool, migrations, the embedded cluster under supervision). */
@@ -353,8 +353,9 @@ class Service {
     }
   }
 
-  #startWorkers(rt: Runtime, sandboxEnv: Record<string, string>, workers: number): void {
+  async #startWorkers(rt: Runtime, sandboxEnv: Record<string, string>, workers: number): Promise<void> {
     const set = new WorkerSet({
+      count: workers,
       env: { ...sandboxEnv, ACTIONLEDGER_WORKER_DATABASE_URL: rt.databaseUrl },
       log: rt.log,
       canFork: () => (rt.embedded?.state ?? 'running') === 'running',
@@ -365,10 +366,11 @@ class Service {
       name: 'workers',
       run: async () => {
         this.#fleet.inFlightAtStop = await this.#countExecuting();
-        this.#fleet.result = await set.stop(rt.config.dispatcher.shutdownDeadlineMs, this.#forced);
+        await set.stop(rt.config.dispatcher.shutdownDeadlineMs, this.#forced);
+        this.#fleet.result = set.result;
       },
     });
-    set.start(workers);
+    await set.start();
     const { http: h } = rt.config;
     rt.log.info({ host: h.host, port: h.port, workers }, 'actionledger listening');
   }

@@ -6,10 +6,13 @@
  *   stopping: every worker gets SIGTERM (it stops claiming and finishes in-flight dispatches up to
  *            dispatcher.shutdown_deadline_ms, then exits 0); none is replaced; one still alive 10 s past the
  *            deadline, or when the stop is forced, gets SIGKILL
+ * Its start/stop life is core/service.ts's: `start()` forks the workers once, `stop(deadlineMs, forced)` waits for
+ * them all and leaves its tally in `result`.
  */
 import cluster, { type Worker } from 'node:cluster';
 import type { Logger } from '../core/log.js';
 import { backoffMs } from '../core/retry.js';
+import { Service } from '../core/service.js';
 
 /** The IPC message a worker sends its parent with its dispatcher id, before it claims anything. */
 export const WORKER_ID_MESSAGE = 'actionledger:worker-id';
@@ -25,9 +28,12 @@ export interface StopResult {
   killed: number;
 }
 
-export class WorkerSet {
+export class WorkerSet extends Service<[deadlineMs?: number, forced?: Promise<void>]> {
+  readonly #count: number;
   readonly #env: Record<string, string>;
   readonly #log: Logger;
+  /** The last stop's tally; null before a stop. */
+  result: StopResult | null = null;
   readonly #canFork: () => boolean;
   readonly #children = new Map<Worker, number>();
   /** Every worker pid this service ran: their claims are this fleet's. */
@@ -47,19 +53,25 @@ export class WorkerSet {
    * died before telling it had claimed nothing): the orphan watch reconciles what it left at once.
    */
   constructor(options: {
+    /** How many workers to keep. */
+    count: number;
     env: Record<string, string>;
     log: Logger;
     canFork: () => boolean;
     onExit?: (workerId: string) => void;
   }) {
+    super();
+    this.#count = options.count;
     this.#env = options.env;
     this.#log = options.log;
     this.#canFork = options.canFork;
     this.#onExit = options.onExit ?? (() => undefined);
   }
 
-  start(n: number): void {
-    for (let slot = 1; slot <= n; slot++) this.#fork(slot);
+  protected onStart(): Promise<void> {
+    this.#stopping = false;
+    for (let slot = 1; slot <= this.#count; slot++) this.#fork(slot);
+    return Promise.resolve();
   }
 
   /**
@@ -118,10 +130,10 @@ export class WorkerSet {
   }
 
   /**
-   * SIGTERM to every worker; resolves when all exited. `forced` resolving SIGKILLs those still running.
-   * Never rejects.
+   * SIGTERM to every worker; resolves when all exited (the tally in `result`). Those still running
+   * `deadlineMs` + 10 s later, or once `forced` resolves, get SIGKILL. Never rejects.
    */
-  async stop(deadlineMs: number, forced: Promise<void>): Promise<StopResult> {
+  protected async onStop(deadlineMs = 15_000, forced: Promise<void> = new Promise(() => undefined)): Promise<void> {
     this.halt();
     const children = [...this.#children.keys()];
     let killed = 0;
@@ -146,6 +158,6 @@ export class WorkerSet {
       }
     }
     await all;
-    return { total: this.#stopped.total, clean: this.#stopped.clean, killed };
+    this.result = { total: this.#stopped.total, clean: this.#stopped.clean, killed };
   }
 }

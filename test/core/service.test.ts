@@ -10,6 +10,10 @@ class Probe extends Service<[reason?: string]> {
   failStop: Error | null = null;
   #gate: Promise<void> = Promise.resolve();
   #open: () => void = () => undefined;
+  /** Holds onStop alone, and tells when onStop was entered. */
+  stopGate: Promise<void> = Promise.resolve();
+  stopEntered: Promise<void> = new Promise(() => undefined);
+  #entered: () => void = () => undefined;
 
   hold(): void {
     this.#gate = new Promise((resolve) => (this.#open = resolve));
@@ -17,13 +21,19 @@ class Probe extends Service<[reason?: string]> {
   release(): void {
     this.#open();
   }
+  armStopEntered(): void {
+    this.stopEntered = new Promise((resolve) => (this.#entered = resolve));
+  }
   protected async onStart(): Promise<void> {
     this.starts++;
+    const fail = this.failStart;
     await this.#gate;
-    if (this.failStart !== null) throw this.failStart;
+    if (fail !== null) throw fail;
   }
   protected async onStop(reason?: string): Promise<void> {
     this.stops.push(reason);
+    this.#entered();
+    await this.stopGate;
     await this.#gate;
     if (this.failStop !== null) throw this.failStop;
   }
@@ -119,3 +129,47 @@ t.test('a stopped service starts again; a start asked for while stopping waits f
   t.equal(s.lifecycle, 'running');
   await s.stop();
 });
+
+t.test('the last call wins: stop, start, stop in a row ends stopped, each run in order', async (t) => {
+  const s = new Probe();
+  await s.start();
+  s.hold();
+  const a = s.stop('a');
+  const b = s.start();
+  const c = s.stop('c');
+  t.equal(s.lifecycle, 'stopping');
+  s.release();
+  await Promise.all([a, b, c]);
+  t.equal(s.starts, 2, 'the start between the stops ran');
+  t.same(s.stops, ['a', 'c'], 'and the last stop after it');
+  t.equal(s.lifecycle, 'idle');
+});
+
+t.test(
+  'a start asked for while a failed start cleans up is that start: it fails with it, never runs beside it',
+  async (t) => {
+    const s = new Probe();
+    s.failStart = new Error('no');
+    let letStop!: () => void;
+    s.stopGate = new Promise((resolve) => (letStop = resolve));
+    s.armStopEntered();
+    const first = s.start();
+    await s.stopEntered;
+    // The failed start's onStop is running when the second start is asked for.
+    s.failStart = null;
+    const second = s.start();
+    t.equal(second, first, 'the start in progress');
+    t.equal(s.starts, 1, 'nothing started beside the cleanup');
+    s.stopGate = Promise.resolve();
+    letStop();
+    await t.rejects(second, { message: 'no' });
+    t.equal(s.lifecycle, 'idle');
+    t.equal(s.stops.length, 1, 'one cleanup, for the failed start');
+    await s.start();
+    t.equal(s.starts, 2, 'a start after it runs');
+    t.equal(s.lifecycle, 'running');
+    await s.stop('end');
+    t.same(s.stops.slice(1), ['end'], 'and stops');
+    t.equal(s.lifecycle, 'idle');
+  },
+);

@@ -215,3 +215,27 @@ t.test("a batch statement retrying a conflict gives up at the stop's deadline an
   t.equal(rows[0]?.status, 'executing', 'the claim stays executing for the reconciler');
   t.equal(e.provider.requestsFor(op.effect_key), 0, 'nothing was sent');
 });
+
+t.test('stop, start, stop asked for in a row: the last one wins, the dispatcher ends stopped', async (t) => {
+  const e = await dispatchEnv(t);
+  const d = await openDispatcher(e.runtime, e.env, { concurrency: 2 });
+  t.teardown(() => d.stop(2000));
+  await d.start();
+  const first = d.stop(2000);
+  const again = d.start();
+  const last = d.stop(2000);
+  await Promise.all([first, again, last]);
+  t.equal(d.lifecycle, 'idle', 'stopped once the last stop resolved');
+  const op = await e.ledger.reserve(ctx('after-the-last-stop'), 'issue_refund', args(99));
+  await new Promise((r) => setTimeout(r, 1500));
+  const { rows } = await e.pool.query<{ status: string }>(
+    `SELECT status FROM ${e.config.schemaQuoted}.operations WHERE operation_id = $1`,
+    [op.operation_id],
+  );
+  t.equal(rows[0]?.status, 'pending', 'nothing claims after it');
+  const worker = await e.pool.query<{ stopped: boolean }>(
+    `SELECT stopped_at IS NOT NULL AS stopped FROM ${e.config.schemaQuoted}.workers WHERE worker_id = $1`,
+    [d.workerId],
+  );
+  t.same(worker.rows, [{ stopped: true }], 'its worker row says stopped');
+});
