@@ -24,12 +24,7 @@ import { settled } from '../helpers/fleet.js';
 import { auditRows, count, GATE_RESOLVERS, gateRoutes, gctx } from '../helpers/gate.js';
 import { FakeSlack, receiverPki } from '../helpers/notify-receivers.js';
 import { predispatchEnv, type PredispatchEnv } from '../helpers/predispatch-env.js';
-
-const BOT = 'xoxb-test-bot-token';
-const SIGNING = 'slack-signing-secret-for-tests';
-const TEAM = 'T0TEAM';
-const CHANNEL = 'C0APPROVALS';
-const DEST = 'approvals-slack';
+import { BOT, CHANNEL, DEST, SIGNING, TEAM, drain, requested } from '../helpers/slack-env.js';
 
 interface Env {
   e: PredispatchEnv;
@@ -104,46 +99,6 @@ async function setup(t: Test): Promise<Env> {
       actor: 'op-1',
     });
   return { e, api, slack, delivery, registry };
-}
-
-async function drain(env: Env): Promise<void> {
-  for (let i = 0; i < 200; i++) {
-    await env.delivery.tick();
-    const pending =
-      (await count(env.api.pool, "actionledger.notification_deliveries WHERE status = 'pending'")) +
-      (await count(env.api.pool, 'actionledger.notification_events WHERE fanned_out_at IS NULL'));
-    if (pending === 0) return;
-    await new Promise((r) => setTimeout(r, 15));
-  }
-  throw new Error('deliveries still pending');
-}
-
-/** editor-1 asks to publish DOC-1 (or `call` is made); the request is posted to Slack. Returns the approval id and the message's ts. */
-async function requested(
-  env: Env,
-  step: string,
-  call: { principal: string; role: string; tool: string; args: Record<string, unknown> } = {
-    principal: 'editor-1',
-    role: 'editor',
-    tool: 'update_document',
-    args: { document_id: 'DOC-1', status: 'published' },
-  },
-): Promise<{ approvalId: string; ts: string }> {
-  const held = await env.api.gate.call(
-    gctx({ principal_id: call.principal, role: call.role, workflow_step_id: step }),
-    call.tool,
-    call.args,
-  );
-  if (held.ok || held.request_id === undefined) throw new Error(JSON.stringify(held));
-  await drain(env);
-  const ts = (
-    await env.api.pool.query<{ message_ts: string }>(
-      'SELECT message_ts FROM actionledger.notification_slack_messages WHERE approval_id = $1',
-      [held.request_id],
-    )
-  ).rows[0]?.message_ts;
-  if (ts === undefined) throw new Error('not posted');
-  return { approvalId: held.request_id, ts };
 }
 
 interface ClickOptions {
