@@ -241,14 +241,17 @@ export async function openEmbeddedDatabase(options: OpenEmbeddedOptions): Promis
     },
   });
 
-  if (state === 'ours') {
+  /** A postmaster of ours already runs on the folder: connect to it, and take it over when it is ours to own. */
+  const takeOver = async (): Promise<EmbeddedDatabase> => {
     await ensureDatabase(`${base}/postgres`);
     const pid = postmasterPid(clusterDir);
     if (!own || pid === undefined) return connectedOnly();
     cluster.adopt(pid);
     if (options.supervise !== undefined) cluster.supervise(options.supervise);
     return handle(false);
-  }
+  };
+
+  if (state === 'ours') return takeOver();
 
   if (!existsSync(join(clusterDir, 'PG_VERSION'))) {
     const init = new EmbeddedPostgres({
@@ -268,14 +271,7 @@ export async function openEmbeddedDatabase(options: OpenEmbeddedOptions): Promis
     await cluster.start();
   } catch (err) {
     // Another process may have won the race to start it: connect to theirs instead.
-    if ((await settledProbe(`${base}/postgres`, clusterDir)) === 'ours') {
-      await ensureDatabase(`${base}/postgres`);
-      const pid = postmasterPid(clusterDir);
-      if (!own || pid === undefined) return connectedOnly();
-      cluster.adopt(pid);
-      if (options.supervise !== undefined) cluster.supervise(options.supervise);
-      return handle(false);
-    }
+    if ((await settledProbe(`${base}/postgres`, clusterDir)) === 'ours') return takeOver();
     throw new ActionLedgerError(
       'embedded_database_failed',
       `embedded PostgreSQL in ${clusterDir} (port ${options.port}, ${PORT_SETTING}) did not start: ${(err as Error).message}`,
