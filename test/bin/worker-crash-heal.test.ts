@@ -349,17 +349,19 @@ t.test(
     await sleep(2_000);
     process.kill(pid, 'SIGCONT');
     await allSettledOnce(t, f);
-    // Every claim released from under the frozen worker, by the token the release recorded.
-    const { rows } = await f.pool.query<{ released: number; evidence: number }>(
-      `SELECT count(*)::int AS released,
+    // Every claim released from under the worker, by the token the release recorded: each unsent claim seen
+    // while it was frozen exactly once, and none of them (nor any claim it made after SIGCONT and before its
+    // first heartbeat, which the lapse also releases) has evidence recorded under it.
+    const { rows } = await f.pool.query<{ unsent: number; evidence: number }>(
+      `SELECT count(*) FILTER (WHERE h.detail->>'claim_token' = ANY($2::text[]))::int AS unsent,
               count(*) FILTER (WHERE EXISTS (SELECT 1 FROM actionledger.authorization_evidence e
                 WHERE e.operation_id = h.operation_id AND e.claim_token = (h.detail->>'claim_token')::uuid))::int
                 AS evidence
        FROM actionledger.operation_history h
        WHERE h.reason = 'released:worker_lost' AND h.detail->>'orphaned_from' = $1`,
-      [workerId],
+      [workerId, unsent.map((c) => c.claim_token)],
     );
-    t.equal(rows[0]?.released, released);
+    t.equal(rows[0]?.unsent, unsent.length, 'each unsent claim released once');
     t.equal(rows[0]?.evidence, 0, 'the resumed worker recorded no evidence under a claim taken from it');
   },
 );
