@@ -31,6 +31,7 @@ import { loadDispatchIdentity } from '../runtime/identity.js';
 import type { ClaimedOperation } from '../dispatcher/types.js';
 import { EffectKeyer, Ledger } from '../ledger/index.js';
 import { cpuSplit, type CpuSplit } from './cpu.js';
+import { workMeter, type PgWork } from './pg-work.js';
 import { Completions, PoolSampler, openDispatchBench, type BenchPki } from './dispatch-env.js';
 import { freshDatabase, percentiles } from './harness.js';
 
@@ -243,6 +244,8 @@ export interface AlResult extends Run {
   notSucceeded: number;
   /** Statements the dispatcher sent per operation (the producer's reservation and NOTIFY not included). */
   statementsPerOp: number;
+  /** What PostgreSQL wrote for the measured run, per operation (bench/pg-work.ts). */
+  pgWork: PgWork;
   check: string;
 }
 
@@ -274,6 +277,8 @@ export async function actionledgerCell(
         return done.at - committed;
       };
     await closedLoopOps(n, Math.max(20, 2 * n), limits.capMs, cycle('warm'));
+    const meter = workMeter(url);
+    await meter.start();
     env.probe.resetStats();
     wake.length = 0;
     notSucceeded = 0;
@@ -281,6 +286,8 @@ export async function actionledgerCell(
     sampler.start();
     const run = await closedLoopOps(n, limits.ops, limits.capMs, cycle('run'), limits.minMs);
     const conns = sampler.stop();
+    const statements = env.probe.statements;
+    const pgWork = await meter.stop(run.ops);
     const lock = percentiles(env.probe.lockHeldMs);
 
     // Every reservation (warm-up included) must have ended succeeded, with one provider request each.
@@ -314,7 +321,8 @@ export async function actionledgerCell(
       connMax: conns.maxInUse,
       poolWaitingAvg: conns.avgWaiting,
       notSucceeded,
-      statementsPerOp: env.probe.statements / run.ops,
+      statementsPerOp: statements / run.ops,
+      pgWork,
       check,
     };
   } finally {

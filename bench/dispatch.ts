@@ -28,6 +28,7 @@ import {
   gitHead,
   list,
   median,
+  medianOf,
   pgBossCell,
   ratioOf,
   sqlCell,
@@ -38,6 +39,7 @@ import {
 } from './cells.js';
 import { findPostmaster, waitForQuiet } from './cpu.js';
 import { createBenchPki } from './dispatch-env.js';
+import { medianWork, tableLine, workJson, workRow, WORK_HEADER } from './pg-work.js';
 import { machine, openBenchDatabase, stopOnSignal, printTable, saveResults, type ResultEntry } from './harness.js';
 
 export interface DispatchBenchOptions {
@@ -81,6 +83,8 @@ export async function runDispatchBench(o: DispatchBenchOptions): Promise<void> {
   const latency: (string | number)[][] = [];
   const locks: (string | number)[][] = [];
   const cpu: (string | number)[][] = [];
+  const work: (string | number)[][] = [];
+  const workTables: string[] = [];
   try {
     for (const n of LEVELS) {
       const als: AlResult[] = [];
@@ -185,6 +189,12 @@ export async function runDispatchBench(o: DispatchBenchOptions): Promise<void> {
         al.statementsPerOp,
       ]);
 
+      // PostgreSQL's work per operation: its CPU (median over rounds) and what it wrote (bench/pg-work.ts).
+      const alWork = medianWork(als.map((r) => r.pgWork));
+      const alPgCpuMs = medianOf(als.map((r) => (r.cpu.postgresCores * 1000) / r.opsPerS));
+      work.push(workRow(n, 'actionledger end to end', alPgCpuMs, alWork));
+      workTables.push(`N = ${n}, actionledger end to end: ${tableLine(alWork)}`);
+
       entries.push(
         {
           name: 'actionledger_end_to_end',
@@ -208,6 +218,8 @@ export async function runDispatchBench(o: DispatchBenchOptions): Promise<void> {
           dispatcher_statements_per_op: al.statementsPerOp,
           rounds_discarded_for_other_load: discarded,
           cpu_ms_per_op: cpuMsPerOp(al),
+          pg_cpu_ms_per_op: alPgCpuMs,
+          ...workJson(alWork),
           check: al.check,
         },
         {
@@ -336,6 +348,11 @@ export async function runDispatchBench(o: DispatchBenchOptions): Promise<void> {
     ],
     cpu,
   );
+  process.stdout.write(
+    '\nPostgreSQL work per operation (medians over rounds; WAL from pg_stat_wal, rows from pg_stat_user_tables, index entries derived: bench/pg-work.ts):\n',
+  );
+  const t5 = printTable(WORK_HEADER, work);
+  process.stdout.write(`Heap rows per operation, by table:\n${workTables.map((l) => `- ${l}`).join('\n')}\n`);
   if (!o.save) return;
   saveResults('dispatch', entries, {
     machine: machine(),
@@ -345,6 +362,6 @@ export async function runDispatchBench(o: DispatchBenchOptions): Promise<void> {
     cell_seconds_min: String(MIN_MS / 1000),
     cell_seconds_cap: String(CELL_MS / 1000),
     tree: gitHead(),
-    tables: [t1, t2, t3, t4].join('\n\n'),
+    tables: [t1, t2, t3, t4, t5].join('\n\n'),
   });
 }

@@ -133,18 +133,24 @@ function formatNumber(n: number): string {
   return n.toFixed(2);
 }
 
+/** A value an entry of bench/results.json holds: a figure, a text, or figures by name (per table). */
+export type ResultValue = string | number | null | { [key: string]: ResultValue };
+
 export interface ResultEntry {
   name: string;
   concurrency: number;
   ops_per_s: number;
   p50_ms: number | null;
   p99_ms: number | null;
-  [ratio: string]: string | number | null;
+  [ratio: string]: ResultValue;
 }
 
-/** Replaces this benchmark's entries in bench/results.json, keeping the others'. */
+/**
+ * Replaces this benchmark's entries in bench/results.json (or in the file BENCH_RESULTS names, for a trial run
+ * that must not replace the stored one), keeping the others'.
+ */
 export function saveResults(bench: string, entries: ResultEntry[], meta: Record<string, string>): void {
-  const path = join('bench', 'results.json');
+  const path = process.env.BENCH_RESULTS ?? join('bench', 'results.json');
   const all = existsSync(path)
     ? (JSON.parse(readFileSync(path, 'utf8')) as { runs: Record<string, unknown> })
     : { runs: {} };
