@@ -377,7 +377,7 @@ const LEAST = {
 export type LeastWrites = 'single' | 'batched';
 
 /** A floor cell's run, with its provider calls that did not succeed and what its final check found. */
-export type LeastResult = Run & { notSucceeded: number; check: string };
+export type LeastResult = Run & { notSucceeded: number; check: string; pgWork: PgWork };
 
 /**
  * Runs `write` for each item at once (`single`), or (`batched`) for all items that arrived in the same tick or
@@ -487,7 +487,10 @@ export async function floorCell(
       };
     await closedLoopOps(n, Math.max(20, 2 * n), limits.capMs, cycle('warm'));
     notSucceeded = 0;
+    const meter = workMeter(url);
+    await meter.start();
     const run = await closedLoopOps(n, limits.ops, limits.capMs, cycle('run'), limits.minMs);
+    const pgWork = await meter.stop(run.ops);
     // Every reservation (warm-up included) reached the provider once, under its own key; with `least`, each
     // has its claim row, moved to succeeded.
     const stats = await caller.env.sandbox.stats();
@@ -508,7 +511,7 @@ export async function floorCell(
       process.stderr.write(
         `WARNING ${least === undefined ? 'floor' : `least ${least}`} N=${n}: ${check}; ${notSucceeded} not succeeded\n`,
       );
-    return { ...run, notSucceeded, check };
+    return { ...run, notSucceeded, check, pgWork };
   } finally {
     await pool?.end();
     await outcomePool?.end();
@@ -734,6 +737,8 @@ type RefundJob = ReturnType<typeof producerContext> & { args: Record<string, unk
 export interface BossMtlsResult extends Run {
   /** Jobs whose authorization was refused or whose provider call did not classify as succeeded. */
   notSucceeded: number;
+  /** What PostgreSQL wrote for the measured run, per job (pg-boss's schema and the unused actionledger one). */
+  pgWork: PgWork;
   check: string;
 }
 
@@ -765,11 +770,14 @@ export async function pgBossMtlsCell(
       };
     await closedLoopOps(n, Math.max(20, 2 * n), limits.capMs, cycle('warm'));
     peer.notSucceeded = 0;
+    const meter = workMeter(peer.url);
+    await meter.start();
     const run = await closedLoopOps(n, limits.ops, limits.capMs, cycle('run'), limits.minMs);
+    const pgWork = await meter.stop(run.ops);
     const { ok, check } = await peer.verify();
     if (!ok)
       process.stderr.write(`WARNING pg-boss mTLS handler N=${n}: ${check}; ${peer.notSucceeded} not succeeded\n`);
-    return { ...run, notSucceeded: peer.notSucceeded, check };
+    return { ...run, notSucceeded: peer.notSucceeded, check, pgWork };
   } finally {
     await peer.close();
   }
@@ -798,6 +806,7 @@ export async function openBossMtls(adminUrl: string, pki: BenchPki, n: number) {
     if (outcome.status !== 'succeeded') throw new Error(`provider call ${outcome.status}: ${outcome.reason}`);
   };
   const peer = {
+    url,
     route: caller.route,
     authorizeUrl: caller.env.sandbox.authorizeUrl,
     completions,
@@ -926,7 +935,8 @@ export async function pgBossEnqueueDrainCell(
 
 export interface InsertReserveResult {
   insert: Run;
-  reserve: Run;
+  /** The reservations, with what PostgreSQL wrote for them (bench/pg-work.ts). */
+  reserve: Run & { pgWork: PgWork };
 }
 
 export async function insertReserveCell(adminUrl: string, n: number, limits: CellLimits): Promise<InsertReserveResult> {
@@ -954,8 +964,10 @@ export async function insertReserveCell(adminUrl: string, n: number, limits: Cel
     await closedLoopOps(n, Math.max(20, 2 * n), limits.capMs, insertOne);
     const insert = await closedLoopOps(n, limits.ops, limits.capMs, insertOne, limits.minMs);
     await closedLoopOps(n, Math.max(20, 2 * n), limits.capMs, reserveOne('warm'));
+    const meter = workMeter(url);
+    await meter.start();
     const reserve = await closedLoopOps(n, limits.ops, limits.capMs, reserveOne('run'), limits.minMs);
-    return { insert, reserve };
+    return { insert, reserve: { ...reserve, pgWork: await meter.stop(reserve.ops) } };
   } finally {
     ledger.stop();
     await pool.end();

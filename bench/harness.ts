@@ -12,6 +12,8 @@ import pg from 'pg';
 export interface BenchDatabase {
   adminUrl: string;
   version: string;
+  /** The server's `shared_preload_libraries`. */
+  preloaded: string[];
   close(): Promise<void>;
 }
 
@@ -35,25 +37,46 @@ export function stopOnSignal(db: BenchDatabase): void {
   }
 }
 
-export async function openBenchDatabase(): Promise<BenchDatabase> {
+/**
+ * The run's PostgreSQL: DATABASE_URL as it is, or a fresh embedded cluster. `preload`: libraries the embedded
+ * cluster loads at start (`shared_preload_libraries`, set with ALTER SYSTEM and a restart); a DATABASE_URL server
+ * is left as configured, and `preloaded` says what it loads.
+ */
+export async function openBenchDatabase(options: { preload?: string[] } = {}): Promise<BenchDatabase> {
   let url = process.env.DATABASE_URL;
   let stop = (): Promise<void> => Promise.resolve();
   if (url === undefined || url === '') {
     const { openEmbeddedDatabase } = await import('../embedded/embedded.js');
     const dir = mkdtempSync(join(tmpdir(), 'actionledger-bench-'));
     chmodSync(dir, 0o711);
-    const db = await openEmbeddedDatabase({ dataDir: dir, port: await freePort() });
+    let db = await openEmbeddedDatabase({ dataDir: dir, port: await freePort() });
+    const preload = options.preload ?? [];
+    if (preload.length > 0) {
+      if (!preload.every((l) => /^[a-z_]+$/.test(l))) throw new Error(`bad library name in ${preload.join(',')}`);
+      const c = new pg.Client({ connectionString: db.url });
+      await c.connect();
+      await c.query(`ALTER SYSTEM SET shared_preload_libraries = '${preload.join(',')}'`);
+      await c.end();
+      await db.stop();
+      db = await openEmbeddedDatabase({ dataDir: dir, port: await freePort() });
+    }
+    const started = db;
     url = db.url;
     stop = async () => {
-      await db.stop();
+      await started.stop();
       rmSync(dir, { recursive: true, force: true });
     };
   }
   const c = new pg.Client({ connectionString: url });
   await c.connect();
   const { rows } = await c.query<{ server_version: string }>('SHOW server_version');
+  const { rows: libs } = await c.query<{ shared_preload_libraries: string }>('SHOW shared_preload_libraries');
   await c.end();
-  return { adminUrl: url, version: rows[0]?.server_version ?? '?', close: stop };
+  const preloaded = (libs[0]?.shared_preload_libraries ?? '')
+    .split(',')
+    .map((l) => l.trim().replace(/^"|"$/g, ''))
+    .filter((l) => l !== '');
+  return { adminUrl: url, version: rows[0]?.server_version ?? '?', preloaded, close: stop };
 }
 
 /** Creates a fresh database on the bench server and returns its URL. */

@@ -28,6 +28,7 @@ import { Gate } from '../gate/index.js';
 import { PrincipalStore } from '../principals/index.js';
 import { dropDatabase } from './cells.js';
 import { cpuSplit, waitForQuiet, type CpuSplit } from './cpu.js';
+import { medianWork, tableLine, workJson, workMeter, workRow, WORK_HEADER, type PgWork } from './pg-work.js';
 import {
   closedLoop,
   freshDatabase,
@@ -54,6 +55,8 @@ const CEILING = "bound at the library's CPU use: library / (library + no-op) CPU
 /** A cell's load and where the machine's CPU went while it ran (the closed loop only, not its set-up). */
 interface Measured extends LoadResult {
   cpu: CpuSplit;
+  /** The library cells: what PostgreSQL wrote for the closed loop, per operation (bench/pg-work.ts). */
+  pgWork?: PgWork;
 }
 
 interface Options {
@@ -87,6 +90,31 @@ async function round(o: Options, n: number, r: number): Promise<Record<Cell, Mea
     }
   }
   return out;
+}
+
+/**
+ * One library cell (`library gate call` or `library reserve`) at `n` callers for `seconds`, on a fresh migrated
+ * database dropped afterwards (the statements part, bench/statements.ts, runs it alone).
+ */
+export async function libraryCellAlone(
+  adminUrl: string,
+  cell: 'library gate call' | 'library reserve',
+  n: number,
+  seconds: number,
+  postmaster: number | null,
+): Promise<LoadResult & { cpu: CpuSplit; pgWork?: PgWork }> {
+  const name = `al_bench_http_alone_${n}`;
+  const url = await freshDatabase(adminUrl, name);
+  const pool = createPool(url, { max: 20, statementTimeoutMs: 60_000, applicationName: 'bench' });
+  try {
+    const client = await pool.connect();
+    await migrate(client, 'actionledger', '"actionledger"');
+    client.release();
+    return await libraryCell(url, pool, cell, n, seconds * 1000, postmaster);
+  } finally {
+    await pool.end();
+    await dropDatabase(adminUrl, name);
+  }
 }
 
 const context = (w: number, i: number) => ({
@@ -125,8 +153,10 @@ async function libraryCell(
   const config = compileConfig(BENCH_RAW_CONFIG, { DATABASE_URL: url });
   const ledger = benchLedgerWith(config, pool);
   const gate = new Gate({ config, pool, ledger });
+  const meter = workMeter(url);
   try {
-    return await measured(postmaster, n, ms, async (w, i) => {
+    await meter.start();
+    const run = await measured(postmaster, n, ms, async (w, i) => {
       if (cell === 'library reserve') {
         await ledger.reserve({ ...context(w, i), approval_id: 'a1', policy_version: 'v1' }, 'issue_refund', BENCH_ARGS);
         return;
@@ -134,6 +164,7 @@ async function libraryCell(
       const result = await gate.call(context(w, i), 'issue_refund', BENCH_ARGS);
       if (!result.ok) throw new Error(`gate refused: ${result.error} ${result.message}`);
     });
+    return { ...run, pgWork: await meter.stop(run.ops) };
   } finally {
     ledger.stop();
   }
@@ -235,6 +266,8 @@ export async function runHttpBench(o: Options): Promise<void> {
   );
   const rows: (string | number)[][] = [];
   const entries: ResultEntry[] = [];
+  const workRows: (string | number)[][] = [];
+  const workTables: string[] = [];
   for (const n of o.levels) {
     const rounds: Record<Cell, Measured>[] = [];
     for (let r = 0; r < o.rounds; r++) {
@@ -258,6 +291,12 @@ export async function runHttpBench(o: Options): Promise<void> {
       const postgresUs = perOp((c) => c.postgresCores);
       const busy = median(rounds.map((x) => x[cell].cpu.machineCores));
       rows.push([String(n), cell, ops, p50, p99, ratio, nodeUs, apiUs, postgresUs, busy]);
+      const works = rounds.flatMap((x) => (x[cell].pgWork === undefined ? [] : [x[cell].pgWork]));
+      const work = works.length === 0 ? undefined : medianWork(works);
+      if (work !== undefined) {
+        workRows.push(workRow(n, cell, postgresUs / 1000, work));
+        workTables.push(`N = ${n}, ${cell}: ${tableLine(work)}`);
+      }
       entries.push({
         name: cell.replaceAll(' ', '_'),
         concurrency: n,
@@ -269,6 +308,7 @@ export async function runHttpBench(o: Options): Promise<void> {
         api_thread_cpu_us_per_op: apiUs,
         postgres_cpu_us_per_op: postgresUs,
         machine_busy_cores: busy,
+        ...(work === undefined ? {} : workJson(work)),
       });
     }
     // A bound on HTTP reserve / library reserve: an HTTP reservation costs at least a library reservation (its
@@ -307,5 +347,10 @@ export async function runHttpBench(o: Options): Promise<void> {
     ],
     rows,
   );
+  process.stdout.write(
+    '\nPostgreSQL work per operation of the library cells (medians over rounds; WAL from pg_stat_wal, rows from pg_stat_user_tables, index entries derived: bench/pg-work.ts; the peer is measured by the table part, not here):\n',
+  );
+  printTable(WORK_HEADER, workRows);
+  process.stdout.write(`Heap rows per operation, by table:\n${workTables.map((l) => `- ${l}`).join('\n')}\n`);
   if (o.save) saveResults('http', entries, { machine: machine(), postgres: o.postgres });
 }

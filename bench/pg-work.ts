@@ -204,6 +204,8 @@ export interface PgWork {
    * same tables (the printed and stored forms leave out those the run did not write).
    */
   tables: Record<string, TableWork>;
+  /** The run's statements by total execution time, where {@link workContext} asks for them. */
+  statements?: StatementWork[];
   /** Connections flushed at the start and end, client backends not reached, and the settle waits (ms). */
   flushed: number;
   untracked: number;
@@ -265,17 +267,92 @@ export function workDelta(before: WorkSnapshot, after: WorkSnapshot, ops: number
   };
 }
 
-/** Measures around a cell's run: `start()` after the warm-up, `stop(ops)` after the run (load stopped at both). */
-export function workMeter(url: string): { start(): Promise<void>; stop(ops: number): Promise<PgWork> } {
+/**
+ * Set by the statements part (bench/statements.ts): a database of the server where `pg_stat_statements` is
+ * installed. While set, every {@link workMeter} resets the statistics at its start (they are cluster-wide; the
+ * bench runs one cell at a time) and reads the cell database's statements at its stop.
+ */
+export const workContext: { statementsUrl: string | null } = { statementsUrl: null };
+
+/** One statement's totals over a measured run, per operation (`pg_stat_statements`). */
+export interface StatementWork {
+  query: string;
+  callsPerOp: number;
+  meanMs: number;
+  totalMsPerOp: number;
+  rowsPerOp: number;
+  walBytesPerOp: number;
+  sharedBlksDirtiedPerOp: number;
+  /** Of all the database's statements' execution time in the run. */
+  shareOfTime: number;
+}
+
+async function onStatements<T>(fn: (c: pg.Client) => Promise<T>): Promise<T | undefined> {
+  if (workContext.statementsUrl === null) return undefined;
+  const c = new pg.Client({ connectionString: workContext.statementsUrl });
+  await c.connect();
+  try {
+    return await fn(c);
+  } finally {
+    await c.end();
+  }
+}
+
+/** The cell database's statements since the last reset, by total execution time. */
+async function readStatements(url: string, ops: number): Promise<StatementWork[] | undefined> {
+  const database = decodeURIComponent(new URL(url).pathname.slice(1));
+  return onStatements(async (c) => {
+    const { rows } = await c.query<{
+      query: string;
+      calls: number;
+      total: number;
+      mean: number;
+      rows: number;
+      wal: number;
+      dirtied: number;
+    }>(
+      `SELECT s.query, s.calls::float8 AS calls, s.total_exec_time AS total, s.mean_exec_time AS mean,
+              s.rows::float8 AS rows, s.wal_bytes::float8 AS wal, s.shared_blks_dirtied::float8 AS dirtied
+         FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+        WHERE d.datname = $1
+        ORDER BY s.total_exec_time DESC`,
+      [database],
+    );
+    const all = rows.reduce((sum, r) => sum + r.total, 0);
+    return rows.map((r) => ({
+      query: r.query.replace(/\s+/g, ' ').trim(),
+      callsPerOp: r.calls / ops,
+      meanMs: r.mean,
+      totalMsPerOp: r.total / ops,
+      rowsPerOp: r.rows / ops,
+      walBytesPerOp: r.wal / ops,
+      sharedBlksDirtiedPerOp: r.dirtied / ops,
+      shareOfTime: all === 0 ? NaN : r.total / all,
+    }));
+  });
+}
+
+/**
+ * Measures around a cell's run: `start()` after the warm-up, `stop(ops)` after the run (load stopped at both).
+ * With {@link workContext} set, the result carries the run's statements too.
+ */
+export function workMeter(url: string): {
+  start(): Promise<void>;
+  stop(ops: number): Promise<PgWork>;
+} {
   trackClients();
   let before: WorkSnapshot | undefined;
   return {
     async start() {
       before = await workSnapshot(url);
+      await onStatements((c) => c.query('SELECT pg_stat_statements_reset()'));
     },
     async stop(ops: number) {
       if (before === undefined) throw new Error('workMeter: stop() before start()');
-      return workDelta(before, await workSnapshot(url), ops);
+      // Statements are counted as they finish, with no flush to wait for: read them before the snapshot's own.
+      const statements = await readStatements(url, ops);
+      const work = workDelta(before, await workSnapshot(url), ops);
+      return statements === undefined ? work : { ...work, statements };
     },
   };
 }

@@ -5,6 +5,7 @@
 import { createPool } from '../db/db.js';
 import { migrate } from '../db/migrate.js';
 import { benchLedger } from './cells.js';
+import { tableLine, workJson, workMeter } from './pg-work.js';
 import {
   closedLoop,
   freshDatabase,
@@ -35,11 +36,14 @@ export async function runReserveBench(o: { seconds: number; save: boolean }): Pr
 
   const rows: (string | number)[][] = [];
   const entries: ResultEntry[] = [];
+  const tables: string[] = [];
   process.stdout.write(`# PostgreSQL ${db.version}; ${machine()}; ${DURATION_MS / 1000} s per cell\n`);
   for (const c of LEVELS) {
     const plain = await closedLoop(c, DURATION_MS, async () => {
       await pool.query('INSERT INTO public.plain_insert (payload) VALUES ($1)', [JSON.stringify(args)]);
     });
+    const meter = workMeter(url);
+    await meter.start();
     const reserve = await closedLoop(c, DURATION_MS, async (w, i) => {
       await ledger.reserve(
         {
@@ -54,8 +58,20 @@ export async function runReserveBench(o: { seconds: number; save: boolean }): Pr
         args,
       );
     });
+    const work = await meter.stop(reserve.ops);
     const ratio = reserve.opsPerS / plain.opsPerS;
-    rows.push([String(c), plain.opsPerS, reserve.opsPerS, ratio, reserve.p50Ms, reserve.p99Ms]);
+    rows.push([
+      String(c),
+      plain.opsPerS,
+      reserve.opsPerS,
+      ratio,
+      reserve.p50Ms,
+      reserve.p99Ms,
+      work.walBytes,
+      work.rowsWritten,
+      `${work.indexEntriesFull.toFixed(2)}-${work.indexEntries.toFixed(2)}`,
+    ]);
+    tables.push(`${c} clients: ${tableLine(work)}`);
     entries.push(
       {
         name: 'plain_insert_commit',
@@ -71,13 +87,25 @@ export async function runReserveBench(o: { seconds: number; save: boolean }): Pr
         p50_ms: reserve.p50Ms,
         p99_ms: reserve.p99Ms,
         ratio_to_plain_insert: ratio,
+        ...workJson(work),
       },
     );
   }
   printTable(
-    ['clients', 'plain INSERT commits/s', 'reserve/s', 'reserve / INSERT', 'reserve p50 ms', 'reserve p99 ms'],
+    [
+      'clients',
+      'plain INSERT commits/s',
+      'reserve/s',
+      'reserve / INSERT',
+      'reserve p50 ms',
+      'reserve p99 ms',
+      'reserve WAL bytes/op',
+      'reserve heap rows/op',
+      'reserve index entries/op (min-max)',
+    ],
     rows,
   );
+  process.stdout.write(`Reservation heap rows per operation, by table (bench/pg-work.ts):\n${tables.join('\n')}\n`);
   if (o.save) saveResults('reserve', entries, { machine: machine(), postgres: db.version });
   ledger.stop();
   await pool.end();

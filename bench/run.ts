@@ -13,7 +13,13 @@
  *   - transport: the floor cell beside the transport cell (the same two requests through a bare undici Agent
  *     and `JSON.parse`, bench/transport.ts) at each level, alone (the table part runs both too),
  *   - isolation: a healthy provider's latency alone and beside a hanging one, one dispatcher (bench/isolation.ts),
- *   - rss: one `actionledger dispatcher` process's resident set idle and with 32 in flight (bench/rss.ts).
+ *   - rss: one `actionledger dispatcher` process's resident set idle and with 32 in flight (bench/rss.ts),
+ *   - statements: the top statements by execution time, per operation, of one end-to-end run and one library
+ *     gate-call run at N = 8 (`--levels` picks another), from pg_stat_statements preloaded in the embedded
+ *     cluster (skipped, saying so, on a DATABASE_URL server that does not preload it; bench/statements.ts).
+ * The table part, the dispatch part and the http part's library cells also print "PostgreSQL work per
+ * operation": PostgreSQL CPU, WAL bytes, heap rows written per table, derived index entries and the HOT share of
+ * each cell's measured run (bench/pg-work.ts; docs/scaling.md sizes a server from them).
  * Each part runs on one PostgreSQL server (DATABASE_URL, or a fresh embedded cluster).
  *
  * At N = 1, 8 and 32 (closed loops: N callers, each starting its next operation when the previous one is
@@ -43,7 +49,8 @@
  * A run of all of table, scaling and backlog writes `runs.bench` in bench/results.json (other runs kept) and
  * its tables and query plans into bench/results.md, between the last-run markers ({@link writeLastRun}; the
  * history after them is kept). A run of only some of them writes nothing: the tables come from one run. The
- * reserve, dispatch and http parts replace `runs.reserve`, `runs.dispatch` and `runs.http` in bench/results.json.
+ * reserve, dispatch, http and statements parts replace `runs.reserve`, `runs.dispatch`, `runs.http` and
+ * `runs.statements` in bench/results.json. BENCH_RESULTS names another file to write instead (a trial run).
  *
  * Options: --only PARTS, --quick (smoke run: 1 round, short cells, queues up to 10,000; writes nothing unless
  * --save), --rounds R (default 3), --levels 1,8,32, --seconds S (throughput cells, default 2; reserve cells,
@@ -74,6 +81,7 @@ import {
   type BossMtlsResult,
   type BossResult,
   type CellLimits,
+  type InsertReserveResult,
   type LeastResult,
   type Run,
   type SqlResult,
@@ -95,6 +103,8 @@ import { runHttpBench } from './http.js';
 import { runFleetBench } from './fleet.js';
 import { runIsolationBench } from './isolation.js';
 import { runRssBench } from './rss.js';
+import { runStatementsBench } from './statements.js';
+import { medianWork, tableLine, workJson, workRow, WORK_HEADER, type PgWork } from './pg-work.js';
 import { transportCell, type TransportResult } from './transport.js';
 import {
   machine,
@@ -104,6 +114,7 @@ import {
   saveResults,
   writeLastRun,
   type ResultEntry,
+  type ResultValue,
 } from './harness.js';
 
 const { values: flags } = parseArgs({
@@ -130,6 +141,7 @@ const PARTS = [
   'transport',
   'isolation',
   'rss',
+  'statements',
 ] as const;
 /** The parts whose tables make up bench/results.md's last run. */
 const MAIN_PARTS = ['table', 'scaling', 'backlog'] as const;
@@ -167,7 +179,7 @@ const NOISY_CORES = 0.3;
 
 interface Round {
   insert: Run;
-  reserve: Run;
+  reserve: InsertReserveResult['reserve'];
   sql: SqlResult;
   bossSend: BossResult;
   bossDrain: BossResult;
@@ -175,7 +187,7 @@ interface Round {
   /** pg-boss whose handler makes the dispatcher's two mutual-TLS calls. */
   bossMtls: BossMtlsResult;
   al: AlResult;
-  floor: Run;
+  floor: LeastResult;
   /**
    * The floor with the two least dispatch writes (a claim row committed before the calls, its outcome after),
    * one statement per operation and one per batch.
@@ -188,6 +200,10 @@ interface Round {
 }
 
 const log = (line: string): void => void process.stdout.write(line + '\n');
+
+/** What the "PostgreSQL work per operation" table shows (docs/scaling.md sizes a server from it). */
+const WORK_NOTE =
+  "PostgreSQL work per operation (each cell's measured run on its own database, warm-up and setup excluded; medians over rounds; ratios: those medians against the peer's): PG CPU from procfs (bench/cpu.ts); WAL bytes, records and full-page images from `pg_stat_wal` (cluster-wide, background processes included); heap rows from `pg_stat_user_tables`; index entries derived, each new row version times its table's indexes, partial ones excluded (min) or included (max); HOT share = HOT updates / updates (bench/pg-work.ts; `pg_*` fields in bench/results.json):";
 
 /** "authorize 3.4, evidence 3.5, ..." or, with `tail`, "authorize 3.4 / 6.7, ...". */
 function stageList(all: Record<string, number>, tail?: Record<string, number>): string {
@@ -292,6 +308,14 @@ async function main(): Promise<void> {
       samples: QUICK ? 5 : 20,
       settleMs: QUICK ? 1000 : 5000,
       rounds: QUICK ? 1 : ROUNDS,
+      save: SAVE,
+    });
+  if (ONLY.has('statements'))
+    await runStatementsBench({
+      n: flags.levels === undefined ? 8 : (LEVELS[0] ?? 8),
+      limits: LIFECYCLE,
+      gateSeconds: Number(flags.seconds ?? (QUICK ? 0.5 : 3)),
+      top: 12,
       save: SAVE,
     });
   if (MAIN_PARTS.some((p) => ONLY.has(p))) await mainParts();
@@ -542,6 +566,9 @@ async function mainParts(): Promise<void> {
   const rows: (string | number)[][] = [];
   const loads: string[] = [];
   const budgets: string[] = [];
+  /** PostgreSQL's work per operation: a row per system and level, and each system's heap rows by table. */
+  const workRows: (string | number)[][] = [];
+  const workTables: string[] = [];
   const dash = NaN;
   for (const n of LEVELS) {
     const rs = byLevel.get(n) ?? [];
@@ -677,6 +704,24 @@ async function mainParts(): Promise<void> {
     budgets.push(
       `N = ${n}: end to end ${ms(cpuAl)}, the peer ${ms(cpuPeer)}, the floor ${ms(cpuFloor)}; end to end at the peer's rate would take ${coresAtPeerRate.toFixed(2)} cores, the peer took ${usedByPeer.toFixed(2)}`,
     );
+    // What PostgreSQL did per operation (bench/pg-work.ts): its CPU and what it wrote, medians over rounds,
+    // ratios of those medians to the peer's.
+    const works = (f: (r: Round) => { pgWork: PgWork }): PgWork => medianWork(rs.map((r) => f(r).pgWork));
+    const workAl = works((r) => r.al);
+    const workPeer = works((r) => r.bossMtls);
+    const workFloor = works((r) => r.floor);
+    const workReserve = works((r) => r.reserve);
+    const pgCpuReserve = medianOf(rs.map((r) => (r.reserve.cpu.postgresCores * 1000) / r.reserve.opsPerS));
+    const peerWork = { pgCpuMs: cpuPeer.pg, work: workPeer };
+    for (const [system, pgCpuMs, w] of [
+      ['actionledger end to end', cpuAl.pg, workAl],
+      ['peer: pg-boss, handler makes the two mTLS calls', cpuPeer.pg, workPeer],
+      ['floor: reserve + the two mTLS calls', cpuFloor.pg, workFloor],
+      ['actionledger reserve', pgCpuReserve, workReserve],
+    ] as const) {
+      workRows.push(workRow(n, system, pgCpuMs, w, peerWork));
+      workTables.push(`N = ${n}, ${system}: ${tableLine(w)}`);
+    }
     const N = String(n);
     rows.push(
       [N, 'INSERT one row, commit', insert.opsPerS, insert.p50Ms, insert.p99Ms, 1, dash, dash],
@@ -757,7 +802,7 @@ async function mainParts(): Promise<void> {
       ],
     );
     const rounds = (f: (r: Round) => Run): string => list(rs.map(f));
-    const e = (name: string, r: Run, extra: Record<string, string | number | null>): ResultEntry => ({
+    const e = (name: string, r: Run, extra: Record<string, ResultValue>): ResultEntry => ({
       name,
       concurrency: n,
       ops_per_s: r.opsPerS,
@@ -784,6 +829,8 @@ async function mainParts(): Promise<void> {
         ratio_to_pgboss: reserveToSend,
         ratio_to_pgboss_send: reserveToSend,
         ops_per_s_rounds: rounds((r) => r.reserve),
+        postgres_cpu_ms_per_op: round2(pgCpuReserve),
+        ...workJson(workReserve),
       }),
       e('actionledger_end_to_end', al, {
         ratio_to_sql_lifecycle: alToSql,
@@ -803,6 +850,10 @@ async function mainParts(): Promise<void> {
         node_cpu_ms_per_op: round2(cpuAl.node),
         postgres_cpu_ms_per_op: round2(cpuAl.pg),
         cpu_cores_at_pgboss_mtls_handler_rate: round2(coresAtPeerRate),
+        ...workJson(workAl),
+        pg_wal_bytes_ratio_to_pgboss_mtls_handler: round2(workAl.walBytes / workPeer.walBytes),
+        pg_rows_written_ratio_to_pgboss_mtls_handler: round2(workAl.rowsWritten / workPeer.rowsWritten),
+        postgres_cpu_ratio_to_pgboss_mtls_handler: round2(cpuAl.pg / cpuPeer.pg),
         ops_per_s_rounds: rounds((r) => r.al),
         other_processes_cpu_cores_max_median: round2(other),
         rounds_discarded_for_other_load: discarded.get(n) ?? 0,
@@ -817,6 +868,7 @@ async function mainParts(): Promise<void> {
         cpu_ms_per_op: round2(cpuPeer.all),
         node_cpu_ms_per_op: round2(cpuPeer.node),
         postgres_cpu_ms_per_op: round2(cpuPeer.pg),
+        ...workJson(workPeer),
         ops_per_s_rounds: rounds((r) => r.bossMtls),
         check: bossMtls.check,
       }),
@@ -826,6 +878,7 @@ async function mainParts(): Promise<void> {
         cpu_ms_per_op: round2(cpuFloor.all),
         node_cpu_ms_per_op: round2(cpuFloor.node),
         postgres_cpu_ms_per_op: round2(cpuFloor.pg),
+        ...workJson(workFloor),
         ops_per_s_rounds: rounds((r) => r.floor),
       }),
       e('floor_with_least_dispatch_writes', least, {
@@ -858,6 +911,12 @@ async function mainParts(): Promise<void> {
       rows,
     );
     log(`Other processes, most cores in any cell of each kept round: ${loads.join('; ')}`);
+  }
+  let tWork = '';
+  if (workRows.length > 0) {
+    log(`\n${WORK_NOTE}`);
+    tWork = printTable(WORK_HEADER, workRows);
+    log(`Heap rows per operation, by table:\n${workTables.map((l) => `- ${l}`).join('\n')}`);
   }
   let tHalf = '';
   let halfWhere = '';
@@ -1102,6 +1161,9 @@ async function mainParts(): Promise<void> {
     `- CPU per operation, ms (this process's threads, the sandbox servers' included, + PostgreSQL's processes; medians over rounds; \`cpu_ms_per_op\` in bench/results.json), and the cores end to end would need at the peer's rate (its CPU per operation times the peer's rate, median over rounds; the machine has ${cpus().length}): ${budgets.join('; ')}.`,
     `- Other processes on the machine, most cores in any cell of each kept round: ${loads.join('; ')}. A round with 0.3 cores or more was run again, at most ${ROUNDS} times per level.`,
     '',
+    ...(tWork === ''
+      ? []
+      : [WORK_NOTE, '', tWork, '', 'Heap rows per operation, by table:', '', ...workTables.map((l) => `- ${l}`), '']),
     ...(tHalf === ''
       ? []
       : [
@@ -1148,7 +1210,7 @@ async function mainParts(): Promise<void> {
     throughput_cell_seconds: String(THROUGHPUT_MS / 1000),
     lifecycle_cell: `>= ${LIFECYCLE.ops} ops and ${LIFECYCLE.minMs / 1000} s, none started after ${LIFECYCLE.capMs / 1000} s`,
     minutes: minutes.toFixed(1),
-    tables: [t1, tHalf, t2, t3].filter((t) => t !== '').join('\n\n'),
+    tables: [t1, tWork, tHalf, t2, t3].filter((t) => t !== '').join('\n\n'),
   });
   log('# wrote bench/results.json (runs.bench) and bench/results.md');
 }
