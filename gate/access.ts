@@ -25,10 +25,17 @@ export class AccessChecks {
 
   /** Permission from the role table (default deny), the tenant's route, and the revocation list. */
   async permitted(db: Queryable, tool: GateTool, tenant: string, principal: string, role: string): Promise<boolean> {
+    return this.granted(tool, tenant, role) && !(await this.roleRevoked(db, tenant, principal, role));
+  }
+
+  /**
+   * The part of {@link permitted} that needs no database: the role table (default deny) and the tenant's route.
+   * A call's revocation is read in its admission statement (gate/admission.ts).
+   */
+  granted(tool: GateTool, tenant: string, role: string): boolean {
     if (!tool.roles.has(role)) return false;
     const route = this.#config.tools.get(tool.name);
-    if (route === undefined || !route.allowedTenants.has(tenant)) return false;
-    return !(await this.roleRevoked(db, tenant, principal, role));
+    return route !== undefined && route.allowedTenants.has(tenant);
   }
 
   /** Whether the principal's role in the tenant is revoked. */

@@ -117,14 +117,18 @@ export class AuditWriter {
    * the decision (it is not taken unaudited).
    */
   async write(db: Queryable, e: AuditEntry): Promise<void> {
-    const params = this.#params(e);
+    const params = this.params(e);
     if (typeof e.operationId === 'string' && UUID.test(e.operationId))
       await db.query(this.#q.auditInsertForOperation, [...params, e.operationId]);
     else await db.query(this.#q.auditInsert, params);
   }
 
-  /** The row's 14 parameters, in the column order of `auditInsert`: redacted, storable, bounded. */
-  #params(e: AuditEntry): unknown[] {
+  /**
+   * The row's 14 parameters, in the column order of `auditInsert`: redacted, storable, bounded. For a statement
+   * that writes the row with other rows of the same decision (gate/reservation.ts); its failure is then
+   * {@link auditUnavailable}.
+   */
+  params(e: AuditEntry): unknown[] {
     const c = e.context ?? {};
     const toolName = typeof e.tool === 'string' ? e.tool : null;
     const copy =
@@ -165,15 +169,7 @@ export class AuditWriter {
     try {
       await this.write(db, e);
     } catch (err) {
-      const coded = asActionLedgerError(err);
-      throw new ActionLedgerError(
-        'audit_unavailable',
-        'the decision could not be written to the audit log, so it was refused; nothing was done',
-        {
-          cause: err,
-          details: { ...(coded.details ?? {}), database: coded.code },
-        },
-      );
+      throw auditUnavailable(err);
     }
   }
 
@@ -218,7 +214,7 @@ export class AuditWriter {
     if (typeof e.operationId === 'string' && UUID.test(e.operationId)) return this.after(e);
     let params: unknown[];
     try {
-      params = this.#params(e);
+      params = this.params(e);
     } catch {
       return this.after(e);
     }
@@ -277,6 +273,19 @@ export class AuditWriter {
       }
     }
   }
+}
+
+/**
+ * `audit_unavailable` for a decision whose audit row (or the statement writing it) failed, with the SQLSTATE and
+ * the database's own code in details: the decision rolls back, nothing it would have recorded is kept.
+ */
+export function auditUnavailable(err: unknown): ActionLedgerError {
+  const coded = asActionLedgerError(err);
+  return new ActionLedgerError(
+    'audit_unavailable',
+    'the decision could not be written to the audit log, so it was refused; nothing was done',
+    { cause: err, details: { ...(coded.details ?? {}), database: coded.code } },
+  );
 }
 
 function errorCode(err: unknown): string {

@@ -3,7 +3,8 @@
  *
  *   registry    -> tools, business validators, resource resolvers (gate/registry.ts)
  *   access      -> role table, revocations, kill switches (gate/access.ts)
- *   budgets     -> rate windows, caps, holds (gate/budgets.ts)
+ *   admission   -> a call's revocation, kill switch, rate window, caps and plan in one statement (gate/admission.ts)
+ *   budgets     -> holds: what a proposal, approval or operation keeps of the caps (gate/budgets.ts)
  *   reservation -> the ledger reservation in the gate's own transaction (gate/reservation.ts)
  *   audit       -> the audit writer, failing closed (gate/audit.ts)
  *   failures    -> how a failed decision is coded and logged (gate/failures.ts)
@@ -12,7 +13,7 @@
  * sanitising (gate/redaction.ts).
  */
 import type { Config, GateTool } from '../config/index.js';
-import { bindQueries, type Pool } from '../db/index.js';
+import { bindQueries, prepared, type Pool } from '../db/index.js';
 import { createLogger, type Logger } from '../core/log.js';
 import type { Metrics } from '../core/metrics.js';
 import type { Ledger } from '../ledger/index.js';
@@ -20,7 +21,7 @@ import { AccessChecks } from './access.js';
 import { AuditWriter } from './audit.js';
 import { Budgets } from './budgets.js';
 import { DecisionFailures } from './failures.js';
-import { gateQueries } from './queries.js';
+import { gateQueries, type GateNamedStatements } from './queries.js';
 import { GateRegistry } from './registry.js';
 import { ReservationStep } from './reservation.js';
 import type { BusinessValidator, GateResult, ResourceResolver } from './types.js';
@@ -56,6 +57,8 @@ export class GateCore {
   readonly pool: Pool;
   readonly ledger: Ledger;
   readonly q: Readonly<typeof gateQueries>;
+  /** A call's statements as named statements (gate/admission.ts). */
+  readonly named: GateNamedStatements;
   readonly log: Logger;
   readonly registry: GateRegistry;
   readonly access: AccessChecks;
@@ -71,12 +74,17 @@ export class GateCore {
     this.ledger = deps.ledger;
     this.log = gateLogger(deps.log);
     this.q = bindQueries(gateQueries, deps.config.schemaQuoted);
+    this.named = Object.freeze({
+      gateAdmitAccess: prepared(this.q.gateAdmitAccess),
+      gateAdmit: prepared(this.q.gateAdmit),
+      gateOperationRecord: prepared(this.q.gateOperationRecord),
+    });
     this.registry = new GateRegistry(deps.config, deps);
     this.access = new AccessChecks(deps.config, this.q);
     this.budgets = new Budgets(this.q);
-    this.reservation = new ReservationStep(deps.ledger, this.q, this.budgets);
     this.audit =
       deps.audit ?? new AuditWriter({ config: deps.config, pool: deps.pool, log: this.log, metrics: deps.metrics });
+    this.reservation = new ReservationStep(deps.ledger, this.q, this.named, this.budgets, this.audit);
     this.failures = new DecisionFailures(this.log);
   }
 

@@ -23,11 +23,13 @@ import type { GateTool } from '../config/index.js';
 import { Approvals } from './approvals.js';
 import { listKillSwitches, type KillSwitchRow } from './kill-switch-list.js';
 import { withdrawPendingVotes } from './role-revocation.js';
+import { admit } from './admission.js';
 import { checkArguments, checkGateContext, valueOf, type Value } from './checks.js';
 import { GateCore, type GateDeps } from './core.js';
 import { Refused, refuse } from './refusal.js';
 import { housekeepingWith, type GateHousekeepingSummary } from './housekeeping.js';
 import { Proposals } from './proposals.js';
+import type { GateNamedStatements } from './queries.js';
 import type { ApproveOptions, GateContext, GateResult, Reviewer } from './types.js';
 
 /** What engaging a kill switch waited for: covered operations executing, and those a wait gave up on. */
@@ -94,20 +96,32 @@ export class Gate {
       const t = core.tool(tool);
       if (t === undefined) throw refuse('unknown_tool', `there is no tool named ${JSON.stringify(tool.slice(0, 64))}`);
       checkCallOptions(options);
-      result = await withTransaction(core.pool, async (client) => {
-        const r = await this.#pipeline(client, ctx, t, args, options);
-        await core.audit.decision(client, {
-          action: 'call',
-          outcome: r.ok ? 'allowed' : r.error,
-          context: ctx,
-          tool,
-          subjectId: r.ok ? (r.operation_id ?? null) : (r.request_id ?? null),
-          args,
-          durationMs: performance.now() - started,
+      const decide = (named: GateNamedStatements | null): Promise<GateResult> =>
+        withTransaction(core.pool, async (client) => {
+          // An allowed call's audit row goes with the gate's record of its operation (gate/reservation.ts).
+          const decision = { audited: false, started, named };
+          const r = await this.#pipeline(client, ctx, t, args, options, decision);
+          if (!decision.audited)
+            await core.audit.decision(client, {
+              action: 'call',
+              outcome: r.ok ? 'allowed' : r.error,
+              context: ctx,
+              tool,
+              subjectId: r.ok ? (r.operation_id ?? null) : (r.request_id ?? null),
+              args,
+              durationMs: performance.now() - started,
+            });
+          audited = true;
+          return r;
         });
-        audited = true;
-        return r;
-      });
+      try {
+        result = await decide(core.named);
+      } catch (err) {
+        // The session lost a named statement, or its plan cannot run after a migration: that try rolled back
+        // whole, and the decision is made again as unnamed text (gate/admission.ts).
+        if (!namedStatementLost(err)) throw err;
+        result = await decide(null);
+      }
       core.wakeIfReserved(result);
     } catch (err) {
       audited = false;
@@ -137,57 +151,75 @@ export class Gate {
     t: GateTool,
     args: unknown,
     options: CallOptions,
+    decision: { audited: boolean; started: number; named: GateNamedStatements | null },
   ): Promise<GateResult> {
     const core = this.#core;
-    if (!(await core.access.permitted(client, t, ctx.tenant_id, ctx.principal_id, ctx.role))) {
+    if (!core.access.granted(t, ctx.tenant_id, ctx.role))
       throw refuse('permission_denied', `your role may not call ${t.name}`);
-    }
-    const killed = await core.access.killSwitch(client, ctx.tenant_id, t.name);
-    if (killed !== null) throw refuse('tool_disabled', `${t.name} is disabled for now (${killed.reason})`);
-    await core.budgets.takeRate(client, t, ctx);
-    const checked = checkArguments(t, args, core.config.argumentBounds);
-    await core.registry.validateBusiness(client, t, ctx, checked.args);
-    const value = valueOf(t, checked.args);
+    // The checks that need no database run before the admission statement, whose caps need the value; each
+    // refusal is still answered in its place in the pipeline's order, after the database's earlier ones.
+    const checked = held(() => checkArguments(t, args, core.config.argumentBounds));
+    const valued = checked.ok ? held(() => valueOf(t, checked.value.args)) : null;
+    const value = valued?.ok === true ? valued.value : null;
     const mode = t.approval.mode;
     const needsApproval =
       mode === 'always' ||
       (mode === 'threshold' && value !== null && Number(value.amount) > (t.approval.threshold ?? Infinity));
     // A retried call of a step already reserved with these arguments is the same effect: it answers with the
     // existing operation and takes nothing from the caps a second time. The lookup is by the whole identity,
-    // tenant included, so another tenant's steps are never seen here.
-    const prior = mode === 'confirm' || needsApproval ? undefined : await core.ledger.findStep(client, ctx);
-    const replay = prior !== undefined && prior.tool_name === t.name && prior.canonical_args_sha256 === checked.sha256;
-    const counters = replay ? [] : await core.budgets.reserveCaps(client, t, ctx, value);
-    // The plan version is the principal's task's (tenant, principal, task): another principal naming the same
-    // task id records its own, and invalidates only its own approvals.
-    if (ctx.plan_version !== undefined) {
-      const invalidated = await client.query<{ approval_id: string }>(core.q.planRecord, [
-        ctx.tenant_id,
-        ctx.principal_id,
-        ctx.task_id,
-        ctx.plan_version,
-      ]);
-      for (const a of invalidated.rows)
-        await core.audit.decision(client, {
-          action: 'invalidate',
-          outcome: 'plan_changed',
-          context: ctx,
-          subjectId: a.approval_id,
-          detail: { plan_version: ctx.plan_version },
-        });
-    }
+    // tenant included, so another tenant's steps are never seen there. The plan version is the principal's
+    // task's (tenant, principal, task): another principal naming the same task id records its own, and
+    // invalidates only its own approvals.
+    const admitted = await admit(
+      client,
+      core.q,
+      t,
+      ctx,
+      checked.ok && valued?.ok === true
+        ? { sha256: checked.value.sha256, value, replayFree: mode !== 'confirm' && !needsApproval }
+        : null,
+      decision.named,
+    );
+    if (admitted.access !== null) throw admitted.access;
+    if (!checked.ok) throw checked.refused;
+    await core.registry.validateBusiness(client, t, ctx, checked.value.args);
+    if (valued?.ok === false) throw valued.refused;
+    if (admitted.caps !== null) throw admitted.caps;
+    const counters = admitted.counters;
+    for (const approvalId of admitted.invalidated)
+      await core.audit.decision(client, {
+        action: 'invalidate',
+        outcome: 'plan_changed',
+        context: ctx,
+        subjectId: approvalId,
+        detail: { plan_version: ctx.plan_version },
+      });
 
-    if (mode === 'confirm')
-      return this.#propose(client, ctx, t, checked.args, checked.sha256, counters, value, options);
-    if (needsApproval) return this.approvals.request(client, ctx, t, checked.args, checked.sha256, counters, value);
+    const canonicalArgs = checked.value.args;
+    const sha = checked.value.sha256;
+    if (mode === 'confirm') return this.#propose(client, ctx, t, canonicalArgs, sha, counters, value, options);
+    if (needsApproval) return this.approvals.request(client, ctx, t, canonicalArgs, sha, counters, value);
     const r = await core.reservation.reserve(
       client,
       ctx,
       t.name,
-      checked.args,
+      canonicalArgs,
       { kind: 'auto', id: 'auto', policyVersion: core.config.gate.policyVersion },
       { counters, value },
+      {
+        audit: (operationId) => ({
+          action: 'call',
+          outcome: 'allowed',
+          context: ctx,
+          tool: t.name,
+          subjectId: operationId,
+          args,
+          durationMs: performance.now() - decision.started,
+        }),
+        named: decision.named !== null,
+      },
     );
+    decision.audited = true;
     return {
       ok: true,
       status: 'reserved',
@@ -407,6 +439,22 @@ export class Gate {
         });
       }),
     );
+  }
+}
+
+/** Whether `err` (or the error it wraps) is a named statement the session lost (26000) or cannot run (0A000). */
+function namedStatementLost(err: unknown): boolean {
+  const state = sqlState(err) ?? sqlState((err as { cause?: unknown } | null)?.cause);
+  return state === SQLSTATE.invalidStatementName || state === SQLSTATE.featureNotSupported;
+}
+
+/** `fn`'s value, or the refusal it threw (held for its place in the pipeline's order); anything else is thrown. */
+function held<T>(fn: () => T): { ok: true; value: T } | { ok: false; refused: Refused } {
+  try {
+    return { ok: true, value: fn() };
+  } catch (err) {
+    if (err instanceof Refused) return { ok: false, refused: err };
+    throw err;
   }
 }
 

@@ -13,39 +13,94 @@ const proposalColumns = `proposal_id, tenant_id, principal_id, role, account_id,
 
 export const gateQueries = {
   /**
-   * One rate window, incremented only while under the limit ($5). No row returned: the window is spent.
-   * Windows are aligned to multiples of window_s ($4) since the epoch, by the database clock.
+   * The admission of a call that takes no budget (no rate, no caps, no plan version): whether the role ($3) of
+   * the principal ($2) in the tenant ($1) is revoked, and the reason of a kill switch covering the tool ($4).
    */
-  rateWindowIncrement: `
-    INSERT INTO @schema.gate_rate_windows AS w (tenant_id, principal_id, tool_name, window_start, window_s, used)
-    VALUES ($1, $2, $3, to_timestamp(floor(extract(epoch FROM now()) / $4) * $4), $4, 1)
-    ON CONFLICT (tenant_id, principal_id, tool_name, window_start) DO UPDATE SET used = w.used + 1
-    WHERE w.used < $5
-    RETURNING used`,
+  gateAdmitAccess: `
+    SELECT EXISTS (
+             SELECT 1 FROM @schema.gate_role_revocations WHERE tenant_id = $1 AND principal_id = $2 AND role = $3
+           ) AS revoked,
+           (SELECT reason FROM @schema.gate_kill_switches
+            WHERE tenant_id IN ($1, '*') AND tool_name IN ($4, '*') LIMIT 1) AS kill_reason`,
+
+  /**
+   * A call's admission (gate/admission.ts), one statement: the role revocation ($1 tenant, $2 principal, $3
+   * role), the kill switch ($4 tool), then, only while those pass, one call from the principal's rate window
+   * (window $5 s, limit $6; none when $5 is null), aligned to multiples of $5 s since the epoch by the database
+   * clock and incremented only while under the limit; then, only while the window had room, one unit and $16
+   * of value on each cap ($11 scopes, $12 keys, $13 count caps, $14 value caps; null = no cap), each counter one
+   * per (tenant, tool, scope, key, period) in the caps' currency $15 (0005), taken by a conditional upsert in
+   * the order given, unless the step ($8 task, $9 step) was reserved before with this tool and these arguments
+   * ($10; looked up only when $7); and the plan version $17 of the principal's task, whose change invalidates
+   * that principal's pending or approved approvals of the task bound to another version (their holds released
+   * by trigger). A cap missing from cap_scopes would be exceeded: nothing was taken from it.
+   */
+  gateAdmit: `
+    WITH revoked AS (
+      SELECT EXISTS (
+        SELECT 1 FROM @schema.gate_role_revocations WHERE tenant_id = $1 AND principal_id = $2 AND role = $3
+      ) AS revoked
+    ), killed AS (
+      SELECT reason FROM @schema.gate_kill_switches WHERE tenant_id IN ($1, '*') AND tool_name IN ($4, '*') LIMIT 1
+    ), open AS (
+      SELECT 1 FROM revoked WHERE NOT revoked AND NOT EXISTS (SELECT 1 FROM killed)
+    ), rate AS (
+      INSERT INTO @schema.gate_rate_windows AS w (tenant_id, principal_id, tool_name, window_start, window_s, used)
+      SELECT $1, $2, $4, to_timestamp(floor(extract(epoch FROM now()) / $5::int) * $5::int), $5::int, 1
+      FROM open WHERE $5::int IS NOT NULL
+      ON CONFLICT (tenant_id, principal_id, tool_name, window_start) DO UPDATE SET used = w.used + 1
+      WHERE w.used < $6::int
+      RETURNING used
+    ), passed AS (
+      SELECT 1 FROM open WHERE $5::int IS NULL OR EXISTS (SELECT 1 FROM rate)
+    ), prior AS (
+      SELECT 1 FROM @schema.operations
+      WHERE $7::boolean AND tenant_id = $1 AND principal_id = $2 AND task_id = $8 AND workflow_step_id = $9
+        AND tool_name = $4 AND canonical_args_sha256 = $10
+    ), cap AS (
+      SELECT * FROM unnest($11::text[], $12::text[], $13::int[], $14::numeric[]) WITH ORDINALITY
+        AS l(scope, scope_key, max_count, max_value, n)
+    ), caps AS (
+      INSERT INTO @schema.gate_counters AS c (tenant_id, tool_name, scope, scope_key, period, currency, used_count, used_value)
+      SELECT $1, $4, l.scope, l.scope_key,
+             CASE WHEN l.scope = 'conversation' THEN 'all' ELSE to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD') END,
+             $15, 1, $16::numeric
+      FROM cap l
+      WHERE EXISTS (SELECT 1 FROM passed) AND NOT EXISTS (SELECT 1 FROM prior)
+        AND (l.max_count IS NULL OR 1 <= l.max_count) AND (l.max_value IS NULL OR $16::numeric <= l.max_value)
+      ORDER BY l.n
+      ON CONFLICT (tenant_id, tool_name, scope, scope_key, period) DO UPDATE
+      SET used_count = c.used_count + 1, used_value = c.used_value + excluded.used_value
+      WHERE (SELECT (l.max_count IS NULL OR c.used_count + 1 <= l.max_count)
+                AND (l.max_value IS NULL OR c.used_value + excluded.used_value <= l.max_value)
+             FROM cap l WHERE l.scope = c.scope)
+      RETURNING c.scope, c.counter_id
+    ), plan AS (
+      INSERT INTO @schema.gate_task_plans AS p (tenant_id, principal_id, task_id, plan_version)
+      SELECT $1, $2, $8, $17 FROM passed WHERE $17::text IS NOT NULL
+      ON CONFLICT (tenant_id, principal_id, task_id) DO UPDATE SET plan_version = excluded.plan_version, updated_at = now()
+      WHERE p.plan_version <> excluded.plan_version
+      RETURNING plan_version
+    ), invalidated AS (
+      UPDATE @schema.gate_approvals a SET status = 'invalidated', reason = 'plan_changed', decided_at = now()
+      FROM plan
+      WHERE a.tenant_id = $1 AND a.requester_id = $2 AND a.task_id = $8 AND a.status IN ('pending', 'approved')
+        AND a.plan_version <> plan.plan_version
+      RETURNING a.approval_id
+    )
+    SELECT (SELECT revoked FROM revoked) AS revoked,
+           (SELECT reason FROM killed) AS kill_reason,
+           (SELECT used FROM rate) AS rate_used,
+           CASE WHEN $5::int IS NOT NULL THEN greatest(1, ceil(extract(epoch FROM
+             to_timestamp((floor(extract(epoch FROM now()) / $5::int) + 1) * $5::int) - now())))::int END AS retry_after_s,
+           EXISTS (SELECT 1 FROM prior) AS replay,
+           (SELECT array_agg(scope ORDER BY scope) FROM caps) AS cap_scopes,
+           (SELECT array_agg(counter_id::text ORDER BY scope) FROM caps) AS counter_ids,
+           (SELECT array_agg(approval_id::text) FROM invalidated) AS invalidated`,
 
   /** Rate windows that ended over a minute ago: nothing reads them again, so the table stays bounded. */
   rateWindowPrune: `
     DELETE FROM @schema.gate_rate_windows WHERE window_start + make_interval(secs => window_s) < now() - interval '1 minute'`,
-
-  rateWindowRetryAfter: `
-    SELECT greatest(1, ceil(extract(epoch FROM to_timestamp((floor(extract(epoch FROM now()) / $1) + 1) * $1) - now())))::int AS retry_after_s`,
-
-  /**
-   * Takes one unit of count and $6 of value on a cap counter, only if both stay within the caps ($7 count,
-   * $8 value; null = no cap). No row returned: the cap would be exceeded and nothing was taken. One counter
-   * per (tenant, tool, scope, key, period): $5 is the caps' one currency (0005), never part of the key.
-   */
-  counterReserve: `
-    INSERT INTO @schema.gate_counters AS c (tenant_id, tool_name, scope, scope_key, period, currency, used_count, used_value)
-    SELECT $1, $2, $3, $4,
-           CASE WHEN $3 = 'conversation' THEN 'all' ELSE to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD') END,
-           $5, 1, $6::numeric
-    WHERE ($7::int IS NULL OR 1 <= $7::int) AND ($8::numeric IS NULL OR $6::numeric <= $8::numeric)
-    ON CONFLICT (tenant_id, tool_name, scope, scope_key, period) DO UPDATE
-    SET used_count = c.used_count + 1, used_value = c.used_value + excluded.used_value
-    WHERE ($7::int IS NULL OR c.used_count + 1 <= $7::int)
-      AND ($8::numeric IS NULL OR c.used_value + excluded.used_value <= $8::numeric)
-    RETURNING counter_id`,
 
   /** Gives back what this call took on counters $1 (a replayed reservation consumes nothing). */
   counterGiveBack: `
@@ -126,30 +181,28 @@ export const gateQueries = {
     WHERE a.approval_id = v.approval_id AND a.status = 'pending' AND cardinality(v.approvers) <> cardinality(a.approvers)
     RETURNING a.approval_id`,
 
-  /**
-   * Records the current plan version of the principal's task ($1 tenant, $2 principal, $3 task); when it
-   * changes, every pending or approved approval that principal requested in that task under another plan
-   * version is invalidated (its holds released by trigger). Returns those ids. Another principal's task of the
-   * same id is another task: neither its plan nor its approvals are touched.
-   */
-  planRecord: `
-    WITH up AS (
-      INSERT INTO @schema.gate_task_plans AS p (tenant_id, principal_id, task_id, plan_version) VALUES ($1, $2, $3, $4)
-      ON CONFLICT (tenant_id, principal_id, task_id) DO UPDATE SET plan_version = excluded.plan_version, updated_at = now()
-      WHERE p.plan_version <> excluded.plan_version
-      RETURNING plan_version
-    )
-    UPDATE @schema.gate_approvals a SET status = 'invalidated', reason = 'plan_changed', decided_at = now()
-    FROM up
-    WHERE a.tenant_id = $1 AND a.requester_id = $2 AND a.task_id = $3 AND a.status IN ('pending', 'approved')
-      AND a.plan_version <> up.plan_version
-    RETURNING a.approval_id`,
   /** The current plan version of the principal's task ($1 tenant, $2 principal, $3 task); no row: none reported. */
   planCurrent: `SELECT plan_version FROM @schema.gate_task_plans WHERE tenant_id = $1 AND principal_id = $2 AND task_id = $3`,
 
-  gateOperationInsert: `
-    INSERT INTO @schema.gate_operations (operation_id, tenant_id, principal_id, role, approval_kind)
-    VALUES ($1, $2, $3, $4, $5) ON CONFLICT (operation_id) DO NOTHING RETURNING operation_id`,
+  /**
+   * The gate's record of an operation it reserved ($1; tenant $2, principal $3, role $4, approval kind $5), one
+   * statement with the holds the call keeps on its counters ($6, one unit and $7 of value each; none when
+   * empty) and, when $8, the decision's audit row ($9..$22 as in `auditInsert`). Returns `recorded`: 0 when the
+   * gate had recorded the operation before (a replay of its own step).
+   */
+  gateOperationRecord: `
+    WITH rec AS (
+      INSERT INTO @schema.gate_operations (operation_id, tenant_id, principal_id, role, approval_kind)
+      VALUES ($1, $2, $3, $4, $5) ON CONFLICT (operation_id) DO NOTHING RETURNING operation_id
+    ), held AS (
+      INSERT INTO @schema.gate_cap_holds (counter_id, amount, count, operation_id)
+      SELECT unnest($6::bigint[]), $7::numeric, 1, $1::uuid
+    ), audited AS (
+      INSERT INTO @schema.gate_audit (action, outcome, tenant_id, principal_id, role, account_id, conversation_id,
+        turn_id, trace_id, tool_name, subject_id, arguments, detail, duration_ms)
+      SELECT $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20::jsonb, $21::jsonb, $22 WHERE $8::boolean
+    )
+    SELECT count(*)::int AS recorded FROM rec`,
 
   proposalInsert: `
     INSERT INTO @schema.gate_proposals (proposal_id, tenant_id, principal_id, role, account_id, conversation_id, turn_id,
@@ -270,6 +323,11 @@ export const gateQueries = {
   authorizeSelectProposal: `
     SELECT status, operation_id FROM @schema.gate_proposals WHERE proposal_id::text = $1 AND tenant_id = $2`,
 } as const;
+
+/** The statements a call runs on every decision, each named once per pool connection (gate/admission.ts). */
+export type GateNamedStatements = Readonly<
+  Record<'gateAdmitAccess' | 'gateAdmit' | 'gateOperationRecord', { name: string; text: string }>
+>;
 
 export const gateOperationQueries = {
   operationSelect: `SELECT operation_id, effect_key, status FROM @schema.operations WHERE operation_id = $1`,
