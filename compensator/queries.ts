@@ -59,7 +59,7 @@ export const compensatorQueries = {
   tasksWithFailedStep: `
     SELECT DISTINCT f.tenant_id, f.principal_id, f.task_id
     FROM @schema.operations f
-    WHERE f.status = 'failed'
+    WHERE f.attention = 'failed' AND f.status = 'failed'
       AND NOT EXISTS (SELECT 1 FROM @schema.compensations c WHERE c.compensation_operation_id = f.operation_id)
       AND EXISTS (
         SELECT 1 FROM @schema.operations s

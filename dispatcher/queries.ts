@@ -6,11 +6,9 @@
 import { releaseToQueueSql, transitionCte } from '../ledger/index.js';
 
 export const dispatcherQueries = {
-  // The batch statements below find their operations by primary key (`operation_id = ANY($1)`) and test the
-  // status as `status || '' = 'executing'`, which the planner cannot match to the partial operations_open_idx:
-  // with `status = 'executing'` it scanned that index's executing range, and every operation that has passed
-  // through `executing` leaves a dead entry there until vacuum. After 50,000 operations had passed through
-  // `executing` (before vacuum), one such statement read 5,700 buffers and took 19 ms instead of 0.1 ms.
+  // The batch statements below find their operations by primary key (`operation_id = ANY($1)`) and then test the
+  // status. No index of the operations table names the status (sql/0018_hot_ledger_row.sql), so the planner has
+  // no status index to prefer to the primary key.
 
   /**
    * Claims up to $1 waiting operations for worker $2 in one statement: lock outbox and ledger rows (skipping
@@ -18,11 +16,9 @@ export const dispatcherQueries = {
    * token, and append the history. Operations of a tenant or tool under a gate kill switch stay pending, their
    * outbox rows untouched, until the switch is lifted.
    *
-   * The queue is walked through outbox_available_idx and each operation found by key. The status tests are
-   * written `status || '' = 'pending'` so that the planner cannot match them to the partial operations_open_idx:
-   * a generic plan built over an empty ledger (a worker's first claim on a new deployment) read that index,
-   * every pending operation, for each row taken, and kept doing so as the queue grew
-   * (test/dispatcher/claim-session.test.ts).
+   * The queue is walked through outbox_available_idx and each operation found by key; no index of the operations
+   * table names the status, so even a generic plan built over an empty ledger (a worker's first claim on a new
+   * deployment) has no open-operations index to read instead (test/dispatcher/claim-session.test.ts).
    *
    * The kill-switch test is written as `(no switch at all OR none for this row)`, not as the plain NOT EXISTS:
    * PostgreSQL turns that into an anti-join estimated to leave one row (the switch table is empty and never
@@ -56,7 +52,7 @@ export const dispatcherQueries = {
       SELECT o.operation_id, o.attempt
       FROM @schema.outbox o
       JOIN @schema.operations l ON l.operation_id = o.operation_id
-      WHERE o.available_at <= now() AND l.status || '' = 'pending'
+      WHERE o.available_at <= now() AND l.status = 'pending'
         AND (NOT EXISTS (SELECT 1 FROM @schema.gate_kill_switches)
           OR NOT EXISTS (
             SELECT 1 FROM @schema.gate_kill_switches k
@@ -74,8 +70,6 @@ export const dispatcherQueries = {
       from: "'pending'",
       to: "'executing'",
       fence: 'TRUE',
-      // As in `picked`: the rows are found by key; see the statement's comment.
-      hideStatusFromPlanner: true,
       set: 'claim_token = gen_random_uuid(), claimed_by = $2, claimed_at = now(), attempt = i.attempt',
       actor: '$2',
       reason: "'claimed'",
@@ -123,12 +117,12 @@ export const dispatcherQueries = {
       SELECT l.operation_id, l.claim_token
       FROM input i
       JOIN @schema.operations l ON l.operation_id = i.operation_id AND l.claim_token = i.claim_token
-      WHERE l.operation_id = ANY($1::uuid[]) AND l.status || '' = 'executing'
+      WHERE l.operation_id = ANY($1::uuid[]) AND l.status = 'executing'
     ), current AS (
       SELECT l.operation_id, l.claim_token, l.current_approval_id, l.current_policy_version
       FROM input i
       JOIN @schema.operations l ON l.operation_id = i.operation_id AND l.claim_token = i.claim_token
-      WHERE l.operation_id = ANY($1::uuid[]) AND l.status || '' = 'executing'
+      WHERE l.operation_id = ANY($1::uuid[]) AND l.status = 'executing'
       ORDER BY l.operation_id
       FOR UPDATE OF l SKIP LOCKED
     ), recorded AS (
@@ -166,12 +160,12 @@ export const dispatcherQueries = {
       SELECT l.operation_id, l.claim_token
       FROM unnest($1::uuid[], $2::uuid[]) AS i(operation_id, claim_token)
       JOIN @schema.operations l ON l.operation_id = i.operation_id AND l.claim_token = i.claim_token
-      WHERE l.operation_id = ANY($1::uuid[]) AND l.status || '' = 'executing'
+      WHERE l.operation_id = ANY($1::uuid[]) AND l.status = 'executing'
     ), locked AS (
       SELECT l.operation_id
       FROM unnest($1::uuid[], $2::uuid[]) AS i(operation_id, claim_token)
       JOIN @schema.operations l ON l.operation_id = i.operation_id AND l.claim_token = i.claim_token
-      WHERE l.operation_id = ANY($1::uuid[]) AND l.status || '' = 'executing'
+      WHERE l.operation_id = ANY($1::uuid[]) AND l.status = 'executing'
         AND EXISTS (
           SELECT 1 FROM @schema.authorization_evidence e
           WHERE e.operation_id = l.operation_id AND e.claim_token = l.claim_token)
@@ -218,7 +212,7 @@ export const dispatcherQueries = {
     FROM unnest($1::uuid[], $2::uuid[]) AS i(operation_id, claim_token)
     JOIN @schema.operations l ON l.operation_id = i.operation_id AND l.claim_token = i.claim_token
     JOIN @schema.authorization_evidence e ON e.operation_id = l.operation_id AND e.claim_token = l.claim_token
-    WHERE l.operation_id = ANY($1::uuid[]) AND l.status || '' = 'executing'
+    WHERE l.operation_id = ANY($1::uuid[]) AND l.status = 'executing'
       AND e.approval_id = l.current_approval_id AND e.policy_version = l.current_policy_version`,
 
   /**
@@ -250,7 +244,6 @@ export const dispatcherQueries = {
       from: "'executing'",
       to: 'i.status',
       fence: 'l.operation_id = ANY($1::uuid[]) AND l.claim_token = i.claim_token',
-      hideStatusFromPlanner: true,
       set: 'provider_receipt = i.receipt, result_json = i.result::jsonb, review_reason = i.review',
       contact: 'i.contact',
       actor: '$8',

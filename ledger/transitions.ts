@@ -101,11 +101,6 @@ export interface TransitionSpec {
   set?: string;
   /** What the caller knows about the provider contact (SQL, may be NULL); see {@link ProviderContact}. */
   contact?: string;
-  /**
-   * Tests the expected status as `l.status || '' = from`, which the planner cannot match to the partial
-   * operations_open_idx: for batches found by primary key (`dispatcher/queries.ts` explains the cost).
-   */
-  hideStatusFromPlanner?: boolean;
   actor: string;
   reason: string;
   /** The history row's detail (SQL yielding jsonb; may read `l` after the update and `i`). */
@@ -121,13 +116,12 @@ export interface TransitionSpec {
  * rows, inserted by the same statement). Embed it after `WITH` and select from `<name>`.
  */
 export function transitionCte(s: TransitionSpec): string {
-  const status = s.hideStatusFromPlanner === true ? `l.status || '' = ${s.from}` : `l.status = ${s.from}`;
   const set = s.set === undefined || s.set.trim() === '' ? '' : `${s.set}, `;
   return `${s.name} AS (
       UPDATE @schema.operations l
       SET status = ${s.to}, ${set}provider_contact = coalesce(${s.contact ?? 'NULL'}, l.provider_contact), updated_at = now()
       FROM ${s.input}
-      WHERE l.operation_id = i.operation_id AND ${status} AND (${s.fence})
+      WHERE l.operation_id = i.operation_id AND l.status = ${s.from} AND (${s.fence})
       RETURNING l.operation_id, (${s.from})::text AS from_status, l.status AS to_status, (${s.actor})::text AS history_actor,
                 (${s.reason})::text AS history_reason, (${s.detail})::jsonb AS history_detail${s.returning === undefined ? '' : `, ${s.returning}`}
     ), ${s.name}_history AS (

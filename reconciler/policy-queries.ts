@@ -23,7 +23,7 @@ export const policyQueries = {
     SELECT o.operation_id, o.tool_name, o.review_reason, o.provider_contact, o.attempt, r.n AS policy_retries
     FROM @schema.operations o
     CROSS JOIN LATERAL (${POLICY_RETRIES}) r(n)
-    WHERE o.status = 'needs_review' AND o.tool_name = ANY ($1::text[])
+    WHERE o.attention = 'needs_review' AND o.status = 'needs_review' AND o.tool_name = ANY ($1::text[])
       AND (EXISTS (SELECT 1 FROM unnest($2::text[], $3::text[]) m(reason, contact)
                    WHERE o.review_reason = m.reason AND o.provider_contact = m.contact)
         OR EXISTS (SELECT 1 FROM unnest($4::text[], $5::text[]) m(prefix, contact)

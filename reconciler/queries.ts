@@ -36,12 +36,14 @@ export const reconcilerQueries = {
   candidates: `
     (SELECT l.operation_id, l.status, l.claim_token
      FROM @schema.operations l
-     WHERE l.status = 'unknown' AND (l.next_reconcile_at IS NULL OR l.next_reconcile_at <= now())
+     WHERE l.attention = 'unknown' AND l.status = 'unknown'
+       AND (l.next_reconcile_at IS NULL OR l.next_reconcile_at <= now())
      ORDER BY l.next_reconcile_at NULLS FIRST
      LIMIT $2)
     UNION ALL
     (SELECT l.operation_id, l.status, l.claim_token
-     FROM @schema.operations l
+     FROM @schema.operation_claims c
+     JOIN @schema.operations l ON l.operation_id = c.operation_id
      LEFT JOIN @schema.workers w ON w.worker_id = l.claimed_by
      WHERE l.status = 'executing' AND ${ORPHANED}
      ORDER BY l.updated_at
@@ -53,12 +55,14 @@ export const reconcilerQueries = {
    */
   orphansWaiting: `
     SELECT EXISTS (
-      SELECT 1 FROM @schema.operations l
+      SELECT 1 FROM @schema.operation_claims c
+      JOIN @schema.operations l ON l.operation_id = c.operation_id
       LEFT JOIN @schema.workers w ON w.worker_id = l.claimed_by
       WHERE l.status = 'executing' AND ${ORPHANED})
     OR EXISTS (
       SELECT 1 FROM @schema.operations l
-      WHERE l.status = 'unknown' AND (l.next_reconcile_at IS NULL OR l.next_reconcile_at <= now())) AS found`,
+      WHERE l.attention = 'unknown' AND l.status = 'unknown'
+        AND (l.next_reconcile_at IS NULL OR l.next_reconcile_at <= now())) AS found`,
 
   /**
    * Marks worker $1 stopped (its process exited: the fleet's parent saw it), so the claims it held are orphaned at
@@ -188,7 +192,7 @@ export const reviewQueries = {
         (SELECT max(h.at) FROM @schema.operation_history h
          WHERE h.operation_id = o.operation_id AND h.to_status = 'needs_review'),
         o.updated_at) AS entered_at) e
-    WHERE o.status = 'needs_review'
+    WHERE o.attention = 'needs_review' AND o.status = 'needs_review'
       AND ($1::text IS NULL OR o.review_reason = $1 OR ($2::boolean AND left(o.review_reason, length($1)) = $1))
       AND ($3::text IS NULL OR o.tool_name = $3)
       AND ($4::text IS NULL OR o.tenant_id = $4)

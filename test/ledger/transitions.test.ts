@@ -12,7 +12,10 @@ import { Review } from '../../reconciler/index.js';
 
 const args = { order_id: 'ord-1', amount: 1000, currency: 'EUR' };
 
-/** Puts an operation into `status` with its triggers off (a test's forgery), so any move can be tried from it. */
+/**
+ * Puts an operation into `status` with its triggers off (a test's forgery), so any move can be tried from it. The
+ * bookkeeping the transition trigger would write (`attention`, which a CHECK ties to the status) is forged too.
+ */
 async function forceStatus(
   client: pg.ClientBase,
   id: string,
@@ -22,7 +25,8 @@ async function forceStatus(
   await client.query('SET session_replication_role = replica');
   await client.query(
     `UPDATE actionledger.operations
-     SET status = $2, claim_token = gen_random_uuid(), review_reason = 'forged', provider_contact = $3
+     SET status = $2, claim_token = gen_random_uuid(), review_reason = 'forged', provider_contact = $3,
+         attention = CASE WHEN $2 IN ('unknown', 'needs_review', 'compensating', 'failed') THEN $2 END
      WHERE operation_id = $1`,
     [id, status, contact],
   );
