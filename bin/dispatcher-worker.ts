@@ -1,6 +1,8 @@
 /**
  * One dispatcher in this process (`actionledger dispatcher`, or a fleet worker under `start`): opens the
- * runtime, runs until a signal or the fleet parent's "stop", drains, exits. Loaded only by those commands.
+ * runtime, runs until a signal or the fleet parent's "stop", drains, exits. A fleet worker also serves the HTTP
+ * API on the fleet's shared listener (bin/worker-http.ts) from before its dispatcher opens until its stop,
+ * which drains the requests in flight beside the dispatches. Loaded only by those commands.
  */
 import cluster from 'node:cluster';
 import { AggregatorRegistry } from 'prom-client';
@@ -12,6 +14,8 @@ import { WORKER_ID_MESSAGE } from './workers.js';
 import { AuditWriter } from '../gate/index.js';
 import { NotificationDelivery } from '../notifier/index.js';
 import { printRefusal } from './cli-util.js';
+import { ParentChannel } from './fleet-ipc.js';
+import { serveHttp, type WorkerHttp } from './worker-http.js';
 
 /**
  * Resolves on the first SIGTERM / SIGINT / SIGHUP. The handlers stay installed: a worker under `start` gets a
@@ -62,12 +66,22 @@ export async function runWorker(env: NodeJS.ProcessEnv, concurrency: number | un
   // Listening from here on: a signal that arrives while the dispatcher starts stops it once started, instead of
   // ending the process with a worker row registered and the runtime left open.
   const stopSignal = waitForSignal();
+  const channel = cluster.isWorker ? new ParentChannel() : null;
+  let http: WorkerHttp | null = null;
   try {
-    const dispatcher = await openDispatcher(rt, env, concurrency === undefined ? {} : { concurrency });
-    if (cluster.isWorker) {
-      // The constructor installs the IPC listener that answers the parent's metrics requests.
+    if (channel !== null) {
+      // The constructor installs the IPC listener that answers the parent's metrics requests: before serving,
+      // so a scrape this worker asks the parent for includes this worker.
       new AggregatorRegistry();
       AggregatorRegistry.setRegistries([rt.metrics.registry]);
+      http = await serveHttp(rt, env, channel, {
+        slot: Number(env.ACTIONLEDGER_WORKER_SLOT ?? '1'),
+        peerDir: env.ACTIONLEDGER_PEER_DIR,
+        embedded: env.ACTIONLEDGER_WORKER_EMBEDDED === '1',
+      });
+    }
+    const dispatcher = await openDispatcher(rt, env, concurrency === undefined ? {} : { concurrency });
+    if (channel !== null) {
       // The parent marks this worker stopped the moment it sees the process exit (so its claims are reconciled
       // at once): by its id, told before it can claim anything, never by a pid another process may hold.
       process.send?.({ type: WORKER_ID_MESSAGE, workerId: dispatcher.workerId });
@@ -85,12 +99,19 @@ export async function runWorker(env: NodeJS.ProcessEnv, concurrency: number | un
     await notifier.start();
     rt.log.info({ concurrency: concurrency ?? rt.config.dispatcher.concurrency }, 'dispatcher running');
     const signal = await stopSignal;
-    rt.log.info({ signal, in_flight: dispatcher.inFlight }, 'dispatcher stopping');
-    await Promise.all([dispatcher.stop(rt.config.dispatcher.shutdownDeadlineMs), notifier.stop()]);
+    rt.log.info(
+      { signal, in_flight: dispatcher.inFlight, ...(http === null ? {} : { http_in_flight: http.inFlight }) },
+      'dispatcher stopping',
+    );
+    const deadline = rt.config.dispatcher.shutdownDeadlineMs;
+    await Promise.all([dispatcher.stop(deadline), notifier.stop(), http?.stop(deadline)]);
+    http = null;
     return 0;
   } catch (err) {
     return printRefusal(err);
   } finally {
+    await http?.stop(0);
+    channel?.close();
     await rt.close();
   }
 }

@@ -1,5 +1,6 @@
 /**
- * The dispatcher workers' metrics, gathered for the parent's `/metrics`: every worker is asked, and a scrape
+ * The fleet workers' metrics, gathered with the parent's own for `/metrics` (served by every worker, which asks
+ * the parent for it: bin/fleet-ipc.ts): every worker is asked, and a scrape
  * answers within a short wait with the workers that answered, never with an error.
  *
  * prom-client's `AggregatorRegistry#clusterMetrics()` waits for every connected worker and, after 5 s without
@@ -23,7 +24,7 @@ const GET_METRICS_RES = 'prom-client:getMetricsRes';
 /** How long a scrape waits for the workers: well within Prometheus's scrape timeout (10 s by default). */
 export const WORKER_METRICS_WAIT_MS = 1500;
 
-type WorkerMetrics = MetricObjectWithValues<MetricValue<string>>[];
+export type WorkerMetrics = MetricObjectWithValues<MetricValue<string>>[];
 
 interface Pending {
   waiting: Set<number>;
@@ -55,20 +56,24 @@ export class FleetMetrics {
   }
 
   /**
-   * The workers' metrics, merged (counters summed; each worker's series carry its `worker` slot label), as
-   * exposition text: those that answered within the wait, '' when none did. Never rejects.
+   * The fleet's exposition: `own()` (the parent's metrics, read after this scrape's count of missing workers is
+   * set) merged with the workers' that answered within the wait, by series: counters of one name and labels are
+   * summed, and each worker's series carry its `worker` slot label, so a name the parent and the workers both
+   * register (the API's counters, served by whichever process a connection reaches) appears once. Answers that
+   * cannot be merged (a metric of one name with two types) are left out, all of them. Never rejects for the
+   * workers; rejects only when `own()` does.
    */
-  async collect(): Promise<string> {
+  async exposition(own: () => Promise<WorkerMetrics>): Promise<string> {
     const workers = Object.values(cluster.workers ?? {}).filter((w): w is Worker => w !== undefined && w.isConnected());
     const answers = workers.length === 0 ? [] : await this.#ask(workers);
     this.#missing.set(workers.length - answers.length);
-    if (answers.length === 0) return '';
+    const mine = await own();
     try {
-      return await AggregatorRegistry.aggregate(answers).metrics();
+      return await AggregatorRegistry.aggregate([mine, ...answers]).metrics();
     } catch {
-      // Answers that cannot be merged (a metric of one name with two types): better none than a failed scrape.
+      // Better the parent's alone than a failed scrape.
       this.#missing.set(workers.length);
-      return '';
+      return await AggregatorRegistry.aggregate([await own()]).metrics();
     }
   }
 

@@ -34,7 +34,7 @@ import { HttpServer } from '../server/index.js';
 import { printRefusal } from './cli-util.js';
 import { SERVICE_QUERIES } from './queries.js';
 import { WorkerSet, type StopResult } from './workers.js';
-import { FleetMetrics } from './fleet-metrics.js';
+import { FleetHttp } from './fleet-http.js';
 import { checkDestinations } from '../notifier/index.js';
 
 /** How often a repeating database failure in this process is logged (with the count of the ones between). */
@@ -222,12 +222,16 @@ class Service {
       this.#stops.push({ name: 'sandbox', run: () => sandbox.stop() });
     }
     const workers = this.#options.workers ?? rt.config.dispatcher.workers;
-    if (this.#stopReason === null) {
-      const addr = await this.#startHttp(rt, ledger, workers);
+    // With workers, they serve the API (bin/worker-http.ts); with none, this process does.
+    if (this.#stopReason === null && workers === 0) {
+      const addr = await this.#startHttp(rt, ledger);
       lock.setAddress(`http://${addr.address}:${addr.port}`);
     }
     if (rt.config.reconciler.enabled && this.#stopReason === null) await this.#startReconciler(rt, sandboxEnv, workers);
-    if (this.#stopReason === null) await this.#startWorkers(rt, sandboxEnv, workers);
+    if (this.#stopReason === null) {
+      const addr = await this.#startWorkers(rt, ledger, sandboxEnv, workers);
+      if (addr !== null) lock.setAddress(`http://${addr.address}:${addr.port}`);
+    }
   }
 
   /** The runtime (pool, migrations, the embedded cluster under supervision). */
@@ -282,40 +286,33 @@ class Service {
     return rt;
   }
 
-  /** `/healthz`, `/readyz` and `/metrics` (this process's and the workers', gathered). */
-  async #startHttp(rt: Runtime, ledger: Ledger, workers: number): Promise<{ address: string; port: number }> {
-    // Workers still starting (or exiting) are left out of a scrape, never fail it (bin/fleet-metrics.ts).
-    const fleetMetrics = workers > 0 ? new FleetMetrics({ registry: rt.metrics.registry }) : null;
+  /** What the probes say about the service itself, before they look at the database. */
+  #health(rt: Runtime): { error: string | null; stopping: boolean } {
+    return { error: embeddedProbeError(rt.embedded?.state), stopping: this.#stopping };
+  }
+
+  /** The gauges read at scrape time: the ledger's, the gate's, the fleet's. */
+  #beforeScrape(rt: Runtime, ledger: Ledger): () => Promise<void> {
+    return () =>
+      rt.metrics.readLedger(async () => ({
+        ...(await ledger.status()),
+        gate: await readGateStatus(rt.pool, rt.config.schemaQuoted),
+        fleet: await readFleetHealth(rt.pool, rt.config.schema, rt.config.schemaQuoted),
+      }));
+  }
+
+  /** With no workers: the API, `/healthz`, `/readyz` and `/metrics`, served by this process alone. */
+  async #startHttp(rt: Runtime, ledger: Ledger): Promise<{ address: string; port: number }> {
     const http = new HttpServer({
       runtime: rt,
       ledger,
       env: this.#options.env,
-      health: () => ({
-        error: embeddedProbeError(rt.embedded?.state),
-        stopping: this.#stopping,
-      }),
-      metrics: async () => {
-        // The workers first: how many are missing is one of this process's own gauges.
-        const fromWorkers = fleetMetrics === null ? '' : await fleetMetrics.collect();
-        const own = await rt.metrics.exposition();
-        return { contentType: rt.metrics.registry.contentType, body: `${own}\n${fromWorkers}` };
-      },
-      beforeScrape: () =>
-        rt.metrics.readLedger(async () => ({
-          ...(await ledger.status()),
-          gate: await readGateStatus(rt.pool, rt.config.schemaQuoted),
-          fleet: await readFleetHealth(rt.pool, rt.config.schema, rt.config.schemaQuoted),
-        })),
+      health: () => this.#health(rt),
+      beforeScrape: this.#beforeScrape(rt, ledger),
     });
     await http.start();
     const addr = http.address;
-    this.#stops.push({
-      name: 'http',
-      run: async () => {
-        await http.stop();
-        fleetMetrics?.close();
-      },
-    });
+    this.#stops.push({ name: 'http', run: () => http.stop(rt.config.dispatcher.shutdownDeadlineMs) });
     return addr;
   }
 
@@ -353,13 +350,41 @@ class Service {
     }
   }
 
-  async #startWorkers(rt: Runtime, sandboxEnv: Record<string, string>, workers: number): Promise<void> {
+  /**
+   * The workers, each serving the API and dispatching; resolves once every one serves (with the address), or,
+   * with none, once started (null). A worker's refusal to serve (`port_in_use`) fails the start.
+   */
+  async #startWorkers(
+    rt: Runtime,
+    ledger: Ledger,
+    sandboxEnv: Record<string, string>,
+    workers: number,
+  ): Promise<{ address: string; port: number } | null> {
+    const fleetHttp =
+      workers === 0
+        ? null
+        : new FleetHttp({
+            runtime: rt,
+            slots: workers,
+            health: () => this.#health(rt),
+            beforeScrape: this.#beforeScrape(rt, ledger),
+            log: this.#log,
+          });
+    // After the workers' stop (pushed below): the peer sockets' folder outlives them.
+    if (fleetHttp !== null) this.#stops.push({ name: 'http', run: () => Promise.resolve(fleetHttp.close()) });
     const set = new WorkerSet({
       count: workers,
-      env: { ...sandboxEnv, ACTIONLEDGER_WORKER_DATABASE_URL: rt.databaseUrl },
+      env: {
+        ...sandboxEnv,
+        ACTIONLEDGER_WORKER_DATABASE_URL: rt.databaseUrl,
+        ...(fleetHttp === null ? {} : { ACTIONLEDGER_PEER_DIR: fleetHttp.peerDir }),
+        ...(rt.embedded === null ? {} : { ACTIONLEDGER_WORKER_EMBEDDED: '1' }),
+      },
       log: rt.log,
       canFork: () => (rt.embedded?.state ?? 'running') === 'running',
       onExit: (workerId) => this.#orphanWatch?.workerExited(workerId),
+      onFork: (w) => fleetHttp?.forked(w),
+      onMessage: (w, slot, m) => fleetHttp?.message(w, slot, m),
     });
     this.#fleet.workers = set;
     this.#stops.push({
@@ -371,8 +396,12 @@ class Service {
       },
     });
     await set.start();
+    const addr =
+      fleetHttp === null ? null : await Promise.race([fleetHttp.serving(), this.#stopRequested.then(() => null)]);
+    if (this.#stopReason !== null) return null;
     const { http: h } = rt.config;
-    rt.log.info({ host: h.host, port: h.port, workers }, 'actionledger listening');
+    rt.log.info({ host: h.host, port: addr?.port ?? h.port, workers }, 'actionledger listening');
+    return addr;
   }
 
   /** Every stop that was pushed, in reverse; a failing one is logged and the next still runs. */

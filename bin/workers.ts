@@ -1,5 +1,6 @@
 /**
- * The service's dispatcher workers (node:cluster children). States of the set:
+ * The service's workers (node:cluster children): each serves the HTTP API on the shared listener and runs a
+ * dispatcher (bin/dispatcher-worker.ts). States of the set:
  *
  *   running: a worker that exits is replaced, after 1 s, doubling per worker that dies within 30 s of its
  *            start (up to 30 s), and not while `canFork()` says no (the embedded cluster is restarting)
@@ -45,6 +46,8 @@ export class WorkerSet extends Service<[deadlineMs?: number, forced?: Promise<vo
   #timers = new Set<NodeJS.Timeout>();
 
   readonly #onExit: (workerId: string) => void;
+  readonly #onMessage: (worker: Worker, slot: number, message: unknown) => void;
+  readonly #onFork: (worker: Worker, slot: number) => void;
   /** The dispatcher id each worker process told this parent (WORKER_ID_MESSAGE). */
   readonly #ids = new Map<Worker, string>();
 
@@ -59,6 +62,10 @@ export class WorkerSet extends Service<[deadlineMs?: number, forced?: Promise<vo
     log: Logger;
     canFork: () => boolean;
     onExit?: (workerId: string) => void;
+    /** Hears every message a worker sends (the dispatcher id's included). */
+    onMessage?: (worker: Worker, slot: number, message: unknown) => void;
+    /** Hears every fork, the replacements' included, before the worker can send anything. */
+    onFork?: (worker: Worker, slot: number) => void;
   }) {
     super();
     this.#count = options.count;
@@ -66,6 +73,13 @@ export class WorkerSet extends Service<[deadlineMs?: number, forced?: Promise<vo
     this.#log = options.log;
     this.#canFork = options.canFork;
     this.#onExit = options.onExit ?? (() => undefined);
+    this.#onMessage = options.onMessage ?? (() => undefined);
+    this.#onFork = options.onFork ?? (() => undefined);
+  }
+
+  /** The worker processes alive now. */
+  get processes(): Worker[] {
+    return [...this.#children.keys()];
   }
 
   protected onStart(): Promise<void> {
@@ -85,9 +99,11 @@ export class WorkerSet extends Service<[deadlineMs?: number, forced?: Promise<vo
     const started = Date.now();
     this.#children.set(w, started);
     if (w.process.pid !== undefined) this.pids.push(w.process.pid);
+    this.#onFork(w, slot);
     w.on('message', (m: unknown) => {
       const msg = m as { type?: unknown; workerId?: unknown } | null;
       if (msg?.type === WORKER_ID_MESSAGE && typeof msg.workerId === 'string') this.#ids.set(w, msg.workerId);
+      this.#onMessage(w, slot, m);
     });
     w.on('exit', (code, signal) => {
       this.#children.delete(w);

@@ -2,7 +2,15 @@
  * Prometheus metrics, named by the conventions (`actionledger_` prefix, base units, `_total` counters).
  * One registry per process; the fleet's parent aggregates its workers' registries.
  */
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import {
+  Counter,
+  Gauge,
+  Histogram,
+  Registry,
+  collectDefaultMetrics,
+  type MetricObjectWithValues,
+  type MetricValue,
+} from 'prom-client';
 
 export type CollectFn = () => Promise<void>;
 
@@ -57,8 +65,10 @@ export class Metrics {
   readonly fleetGauges: { scheduleCompleted: Gauge<'queue'>; heartbeatAge: Gauge<'worker'> };
 
   /**
-   * `ledger: false` (dispatcher workers) registers no ledger-wide metrics: in the fleet only the parent
-   * exposes those, so the aggregated exposition never holds one name twice.
+   * `ledger: false` (dispatcher workers) registers no ledger-wide metrics (`actionledger_database_up` and the
+   * gauges read at scrape time): in the fleet only the parent exposes those. The per-process counters
+   * (reservations, gate calls, API requests, lost audit rows) are registered in every process, since every fleet
+   * worker serves the API; the parent merges them by series (bin/fleet-metrics.ts), never one name twice.
    */
   constructor(options: { defaultMetrics?: boolean; ledger?: boolean; cluster?: string | null } = {}) {
     // The deployment's cluster on every series (tenants partitioned across PostgreSQL clusters, one fleet each).
@@ -69,7 +79,8 @@ export class Metrics {
     if (options.defaultMetrics !== false)
       // prom-client's names begin with process_ or nodejs_ already: actionledger_process_cpu_seconds_total.
       collectDefaultMetrics({ register: this.registry, prefix: 'actionledger_' });
-    const registers = options.ledger === false ? [] : [this.registry];
+    const registers = [this.registry];
+    const ledgerWide = options.ledger === false ? [] : [this.registry];
     this.reservations = new Counter({
       name: 'actionledger_reservations_total',
       help: 'Reservations by tool and outcome (created, replayed, or the refusal code).',
@@ -80,7 +91,7 @@ export class Metrics {
     this.databaseUp = new Gauge({
       name: 'actionledger_database_up',
       help: "1 when this scrape's ledger read answered, 0 when PostgreSQL could not be read (the ledger gauges are then absent).",
-      registers,
+      registers: ledgerWide,
     });
     this.operations = new Gauge({
       name: 'actionledger_operations',
@@ -162,6 +173,12 @@ export class Metrics {
   async exposition(): Promise<string> {
     const own = await this.registry.metrics();
     return this.#ledgerRead ? `${own}\n${await this.ledgerGauges.metrics()}` : own;
+  }
+
+  /** What {@link exposition} shows, as prom-client's JSON (for merging with other processes' metrics). */
+  async asJson(): Promise<MetricObjectWithValues<MetricValue<string>>[]> {
+    const own = await this.registry.getMetricsAsJSON();
+    return this.#ledgerRead ? [...own, ...(await this.ledgerGauges.getMetricsAsJSON())] : own;
   }
 }
 

@@ -1,2 +1,2 @@
-export { HttpServer, type HttpServerOptions } from './http.js';
-export { createMcpServer, META_KEYS, META_PREFIX, type McpDeps } from './mcp/index.js';
+export { HttpServer, DRAIN_MS, type HttpServerOptions } from './http.js';
+export { createMcpServer, META_KEYS, META_PREFIX, peerTag, type McpDeps, type McpPeers } from './mcp/index.js';

@@ -56,6 +56,11 @@ export interface ApiDeps {
    * default) logs it; `enforce` (the tests) answers 500 `internal` instead, so it cannot go unnoticed.
    */
   declaredErrors?: DeclaredErrorsMode;
+  /**
+   * The prefix of the MCP session ids this process mints (`w<slot>`, server/mcp/peers.ts): set in a fleet
+   * worker, so a request for the session that lands on another worker is forwarded here.
+   */
+  mcpSessionTag?: string;
   /** Told of each undeclared error answer (the tests collect them). */
   onUndeclaredError?: (undeclared: UndeclaredError) => void;
 }

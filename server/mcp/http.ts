@@ -8,6 +8,8 @@
  *
  * Sessions are stateful (the SDK's `mcp-session-id`), because a confirmation asked through the client
  * (elicitation) is a request from the server answered in a later HTTP request of the same session. A session
+ * lives in the process that opened it; in a fleet its id names that process, and a request that arrives at
+ * another worker is forwarded to it (server/mcp/peers.ts), so the caps below are per process. A session
  * belongs to the tenant and principal that opened it: any other caller naming its id gets exactly what an
  * unknown id gets (404). Idle sessions are closed after {@link IDLE_MS}. A new session makes room by closing
  * least recently used ones, never by refusing: a principal keeps at most {@link MAX_SESSIONS_PER_PRINCIPAL}
@@ -24,7 +26,6 @@
  * in flight in its session (or one id twice) is refused 409 with a JSON-RPC error before the transport reads
  * it, since the SDK maps answers to streams by id and the first request's stream would never end.
  */
-import { randomUUID } from 'node:crypto';
 import type { ServerResponse } from 'node:http';
 import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js';
 import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
@@ -36,6 +37,7 @@ import { ActionLedgerError } from '../../core/errors.js';
 import type { Authenticated } from '../../principals/index.js';
 import { authenticateAgain, callerOf, overWindow } from '../api/auth.js';
 import type { ApiDeps } from '../api/types.js';
+import { newSessionId } from './peers.js';
 import { createMcpServer, type Extra } from './server.js';
 
 /** A session unused this long is closed (its client must initialize again). */
@@ -362,7 +364,7 @@ async function countBatch(
  */
 function openSession(deps: ApiDeps, sessions: Map<string, Session>, caller: Authenticated): Session {
   const server = createMcpServer({ ...deps, caller: requestCaller });
-  const id = randomUUID();
+  const id = newSessionId(deps.mcpSessionTag);
   const session: Session = {
     id,
     server,
