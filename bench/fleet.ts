@@ -11,6 +11,12 @@
  * same launcher in the same round, medians over rounds. Beside each: the cores PostgreSQL's processes used and
  * the cores the whole machine used during the drain, which say where the run saturates.
  *
+ * Then the API on every worker: one `actionledger start --workers 2` takes HTTP gate calls (`POST /v1/calls`, an
+ * auto-approved tool, from 32 keep-alive connections for a few seconds, its operations dispatched meanwhile), and
+ * the table says how the requests spread over the two worker processes, read from each worker's
+ * `actionledger_http_requests_served_total` in the fleet's `/metrics` (node:cluster deals each new connection to
+ * the next worker), beside the calls per second the fleet answered.
+ *
  * Every process started here is stopped when its drain ends, failed or not: each `start` (or `dispatcher`) runs
  * in its own process group, gets SIGTERM (a `start` then stops its workers as it does on a user's Ctrl-C), and
  * whatever of the group is still alive 30 s later (or once the parent has exited: a worker it left) gets
@@ -26,7 +32,9 @@ import { startDispatchKit } from '../sandbox/kit.js';
 import { loadOperations } from './claim-scaling.js';
 import { dropDatabase, medianOf, migratedDatabase, sleep } from './cells.js';
 import { cpuSplit, findPostmaster, waitForQuiet } from './cpu.js';
-import { machine, printTable, saveResults } from './harness.js';
+import { freePort, machine, printTable, saveResults } from './harness.js';
+import { BENCH_ARGS, BENCH_RAW_CONFIG, BENCH_TENANT } from './http-config.js';
+import { Pool as HttpPool } from 'undici';
 
 const BIN = join(import.meta.dirname, '..', 'bin', 'actionledger.js');
 const TOKEN = 'bench-provider-token';
@@ -82,6 +90,7 @@ export async function runFleetBench(o: FleetOptions): Promise<void> {
     if (!othersHandle) process.exit(130);
   };
   for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, onSignal);
+  let spread: Spread | null = null;
   try {
     for (let round = 0; round < o.rounds; round++) {
       const row: Cell[] = [];
@@ -95,6 +104,7 @@ export async function runFleetBench(o: FleetOptions): Promise<void> {
         }
       cells.push(row);
     }
+    spread = await httpSpread(o, dir, kit, groups);
   } finally {
     for (const signal of ['SIGINT', 'SIGTERM'] as const) process.off(signal, onSignal);
     await kit.stop();
@@ -140,6 +150,7 @@ export async function runFleetBench(o: FleetOptions): Promise<void> {
       r.otherCoresBefore.toFixed(2),
     ]),
   );
+  printSpread(spread);
   if (o.save)
     saveResults(
       'fleet',
@@ -313,6 +324,170 @@ async function drain(
     await Promise.all(children.map((c) => stopGroup(c, 30_000)));
     for (const c of children) if (c.pid !== undefined) groups.delete(c.pid);
     await pool.end();
+    await dropDatabase(o.adminUrl, name);
+  }
+}
+
+/** What the HTTP part measured: calls answered per second, and each worker slot's share of the requests. */
+interface Spread {
+  callers: number;
+  seconds: number;
+  calls: number;
+  failed: number;
+  served: Map<string, number>;
+}
+
+const SPREAD_WORKERS = 2;
+const SPREAD_CALLERS = 32;
+
+function printSpread(s: Spread | null): void {
+  if (s === null) return;
+  const total = [...s.served.values()].reduce((a, b) => a + b, 0);
+  process.stdout.write(
+    `\nfleet over HTTP: actionledger start --workers ${SPREAD_WORKERS}, POST /v1/calls from ${s.callers} keep-alive connections for ${s.seconds} s: ` +
+      `${(s.calls / s.seconds).toFixed(0)} gate calls/s answered (${s.failed} not 200); requests each worker served ` +
+      `(actionledger_http_requests_served_total, the calls and the scrapes)\n`,
+  );
+  printTable(
+    ['worker', 'requests served', 'share'],
+    [...s.served.entries()]
+      .sort(([a], [b]) => Number(a) - Number(b))
+      .map(([w, n]) => [w, String(n), total === 0 ? '-' : `${((100 * n) / total).toFixed(1)} %`]),
+  );
+}
+
+/** The served counter of each worker slot in a scrape. */
+function servedBySlot(metrics: string): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const m of metrics.matchAll(/^actionledger_http_requests_served_total\{[^}]*worker="(\d+)"[^}]*\} (\d+)$/gm))
+    out.set(m[1] ?? '', Number(m[2]));
+  return out;
+}
+
+/** Runs the CLI to its end; rejects with its output when it fails. Resolves with its stdout. */
+function cli(args: string[], env: NodeJS.ProcessEnv): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [BIN, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (c: Buffer) => (out += c.toString()));
+    child.stderr.on('data', (c: Buffer) => (out += c.toString()));
+    child.once('exit', (code) =>
+      code === 0 ? resolve(out) : reject(new Error(`actionledger ${args.join(' ')}: exit ${code}\n${out}`)),
+    );
+  });
+}
+
+/**
+ * `actionledger start --workers 2` on a fresh database, gate calls over HTTP for a few seconds, and the served
+ * counter of each worker before and after. The fleet is stopped whatever happens.
+ */
+async function httpSpread(
+  o: FleetOptions,
+  dir: string,
+  kit: Awaited<ReturnType<typeof startDispatchKit>>,
+  groups: Set<number>,
+): Promise<Spread> {
+  const name = 'al_bench_fleet_http';
+  const url = await migratedDatabase(o.adminUrl, name);
+  const port = await freePort();
+  const raw = {
+    ...BENCH_RAW_CONFIG,
+    http: { host: '127.0.0.1', port },
+    dispatcher: { poll_interval_ms: 100, heartbeat_interval_ms: 1000, ...kit.dispatcherConfig },
+    tools: {
+      issue_refund: {
+        provider_id: 'billing-bench',
+        endpoint: kit.provider.endpoint,
+        allowed_tenants: [BENCH_TENANT],
+        credential_env: 'BENCH_BILLING_TOKEN',
+        idempotency: { mechanism: 'header', name: 'Idempotency-Key' },
+        readback: { url: `${kit.provider.endpoint}/by-key/{effect_key}` },
+      },
+    },
+  };
+  const configPath = join(dir, 'config-http.json');
+  writeFileSync(configPath, JSON.stringify(raw));
+  const env = {
+    PATH: process.env.PATH,
+    DATABASE_URL: url,
+    ACTIONLEDGER_CONFIG: configPath,
+    ACTIONLEDGER_DATA_DIR: mkdtempSync(join(dir, 'data-')),
+    ACTIONLEDGER_EFFECT_KEY_SECRET: SECRET,
+    BENCH_BILLING_TOKEN: TOKEN,
+    LOG_LEVEL: 'warn',
+  };
+  const child = spawn(process.execPath, [BIN, 'start', '--workers', String(SPREAD_WORKERS)], {
+    env,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    detached: true,
+  });
+  if (child.pid !== undefined) groups.add(child.pid);
+  let output = '';
+  const keep = (c: Buffer): void => void (output = (output + c.toString()).slice(-4000));
+  child.stdout.on('data', keep);
+  child.stderr.on('data', keep);
+  const base = `http://127.0.0.1:${port}`;
+  const http = new HttpPool(base, { connections: SPREAD_CALLERS });
+  try {
+    for (let i = 0; ; i++) {
+      if (child.exitCode !== null) throw new Error(`fleet bench: start exited (${child.exitCode}):\n${output}`);
+      const ready = await fetch(`${base}/readyz`)
+        .then((r) => r.status === 200)
+        .catch(() => false);
+      if (ready) break;
+      if (i > 1200) throw new Error(`fleet bench: the HTTP fleet was not ready within 60 s:\n${output}`);
+      await sleep(50);
+    }
+    const as = ['--break-glass', 'bench'];
+    await cli(['principal', 'add', 'bench-agent', '--kind', 'service', ...as], env);
+    await cli(['principal', 'grant', 'bench-agent', '--tenant', BENCH_TENANT, '--role', 'agent', ...as], env);
+    const created = await cli(['token', 'create', 'bench-agent', '--tenant', BENCH_TENANT, '--json', ...as], env);
+    const token = String(
+      (
+        JSON.parse(
+          created
+            .trim()
+            .split('\n')
+            .filter((l) => l.startsWith('{'))
+            .at(-1) ?? '{}',
+        ) as { token?: unknown }
+      ).token,
+    );
+    const scrape = async () => servedBySlot(await (await fetch(`${base}/metrics`)).text());
+    const before = await scrape();
+    const seconds = o.rounds > 1 ? 10 : 5;
+    const until = performance.now() + seconds * 1000;
+    let calls = 0;
+    let failed = 0;
+    const started = performance.now();
+    await Promise.all(
+      Array.from({ length: SPREAD_CALLERS }, async (_, w) => {
+        for (let i = 0; performance.now() < until; i++) {
+          const res = await http.request({
+            method: 'POST',
+            path: '/v1/calls',
+            headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+            body: JSON.stringify({
+              tool: 'issue_refund',
+              arguments: BENCH_ARGS,
+              task_id: `spread-${w}-${i}`,
+              workflow_step_id: 's1',
+            }),
+          });
+          await res.body.dump();
+          if (res.statusCode === 200) calls++;
+          else failed++;
+        }
+      }),
+    );
+    const elapsed = (performance.now() - started) / 1000;
+    const after = await scrape();
+    const served = new Map([...after].map(([slot, n]) => [slot, n - (before.get(slot) ?? 0)]));
+    return { callers: SPREAD_CALLERS, seconds: Number(elapsed.toFixed(1)), calls, failed, served };
+  } finally {
+    await http.close();
+    await stopGroup(child, 30_000);
+    if (child.pid !== undefined) groups.delete(child.pid);
     await dropDatabase(o.adminUrl, name);
   }
 }
