@@ -1,9 +1,10 @@
 /**
  * `start`: the fleet. The parent (bin/service.ts) opens the database (embedded or configured), migrates, runs
- * the sandbox when enabled, serves /healthz, /readyz and /metrics (aggregated across workers with
- * prom-client's AggregatorRegistry), and forks N dispatcher workers with node:cluster. SIGINT / SIGTERM: the
- * workers stop claiming, finish in-flight dispatches up to the deadline and exit 0; then the parent stops
- * the rest, the embedded cluster last.
+ * the sandbox when enabled and the reconcile schedule, and forks N workers with node:cluster; each worker serves
+ * the HTTP API, MCP, the console, /healthz, /readyz and /metrics on the shared listener (/metrics aggregated
+ * across the fleet by the parent) and runs a dispatcher. With `--workers 0` the parent serves the API alone.
+ * SIGINT / SIGTERM: the workers answer the requests in flight, stop claiming, finish in-flight dispatches up to
+ * the deadline and exit 0; then the parent stops the rest, the embedded cluster last.
  *
  * `dispatcher`: one worker process on its own (for running workers under another supervisor).
  */
@@ -36,14 +37,14 @@ export const dispatcherCommand: Command = {
 
 export const startCommand: Command = {
   name: 'start',
-  summary: 'run the service: database, migrations, sandbox (dev), N dispatcher workers, /healthz, /readyz and /metrics',
+  summary: 'run the service: database, migrations, sandbox (dev), N workers each serving the API and dispatching',
   notes:
     'Runs until SIGTERM or SIGINT; the workers drain, then the parent stops the rest (the embedded database last).',
   options: {
     workers: {
       type: 'string',
       value: 'N',
-      description: 'dispatcher worker processes, 0 to 64 (0: no dispatching here)',
+      description: 'worker processes, each serving the API and dispatching, 0 to 64 (0: the API only, no dispatching)',
       default: 'dispatcher.workers from the configuration (2 unless set)',
     },
     concurrency: CONCURRENCY,

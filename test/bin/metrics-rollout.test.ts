@@ -3,7 +3,8 @@
  * dispatcher workers start, no scrape fails once `/readyz` has said 200. A worker still starting has not yet
  * installed the listener that answers the parent's metrics request; the scrape answers without it (the
  * parent's metrics and the workers that answered, `actionledger_scrape_workers_missing` counting the rest)
- * instead of waiting for it and failing. Once both workers run, a scrape holds both workers' series.
+ * instead of waiting for it and failing. Once both workers run, a scrape holds both workers' series. The scrape
+ * reaches a worker (every worker serves the API), which asks the parent for the fleet's exposition.
  */
 import t from 'tap';
 import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -81,7 +82,9 @@ t.test('no failed /metrics scrape after /readyz turns 200, while the workers sta
     await new Promise((r) => setTimeout(r, 50));
   }
   t.equal(running(), 2, 'both workers started');
-  t.ok(after.length > 3, `${after.length} scrapes after readyz said 200`);
+  // The workers serve `/readyz` themselves: it answers once the first of them listens, which may be just before
+  // both run, so the scrapes after it may be only the three taken once both run.
+  t.ok(after.length >= 3, `${after.length} scrapes after readyz said 200`);
   t.same(
     after.filter((s) => s.status !== 200),
     [],
