@@ -130,13 +130,15 @@ export const gateQueries = {
     WHERE tenant_id IN ($1, '*') AND tool_name IN ($2, '*') LIMIT 1`,
   /** The pending operations a kill switch covers (it holds them), counted in the transaction that engages it. */
   killSwitchPending: `
-    SELECT count(*)::int AS n FROM @schema.operations
-    WHERE status = 'pending' AND ($1 = '*' OR tenant_id = $1) AND ($2 = '*' OR tool_name = $2)`,
-  /** The executing operations a kill switch covers, read after it was engaged. */
+    SELECT count(DISTINCT l.operation_id)::int AS n
+    FROM @schema.outbox o JOIN @schema.operations l ON l.operation_id = o.operation_id
+    WHERE l.status = 'pending' AND ($1 = '*' OR l.tenant_id = $1) AND ($2 = '*' OR l.tool_name = $2)`,
+  /** The executing operations a kill switch covers, read after it was engaged (listed in operation_claims). */
   killSwitchInFlight: `
-    SELECT operation_id FROM @schema.operations
-    WHERE status = 'executing' AND ($1 = '*' OR tenant_id = $1) AND ($2 = '*' OR tool_name = $2)
-    ORDER BY operation_id`,
+    SELECT l.operation_id
+    FROM @schema.operation_claims c JOIN @schema.operations l ON l.operation_id = c.operation_id
+    WHERE l.status = 'executing' AND ($1 = '*' OR l.tenant_id = $1) AND ($2 = '*' OR l.tool_name = $2)
+    ORDER BY l.operation_id`,
   /**
    * Waits for one operation's row lock and lets go of it at once (its own statement, autocommit). A dispatch
    * batch holds its rows' locks from its final check until its outcomes commit, so this returns when a request
