@@ -22,12 +22,12 @@ import { Ajv } from 'ajv';
 import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
 import { ActionLedgerError } from '../../core/errors.js';
 import { parseStrictJson } from '../../core/json.js';
-import { authenticateHook, headerLines } from './auth.js';
+import { authenticateHook } from './auth.js';
 import { DEFAULT_RETRY_AFTER_S, httpStatus, type ErrorBody } from './errors.js';
 import { frameworkError } from './framework-errors.js';
 import { OpenApiCollector } from './openapi.js';
 import { declaredErrorsHook } from './route-errors.js';
-import type { ApiDeps } from './types.js';
+import type { ApiDeps, Caller } from './types.js';
 import { registerSystemRoutes } from './routes/system.js';
 import { registerKillSwitchRoutes } from './routes/kill-switches.js';
 import { registerApprovalRoutes } from './routes/approvals.js';
@@ -90,11 +90,6 @@ export async function buildApi(deps: ApiDeps, options: { https?: Record<string, 
   app.addHook('onRoute', openapi.onRoute);
   setValidation(app);
   setBodyParsing(app, deps);
-  app.addHook('onRequest', (request, reply, done) => {
-    reply.header('x-request-id', request.id);
-    reply.header('cache-control', 'no-store');
-    done();
-  });
   app.addHook('onRequest', wellFormedHook);
   app.addHook('preParsing', bodyEncodingHook);
   app.addHook('onRequest', authenticateHook(deps));
@@ -259,22 +254,17 @@ const CLIENT_ERRORS: Record<string, string> = {
 };
 
 /**
- * The header lines a request must send exactly once: Host (required in every version, HTTP/1.0 included: Node
- * would answer a missing one with an empty 400 in HTTP/1.1 and accept it in HTTP/1.0), and Content-Type at most
- * once (Node keeps the first of several; which one the body is was not said).
- * Refused `invalid_request` 400 with the connection closed. A repeated Authorization is refused by the
- * authentication (server/api/auth.ts).
+ * Every answer's `x-request-id` and `cache-control: no-store`, then the header lines a request must send exactly
+ * once: Host (required in every version, HTTP/1.0 included: Node would answer a missing one with an empty 400 in
+ * HTTP/1.1 and accept it in HTTP/1.0), and Content-Type at most once (Node keeps the first of several; which one
+ * the body is was not said). Refused `invalid_request` 400 with the connection closed. A repeated Authorization
+ * is refused by the authentication (server/api/auth.ts).
  */
 function wellFormedHook(request: FastifyRequest, reply: FastifyReply, done: () => void): void {
+  reply.header('x-request-id', request.id);
+  reply.header('cache-control', 'no-store');
   const raw = request.raw;
-  const problem =
-    raw.headers.host === undefined
-      ? 'the Host header is missing'
-      : headerLines(raw.rawHeaders, 'host') > 1
-        ? 'the Host header was sent more than once'
-        : headerLines(raw.rawHeaders, 'content-type') > 1
-          ? 'the Content-Type header was sent more than once'
-          : null;
+  const problem = raw.headers.host === undefined ? 'the Host header is missing' : repeatedHeader(raw.rawHeaders);
   if (problem === null) {
     done();
     return;
@@ -284,6 +274,21 @@ function wellFormedHook(request: FastifyRequest, reply: FastifyReply, done: () =
     .code(400)
     .header('connection', 'close')
     .send({ ok: false, error: 'invalid_request', message: problem, details: { problem: 'malformed_headers' } });
+}
+
+/** Which of Host and Content-Type the request sent more than once (Host first), in one pass; null for neither. */
+function repeatedHeader(rawHeaders: readonly string[]): string | null {
+  let host = 0;
+  let contentType = 0;
+  for (let i = 0; i < rawHeaders.length; i += 2) {
+    const name = rawHeaders[i];
+    // Only a name of the right length is lowered and compared (`host`: 4, `content-type`: 12).
+    if (name?.length === 4 && name.toLowerCase() === 'host') host++;
+    else if (name?.length === 12 && name.toLowerCase() === 'content-type') contentType++;
+  }
+  if (host > 1) return 'the Host header was sent more than once';
+  if (contentType > 1) return 'the Content-Type header was sent more than once';
+  return null;
 }
 
 /**
@@ -320,7 +325,8 @@ function bodyEncodingHook(
     done(null, payload);
     return;
   }
-  if (charsetsOf(type).some((c) => c !== 'utf-8' && c !== 'utf8')) {
+  // A Content-Type without parameters (`application/json`, as clients send it) names no charset.
+  if (type.includes(';') && charsetsOf(type).some((c) => c !== 'utf-8' && c !== 'utf8')) {
     done(
       new ActionLedgerError('unsupported_media_type', 'only UTF-8 is accepted: send charset=utf-8 or no charset', {
         details: { field: 'content-type' },
@@ -384,23 +390,38 @@ function sendError(deps: ApiDeps, request: FastifyRequest, reply: FastifyReply, 
   return reply.code(status).send(body);
 }
 
-/** Audits every state-changing request of an authenticated caller: its principal, request id and status. */
+/**
+ * Audits every state-changing request of an authenticated caller: its principal, request id and status. A request
+ * with nothing to audit (a read, no caller, a gate route's 200 that the gate audited) returns at once, without a
+ * promise.
+ */
 function auditHook(deps: ApiDeps) {
-  return async (request: FastifyRequest, reply: FastifyReply): Promise<void> => {
-    if (request.method === 'GET' || request.method === 'HEAD' || request.caller === undefined) return;
-    if (request.routeOptions.config.gateAudited === true && reply.statusCode === 200) return;
-    await deps.audit.grouped({
-      action: 'api',
-      outcome: String(reply.statusCode),
-      context: { tenant_id: request.caller.tenant_id, principal_id: request.caller.principal_id, trace_id: request.id },
-      detail: {
-        request_id: request.id,
-        method: request.method,
-        route: request.routeOptions.url ?? null,
-        token_id: request.caller.token_id,
-      },
-    });
+  return (request: FastifyRequest, reply: FastifyReply, done: (err?: Error) => void): void => {
+    if (
+      request.method === 'GET' ||
+      request.method === 'HEAD' ||
+      request.caller === undefined ||
+      (request.routeOptions.config.gateAudited === true && reply.statusCode === 200)
+    ) {
+      done();
+      return;
+    }
+    auditRequest(deps, request, request.caller, reply.statusCode).then(() => done(), done);
   };
+}
+
+function auditRequest(deps: ApiDeps, request: FastifyRequest, caller: Caller, status: number): Promise<boolean> {
+  return deps.audit.grouped({
+    action: 'api',
+    outcome: String(status),
+    context: { tenant_id: caller.tenant_id, principal_id: caller.principal_id, trace_id: request.id },
+    detail: {
+      request_id: request.id,
+      method: request.method,
+      route: request.routeOptions.url ?? null,
+      token_id: caller.token_id,
+    },
+  });
 }
 
 /** Counts each answer by route pattern (unmatched paths as one label, so a scan cannot grow the series) and status. */
