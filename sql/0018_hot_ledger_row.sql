@@ -16,7 +16,8 @@
 --     are partial on `attention`;
 --   * the open-operations index goes: pending work is found through the outbox, executing through operation_claims,
 --     the other open states through `attention`.
--- The operations table keeps free room on each page for the versions an operation writes as it moves.
+-- The operations table keeps free room on each page for the versions an operation writes as it moves, and the
+-- history, written three times per operation at least, keeps one index instead of two.
 
 ALTER TABLE operations ADD COLUMN attention text
   CHECK (attention IN ('unknown', 'needs_review', 'compensating', 'failed'));
@@ -118,6 +119,16 @@ CREATE INDEX operations_unknown_due_idx ON operations (next_reconcile_at NULLS F
 -- points (tasks with a failed step; the task is then read whole through the identity index).
 CREATE INDEX operations_attention_idx ON operations (attention, tenant_id, principal_id, task_id)
   WHERE attention IS NOT NULL;
+
+-- Every history read is by operation (ORDER BY operation_id, id): the primary key becomes (operation_id, id), and the
+-- index on id alone, one more entry for each of an operation's three or more history rows, goes. On a large history
+-- the unique index takes a while to build and blocks history writes meanwhile; create it first by hand with CREATE
+-- UNIQUE INDEX CONCURRENTLY under this name to avoid that.
+CREATE UNIQUE INDEX IF NOT EXISTS operation_history_operation_key ON operation_history (operation_id, id);
+ALTER TABLE operation_history
+  DROP CONSTRAINT operation_history_pkey,
+  ADD CONSTRAINT operation_history_pkey PRIMARY KEY USING INDEX operation_history_operation_key;
+DROP INDEX operation_history_operation_idx;
 
 -- Room on each page for the next versions of the operations on it (new pages only; existing ones keep their fill).
 -- A claim takes the oldest waiting operations, so one claim statement moves most rows of a page at once, and each
