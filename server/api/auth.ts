@@ -1,8 +1,10 @@
 /**
  * Who is calling, for every route that is not public: the bearer token is looked up (and this request counted
- * in the fleet-wide window) on each request, so a revoked token or role is refused by the next one. The
- * trusted context of a call is built here from the caller, never from the body: the tenant is always the
- * token's, and only a caller whose role is granted `act_for_users` may name the end user it acts for.
+ * in the fleet-wide window) on each request, so a revoked token or role is refused by the next one. Nothing of it
+ * is cached: the one statement that reads the token and its roles also counts the request, so a cache would save
+ * no round trip and would break that promise. The trusted context of a call is built here from the caller, never
+ * from the body: the tenant is always the token's, and only a caller whose role is granted `act_for_users` may
+ * name the end user it acts for.
  */
 import type { TLSSocket } from 'node:tls';
 import type { FastifyReply, FastifyRequest } from 'fastify';
