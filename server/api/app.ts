@@ -142,7 +142,9 @@ function setValidation(app: FastifyInstance): void {
   app.setValidatorCompiler(({ schema, httpPart }) =>
     httpPart === 'body' ? strict.compile(schema) : coercing.compile(schema),
   );
-  // Responses are JSON.stringify'd as they are: the response schemas document, they do not filter.
+  // Responses are JSON.stringify'd as they are: the response schemas document, they do not filter (fastify asks
+  // for each route's serializer once, at start; a gate result's takes about 1 µs, and fast-json-stringify would
+  // drop what a schema does not name).
   app.setSerializerCompiler(() => (data) => JSON.stringify(data));
 }
 
