@@ -107,7 +107,10 @@ t.test('reservations claimed and completed in batches are updated in place (HOT)
   // Room for an outcome's version comes back when the page's versions from before the claim are pruned, which waits
   // for every snapshot older than the claim in this database (an autovacuum worker's, on a loaded machine): alone,
   // all 24 updates were HOT; beside other test files, 17 once. Before migration 0018, none was.
-  t.ok(after.hot - before.hot >= 12, `at least half of them HOT: ${after.hot - before.hot} of ${after.upd - before.upd}`);
+  t.ok(
+    after.hot - before.hot >= 12,
+    `at least half of them HOT: ${after.hot - before.hot} of ${after.upd - before.upd}`,
+  );
   const { rows } = await c.query<{ status: string; attention: string | null; n: number }>(
     'SELECT status, attention, count(*)::int AS n FROM actionledger.operations GROUP BY 1, 2',
   );
