@@ -74,7 +74,8 @@ export class ReservationStep {
       tool,
       args,
       // The gate's caller wakes the dispatchers once the decision has committed (GateCore.wakeIfReserved).
-      { client: db, actor: `gate:${ctx.principal_id}`, notifyOnCommit: false },
+      // Named as the gate's own statements are, on the same connection of the library's pool.
+      { client: db, actor: `gate:${ctx.principal_id}`, notifyOnCommit: false, named: recording.named === true },
     );
     const subject = taken.subject;
     // A new operation of a call keeps what the call took; a proposal's or approval's holds move to it below.

@@ -38,6 +38,13 @@ export interface ReserveOptions {
    * concurrently wakes the dispatchers itself. Default `true`.
    */
   notifyOnCommit?: boolean;
+  /**
+   * With `client` and `notifyOnCommit: false`, a connection of this library's own pool (the gate's): the
+   * reservation is the named statement, planned once per connection, as on the pool. A connection that lost it
+   * (26000) or cannot run its plan (0A000) fails the statement as PostgreSQL reported it, which aborts the
+   * caller's transaction: the caller rolls back and tries again without `named` (the gate does, gate/gate.ts).
+   */
+  named?: boolean;
 }
 
 /** One reservation's inputs, checked and derived, before its statement runs. */
@@ -241,12 +248,17 @@ export class Ledger {
       ctx.policy_version,
       a.actor,
     ];
-    // A connection the caller passes gets the unnamed statement: the library names nothing in a session it lent.
+    // A connection the caller passes gets the unnamed statement, unless it is one of the library's own pool
+    // (`named`): the library names nothing in a session it was lent.
     const inserted =
       options.client === undefined
         ? await this.#insertOnPool(params)
         : options.notifyOnCommit === false
-          ? await a.db.query<ReservedStep>(this.#q.ledgerInsertReservation, params)
+          ? await a.db.query<ReservedStep>(
+              options.named === true
+                ? { ...this.#insertPrepared, values: params }
+                : { text: this.#q.ledgerInsertReservation, values: params },
+            )
           : await a.db.query<ReservedStep>(this.#q.ledgerInsertReservationNotify, [...params, this.#channel]);
     const row = inserted.rows[0];
     if (row === undefined) return null;
