@@ -9,6 +9,7 @@ export const compensatorQueries = {
    * Originals whose compensation moved on: still `compensating` with a compensation that ended or went to
    * review or unknown; or in review because of their compensation (`compensation_unknown`,
    * `compensation_needs_review`), whose compensation has since succeeded (by readback or a reviewed retry).
+   * Found through `attention` (its partial index), not by reading every operation each pass.
    */
   endedCompensations: `
     SELECT c.original_operation_id, c.compensation_operation_id, o.status AS original_status, o.review_reason AS original_review_reason,
@@ -16,8 +17,9 @@ export const compensatorQueries = {
     FROM @schema.compensations c
     JOIN @schema.operations o ON o.operation_id = c.original_operation_id
     JOIN @schema.operations k ON k.operation_id = c.compensation_operation_id
-    WHERE (o.status = 'compensating' AND k.status IN ('succeeded', 'failed', 'unknown', 'needs_review'))
-       OR (o.status = 'needs_review' AND o.review_reason IN ('compensation_unknown', 'compensation_needs_review') AND k.status = 'succeeded')`,
+    WHERE o.attention IN ('compensating', 'needs_review')
+      AND ((o.status = 'compensating' AND k.status IN ('succeeded', 'failed', 'unknown', 'needs_review'))
+        OR (o.status = 'needs_review' AND o.review_reason IN ('compensation_unknown', 'compensation_needs_review') AND k.status = 'succeeded'))`,
 
   /** compensating -> compensated | needs_review, fenced, with its history row. */
   finish: `

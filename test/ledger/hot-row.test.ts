@@ -9,6 +9,7 @@ import pg from 'pg';
 import { bindQueries } from '../../db/db.js';
 import { migrate, readMigrations } from '../../db/migrate.js';
 import { dispatcherQueries } from '../../dispatcher/queries.js';
+import { compensatorQueries } from '../../compensator/queries.js';
 import { reconcilerQueries } from '../../reconciler/queries.js';
 import { createTestDatabase, ctx, ledgerFixture } from '../helpers/db.js';
 
@@ -240,4 +241,37 @@ t.test('migration 0018 lists the executing operations and names the attention st
     { status: 'compensating', attention: 'compensating', listed: null },
     { status: 'failed', attention: 'failed', listed: null },
   ]);
+});
+
+t.test('the background passes find the states they look for without reading every operation', async (t) => {
+  const { ledger, pool } = await ledgerFixture(t);
+  const cq = bindQueries(compensatorQueries, '"actionledger"');
+  for (let i = 0; i < 3; i++) await ledger.reserve(ctx({ workflow_step_id: `s${i}` }), 'issue_refund', args);
+  await pool.query(dq.outboxClaimBatch, [3, 'w-1']);
+  // Thousands of ended operations, the ledger's usual bulk, none of them what a pass looks for.
+  await pool.query(`
+    INSERT INTO actionledger.operations (operation_id, effect_key, effect_key_id, principal_id, task_id, workflow_step_id,
+      tool_name, tenant_id, provider_id, provider_endpoint, idempotency_header, canonical_args_sha256,
+      arguments_json, current_approval_id, current_policy_version, status, provider_receipt)
+    SELECT gen_random_uuid(), 'bulk-' || i, 'k1', 'p', 'task-' || i, 's', 'issue_refund', 'tenant-a', 'x', 'x', 'x', repeat('0', 64),
+      '{}', 'a', 'v', 'succeeded', 'r-' || i
+    FROM generate_series(1, 5000) AS i`);
+  // As autovacuum keeps them: statistics for both, the claim listing's included.
+  await pool.query('ANALYZE actionledger.operations, actionledger.operation_claims');
+  const seqScans = (node: Record<string, unknown>): string[] => [
+    ...(node['Node Type'] === 'Seq Scan' && node['Relation Name'] === 'operations' ? ['operations'] : []),
+    ...((node['Plans'] as Record<string, unknown>[] | undefined) ?? []).flatMap(seqScans),
+  ];
+  for (const [name, text, params] of [
+    ['the reconciler candidates', rq.candidates, [60_000, 10]],
+    ['the orphan watch', rq.orphansWaiting, [60_000]],
+    ['the compensator: compensations that moved on', cq.endedCompensations, []],
+    ['the compensator: tasks with a failed step', cq.tasksWithFailedStep, []],
+  ] as const) {
+    const { rows } = await pool.query<{ 'QUERY PLAN': [{ Plan: Record<string, unknown> }] }>(
+      `EXPLAIN (FORMAT JSON) ${text}`,
+      [...params],
+    );
+    t.same(seqScans(rows[0]!['QUERY PLAN'][0].Plan), [], `${name}: no sequential scan of operations`);
+  }
 });
