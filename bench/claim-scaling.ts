@@ -116,19 +116,15 @@ export type ClaimVariant = (typeof ALL_VARIANTS)[number];
  */
 const SHIPPED_KILL_SWITCH_TEST =
   /AND \(NOT EXISTS \(SELECT 1 FROM ("actionledger"\.gate_kill_switches)\)\s*OR NOT EXISTS \(\s*SELECT 1 FROM "actionledger"\.gate_kill_switches k\s*WHERE (k\.tenant_id IN \(l\.tenant_id, '\*'\) AND k\.tool_name IN \(l\.tool_name, '\*'\))\)\)/;
-const HIDDEN_STATUS = "l.status || '' = 'pending'";
 const PREVIOUS_KILL_SWITCH_TEST = 'AND NOT EXISTS (\n          SELECT 1 FROM $1 k\n          WHERE $2)';
 
 /**
  * The claim as it was before the fix, or null when the shipped claim no longer has the shape this rewrites: the
- * plain NOT EXISTS, and the status tests as they were then (`l.status = 'pending'`, since hidden from the planner
- * for the claim connection's generic plan, dispatcher/claim-session.ts).
+ * plain NOT EXISTS in place of the OR form.
  */
 export function previousClaim(shipped: string = q.outboxClaimBatch): string | null {
   return SHIPPED_KILL_SWITCH_TEST.test(shipped)
-    ? shipped
-        .replace(SHIPPED_KILL_SWITCH_TEST, PREVIOUS_KILL_SWITCH_TEST)
-        .replaceAll(HIDDEN_STATUS, "l.status = 'pending'")
+    ? shipped.replace(SHIPPED_KILL_SWITCH_TEST, PREVIOUS_KILL_SWITCH_TEST)
     : null;
 }
 

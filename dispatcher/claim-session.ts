@@ -13,7 +13,8 @@
  * pooler. The session is read back after connecting; where the settings did not take (a pooler dropped them, or
  * refused them and the connection was opened without), the claim runs there as unnamed text, planned at every
  * call. Only the claim runs on it (with what it fires: the transition
- * trigger's lookup and the history row's foreign-key check, key lookups both).
+ * trigger's lookup and its insert into the claim listing, operation_claims, and the history row's foreign-key
+ * check, key lookups and a keyed insert all).
  *
  * States:
  *   closed   - no connection (before the first claim, after a failure, after `close()`)

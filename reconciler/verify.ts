@@ -10,7 +10,10 @@
  *   bound to its stored arguments hash;
  * - for tools whose provider lists its effects by key: every provider effect maps to exactly one ledger
  *   operation of that provider, with the stored arguments' bytes, and no ledger state that denies it; and
- *   every succeeded (or compensated) operation has exactly one effect.
+ *   every succeeded (or compensated) operation has exactly one effect;
+ * - the claim listing (operation_claims, kept by the transition trigger) names exactly the executing operations,
+ *   under the worker that holds each: the reconciler and the kill switch find claims only through it, so a
+ *   write that skipped the triggers (a replica role, a restore without that table) would hide a claim from them.
  */
 import type { Agent } from 'undici';
 import type { Config } from '../config/index.js';
@@ -30,6 +33,7 @@ export type DiscrepancyKind =
   | 'effect_key_duplicate'
   | 'illegal_transition'
   | 'history_broken'
+  | 'claim_listing_mismatch'
   | 'evidence_missing'
   | 'provider_effect_unknown'
   | 'provider_effect_duplicated'
@@ -86,6 +90,20 @@ const queries = {
     SELECT DISTINCT operation_id FROM @schema.authorization_evidence e
     JOIN @schema.operations o USING (operation_id)
     WHERE e.operation_id = ANY($1::uuid[]) AND e.args_sha256 = o.canonical_args_sha256`,
+  claimListing: `
+    SELECT l.operation_id, 'executing under ' || coalesce(l.claimed_by, 'no worker') || ', not in the claim listing' AS detail
+    FROM @schema.operations l
+    WHERE l.status = 'executing'
+      AND NOT EXISTS (SELECT 1 FROM @schema.operation_claims c WHERE c.operation_id = l.operation_id)
+    UNION ALL
+    SELECT c.operation_id,
+           'listed as claimed by ' || coalesce(c.claimed_by, 'no worker') || ', but ' || CASE
+             WHEN l.operation_id IS NULL THEN 'there is no such operation'
+             WHEN l.status <> 'executing' THEN 'the operation is ' || l.status
+             ELSE 'the operation is claimed by ' || coalesce(l.claimed_by, 'no worker') END AS detail
+    FROM @schema.operation_claims c
+    LEFT JOIN @schema.operations l ON l.operation_id = c.operation_id
+    WHERE l.operation_id IS NULL OR l.status <> 'executing' OR l.claimed_by IS DISTINCT FROM c.claimed_by`,
   duplicateKeys: `SELECT effect_key, count(*)::int AS n FROM @schema.operations GROUP BY effect_key HAVING count(*) > 1`,
   byKeys: `
     SELECT operation_id, effect_key, status, provider_id, canonical_args_sha256, review_reason, provider_contact
@@ -167,6 +185,8 @@ export async function verifyLedger(o: VerifyOptions): Promise<VerifyReport> {
       }
     }
   }
+  const { rows: listing } = await o.pool.query<{ operation_id: string; detail: string }>(q.claimListing);
+  for (const r of listing) add({ kind: 'claim_listing_mismatch', operation_id: r.operation_id, detail: r.detail });
   const { rows: dups } = await o.pool.query<{ effect_key: string; n: number }>(q.duplicateKeys);
   for (const d of dups)
     add({ kind: 'effect_key_duplicate', effect_key: d.effect_key, detail: `${d.n} operations share this effect key` });

@@ -30,6 +30,15 @@ async function forceStatus(
      WHERE operation_id = $1`,
     [id, status, contact],
   );
+  // The claim listing the trigger would have kept (migration 0018).
+  if (status === 'executing')
+    await client.query(
+      `INSERT INTO actionledger.operation_claims (operation_id, claimed_by)
+       SELECT operation_id, claimed_by FROM actionledger.operations WHERE operation_id = $1
+       ON CONFLICT (operation_id) DO NOTHING`,
+      [id],
+    );
+  else await client.query('DELETE FROM actionledger.operation_claims WHERE operation_id = $1', [id]);
   await client.query('SET session_replication_role = DEFAULT');
 }
 

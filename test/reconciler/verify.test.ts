@@ -6,6 +6,10 @@ import { ctx, dispatchEnv, PROVIDER_TOKEN, settled } from '../helpers/fleet.js';
 import { createMtlsAgent, postJson } from '../../transport/http-client.js';
 import { canonicalJson, type JsonValue } from '../../core/json.js';
 import { historyProblems } from '../../reconciler/index.js';
+import { bindQueries } from '../../db/db.js';
+import { dispatcherQueries } from '../../dispatcher/queries.js';
+
+const dq = bindQueries(dispatcherQueries, '"actionledger"');
 
 t.test('history paths: legal, broken, illegal', (t) => {
   t.same(
@@ -43,8 +47,9 @@ t.test(
       ops.push(
         await e.ledger.reserve(ctx(`v-${i}`), 'issue_refund', { order_id: `v${i}`, amount: 10 + i, currency: 'EUR' }),
       );
-    await e.dispatcher(2);
+    const dispatcher = await e.dispatcher(2);
     for (const o of ops) t.equal((await settled(e.pool, o.operation_id)).status, 'succeeded');
+    await dispatcher.stop();
 
     const clean = await runCli(['verify', '--json'], e.env);
     t.equal(clean.code, 0, clean.stdout + clean.stderr);
@@ -84,6 +89,19 @@ t.test(
       [c.operation_id],
     );
 
+    // 4. The claim listing out of step with the ledger, as a restore without operation_claims would leave it: a
+    // claimed operation missing from it, and a listing left for an operation that ended.
+    const late = await e.ledger.reserve(ctx('v-late'), 'issue_refund', { order_id: 'vl', amount: 5, currency: 'EUR' });
+    const taken = await e.pool.query<{ operation_id: string }>(dq.outboxClaimBatch, [1, 'w-restored']);
+    t.same(
+      taken.rows.map((r) => r.operation_id),
+      [late.operation_id],
+    );
+    await e.pool.query('DELETE FROM actionledger.operation_claims WHERE operation_id = $1', [late.operation_id]);
+    await e.pool.query("INSERT INTO actionledger.operation_claims (operation_id, claimed_by) VALUES ($1, 'w-gone')", [
+      b.operation_id,
+    ]);
+
     const dirty = await runCli(['verify', '--json'], e.env);
     t.equal(dirty.code, 1, 'exit 1: discrepancies');
     const report = lastJson(dirty.stdout) as { ok: boolean; discrepancies: { kind: string; operation_id?: string }[] };
@@ -96,6 +114,8 @@ t.test(
         `history_broken:${c.operation_id}`,
         `illegal_transition:${c.operation_id}`,
         `provider_effect_duplicated:${b.operation_id}`,
+        `claim_listing_mismatch:${late.operation_id}`,
+        `claim_listing_mismatch:${b.operation_id}`,
       ].sort(),
       'exactly these, and nothing about the untouched operation',
     );
