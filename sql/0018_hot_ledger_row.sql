@@ -122,8 +122,20 @@ CREATE INDEX operations_attention_idx ON operations (attention, tenant_id, princ
 
 -- Every history read is by operation (ORDER BY operation_id, id): the primary key becomes (operation_id, id), and the
 -- index on id alone, one more entry for each of an operation's three or more history rows, goes. On a large history
--- the unique index takes a while to build and blocks history writes meanwhile; create it first by hand with CREATE
--- UNIQUE INDEX CONCURRENTLY under this name to avoid that.
+-- the unique index takes a while to build, inside this migration's transaction, which holds the operations table
+-- locked from the ADD COLUMN above: to shorten that, build it beforehand by hand with CREATE UNIQUE INDEX
+-- CONCURRENTLY under this name. A concurrent build that failed leaves an invalid index under the name: it is
+-- dropped and built again here.
+DO $$
+BEGIN
+  IF EXISTS (
+    SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+    WHERE c.relname = 'operation_history_operation_key' AND c.relnamespace = current_schema()::regnamespace
+      AND NOT i.indisvalid
+  ) THEN
+    DROP INDEX operation_history_operation_key;
+  END IF;
+END $$;
 CREATE UNIQUE INDEX IF NOT EXISTS operation_history_operation_key ON operation_history (operation_id, id);
 ALTER TABLE operation_history
   DROP CONSTRAINT operation_history_pkey,

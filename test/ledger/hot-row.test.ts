@@ -228,7 +228,16 @@ t.test('migration 0018 lists the executing operations and names the attention st
       CASE WHEN s = 'needs_review' THEN 'forged' END
     FROM unnest(ARRAY['pending', 'executing', 'succeeded', 'unknown', 'needs_review', 'compensating', 'failed'])
       WITH ORDINALITY AS x(s, i)`);
+  // A concurrent build of the history's new key that failed beforehand left an invalid index under its name.
+  await c.query('CREATE UNIQUE INDEX operation_history_operation_key ON operation_history (operation_id, id)');
+  await c.query(
+    "UPDATE pg_index SET indisvalid = false WHERE indexrelid = 'm.operation_history_operation_key'::regclass",
+  );
   await migrate(c, 'm', '"m"', all.slice(0, v18 + 1));
+  const key = await c.query<{ valid: boolean; primary: boolean }>(`
+    SELECT indisvalid AS valid, indisprimary AS primary FROM pg_index
+    WHERE indexrelid = 'm.operation_history_pkey'::regclass`);
+  t.same(key.rows, [{ valid: true, primary: true }], 'the invalid index was built again as the primary key');
   const { rows } = await c.query<{ status: string; attention: string | null; listed: string | null }>(`
     SELECT o.status, o.attention, l.claimed_by AS listed
     FROM operations o LEFT JOIN operation_claims l USING (operation_id) ORDER BY o.operation_id`);
