@@ -258,8 +258,8 @@ async function main(): Promise<number> {
       }
     }
   };
-  const waiting = (): Promise<number> =>
-    count(`SELECT count(*)::int AS n FROM actionledger.operations WHERE status = 'pending'`);
+  // The operations still waiting to be claimed: their outbox rows (no status index to count them by).
+  const waiting = (): Promise<number> => count(`SELECT count(*)::int AS n FROM actionledger.outbox`);
 
   // Reconciliation runs as separate processes during the fault phase, some of them SIGKILLed mid-pass.
   const reconcileStats: ReconcileRunStats = { runs: 0, killed: 0, killedMidPass: 0 };
