@@ -5,7 +5,8 @@
  * or a revoked role stops the next call, and counted in the token's request window, which the server holds it
  * to (`rate_limited` beyond the limit, as over HTTP). Like the rest of the command line it runs no business validators or
  * resource resolvers: a tool that needs one is refused `config_invalid` (use the service's `/mcp` for those).
- * stdout carries only the protocol; logs go to stderr. It runs until stdin closes or it is signalled.
+ * stdout carries only the protocol; logs go to stderr. It runs until it is signalled, or until stdin closes and
+ * the requests it had read are answered.
  */
 import { ActionLedgerError } from '../../core/errors.js';
 import { EXIT, parseCommand, printRefusal, stderrLog, usageError, type Command } from '../cli-util.js';
@@ -77,11 +78,16 @@ async function serve(token: string): Promise<number> {
       server.onclose = resolve;
     });
     const stop = () => void server.close();
-    process.stdin.once('end', stop);
+    const transport = new StdioServerTransport();
+    await server.connect(transport);
+    // A host that writes its requests and closes stdin (a pipe) still gets every answer: the end of stdin stops
+    // the server once the requests already read are answered, or after END_OF_INPUT_GRACE_MS.
+    const afterEnd = answerBeforeClosing(transport, stop);
+    process.stdin.once('end', afterEnd);
     process.once('SIGTERM', stop);
     process.once('SIGINT', stop);
-    await server.connect(new StdioServerTransport());
     await closed;
+    process.stdin.off('end', afterEnd);
     process.off('SIGTERM', stop);
     process.off('SIGINT', stop);
     return EXIT.ok;
@@ -89,4 +95,36 @@ async function serve(token: string): Promise<number> {
     ledger.stop();
     await rt.close();
   }
+}
+
+/** How long requests read before stdin closed may still take to be answered (a call waiting on the user never is). */
+const END_OF_INPUT_GRACE_MS = 30_000;
+
+type Transport = InstanceType<typeof import('@modelcontextprotocol/sdk/server/stdio.js').StdioServerTransport>;
+
+/**
+ * Tracks the requests the transport has read and not yet answered, and returns what to do when stdin ends:
+ * stop at once when none is open, otherwise when the last is answered (or after the grace period).
+ */
+function answerBeforeClosing(transport: Transport, stop: () => void): () => void {
+  const open = new Set<string | number>();
+  let ended = false;
+  const received = transport.onmessage;
+  transport.onmessage = (message) => {
+    if ('method' in message && 'id' in message) open.add(message.id);
+    received?.(message);
+  };
+  const send = transport.send.bind(transport);
+  transport.send = async (message) => {
+    await send(message);
+    if (!('method' in message) && 'id' in message && message.id !== undefined) {
+      open.delete(message.id);
+      if (ended && open.size === 0) stop();
+    }
+  };
+  return () => {
+    ended = true;
+    if (open.size === 0) stop();
+    else setTimeout(stop, END_OF_INPUT_GRACE_MS).unref();
+  };
 }

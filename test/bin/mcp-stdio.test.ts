@@ -89,4 +89,31 @@ t.test('the stdio server: listing, one reservation, refusals as tool errors, rev
   await store.revokeToken(created.token_id, 'test');
   await t.rejects(client.listTools(), /unauthenticated/, 'a token revoked mid-session: the next request is refused');
   await t.rejects(call(client, 'transfer_funds', transfer, meta('s-5')), /unauthenticated/);
+
+  // A host that pipes its requests and closes stdin at once still gets every answer before the process exits.
+  await store.add('agent-2', 'service', 'agent', 'test');
+  await store.grant('agent-2', 'tenant-a', 'agent', 'test');
+  const second = await store.createToken('agent-2', 'tenant-a', 'pipe', 1, 'test');
+  const pipedCall = {
+    jsonrpc: '2.0',
+    id: 2,
+    method: 'tools/call',
+    params: { name: 'transfer_funds', arguments: { to_account: 'ACC0000000009', amount: 3 }, _meta: meta('s-pipe') },
+  };
+  const batch = [init, { jsonrpc: '2.0', method: 'notifications/initialized' }, pipedCall];
+  const answered = await runCli(
+    ['mcp', '--stdio'],
+    { ...env, ACTIONLEDGER_TOKEN: second.token },
+    { input: batch.map((m) => `${JSON.stringify(m)}\n`).join('') },
+  );
+  t.equal(answered.code, 0, 'stdin closed after a call: exit 0 once it is answered');
+  const answers = answered.stdout
+    .trim()
+    .split('\n')
+    .map((l) => JSON.parse(l) as { id: number; result: { structuredContent?: Record<string, unknown> } });
+  t.same(
+    answers.map((a) => a.id),
+    [1, 2],
+  );
+  t.match(answers[1]?.result.structuredContent, { ok: true, status: 'reserved', created: true });
 });
