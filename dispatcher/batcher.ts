@@ -20,7 +20,7 @@ export const BATCH_OPENINGS = 2;
  * The openings a worker's batchers may use with `inFlight` of its `concurrency` slots taken: two while at most
  * half are, one above. A second opening shortens a burst's wait but splits the batches it shares out; when most
  * slots are taken the worker is near saturation, where each round trip serving more operations is worth more
- * than the wait it saves (measured in the README's benchmark notes).
+ * than the wait it saves (measured: docs/benchmarks.md).
  */
 export function batchOpenings(inFlight: number, concurrency: number): number {
   return inFlight * 2 <= concurrency ? BATCH_OPENINGS : 1;

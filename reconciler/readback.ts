@@ -1,6 +1,6 @@
 /**
  * Readback: asks the provider, by effect key, whether an effect was applied. The provider contract (the
- * table below; `tools.<name>.readback.url` in the README's configuration table), over the same mTLS agent,
+ * table below; `tools.<name>.readback.url` in docs/configuration.md), over the same mTLS agent,
  * timeouts, byte cap and strict JSON as dispatch:
  *
  * | answer                                                     | outcome      |

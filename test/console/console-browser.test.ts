@@ -15,7 +15,7 @@ import { putOut } from '../helpers/review-state.js';
 
 /**
  * Where the screenshots go: `.actionledger/screenshots/` (ignored by git) unless CONSOLE_SCREENSHOTS names a
- * folder; `CONSOLE_SCREENSHOTS=docs/img` refreshes the README's pictures.
+ * folder; `CONSOLE_SCREENSHOTS=docs/img` refreshes the pictures in docs/operations.md.
  */
 const SHOTS = process.env.CONSOLE_SCREENSHOTS ?? join('.actionledger', 'screenshots');
 
