@@ -6,12 +6,12 @@
  */
 import t from 'tap';
 import { chmodSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { execFile, spawn } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { BIN, lastJson, runCli } from '../helpers/cli.js';
 import { freePort } from '../helpers/net.js';
-import { nodeCommand } from '../helpers/node-child.js';
+import { spawnService } from '../helpers/fleet.js';
 
 const ROOT = join(import.meta.dirname, '..', '..', '..');
 
@@ -47,16 +47,9 @@ t.test('the README: its tour runs as written against npm start', async (t) => {
     ACTIONLEDGER_DATA_DIR: join(dir, 'data'),
   };
 
-  const service = spawn(...nodeCommand([BIN, 'start']), { env, stdio: ['ignore', 'pipe', 'pipe'] });
-  let log = '';
-  service.stdout.on('data', (c: Buffer) => (log += c.toString()));
-  service.stderr.on('data', (c: Buffer) => (log += c.toString()));
-  const exited = new Promise<number | null>((resolve) => service.once('exit', (code) => resolve(code)));
-  t.teardown(() => void service.kill('SIGKILL'));
-  const deadline = Date.now() + 60_000;
-  while (!/dispatcher running[\s\S]*dispatcher running/.test(log) && Date.now() < deadline)
-    await new Promise((r) => setTimeout(r, 100));
-  t.match(log, /actionledger listening/, 'the fleet started');
+  const service = spawnService(BIN, [], env);
+  t.teardown(() => service.killGroup());
+  await service.waitFor(/dispatcher running[\s\S]*dispatcher running/);
 
   const script = ['set -euo pipefail', ...blocks].join('\n').replaceAll(':7420', `:${http}`);
   t.notMatch(script, /7420/, 'the port was the one thing changed');
@@ -82,6 +75,6 @@ t.test('the README: its tour runs as written against npm start', async (t) => {
   }
   t.match(status, { by_status: { succeeded: 3, needs_review: 0, pending: 0, executing: 0, unknown: 0 } });
 
-  service.kill('SIGTERM');
-  t.equal(await exited, 0, 'SIGTERM: exit 0');
+  process.kill(service.pid, 'SIGTERM');
+  t.match(await service.exited, { code: 0 }, 'SIGTERM: exit 0');
 });

@@ -339,6 +339,8 @@ export interface ServiceProcess {
   readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
   /** Resolves once a log line's text matches; rejects after `timeoutMs` or when the process exits first. */
   waitFor(pattern: RegExp, timeoutMs?: number): Promise<void>;
+  /** SIGKILL to its whole process group (a test's teardown), then its exit; nothing when it is gone already. */
+  killGroup(): Promise<void>;
 }
 
 export function spawnService(bin: string, args: string[], env: NodeJS.ProcessEnv): ServiceProcess {
@@ -375,6 +377,14 @@ export function spawnService(bin: string, args: string[], env: NodeJS.ProcessEnv
         if (Date.now() > deadline) throw new Error(`no ${String(pattern)} within ${timeoutMs} ms:\n${out}\n${err}`);
         await new Promise((r) => setTimeout(r, 100));
       }
+    },
+    async killGroup() {
+      try {
+        if (!done) process.kill(-(child.pid ?? -1), 'SIGKILL');
+      } catch {
+        // already gone
+      }
+      await exited;
     },
   };
 }
