@@ -107,14 +107,7 @@ t.test('start --workers 2: every worker serves the API, MCP and the probes', asy
     LOG_LEVEL: 'info',
   };
   const service = spawnService(BIN, ['--workers', '2'], env);
-  t.teardown(async () => {
-    try {
-      process.kill(-service.pid, 'SIGKILL');
-    } catch {
-      // already gone
-    }
-    await service.exited;
-  });
+  t.teardown(() => service.killGroup());
   await service.waitFor(/actionledger listening/);
   const running = () => (service.stdout().match(/dispatcher running/g) ?? []).length;
 

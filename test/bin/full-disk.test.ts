@@ -78,14 +78,7 @@ t.test(
     // Reverse order: the service, the database, the tablespace, the mount.
     t.teardown(async () => {
       const { service } = running;
-      if (service !== undefined) {
-        try {
-          process.kill(-service.pid, 'SIGKILL');
-        } catch {
-          // already gone
-        }
-        await service.exited;
-      }
+      await service?.killGroup();
       rmSync(filler, { force: true });
       await admin(async (c) => {
         await c.query(`DROP DATABASE IF EXISTS ${db} WITH (FORCE)`);

@@ -59,10 +59,7 @@ t.test('no failed /metrics scrape after /readyz turns 200, while the workers sta
     TEST_BILLING_TOKEN: PROVIDER_TOKEN,
     LOG_LEVEL: 'info',
   });
-  t.teardown(async () => {
-    process.kill(-service.pid, 'SIGKILL');
-    await service.exited;
-  });
+  t.teardown(() => service.killGroup());
 
   const base = `http://127.0.0.1:${port}`;
   let ready = false;
