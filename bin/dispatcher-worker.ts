@@ -8,6 +8,7 @@ import cluster from 'node:cluster';
 import { AggregatorRegistry } from 'prom-client';
 import { loadConfig } from '../config/index.js';
 import { asActionLedgerError } from '../core/errors.js';
+import { atTerminal, prettyDestination } from '../core/log-terminal.js';
 import { openRuntime, type Runtime } from '../runtime/index.js';
 import { dispatcherPoolFloor, openDispatcher } from '../dispatcher/index.js';
 import { WORKER_ID_MESSAGE } from './workers.js';
@@ -50,6 +51,8 @@ export async function runWorker(env: NodeJS.ProcessEnv, concurrency: number | un
       poolMin: dispatcherPoolFloor(slots),
       effectKeys: false,
       ledgerMetrics: false,
+      // At a terminal (a fleet worker: as its parent decided), logs for people; otherwise pino's JSON on stdout.
+      ...(atTerminal(env, 1) ? { logDestination: prettyDestination(1) } : {}),
       ...(env.ACTIONLEDGER_WORKER_DATABASE_URL === undefined
         ? {}
         : { databaseUrl: env.ACTIONLEDGER_WORKER_DATABASE_URL }),

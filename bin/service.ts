@@ -23,6 +23,7 @@ import { loadConfig, type Config } from '../config/index.js';
 import { bindQueries } from '../db/index.js';
 import { asActionLedgerError, isActionLedgerError, type ActionLedgerError } from '../core/errors.js';
 import { createLogger, RepeatedFailureLog, type Logger } from '../core/log.js';
+import { atTerminal, prettyDestination } from '../core/log-terminal.js';
 import { embeddedProbeError } from '../embedded/index.js';
 import { openRuntime, type Runtime } from '../runtime/index.js';
 import { acquireServiceLock } from '../db/index.js';
@@ -35,6 +36,7 @@ import { printRefusal } from './cli-util.js';
 import { SERVICE_QUERIES } from './queries.js';
 import { WorkerSet, type StopResult } from './workers.js';
 import { FleetHttp } from './fleet-http.js';
+import { readyBanner } from './ready-banner.js';
 import { checkDestinations } from '../notifier/index.js';
 
 /** How often a repeating database failure in this process is logged (with the count of the ones between). */
@@ -90,8 +92,10 @@ export async function runService(options: ServiceOptions): Promise<number> {
 class Service {
   readonly #config: Config;
   readonly #options: ServiceOptions;
+  /** A person reads stdout: logs for people, and where to go once ready (JSON only otherwise). */
+  readonly #terminal: boolean;
   // Synchronous: the final line and the refusal after it come out in order, and nothing is lost at exit.
-  readonly #destination = pino.destination({ fd: 1, sync: true });
+  readonly #destination: pino.DestinationStream;
   readonly #log: Logger;
   readonly #repeated: RepeatedFailureLog;
   readonly #quietLog: Logger;
@@ -117,6 +121,8 @@ class Service {
   constructor(config: Config, options: ServiceOptions) {
     this.#config = config;
     this.#options = options;
+    this.#terminal = atTerminal(options.env, 1);
+    this.#destination = this.#terminal ? prettyDestination(1) : pino.destination({ fd: 1, sync: true });
     this.#log = createLogger({
       level: config.logLevel,
       name: 'service',
@@ -131,7 +137,9 @@ class Service {
   async run(): Promise<number> {
     this.#listen();
     try {
-      await this.#start();
+      const port = await this.#start();
+      if (this.#terminal && port !== null && this.#stopReason === null)
+        process.stdout.write(readyBanner(this.#config, port));
       await this.#stopRequested;
     } catch (err) {
       const coded = asActionLedgerError(err);
@@ -192,8 +200,11 @@ class Service {
     return rows[0]?.n ?? null;
   }
 
-  /** The start steps in order; each pushes its stop. A signal during start skips the steps after it. */
-  async #start(): Promise<void> {
+  /**
+   * The start steps in order; each pushes its stop. A signal during start skips the steps after it. Resolves
+   * with the port served on (null when stopped before serving).
+   */
+  async #start(): Promise<number | null> {
     const lock = acquireServiceLock(this.#config.dataDir);
     this.#stops.push({
       name: 'lock',
@@ -222,16 +233,20 @@ class Service {
       this.#stops.push({ name: 'sandbox', run: () => sandbox.stop() });
     }
     const workers = this.#options.workers ?? rt.config.dispatcher.workers;
+    let port: number | null = null;
     // With workers, they serve the API (bin/worker-http.ts); with none, this process does.
     if (this.#stopReason === null && workers === 0) {
       const addr = await this.#startHttp(rt, ledger);
       lock.setAddress(`http://${addr.address}:${addr.port}`);
+      port = addr.port;
     }
     if (rt.config.reconciler.enabled && this.#stopReason === null) await this.#startReconciler(rt, sandboxEnv, workers);
     if (this.#stopReason === null) {
       const addr = await this.#startWorkers(rt, ledger, sandboxEnv, workers);
       if (addr !== null) lock.setAddress(`http://${addr.address}:${addr.port}`);
+      port = addr?.port ?? port;
     }
+    return this.#stopReason === null ? port : null;
   }
 
   /** The runtime (pool, migrations, the embedded cluster under supervision). */
@@ -376,6 +391,8 @@ class Service {
       count: workers,
       env: {
         ...sandboxEnv,
+        // The workers log as this process does: for a person, or JSON.
+        ACTIONLEDGER_TERMINAL: this.#terminal ? '1' : '0',
         ACTIONLEDGER_WORKER_DATABASE_URL: rt.databaseUrl,
         ...(fleetHttp === null ? {} : { ACTIONLEDGER_PEER_DIR: fleetHttp.peerDir }),
         ...(rt.embedded === null ? {} : { ACTIONLEDGER_WORKER_EMBEDDED: '1' }),

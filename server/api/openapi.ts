@@ -32,8 +32,8 @@ export class OpenApiCollector {
   readonly onRoute = (route: RouteOptions): void => {
     const methods = Array.isArray(route.method) ? route.method : [route.method];
     if (methods.every((m) => m === 'HEAD')) return;
-    // The operator console's pages are HTML for people, not part of the JSON API.
-    if (route.url.startsWith('/console')) return;
+    // The operator console's pages (and `/`, which leads there) are HTML for people, not part of the JSON API.
+    if (route.url.startsWith('/console') || route.config?.console !== undefined) return;
     this.#routes.push(route);
   };
 

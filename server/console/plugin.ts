@@ -25,6 +25,9 @@ import { explain } from './explain.js';
 /** Registers the console on the API's app (before it is ready). */
 export function registerConsole(app: FastifyInstance, deps: ApiDeps): void {
   const sessions = new ConsoleSessions(deps.config, deps.pool, deps.audit);
+  // `/` is the address a person types: it leads to the console, which asks for a sign-in when there is none.
+  // It needs no session and answers nothing but the redirect; every other path is the API's, as before.
+  app.get('/', { config: { console: 'public' } }, (_request, reply) => reply.redirect('/console', 302));
   void app.register(
     (child, _opts, done) => {
       child.addContentTypeParser(
