@@ -30,8 +30,9 @@ const PREREQUISITES = [
   { command: 'kubectl', package: 'kubernetes-client', tests: ['test/deploy/kubernetes.test.ts'] },
   // The example API client in examples/python/, and Unicode's data to compare with (unicodedata).
   { command: 'python3', package: 'python3', tests: ['test/bin/fleet-start.test.ts', 'test/core/visible-text.test.ts'] },
-  // The README's HTTP quick start.
-  { command: 'curl', package: 'curl', tests: ['test/bin/fleet-start.test.ts'] },
+  // The README's tour (its HTTP calls, and jq to pick fields out of their answers).
+  { command: 'curl', package: 'curl', tests: ['test/bin/fleet-start.test.ts', 'test/bin/readme-tour.test.ts'] },
+  { command: 'jq', package: 'jq', tests: ['test/bin/readme-tour.test.ts'] },
 ];
 
 /** Whether `command` (a name looked up on PATH, or an absolute path) is an executable file. */

@@ -68,7 +68,7 @@ function check(m: Machine, root: boolean): { code: number | null; stderr: string
   return { code: r.status, stderr: r.stderr + r.stdout, apt: readFileSync(m.record, 'utf8') };
 }
 
-const ALL = ['promtool', 'kubectl', 'python3', 'curl'];
+const ALL = ['promtool', 'kubectl', 'python3', 'curl', 'jq'];
 
 t.test('everything present: exits 0, says nothing and installs nothing, as root too', (t) => {
   for (const root of [false, true]) {
@@ -81,7 +81,7 @@ t.test('everything present: exits 0, says nothing and installs nothing, as root 
 });
 
 t.test('not root and promtool missing: one line naming it, its package and its tests; exit 1', (t) => {
-  const r = check(machine(['kubectl', 'python3', 'curl'], true), false);
+  const r = check(machine(['kubectl', 'python3', 'curl', 'jq'], true), false);
   t.equal(r.code, 1);
   t.equal(r.apt, '', 'nothing installed');
   const lines = r.stderr.trim().split('\n');
@@ -97,7 +97,7 @@ t.test('not root and promtool missing: one line naming it, its package and its t
 });
 
 t.test('not root and the browser missing too: a line for each, chromium by its path', (t) => {
-  const m = machine(['promtool', 'kubectl', 'python3'], false);
+  const m = machine(['promtool', 'kubectl', 'python3', 'jq'], false);
   const r = check(m, false);
   t.equal(r.code, 1);
   const missing = r.stderr.split('\n').filter((l) => l.includes(' is missing '));
@@ -109,7 +109,7 @@ t.test('not root and the browser missing too: a line for each, chromium by its p
 });
 
 t.test('root and promtool and curl missing: apt-get update, then one install of both packages; exit 0', (t) => {
-  const m = machine(['kubectl', 'python3'], true);
+  const m = machine(['kubectl', 'python3', 'jq'], true);
   const r = check(m, true);
   t.equal(r.code, 0, r.stderr);
   t.equal(
@@ -122,7 +122,7 @@ t.test('root and promtool and curl missing: apt-get update, then one install of 
 });
 
 t.test('root, and the install fails: the same lines as without root; exit 1', (t) => {
-  const r = check(machine(['kubectl', 'python3', 'curl'], true, 'fails'), true);
+  const r = check(machine(['kubectl', 'python3', 'curl', 'jq'], true, 'fails'), true);
   t.equal(r.code, 1);
   t.equal(r.apt, 'noninteractive update -qq\n', 'no install after a failed update');
   t.match(r.stderr, "promtool is missing (Debian's prometheus package: apt-get install prometheus)");
@@ -145,7 +145,7 @@ t.test('the list names every test file that runs one of the programs, and only e
     const m = /^test prerequisites: (\S+) is missing .*, needed by (.+)$/.exec(line);
     if (m !== null) needs.set(m[1]!.endsWith('/chromium') ? 'chromium' : m[1]!, m[2]!.split(', '));
   }
-  t.same([...needs.keys()].sort(), ['chromium', 'curl', 'kubectl', 'promtool', 'python3']);
+  t.same([...needs.keys()].sort(), ['chromium', 'curl', 'jq', 'kubectl', 'promtool', 'python3']);
   for (const files of needs.values()) for (const f of files) t.ok(existsSync(join(ROOT, f)), `${f} exists`);
   for (const file of testSources()) {
     if (file === 'test/repo/prerequisites.test.ts') continue;
