@@ -1,6 +1,7 @@
 /**
  * The one start/stop life of the long-running parts of the system (servers, pollers, the dispatcher, its
- * worker processes), so each of them only says what starting and stopping it does:
+ * worker processes, the embedded cluster's supervisor), so each of them only says what starting and stopping it
+ * does:
  *
  * - `start()` starts once: a call while starting or running returns the same promise, and a failure to start
  *   rejects it with that failure, after `onStop()` has released whatever the failed start had taken;

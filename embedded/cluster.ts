@@ -21,11 +21,20 @@
  * it stops the postmaster (fast shutdown: open transactions roll back) if `postmaster.pid` still names it.
  * When this process stops the postmaster itself, or sees it die, it kills the watchdog first. A watchdog that
  * is itself killed leaves the postmaster running; the next start adopts it (see embedded/embedded.ts).
+ *
+ * The start/stop life is core/service.ts's: `start()` (spawn) or `adopt(pid)` starts it once, `stop()` waits for
+ * the postmaster to exit and is idempotent, a failure surfaces. One part does not fit the base: a postmaster
+ * that dies is not a stop, and the base has no restart inside `running`. So the restarts stay this class's own:
+ * `state` says `restarting` while the base says running, and the restart loop spawns (or adopts) through the
+ * same private steps as a start, not through `start()` (which does nothing to a running service). `stop()` ends
+ * the loop too: it cuts the loop's wait short, stops the postmaster of a try in progress, and returns only once
+ * the loop is over, so a cluster started again after a stop never has an earlier loop's try beside it.
  */
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { backoffMs } from '../core/retry.js';
+import { Service } from '../core/service.js';
 
 /** Defaults of `database.embedded_restart_initial_ms` and `database.embedded_restart_max_ms`. */
 export const RESTART_INITIAL_MS = 500;
@@ -112,7 +121,7 @@ while kill -0 "$1" 2>/dev/null; do
 done
 `;
 
-export class EmbeddedCluster {
+export class EmbeddedCluster extends Service {
   readonly #bin: string;
   readonly #clusterDir: string;
   readonly #args: string[];
@@ -124,8 +133,15 @@ export class EmbeddedCluster {
   #adopted: number | undefined;
   #watch: NodeJS.Timeout | undefined;
   #watchdog: ChildProcess | undefined;
-  #state: ClusterState = 'stopped';
+  /** The postmaster died and the restart loop has not brought one back yet (`restarting`). */
+  #down = false;
+  /** Set by this cluster's stop, from the moment it runs: a death is then no cause to restart. */
   #stopping = false;
+  /** The postmaster `adopt()` asked the next start to take over instead of spawning one. */
+  #toAdopt: number | undefined;
+  /** The restart loop while it runs, and what cuts its wait short. */
+  #restarting: Promise<void> | undefined;
+  #cutWait: (() => void) | undefined;
   /** Tries since the last postmaster that stayed up for the cap; the next try is `#attempts + 1`. */
   #attempts = 0;
   #upSince = 0;
@@ -143,6 +159,7 @@ export class EmbeddedCluster {
     /** Stop the postmaster when this process dies (the watchdog above); the service's cluster only. */
     tether?: boolean;
   }) {
+    super();
     this.#bin = options.postgresBin;
     this.#clusterDir = options.clusterDir;
     this.#args = ['-D', options.clusterDir, '-p', String(options.port), ...options.flags];
@@ -151,8 +168,9 @@ export class EmbeddedCluster {
     this.#tether = options.tether === true && process.platform !== 'win32';
   }
 
+  /** `stopped` unless the base says running (so also while it starts and stops); then up or restarting. */
   get state(): ClusterState {
-    return this.#state;
+    return !this.running ? 'stopped' : this.#down ? 'restarting' : 'running';
   }
 
   get pid(): number | undefined {
@@ -174,11 +192,28 @@ export class EmbeddedCluster {
     this.#events = events;
   }
 
+  /** Starts by taking over a postmaster already running on our folder (left by a service that died). */
+  adopt(pid: number): Promise<void> {
+    if (this.lifecycle !== 'idle')
+      return Promise.reject(new Error(`cannot adopt postmaster ${pid}: the cluster is ${this.lifecycle}`));
+    this.#toAdopt = pid;
+    return this.start();
+  }
+
   /**
-   * Spawns the postmaster and resolves once it accepts connections.
+   * Spawns the postmaster, ready once it accepts connections (or takes over the one `adopt()` names).
    * @throws Error with the cluster's last log lines when it exits first or is not ready in 60 s.
    */
-  async start(): Promise<void> {
+  protected async onStart(): Promise<void> {
+    this.#stopping = false;
+    this.#down = false;
+    const adopt = this.#toAdopt;
+    this.#toAdopt = undefined;
+    if (adopt === undefined) await this.#spawn();
+    else this.#takeOver(adopt);
+  }
+
+  async #spawn(): Promise<void> {
     const child = spawn(this.#bin, this.#args, {
       ...postgresIds(),
       detached: true,
@@ -225,15 +260,14 @@ export class EmbeddedCluster {
       this.#child = undefined;
       throw err;
     });
-    this.#state = 'running';
+    this.#down = false;
     this.#upSince = Date.now();
     child.once('exit', (code, signal) => this.#died(child.pid, code, signal));
   }
 
-  /** Takes ownership of a postmaster already running on our folder (left by a service that died). */
-  adopt(pid: number): void {
+  #takeOver(pid: number): void {
     this.#adopted = pid;
-    this.#state = 'running';
+    this.#down = false;
     this.#upSince = Date.now();
     this.#arm(pid);
     // Not our child: no exit event, so liveness is polled.
@@ -250,10 +284,7 @@ export class EmbeddedCluster {
     const dog = spawn(
       '/bin/sh',
       ['-c', WATCHDOG, 'actionledger-pg-watchdog', String(pid), join(this.#clusterDir, 'postmaster.pid')],
-      {
-        detached: true,
-        stdio: ['pipe', 'ignore', 'ignore'],
-      },
+      { detached: true, stdio: ['pipe', 'ignore', 'ignore'] },
     );
     // A watchdog that could not start protects nothing, but the cluster still runs: adoption covers it.
     dog.once('error', (err) => this.#onLog(`watchdog for postmaster ${pid} did not start: ${err.message}`));
@@ -278,11 +309,14 @@ export class EmbeddedCluster {
     this.#child = undefined;
     this.#adopted = undefined;
     if (this.#stopping) return;
-    this.#state = 'restarting';
+    this.#down = true;
     // A postmaster that stayed up as long as the longest wait starts the count again.
     if (Date.now() - this.#upSince >= this.#backoff.maxMs) this.#attempts = 0;
     this.#events.onDied?.({ pid, code, signal, tail: [...this.#tail] });
-    void this.#restart();
+    const loop = this.#restart().finally(() => {
+      if (this.#restarting === loop) this.#restarting = undefined;
+    });
+    this.#restarting = loop;
   }
 
   /** Tries until the postmaster is up again or stop() is called; never gives up on its own. */
@@ -291,17 +325,24 @@ export class EmbeddedCluster {
       const attempt = ++this.#attempts;
       const delayMs = restartDelay(attempt, this.#backoff);
       this.#events.onRestartScheduled?.({ attempt, delayMs });
-      await new Promise((r) => setTimeout(r, delayMs));
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, delayMs);
+        this.#cutWait = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      this.#cutWait = undefined;
       if (this.#stopping) return;
       // A CLI command may have started it again meanwhile: then it is ours to watch, not to start.
       const running = postmasterPid(this.#clusterDir);
       if (running !== undefined && isAlive(running)) {
-        this.adopt(running);
+        this.#takeOver(running);
         this.#restarted(attempt);
         return;
       }
       try {
-        await this.start();
+        await this.#spawn();
         this.#restarted(attempt);
         return;
       } catch (err) {
@@ -317,15 +358,24 @@ export class EmbeddedCluster {
     this.#events.onRestarted?.({ pid: this.pid, attempt, watchdogPid: this.watchdogPid });
   }
 
-  /** Stops the postmaster (fast shutdown: open transactions roll back); waits for it to exit. Safe to repeat. */
-  async stop(): Promise<void> {
+  /** Stops the postmaster (fast shutdown: open transactions roll back), waits for it, and ends the restart loop. */
+  protected async onStop(): Promise<void> {
     this.#stopping = true;
+    this.#cutWait?.();
     if (this.#watch !== undefined) clearInterval(this.#watch);
+    this.#watch = undefined;
     // This process stops it now: the watchdog must not act on the pipe closing at this process's exit.
     this.#disarm();
+    await this.#stopPostmaster().finally(() => {
+      this.#child = undefined;
+      this.#adopted = undefined;
+    });
+    await this.#restarting;
+  }
+
+  async #stopPostmaster(): Promise<void> {
     const child = this.#child;
     const pid = child?.pid ?? this.#adopted;
-    this.#state = 'stopped';
     if (pid === undefined) return;
     if (child !== undefined && child.exitCode === null && child.signalCode === null) {
       const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
@@ -344,7 +394,5 @@ export class EmbeddedCluster {
         await new Promise((r) => setTimeout(r, 100));
       }
     }
-    this.#child = undefined;
-    this.#adopted = undefined;
   }
 }

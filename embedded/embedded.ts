@@ -246,7 +246,7 @@ export async function openEmbeddedDatabase(options: OpenEmbeddedOptions): Promis
     await ensureDatabase(`${base}/postgres`);
     const pid = postmasterPid(clusterDir);
     if (!own || pid === undefined) return connectedOnly();
-    cluster.adopt(pid);
+    await cluster.adopt(pid);
     if (options.supervise !== undefined) cluster.supervise(options.supervise);
     return handle(false);
   };
