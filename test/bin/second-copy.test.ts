@@ -1,13 +1,15 @@
 /**
  * One setting per port, end to end with real processes: two copies of `actionledger start` on the shipped
  * example configuration run side by side (each its own embedded PostgreSQL and development sandbox over mTLS),
- * the second from a copy of the first's configuration file with only its four port settings changed and a data
- * folder of its own, as the README tells a user to run one. A refund dispatched through each copy's gate
+ * each from a copy of it made by the `sed` command of docs/cli.md ("A second copy beside the first"), which changes
+ * only its four port settings, and with a data folder of its own. A refund dispatched through each copy's gate
  * succeeds at that copy's own sandbox provider, and `verify` finds each provider's listing agreeing with its
  * ledger.
  */
 import t, { type Test } from 'tap';
 import { chmodSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { BIN, lastJson, runCli } from '../helpers/cli.js';
@@ -18,19 +20,23 @@ const SHIPPED = join(import.meta.dirname, '..', '..', '..', 'actionledger.config
 
 type RawConfig = Record<string, Record<string, unknown>>;
 
-/** The port settings the shipped configuration names, as paths of its JSON. */
-const PORT_SETTINGS = ['http.port', 'database.embedded_port', 'sandbox.provider_port', 'sandbox.authorizer_port'];
+/** The port settings the shipped configuration names, each with its value there. */
+const PORT_SETTINGS: Record<string, number> = {
+  'http.port': 7420,
+  'database.embedded_port': 54329,
+  'sandbox.provider_port': 7443,
+  'sandbox.authorizer_port': 7444,
+};
 
-/** A copy of `cfg` with each port setting set to a free port. */
-async function onFreePorts(cfg: RawConfig): Promise<RawConfig> {
-  const copy = structuredClone(cfg);
-  for (const setting of PORT_SETTINGS) {
-    const [section, key] = setting.split('.') as [string, string];
-    const part = copy[section];
-    if (part === undefined || typeof part[key] !== 'number') throw new Error(`the shipped config lacks ${setting}`);
-    part[key] = await freePort();
-  }
-  return copy;
+/**
+ * The shipped configuration with each port moved to a free one, by the `sed` command of docs/cli.md (one expression a
+ * port, `s/": 7420/": 7520/`), run for real: each port is written once, so nothing else changes.
+ */
+async function onFreePorts(): Promise<RawConfig> {
+  const args: string[] = [];
+  for (const port of Object.values(PORT_SETTINGS)) args.push('-e', `s/": ${port}/": ${await freePort()}/`);
+  const { stdout } = await promisify(execFile)('sed', [...args, SHIPPED]);
+  return JSON.parse(stdout) as RawConfig;
 }
 
 /** The dotted paths of the leaves where two JSON values differ. */
@@ -95,10 +101,18 @@ t.test(
   async (t) => {
     const dir = mkdtempSync(join(tmpdir(), 'al-second-copy-'));
     chmodSync(dir, 0o711);
-    const shipped = JSON.parse(readFileSync(SHIPPED, 'utf8')) as RawConfig;
-    const first = await onFreePorts(shipped);
-    const second = await onFreePorts(first);
-    t.same(differences(first, second).sort(), [...PORT_SETTINGS].sort(), 'the two files differ only in the ports');
+    const text = readFileSync(SHIPPED, 'utf8');
+    const shipped = JSON.parse(text) as RawConfig;
+    for (const [setting, port] of Object.entries(PORT_SETTINGS)) {
+      const [section, key] = setting.split('.') as [string, string];
+      t.equal(shipped[section]?.[key], port, `the shipped config names ${setting}`);
+      t.equal(text.split(`": ${port}`).length, 2, `${port} is written there once, as ${setting}`);
+    }
+    const first = await onFreePorts();
+    const second = await onFreePorts();
+    const settings = Object.keys(PORT_SETTINGS).sort();
+    t.same(differences(shipped, first).sort(), settings, 'the first copy: the shipped config, other ports');
+    t.same(differences(first, second).sort(), settings, 'the two files differ only in the ports');
 
     const copies = [start(t, dir, 'first', first), start(t, dir, 'second', second)];
     for (const c of copies) await c.service.waitFor(/actionledger listening/, 120_000);
