@@ -8,5 +8,6 @@ export * from './notify.js';
 export * from '../core/config-problems.js';
 export * from './review-policies.js';
 export * from './routes.js';
+export * from './sandbox-urls.js';
 export * from './schema-errors.js';
 export * from './schema.js';

@@ -13,6 +13,7 @@ import { parseStrictJson } from '../core/json.js';
 import { configSchema, type RawConfig } from './schema.js';
 import { compileApi, compileHttp } from './api.js';
 import { compileRoutes } from './routes.js';
+import { sandboxRouting } from './sandbox-urls.js';
 import { compileGate } from './gate.js';
 import { compileNotifications } from './notify.js';
 import { compileReviewPolicies } from './review-policies.js';
@@ -87,7 +88,7 @@ export function compileConfig(
   } catch (err) {
     problems.add('/schema', (err as Error).message);
   }
-  const tools = compileRoutes(cfg.tools, problems);
+  const tools = compileRoutes(cfg.tools, problems, sandboxRouting(cfg, problems));
   const gate = compileGate(cfg.gate, cfg.tools, problems);
   crossFieldProblems(cfg, problems);
   const environment = fromEnvironment(cfg, env, problems);

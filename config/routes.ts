@@ -8,16 +8,27 @@ import type { CompensationMapping, CompensationSource, ToolRoute } from './types
 import type { RawConfig, RawTool } from './schema.js';
 import { isObject, nearest, pointer, type ConfigProblems } from '../core/config-problems.js';
 import { canonicalHttpsProblem } from '../core/url.js';
+import { resolveToolUrl, sandboxPortProblem, type SandboxRouting } from './sandbox-urls.js';
+
+const SANDBOX_OFF: SandboxRouting = { providerOrigin: null, providerPort: 0, onlySandboxTrusted: false };
 
 /** The placeholder a readback URL template must contain exactly once. */
 export const EFFECT_KEY_PLACEHOLDER = '{effect_key}';
 
-export function compileRoutes(raw: RawConfig['tools'], problems: ConfigProblems): Map<string, ToolRoute> {
+/**
+ * `sandbox`: how a URL written as a path reaches the sandbox provider, and whether a URL on this machine must be
+ * at its port (sandbox-urls.ts); off by default.
+ */
+export function compileRoutes(
+  raw: RawConfig['tools'],
+  problems: ConfigProblems,
+  sandbox: SandboxRouting = SANDBOX_OFF,
+): Map<string, ToolRoute> {
   const routes = new Map<string, ToolRoute>();
   if (!isObject(raw)) return routes;
   for (const [name, t] of Object.entries(raw)) {
     if (!isObject(t)) continue;
-    urlProblems(name, t, problems);
+    const urls = toolUrls(name, t, sandbox, problems);
     const compensation = isObject(t.compensation) ? compensationMapping(name, t.compensation, raw, problems) : null;
     if (problems.malformed(pointer('tools', name))) continue;
     routes.set(
@@ -25,14 +36,14 @@ export function compileRoutes(raw: RawConfig['tools'], problems: ConfigProblems)
       Object.freeze({
         tool: name,
         providerId: t.provider_id,
-        endpoint: t.endpoint,
+        endpoint: urls.endpoint,
         allowedTenants: Object.freeze(new Set(t.allowed_tenants)),
         credentialEnv: t.credential_env ?? null,
         idempotencyHeader: t.idempotency.name,
         definitiveFailureStatuses: Object.freeze(new Set(t.definitive_failure_statuses)),
         releaseLimit: t.release_limit ?? null,
-        readback: t.readback === undefined ? null : Object.freeze({ urlTemplate: t.readback.url }),
-        effectsListingUrl: t.effects_listing_url ?? null,
+        readback: urls.readback === null ? null : Object.freeze({ urlTemplate: urls.readback }),
+        effectsListingUrl: urls.listing,
         compensation,
       }),
     );
@@ -40,21 +51,39 @@ export function compileRoutes(raw: RawConfig['tools'], problems: ConfigProblems)
   return routes;
 }
 
-/** Every URL of a route must be canonical HTTPS; a readback template holds the effect key exactly once. */
-function urlProblems(name: string, t: RawTool, problems: ConfigProblems): void {
-  const check = (path: string, url: string, template: boolean): void => {
-    if (problems.malformed(path)) return;
-    const parts = template ? url.split(EFFECT_KEY_PLACEHOLDER) : [url];
+/**
+ * A route's URLs as the dispatcher uses them (a path resolved against the sandbox provider), each checked: canonical
+ * HTTPS, a readback template holding the effect key exactly once, and on this machine only at the sandbox
+ * provider's port while only the sandbox is trusted. A URL with a problem comes back as written (the
+ * configuration is refused anyway).
+ */
+function toolUrls(
+  name: string,
+  t: RawTool,
+  sandbox: SandboxRouting,
+  problems: ConfigProblems,
+): { endpoint: string; readback: string | null; listing: string | null } {
+  const check = (path: string, url: string, template: boolean): string => {
+    if (problems.malformed(path)) return url;
+    const resolved = resolveToolUrl(path, url, sandbox, problems);
+    if (resolved === null) return url;
+    const parts = template ? resolved.split(EFFECT_KEY_PLACEHOLDER) : [resolved];
     const p =
       template && parts.length !== 2
         ? `must contain ${EFFECT_KEY_PLACEHOLDER} exactly once`
         : canonicalHttpsProblem(parts.join('k'));
     if (p !== null) problems.add(path, p);
+    else sandboxPortProblem(path, url, sandbox, problems);
+    return resolved;
   };
-  check(pointer('tools', name, 'endpoint'), t.endpoint, false);
-  if (t.readback !== undefined) check(pointer('tools', name, 'readback', 'url'), t.readback?.url, true);
-  if (t.effects_listing_url !== undefined)
-    check(pointer('tools', name, 'effects_listing_url'), t.effects_listing_url, false);
+  return {
+    endpoint: check(pointer('tools', name, 'endpoint'), t.endpoint, false),
+    readback: t.readback === undefined ? null : check(pointer('tools', name, 'readback', 'url'), t.readback?.url, true),
+    listing:
+      t.effects_listing_url === undefined
+        ? null
+        : check(pointer('tools', name, 'effects_listing_url'), t.effects_listing_url, false),
+  };
 }
 
 /** A tool's declared inverse: another declared tool, each argument from the original or a literal. */

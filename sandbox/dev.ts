@@ -102,12 +102,13 @@ export async function startDevSandbox(
     if (value === undefined || value === '') workerEnv[route.credentialEnv] = generated;
   }
   const tls = { cert: pki.server.cert, key: pki.server.key, ca: pki.ca.cert };
-  // Every configured tool path on this provider's port is served (issue_refund and its compensation, void_refund).
+  // Every configured tool path on this provider's port is served (issue_refund and its compensation, void_refund):
+  // the tools written as paths alone, which the configuration resolved against sandbox.provider_port.
   const paths = [
     ...new Set(
       [...config.tools.values()]
         .map((r) => new URL(r.endpoint))
-        .filter((u) => u.port === String(config.sandbox.providerPort))
+        .filter((u) => (u.port === '' ? 443 : Number(u.port)) === config.sandbox.providerPort)
         .map((u) => u.pathname),
     ),
   ];

@@ -20,10 +20,8 @@ t.test(
     const dir = mkdtempSync(join(tmpdir(), 'al-fleet-'));
     chmodSync(dir, 0o711);
     const [http, pg, provider, authorizer] = [await freePort(), await freePort(), await freePort(), await freePort()];
-    const example = readFileSync(
-      join(import.meta.dirname, '..', '..', '..', 'actionledger.config.json'),
-      'utf8',
-    ).replaceAll(':7443/', `:${provider}/`);
+    // Its tools are written as paths of the sandbox provider: they follow sandbox.provider_port.
+    const example = readFileSync(join(import.meta.dirname, '..', '..', '..', 'actionledger.config.json'), 'utf8');
     const cfg = JSON.parse(example) as Record<string, Record<string, unknown>>;
     cfg.http = { host: '127.0.0.1', port: http };
     cfg.database = { embedded_port: pg };

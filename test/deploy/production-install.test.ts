@@ -40,10 +40,9 @@ t.test('npm ci --omit=dev of the packed package starts the service against Postg
 
   const url = await createTestDatabase(t, { empty: true });
   const [http, provider, authorizer] = [await freePort(), await freePort(), await freePort()];
+  // Its tools are written as paths of the sandbox provider: they follow sandbox.provider_port.
   const example = JSON.parse(
-    (await import('node:fs'))
-      .readFileSync(join(app, 'actionledger.config.json'), 'utf8')
-      .replaceAll(':7443/', `:${provider}/`),
+    (await import('node:fs')).readFileSync(join(app, 'actionledger.config.json'), 'utf8'),
   ) as Record<string, unknown>;
   example.http = { host: '127.0.0.1', port: http };
   example.sandbox = { enabled: true, provider_port: provider, authorizer_port: authorizer };
