@@ -33,9 +33,10 @@ t.test('the README: its tour runs as written against npm start', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'al-readme-'));
   chmodSync(dir, 0o711);
   const [http, pg, provider, authorizer] = [await freePort(), await freePort(), await freePort(), await freePort()];
-  const cfg = JSON.parse(
-    readFileSync(join(ROOT, 'actionledger.config.json'), 'utf8').replaceAll(':7443/', `:${provider}/`),
-  ) as Record<string, Record<string, unknown>>;
+  const cfg = JSON.parse(readFileSync(join(ROOT, 'actionledger.config.json'), 'utf8')) as Record<
+    string,
+    Record<string, unknown>
+  >;
   cfg.http = { ...cfg.http, port: http };
   cfg.database = { ...cfg.database, embedded_port: pg };
   cfg.sandbox = { ...cfg.sandbox, provider_port: provider, authorizer_port: authorizer };

@@ -1,7 +1,7 @@
 /**
  * One setting per port, end to end with real processes: two copies of `actionledger start` on the shipped
  * example configuration run side by side (each its own embedded PostgreSQL and development sandbox over mTLS),
- * each from a copy of it made by the `sed` command of docs/cli.md ("A second copy beside the first"), which changes
+ * each from a copy of it made by the README's `sed` command (its "Configuration" section), which changes
  * only its four port settings, and with a data folder of its own. A refund dispatched through each copy's gate
  * succeeds at that copy's own sandbox provider, and `verify` finds each provider's listing agreeing with its
  * ledger.
@@ -29,12 +29,17 @@ const PORT_SETTINGS: Record<string, number> = {
 };
 
 /**
- * The shipped configuration with each port moved to a free one, by the `sed` command of docs/cli.md (one expression a
- * port, `s/": 7420/": 7520/`), run for real: each port is written once, so nothing else changes.
+ * The shipped configuration with each port moved to a free one, by the README's `sed` command run for real: its
+ * expressions (one a port, `s/": 7420/": 7520/`) with free ports in place of the README's new ones. Each port is
+ * written once in the shipped file, so nothing else changes.
  */
-async function onFreePorts(): Promise<RawConfig> {
+async function onFreePorts(t: Test): Promise<RawConfig> {
+  const readme = readFileSync(join(import.meta.dirname, '..', '..', '..', 'README.md'), 'utf8');
+  const line = readme.split('\n').find((l) => l.startsWith('sed -e \'s/": ')) ?? '';
+  const moves = [...line.matchAll(/-e 's\/": (\d+)\/": (\d+)\/'/g)].map((m) => Number(m[1]));
+  t.same(moves, Object.values(PORT_SETTINGS), "the README's sed moves each port setting once");
   const args: string[] = [];
-  for (const port of Object.values(PORT_SETTINGS)) args.push('-e', `s/": ${port}/": ${await freePort()}/`);
+  for (const port of moves) args.push('-e', `s/": ${port}/": ${await freePort()}/`);
   const { stdout } = await promisify(execFile)('sed', [...args, SHIPPED]);
   return JSON.parse(stdout) as RawConfig;
 }
@@ -108,8 +113,8 @@ t.test(
       t.equal(shipped[section]?.[key], port, `the shipped config names ${setting}`);
       t.equal(text.split(`": ${port}`).length, 2, `${port} is written there once, as ${setting}`);
     }
-    const first = await onFreePorts();
-    const second = await onFreePorts();
+    const first = await onFreePorts(t);
+    const second = await onFreePorts(t);
     const settings = Object.keys(PORT_SETTINGS).sort();
     t.same(differences(shipped, first).sort(), settings, 'the first copy: the shipped config, other ports');
     t.same(differences(first, second).sort(), settings, 'the two files differ only in the ports');
