@@ -114,6 +114,9 @@ function toolProblems(where: string, t: RawGateTool, problems: ConfigProblems): 
     if (v.currency_argument !== undefined) argument('/value/currency_argument', v.currency_argument);
     if (v.currency !== undefined && v.limits_currency !== undefined && v.limits_currency !== v.currency)
       problems.add(`${where}/value/limits_currency`, 'differs from the fixed currency');
+    const named = v.currency_argument;
+    if (named !== undefined && v.limits_currency !== undefined && declared?.includes(named) === true)
+      currencyProblems(`${where}/schema/properties${pointer(named)}`, t.schema, named, v.limits_currency, problems);
   }
   if (
     ok('/approval/mode', '/approval/threshold') &&
@@ -129,6 +132,34 @@ function toolProblems(where: string, t: RawGateTool, problems: ConfigProblems): 
   }
   if (Array.isArray(t.resources))
     t.resources.forEach((r, i) => argument(`/resources/${i}/id_argument`, r?.id_argument));
+}
+
+/**
+ * A tool whose value caps and approval threshold are in one currency (`value.limits_currency`) refuses a call
+ * in any other (gate/checks.ts): an argument schema admitting another currency invites calls that are refused
+ * every time, so the currency argument must admit that currency alone (`const`, or an `enum` of it).
+ */
+function currencyProblems(
+  path: string,
+  schema: RawGateTool['schema'],
+  name: string,
+  limits: string,
+  problems: ConfigProblems,
+): void {
+  const prop = (schema.properties as Record<string, unknown>)[name];
+  const admitted = !isObject(prop)
+    ? null
+    : Object.hasOwn(prop, 'const')
+      ? [prop.const]
+      : Array.isArray(prop.enum)
+        ? prop.enum
+        : null;
+  const fix = `the caps and approval threshold are in ${limits} (value.limits_currency), so a call in any other currency is refused: admit ${limits} alone ("enum": ["${limits}"])`;
+  if (admitted === null) problems.add(path, `admits any currency; ${fix}`, { allowed: [limits] });
+  else if (admitted.some((c) => c !== limits)) {
+    const others = admitted.filter((c) => c !== limits).map((c) => JSON.stringify(c));
+    problems.add(path, `admits ${others.join(', ')}; ${fix}`, { allowed: [limits] });
+  }
 }
 
 function gateTool(name: string, t: RawGateTool, raw: RawGate, validate: ValidateFunction): GateTool {

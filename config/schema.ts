@@ -202,8 +202,9 @@ export const configSchema = {
                   currency: { type: 'string', pattern: '^[A-Z]{3}$' },
                   /**
                    * With currency_argument: the one currency the value caps and the approval threshold are in.
-                   * A call in any other currency is refused (never counted in a bucket of its own). Required
-                   * when the tool has a threshold or a max_value; a fixed `currency` is its own.
+                   * A call in any other currency is refused (never counted in a bucket of its own), so the
+                   * argument's schema must admit this one alone (`const` or a one-item `enum`; refused at load
+                   * otherwise). Required when the tool has a threshold or a max_value; a fixed `currency` is its own.
                    */
                   limits_currency: { type: 'string', pattern: '^[A-Z]{3}$' },
                 },

@@ -22,6 +22,7 @@ import {
   type OptionSpecs,
   type Parsed,
 } from '../cli-util.js';
+import { TOKEN_ENV } from './acting.js';
 import { GATE_EXITS, withGate } from './gate-kit.js';
 import type { Gate, GateContext, GateResult } from '../../gate/index.js';
 
@@ -165,9 +166,13 @@ function nextCommands(gate: Gate, r: GateResult, ctx: GateContext, tool: string)
   if (r.error === 'approval_required') {
     const roles = [...(gate.tool(tool)?.approverRoles ?? [])];
     const role = roles.length === 1 ? sh(roles[0] ?? '') : `APPROVER_ROLE`;
+    // `gate approve` acts as someone: the token in the environment, or without one the operator named by
+    // --break-glass (refused unauthenticated when neither is there, and invalid_request when both are).
+    const token = process.env[TOKEN_ENV];
+    const who = token === undefined || token === '' ? ' --break-glass APPROVER_NAME' : '';
     return [
       `actionledger gate show ${id} --tenant ${sh(ctx.tenant_id)}`,
-      `actionledger gate approve ${id} --hash ENVELOPE_SHA256 --tenant ${sh(ctx.tenant_id)} --role ${role}`,
+      `actionledger gate approve ${id} --hash ENVELOPE_SHA256 --tenant ${sh(ctx.tenant_id)} --role ${role}${who}`,
     ];
   }
   return [];

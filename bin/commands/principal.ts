@@ -151,7 +151,7 @@ const loginLink: Command = {
   },
   examples: [
     'actionledger principal login-link alice --break-glass root',
-    'actionledger principal login-link alice --url https://ledger.example.com',
+    'actionledger principal login-link alice --url https://ledger.example.com --break-glass root',
   ],
   exits: PRINCIPAL_EXITS,
   async run(argv) {

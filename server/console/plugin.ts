@@ -22,6 +22,16 @@ import { form, parseForm, type Form } from './form.js';
 import { checkSameSite, clearSessionCookie, cookieOf, sessionHook, setSessionCookie } from './session.js';
 import { explain } from './explain.js';
 
+/**
+ * The command an operator runs to make a person's one-time sign-in link, as it runs without a token: the
+ * operator names themself with --break-glass (with ACTIONLEDGER_TOKEN set, the token acts and --break-glass is
+ * refused). The capitals are filled in: the person's principal id, the operator's own name.
+ */
+export const LOGIN_LINK_COMMAND = 'actionledger principal login-link PRINCIPAL_ID --break-glass OPERATOR_NAME';
+
+const LOGIN_LINK_HOW = html`They run <code>${LOGIN_LINK_COMMAND}</code> with your principal id and their own name (with
+  their <code>ACTIONLEDGER_TOKEN</code> set, without <code>--break-glass</code>).`;
+
 /** Registers the console on the API's app (before it is ready). */
 export function registerConsole(app: FastifyInstance, deps: ApiDeps): void {
   const sessions = new ConsoleSessions(deps.config, deps.pool, deps.audit);
@@ -71,7 +81,7 @@ function registerEntry(app: FastifyInstance, deps: ApiDeps, sessions: ConsoleSes
     const link = typeof request.query.link === 'string' ? request.query.link : '';
     const body =
       link === ''
-        ? html`<p>Ask an operator for a sign-in link: <code>actionledger principal login-link NAME</code>.</p>`
+        ? html`<p>Ask an operator for a sign-in link. ${LOGIN_LINK_HOW}</p>`
         : html`<form method="post" action="/console/login">
             <input type="hidden" name="link" value="${link}" />
             <p>This link signs you in once.</p>
@@ -113,7 +123,7 @@ function errorPage(deps: ApiDeps, request: FastifyRequest, reply: FastifyReply, 
   if (status >= 500) deps.log.error({ err: raw, code: err.code, request_id: request.id }, 'console request failed');
   if (err.code === 'unauthenticated') {
     const body = html`${notice('bad', html`<span class="code">unauthenticated</span>: ${err.message}`)}
-      <p>Sign in with a link from <code>actionledger principal login-link NAME</code>.</p>`;
+      <p>Sign in with a one-time link from an operator. ${LOGIN_LINK_HOW}</p>`;
     request.signedIn = undefined;
     return send(reply, 401, page(request, 'Sign in', body));
   }

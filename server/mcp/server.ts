@@ -21,7 +21,6 @@ import {
   ListResourcesRequestSchema,
   ListResourceTemplatesRequestSchema,
   ListToolsRequestSchema,
-  McpError,
   ReadResourceRequestSchema,
   type ServerNotification,
   type ServerRequest,
@@ -133,7 +132,7 @@ export function createMcpServer(deps: McpDeps): Server {
       protocolError(err);
     }
     if (found === null || !found.ok)
-      throw new McpError(McpErrorCode.InvalidParams, 'no such resource', { error: 'not_found' });
+      throw rpcError(McpErrorCode.InvalidParams, 'not_found: no such resource', { error: 'not_found' });
     return {
       contents: [{ uri: request.params.uri, mimeType: 'application/json', text: JSON.stringify(found) }],
     };
@@ -176,12 +175,19 @@ function withinWindow(deps: McpDeps, caller: Authenticated): void {
  */
 function protocolError(err: unknown): never {
   const e = asActionLedgerError(err);
-  if (e.code === 'internal')
-    throw new McpError(McpErrorCode.InternalError, 'internal: internal error', { error: e.code });
-  throw new McpError(McpErrorCode.InvalidParams, `${e.code}: ${e.message}`, {
+  if (e.code === 'internal') throw rpcError(McpErrorCode.InternalError, 'internal: internal error', { error: e.code });
+  throw rpcError(McpErrorCode.InvalidParams, `${e.code}: ${e.message}`, {
     error: e.code,
     ...(e.details === undefined ? {} : { details: e.details }),
   });
+}
+
+/**
+ * A JSON-RPC error as the SDK sends it (its `code`, `message` and `data`). Not the SDK's `McpError`: that one
+ * puts `MCP error -32602: ` before the message it sends, and the client's SDK puts it there again.
+ */
+function rpcError(code: number, message: string, data: Record<string, unknown>): Error {
+  return Object.assign(new Error(message), { code, data });
 }
 
 function detailsOf(details: Record<string, unknown> | undefined): { details?: Record<string, unknown> } {

@@ -209,7 +209,7 @@ t.test('gate call held for an approval: gate show, gate approve with the hash, t
   const id = String(held.request_id);
   t.same(held.next, [
     `actionledger gate show ${id} --tenant tenant-a`,
-    `actionledger gate approve ${id} --hash ENVELOPE_SHA256 --tenant tenant-a --role supervisor`,
+    `actionledger gate approve ${id} --hash ENVELOPE_SHA256 --tenant tenant-a --role supervisor --break-glass APPROVER_NAME`,
   ]);
   t.equal(await operationsOfStep(pool, 'del-1'), 0, 'nothing reserved before the approval');
 
@@ -228,17 +228,21 @@ t.test('gate call held for an approval: gate show, gate approve with the hash, t
   t.equal((await runCli(grant, env)).code, 0);
   const made = doc(t, await runCli(['token', 'create', 'sup-1', '--tenant', 'tenant-a', '--json', ...root], env));
   const asSupervisor = { ...env, ACTIONLEDGER_TOKEN: String(made.token) };
-  // `next` as printed, with the hash `gate show` displayed.
-  const approve = (h: string): string[] =>
-    String((held.next as string[])[1])
-      .replace('ENVELOPE_SHA256', h)
-      .split(' ')
-      .slice(1);
+  // `next` as printed, with the hash `gate show` displayed and the approver's name: it runs as written where
+  // `gate call` ran (no ACTIONLEDGER_TOKEN), and the approver's own token is the other way, without --break-glass.
+  const printed = String((held.next as string[])[1]);
+  const approve = (h: string, who = 'sup-1'): string[] =>
+    printed.replace('ENVELOPE_SHA256', h).replace('APPROVER_NAME', who).split(' ').slice(1);
+  const unnamed = await runCli(printed.replace('ENVELOPE_SHA256', hash).split(' ').slice(1).slice(0, -2), env);
+  t.match(doc(t, unnamed), { ok: false, error: 'unauthenticated' }, 'without --break-glass (and no token): refused');
+  const beside = await runCli(approve(hash), asSupervisor);
+  t.match(doc(t, beside), { ok: false, error: 'invalid_request' }, 'printed without a token: not for a token');
 
-  const wrong = doc(t, await runCli(approve('f'.repeat(64)), asSupervisor));
+  const wrong = doc(t, await runCli(approve('f'.repeat(64)), env));
   t.match(wrong, { ok: false, error: 'approval_hash_mismatch' }, 'bound to the envelope shown');
+  t.match(doc(t, await runCli(approve(hash, 'admin-1'), env)), { ok: false, error: 'self_approval_forbidden' });
 
-  const approved = doc(t, await runCli(approve(hash), asSupervisor));
+  const approved = doc(t, await runCli(approve(hash), env));
   t.match(approved, { ok: true, operation_id: /^[0-9a-f-]{36}$/ });
   t.match(await operation(pool, approved.operation_id), {
     tool_name: 'delete_customer',
@@ -250,9 +254,19 @@ t.test('gate call held for an approval: gate show, gate approve with the hash, t
     [id],
   );
   t.same(audit.rows, [
-    { principal_id: 'sup-1', role: 'supervisor' },
-    { principal_id: 'sup-1', role: 'supervisor' },
+    { principal_id: 'break-glass:sup-1', role: 'supervisor' },
+    { principal_id: 'break-glass:sup-1', role: 'supervisor' },
   ]);
+
+  // Where a token is set, the hint leaves --break-glass out, and runs as printed with the approver's token.
+  const call2 = ['gate', 'call', ...context('admin-1', 'admin', 'del-2'), '--tool', 'delete_customer'];
+  const held2 = doc(t, await runCli([...call2, '--args', '{"customer_id":"C-8"}'], asSupervisor));
+  const id2 = String(held2.request_id);
+  const printed2 = String((held2.next as string[])[1]);
+  t.equal(printed2, `actionledger gate approve ${id2} --hash ENVELOPE_SHA256 --tenant tenant-a --role supervisor`);
+  const hash2 = String(doc(t, await runCli(['gate', 'show', id2, '--tenant', 'tenant-a'], env)).envelope_sha256);
+  const words2 = printed2.replace('ENVELOPE_SHA256', hash2).split(' ').slice(1);
+  t.match(doc(t, await runCli(words2, asSupervisor)), { ok: true, operation_id: /^[0-9a-f-]{36}$/ });
 });
 
 t.test('gate show prints hidden characters as codes; gate approve needs --accept-hidden-characters', async (t) => {

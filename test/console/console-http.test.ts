@@ -11,6 +11,7 @@ import t, { type Test } from 'tap';
 import { Agent, fetch as undiciFetch } from 'undici';
 import type { ProviderContact } from '../../ledger/index.js';
 import { buildApi } from '../../server/api/app.js';
+import { LOGIN_LINK_COMMAND } from '../../server/console/plugin.js';
 import { apiFixture, type ApiFixture } from '../helpers/api.js';
 import { gctx } from '../helpers/gate.js';
 import { FORM, get, person, post, redeem, sessions, signIn } from '../helpers/console-http.js';
@@ -42,6 +43,8 @@ t.test('a sign-in link starts one session, once, even when raced', async (t) => 
   const link = await sessions(f).createLoginLink('sup-1', 'test');
   const shown = await get(f, `/console/login?link=${link.secret}`);
   t.equal(shown.status, 200, 'opening the link only shows a button');
+  const bare = await (await get(f, '/console/login')).text();
+  t.ok(bare.includes(`<code>${LOGIN_LINK_COMMAND}</code>`), 'without a link: the command that makes one, as it runs');
   const raced = await Promise.all(Array.from({ length: 6 }, () => redeem(f, link.secret)));
   t.same(
     raced.map((r) => r.status).sort(),

@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { AuditWriter } from '../../gate/index.js';
 import { ConsoleSessions } from '../../principals/index.js';
+import { LOGIN_LINK_COMMAND } from '../../server/console/plugin.js';
 import { lastJson, runCli } from '../helpers/cli.js';
 import { TEST_SECRET } from '../helpers/db.js';
 import { auditRows, gateFixture, gateRoutes, gateSection } from '../helpers/gate.js';
@@ -36,13 +37,20 @@ t.test('login-link prints a one-time link that signs in once', async (t) => {
   t.ok(m, `the link: ${out.url}`);
   const defaulted = lastJson((await cli(['principal', 'login-link', 'alice', ...root])).stdout) as { url: string };
   t.match(defaulted.url, /^http:\/\/127\.0\.0\.1:7420\/console\/login\?link=/, 'the listener by default');
+  // The command the sign-in page shows runs as written, its capitals filled in (no token set).
+  const shown = LOGIN_LINK_COMMAND.replace('PRINCIPAL_ID', 'alice').replace('OPERATOR_NAME', 'root').split(' ');
+  t.equal(shown[0], 'actionledger');
+  const asShown = await cli(shown.slice(1));
+  t.equal(asShown.code, 0, asShown.stderr);
+  t.match(lastJson(asShown.stdout), { ok: true, principal_id: 'alice' }, 'the sign-in page’s command');
+  t.match(lastJson((await cli(['principal', 'login-link', 'alice'])).stdout), { ok: false, error: 'unauthenticated' });
 
   const sessions = new ConsoleSessions(config, pool, new AuditWriter({ config, pool }));
   const started = await sessions.redeemLink(m?.[1] ?? '');
   t.equal(started.principal_id, 'alice');
   await t.rejects(sessions.redeemLink(m?.[1] ?? ''), { code: 'unauthenticated', details: { reason: 'used' } });
   const rows = await auditRows(pool, "action = 'token' AND outcome = 'login_link'");
-  t.equal(rows.length, 2);
+  t.equal(rows.length, 3);
   t.match(rows[0], { principal_id: 'alice', detail: { by: 'break-glass:root' } });
   const { rows: stored } = await pool.query<{ link_sha256: string }>(
     'SELECT link_sha256 FROM actionledger.console_login_links',

@@ -160,7 +160,7 @@ t.test('hidden characters are a requirement, not a blocker; other tenants see no
             properties: {
               order_id: { type: 'string', pattern: '^O-[0-9]{1,10}$' },
               amount: { type: 'number', exclusiveMinimum: 0, maximum: 10000 },
-              currency: { type: 'string', enum: ['GBP', 'EUR'] },
+              currency: { type: 'string', enum: ['GBP'] },
               note,
             },
           },

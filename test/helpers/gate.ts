@@ -54,7 +54,7 @@ export function gateSection(
         {
           order_id: { type: 'string', pattern: '^O-[0-9]{1,10}$' },
           amount: { type: 'number', exclusiveMinimum: 0, maximum: 10000 },
-          currency: { type: 'string', enum: ['GBP', 'EUR'] },
+          currency: { type: 'string', enum: ['GBP'] },
         },
         ['order_id', 'amount', 'currency'],
       ),

@@ -24,7 +24,7 @@ const refundWithNote = {
         properties: {
           order_id: { type: 'string', pattern: '^O-[0-9]{1,10}$' },
           amount: { type: 'number', exclusiveMinimum: 0, maximum: 10000 },
-          currency: { type: 'string', enum: ['GBP', 'EUR'] },
+          currency: { type: 'string', enum: ['GBP'] },
           note: { type: 'string', maxLength: 200 },
         },
       },
