@@ -28,7 +28,7 @@ t.test('/ redirects to /console without a session; the API elsewhere is unchange
   t.equal(consolePage.status, 401);
   t.match(consolePage.headers.get('content-type'), /^text\/html/);
   t.match(consolePage.headers.get('content-security-policy'), /frame-ancestors 'none'/);
-  t.match(await consolePage.text(), /principal login-link NAME/);
+  t.match(await consolePage.text(), /principal login-link PRINCIPAL_ID --break-glass OPERATOR_NAME/);
 
   // Only GET (and HEAD) of `/` itself: other methods and other paths are the API's, which wants a credential.
   for (const [method, path] of [
