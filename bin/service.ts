@@ -26,6 +26,7 @@ import { createLogger, RepeatedFailureLog, type Logger } from '../core/log.js';
 import { atTerminal, prettyDestination } from '../core/log-terminal.js';
 import { embeddedProbeError } from '../embedded/index.js';
 import { openRuntime, type Runtime } from '../runtime/index.js';
+import { flushTracing, startTracing } from '../core/tracing.js';
 import { acquireServiceLock } from '../db/index.js';
 import { isConnectionError } from '../core/sqlstate.js';
 import { EffectKeyer, Ledger } from '../ledger/index.js';
@@ -85,7 +86,13 @@ export async function runService(options: ServiceOptions): Promise<number> {
   } catch (err) {
     return printRefusal(err);
   }
-  return new Service(config, options).run();
+  // Before the parent's logger exists, so its lines carry the active span's ids (core/log.ts).
+  await startTracing(options.env, 'service');
+  try {
+    return await new Service(config, options).run();
+  } finally {
+    await flushTracing();
+  }
 }
 
 /** One run of the service: its start steps, each pushing its stop, then the stops in reverse and the summary. */

@@ -1,4 +1,5 @@
 import { pino, type Logger } from 'pino';
+import { traceLogFields, tracingOn } from './tracing.js';
 
 export type { Logger };
 
@@ -18,6 +19,9 @@ export function createLogger(options: {
       name: options.name,
       level: options.level,
       base: { pid: process.pid, ...(options.cluster == null ? {} : { cluster: options.cluster }) },
+      // While tracing is on, a line written in a sampled span carries its trace_id and span_id (a field the line
+      // names itself wins). Off, no mixin: a line costs what it did.
+      ...(tracingOn() ? { mixin: traceLogFields } : {}),
       redact: {
         paths: [
           'arguments',

@@ -30,6 +30,7 @@ export async function fetchAuthorization(
 ): Promise<AuthorizationDecision> {
   const outcome = await postJson(agent, profile.authorizationUrl, {
     body: JSON.stringify(request),
+    spanName: 'authorize',
     timeoutMs: profile.authorizationHttpTimeoutMs,
     maxBytes: profile.authorizationResponseMaxBytes,
     ...(signal === undefined ? {} : { signal }),

@@ -15,6 +15,7 @@ import type { OperationStatus } from '../core/types.js';
 import { postJson, type HttpOutcome } from '../transport/index.js';
 import type { DispatchProfile } from '../protocol/index.js';
 import type { ClaimedOperation } from './types.js';
+import { ROOT_CONTEXT, withSpan } from '../core/tracing.js';
 
 export interface Outcome {
   status: Extract<OperationStatus, 'succeeded' | 'unknown' | 'needs_review' | 'failed'>;
@@ -36,14 +37,21 @@ export async function callProvider(
 ): Promise<HttpOutcome> {
   const headers: Record<string, string> = { [op.idempotency_header]: op.effect_key };
   if (credential !== null) headers.authorization = `Bearer ${credential.reveal().toString('utf8')}`;
-  return postJson(agent, op.provider_endpoint, {
-    headers,
-    // The stored arguments, in the canonical form their hash was taken of: never re-supplied ones.
-    body: canonicalJson(op.arguments_json as JsonValue),
-    timeoutMs: profile.providerHttpTimeoutMs,
-    maxBytes: profile.providerResponseMaxBytes,
-    ...(signal === undefined ? {} : { signal }),
-  });
+  // In the operation's own span (dispatcher/pipeline.ts): a batch sends many operations from one context.
+  return withSpan(
+    op.span,
+    () =>
+      postJson(agent, op.provider_endpoint, {
+        headers,
+        spanName: 'provider',
+        // The stored arguments, in the canonical form their hash was taken of: never re-supplied ones.
+        body: canonicalJson(op.arguments_json as JsonValue),
+        timeoutMs: profile.providerHttpTimeoutMs,
+        maxBytes: profile.providerResponseMaxBytes,
+        ...(signal === undefined ? {} : { signal }),
+      }),
+    ROOT_CONTEXT,
+  );
 }
 
 export function classify(outcome: HttpOutcome, route: Pick<ToolRoute, 'definitiveFailureStatuses'>): Outcome {

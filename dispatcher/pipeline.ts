@@ -25,6 +25,16 @@ import type { DispatchContext } from './context.js';
 import type { DispatchBatch } from './dispatch-batch.js';
 import { WorkerHalted } from './persist.js';
 import type { ClaimedOperation } from './types.js';
+import {
+  contextOf,
+  resumeSpan,
+  ROOT_CONTEXT,
+  SpanKind,
+  startSpan,
+  tracingOn,
+  withSpan,
+  type Span,
+} from '../core/tracing.js';
 
 export class Pipeline {
   readonly #ctx: DispatchContext;
@@ -41,7 +51,8 @@ export class Pipeline {
   async run(op: ClaimedOperation): Promise<void> {
     const { log } = this.#ctx.o;
     const progress = { sent: false };
-    await this.#process(op, progress)
+    const span = tracingOn() ? this.#resume(op) : undefined;
+    await withSpan(span, () => this.#process(op, progress), ROOT_CONTEXT)
       .catch((err: unknown) => this.#completer.recover(op, progress.sent, err))
       .catch((err: unknown) => {
         if (err instanceof WorkerHalted) {
@@ -56,6 +67,53 @@ export class Pipeline {
           'could not record the failure; the claim is no longer listed, so the reconciler takes it',
         );
       });
+    span?.setAttribute('actionledger.sent', progress.sent);
+    span?.end();
+  }
+
+  /**
+   * The operation's dispatch span, resuming the trace it was reserved under (a child of the stored context, and
+   * linked to it: the messaging conventions' "process" span), from the claim statement's send to the outcome,
+   * with the claim itself as its first child. Its provider and authorization requests are its children.
+   */
+  #resume(op: ClaimedOperation): Span | undefined {
+    const span = resumeSpan(
+      'process outbox',
+      SpanKind.CONSUMER,
+      op.trace_context,
+      () => ({
+        'messaging.system': 'actionledger',
+        'messaging.operation.type': 'process',
+        'messaging.operation.name': 'process',
+        'messaging.destination.name': 'outbox',
+        'messaging.message.id': op.operation_id,
+        'messaging.consumer.group.name': this.#ctx.o.workerId,
+        'actionledger.operation_id': op.operation_id,
+        'actionledger.tool': op.tool_name,
+        'actionledger.tenant': op.tenant_id,
+        'actionledger.attempt': op.attempt,
+      }),
+      op.claim_sent_at,
+    );
+    if (span === undefined) return undefined;
+    op.span = span;
+    const claim = startSpan(
+      'receive outbox',
+      SpanKind.CLIENT,
+      () => ({
+        'messaging.system': 'actionledger',
+        'messaging.operation.type': 'receive',
+        'messaging.operation.name': 'claim',
+        'messaging.destination.name': 'outbox',
+        'db.system.name': 'postgresql',
+        'db.operation.name': 'UPDATE',
+        'db.collection.name': 'operations',
+        'db.query.summary': 'claim outbox',
+      }),
+      { parent: contextOf(span), ...(op.claim_sent_at === undefined ? {} : { startTime: op.claim_sent_at }) },
+    );
+    claim?.end(op.claim_answered_at);
+    return span;
   }
 
   async #process(op: ClaimedOperation, progress: { sent: boolean }): Promise<void> {

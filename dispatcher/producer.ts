@@ -27,6 +27,7 @@ import { ClaimSession, openClaimConnection } from './claim-session.js';
 import type { DispatchContext } from './context.js';
 import { Heartbeat } from './heartbeat.js';
 import type { ClaimedOperation } from './types.js';
+import { tracingOn } from '../core/tracing.js';
 import { WakeSources } from './wake-sources.js';
 
 /**
@@ -239,6 +240,7 @@ export class Producer {
         const taken = this.#taken;
         this.#taken = new Set();
         this.#claimLimit = limit;
+        const sentAt = tracingOn() ? Date.now() : 0;
         const rows = await this.#claims
           .claim([limit, o.workerId])
           .catch((err: unknown) => {
@@ -275,7 +277,13 @@ export class Producer {
           o.metrics.claimBatches.inc();
         }
         const claimedAt = performance.now();
-        for (const op of ops) this.#track({ ...op, claimed_at_ms: claimedAt });
+        const answeredAt = sentAt === 0 ? 0 : Date.now();
+        for (const op of ops)
+          this.#track(
+            sentAt === 0
+              ? { ...op, claimed_at_ms: claimedAt }
+              : { ...op, claimed_at_ms: claimedAt, claim_sent_at: sentAt, claim_answered_at: answeredAt },
+          );
         const nextInMs = rows[0]?.next_in_ms;
         if (typeof nextInMs === 'number' && Number.isFinite(nextInMs) && this.#state === 'running')
           this.#wakes.wakeIn(nextInMs);

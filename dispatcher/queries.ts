@@ -76,7 +76,8 @@ export const dispatcherQueries = {
       detail: "jsonb_build_object('attempt', l.attempt, 'claim_token', l.claim_token)",
       returning: `l.effect_key, l.principal_id, l.task_id, l.workflow_step_id, l.tool_name, l.tenant_id, l.provider_id,
                 l.provider_endpoint, l.idempotency_header, l.canonical_args_sha256, l.arguments_json,
-                l.current_approval_id, l.current_policy_version, l.claim_token, l.attempt, l.dispatch_releases`,
+                l.current_approval_id, l.current_policy_version, l.claim_token, l.attempt, l.dispatch_releases,
+                l.trace_context`,
     })}, more AS (
       SELECT count(*) > $1 AS waiting,
              (SELECT extract(epoch FROM min(f.available_at) - now()) * 1000
@@ -89,7 +90,7 @@ export const dispatcherQueries = {
     )
     SELECT operation_id, effect_key, principal_id, task_id, workflow_step_id, tool_name, tenant_id, provider_id,
            provider_endpoint, idempotency_header, canonical_args_sha256, arguments_json, current_approval_id,
-           current_policy_version, claim_token, attempt, dispatch_releases,
+           current_policy_version, claim_token, attempt, dispatch_releases, trace_context,
            greatest(extract(epoch FROM now() - (SELECT t.available_at FROM taken t
                                                 WHERE t.operation_id = claimed.operation_id)), 0)::float8 AS queued_s,
            more.waiting AS more_waiting, more.next_in_ms

@@ -2,6 +2,7 @@ import type { ToolRoute } from '../config/index.js';
 import type { Secret } from '../core/secret.js';
 import type { AuthorizationDecision } from '../protocol/index.js';
 import type { Settle } from './batcher.js';
+import type { Span } from '../core/tracing.js';
 
 /** What the dispatcher holds for one claimed operation. */
 export interface ClaimedOperation {
@@ -27,6 +28,12 @@ export interface ClaimedOperation {
   queued_s: number;
   /** performance.now() when this worker received the claim. */
   claimed_at_ms?: number;
+  /** The trace context it was reserved under (sql/0020_operation_trace_context.sql), or null. */
+  trace_context?: string | null;
+  /** While tracing is on: when the claim statement was sent and answered (epoch ms), and its dispatch span. */
+  claim_sent_at?: number;
+  claim_answered_at?: number;
+  span?: Span;
 }
 
 /** Where a pre-dispatch refusal happened (a metric label and the review reason's prefix). */

@@ -31,6 +31,7 @@ import { housekeepingWith, type GateHousekeepingSummary } from './housekeeping.j
 import { Proposals } from './proposals.js';
 import type { GateNamedStatements } from './queries.js';
 import type { ApproveOptions, GateContext, GateResult, Reviewer } from './types.js';
+import { inSpan, SpanKind, tracingOn } from '../core/tracing.js';
 
 /** What engaging a kill switch waited for: covered operations executing, and those a wait gave up on. */
 export interface KillSwitchEngaged {
@@ -83,7 +84,25 @@ export class Gate {
   }
 
   /** Runs the pipeline for one tool call. Never throws; see the module comment for the order. */
-  async call(context: GateContext, tool: string, args: unknown, options: CallOptions = {}): Promise<GateResult> {
+  call(context: GateContext, tool: string, args: unknown, options: CallOptions = {}): Promise<GateResult> {
+    if (!tracingOn()) return this.#call(context, tool, args, options);
+    // The gate's decision as a span (the reservation's is its child), its outcome an attribute: allowed, or
+    // the refusal's code. The tool is named only when it is configured, so a hostile name is never recorded.
+    const known = typeof tool === 'string' && this.#core.tool(tool) !== undefined;
+    return inSpan(
+      `gate ${known ? tool : 'call'}`,
+      SpanKind.INTERNAL,
+      () => ({ 'actionledger.tool': known ? tool : 'unknown', 'actionledger.tenant': String(context.tenant_id) }),
+      async (span) => {
+        const r = await this.#call(context, tool, args, options);
+        span?.setAttribute('actionledger.decision', r.ok ? 'allowed' : r.error);
+        if (r.ok && r.operation_id !== undefined) span?.setAttribute('actionledger.operation_id', r.operation_id);
+        return r;
+      },
+    );
+  }
+
+  async #call(context: GateContext, tool: string, args: unknown, options: CallOptions): Promise<GateResult> {
     const started = performance.now();
     const core = this.#core;
     let result: GateResult;

@@ -2,6 +2,7 @@
 import { bindQueries, type Queryable } from '../db/index.js';
 import { ActionLedgerError } from '../core/errors.js';
 import { OPERATION_STATUSES, type OperationStatus } from '../core/types.js';
+import { traceIdOf } from '../core/tracing.js';
 import { ledgerQueries } from './queries.js';
 
 export interface LedgerStatus {
@@ -43,8 +44,11 @@ export async function showOperation(
     throw new ActionLedgerError('not_found', 'no such operation');
   }
   const op = await db.query<Record<string, unknown>>(q.ledgerSelectOperation, [operationId]);
-  const operation = op.rows[0];
-  if (operation === undefined) throw new ActionLedgerError('not_found', 'no such operation');
+  const row = op.rows[0];
+  if (row === undefined) throw new ActionLedgerError('not_found', 'no such operation');
+  // The trace it was reserved under, by its id (what a tracing backend searches for); null when none was stored.
+  const { trace_context: stored, ...fields } = row;
+  const operation = { ...fields, trace_id: traceIdOf(typeof stored === 'string' ? stored : null) };
   const history = await db.query<HistoryRow>(q.historySelectByOperation, [operationId]);
   return { operation, history: history.rows };
 }

@@ -9,8 +9,8 @@ const reserveCte = `
     INSERT INTO @schema.operations (
       operation_id, effect_key, effect_key_id, principal_id, task_id, workflow_step_id, tool_name, tenant_id,
       provider_id, provider_endpoint, idempotency_header, canonical_args_sha256, arguments_json,
-      current_approval_id, current_policy_version, status)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb, $14, $15, 'pending')
+      current_approval_id, current_policy_version, status, trace_context)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::jsonb, $14, $15, 'pending', $17::text)
     ON CONFLICT (tenant_id, principal_id, task_id, workflow_step_id) DO NOTHING
     RETURNING operation_id, effect_key, status, provider_receipt
   ), outbox AS (
@@ -25,7 +25,7 @@ export const ledgerQueries = {
     SELECT operation_id, effect_key, status, provider_receipt FROM ins`,
 
   /** The same, plus a NOTIFY that PostgreSQL delivers when the caller's own transaction commits. */
-  ledgerInsertReservationNotify: `${reserveCte}, wake AS (SELECT pg_notify($17, '') FROM ins)
+  ledgerInsertReservationNotify: `${reserveCte}, wake AS (SELECT pg_notify($18, '') FROM ins)
     SELECT operation_id, effect_key, status, provider_receipt, (SELECT count(*) FROM wake) AS woke FROM ins`,
 
   ledgerSelectByIdentity: `
@@ -56,7 +56,7 @@ export const ledgerQueries = {
     SELECT operation_id, effect_key, effect_key_id, principal_id, task_id, workflow_step_id, tool_name, tenant_id,
            provider_id, provider_endpoint, idempotency_header, canonical_args_sha256, arguments_json,
            current_approval_id, current_policy_version, status, attempt, claimed_by, claimed_at,
-           provider_receipt, result_json, review_reason, created_at, updated_at
+           provider_receipt, result_json, review_reason, created_at, updated_at, trace_context
     FROM @schema.operations WHERE operation_id = $1`,
 
   historySelectByOperation: `

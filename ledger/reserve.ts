@@ -8,6 +8,7 @@ import { bindQueries, prepared, SQLSTATE, sqlState, type Pool, type Queryable } 
 import { ActionLedgerError, asActionLedgerError } from '../core/errors.js';
 import { canonicalArguments, sha256Hex } from '../core/json.js';
 import { identifierProblem } from '../core/identifier.js';
+import { activeTraceContext, inSpan, SpanKind, type Attributes } from '../core/tracing.js';
 import { TRUSTED_CONTEXT_FIELDS, type OperationStatus, type TrustedContext } from '../core/types.js';
 import type { EffectKeyer } from './effect-key.js';
 import { ledgerStatus, showOperation, type HistoryRow, type LedgerStatus } from './inspect.js';
@@ -104,6 +105,17 @@ export function checkTrustedContext(ctx: unknown): TrustedContext {
   return out as unknown as TrustedContext;
 }
 
+/** The reservation span's attributes: the database conventions' names for its one INSERT, and the tool. */
+function reserveAttributes(tool: string): Attributes {
+  return {
+    'db.system.name': 'postgresql',
+    'db.operation.name': 'INSERT',
+    'db.collection.name': 'operations',
+    'db.query.summary': 'INSERT operations',
+    'actionledger.tool': tool,
+  };
+}
+
 export class Ledger {
   readonly #config: Config;
   readonly #pool: Pool;
@@ -162,13 +174,22 @@ export class Ledger {
     args: unknown,
     options: ReserveOptions = {},
   ): Promise<Reservation> {
-    const attempt = this.#prepare(context, tool, args, options);
-    try {
-      return (await this.#insert(attempt, options)) ?? (await this.#replay(attempt));
-    } catch (err) {
-      if (err instanceof ActionLedgerError || options.client !== undefined) throw err;
-      throw asActionLedgerError(err);
-    }
+    return inSpan(
+      'reserve',
+      SpanKind.CLIENT,
+      () => reserveAttributes(tool),
+      async (span) => {
+        const attempt = this.#prepare(context, tool, args, options);
+        try {
+          const r = (await this.#insert(attempt, options)) ?? (await this.#replay(attempt));
+          span?.setAttributes({ 'actionledger.operation_id': r.operation_id, 'actionledger.created': r.created });
+          return r;
+        } catch (err) {
+          if (err instanceof ActionLedgerError || options.client !== undefined) throw err;
+          throw asActionLedgerError(err);
+        }
+      },
+    );
   }
 
   /**
@@ -183,12 +204,22 @@ export class Ledger {
     args: unknown,
     options: { actor?: string } = {},
   ): Promise<Reservation | null> {
-    const attempt = this.#prepare(context, tool, args, options);
-    try {
-      return await this.#insert(attempt, options);
-    } catch (err) {
-      throw asActionLedgerError(err);
-    }
+    return inSpan(
+      'reserve',
+      SpanKind.CLIENT,
+      () => reserveAttributes(tool),
+      async (span) => {
+        const attempt = this.#prepare(context, tool, args, options);
+        try {
+          const r = await this.#insert(attempt, options);
+          if (r !== null)
+            span?.setAttributes({ 'actionledger.operation_id': r.operation_id, 'actionledger.created': true });
+          return r;
+        } catch (err) {
+          throw asActionLedgerError(err);
+        }
+      },
+    );
   }
 
   /** Everything a reservation needs before its statement: checks, route, canonical form, ids and key. */
@@ -247,6 +278,9 @@ export class Ledger {
       ctx.approval_id,
       ctx.policy_version,
       a.actor,
+      // The span this reservation runs in (the gate's, the API request's, or a library caller's), for the
+      // dispatcher to continue; null with tracing off.
+      activeTraceContext(),
     ];
     // A connection the caller passes gets the unnamed statement, unless it is one of the library's own pool
     // (`named`): the library names nothing in a session it was lent.

@@ -9,6 +9,7 @@ import type { EmbeddedDatabase, OpenEmbeddedOptions } from '../embedded/index.js
 import { resolveEffectKeySecrets, type EffectKeySecrets } from '../config/index.js';
 import { createLogger, type Logger } from '../core/log.js';
 import { Metrics } from '../core/metrics.js';
+import { flushTracing, startTracing } from '../core/tracing.js';
 import { checkMigrated, migrate, type MigrateResult } from '../db/index.js';
 
 const NO_KEYS: EffectKeySecrets = Object.freeze({ active: '', secrets: new Map() });
@@ -53,6 +54,9 @@ export interface OpenOptions {
 export async function openRuntime(options: OpenOptions): Promise<Runtime> {
   const env = options.env ?? process.env;
   const config = options.config ?? loadConfig(env);
+  // Off (no OTLP endpoint in the environment) this loads nothing; on, before the logger, whose lines then carry
+  // the active span's ids.
+  await startTracing(env, options.name);
   const log = createLogger({
     level: config.logLevel,
     name: options.name,
@@ -124,6 +128,7 @@ export async function openRuntime(options: OpenOptions): Promise<Runtime> {
     notifications: config.notifications.destinations.size > 0,
   });
   const close = async (): Promise<void> => {
+    await flushTracing();
     await pool.end().catch(() => undefined);
     await embedded?.stop();
   };

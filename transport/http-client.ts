@@ -32,6 +32,7 @@ import { Agent, buildConnector, errors } from 'undici';
 import { ActionLedgerError, isActionLedgerError } from '../core/errors.js';
 import { parseStrictJson, type JsonObject } from '../core/json.js';
 import { Secret } from '../core/secret.js';
+import { failSpan, injectContext, SpanKind, startSpan, tracingOn, withSpan, type Attributes } from '../core/tracing.js';
 
 export interface MtlsAgentOptions {
   /** PEM trust anchors for the server certificate. Omitted: Node's bundled public roots. */
@@ -54,6 +55,8 @@ export interface MtlsAgentOptions {
 
 export interface RequestOptions {
   headers?: Record<string, string>;
+  /** What the request is, for its span's name (`POST authorize`) while tracing is on. */
+  spanName?: string;
   /** Whole-request bound: connect, send, headers and body. */
   timeoutMs: number;
   /** Largest response body read; more is `unknown` / `oversized`. */
@@ -294,6 +297,46 @@ async function readCapped(body: UndiciResponse['body'], maxBytes: number): Promi
 }
 
 async function exchange(agent: Agent, url: string, ex: Exchange, opts: RequestOptions): Promise<HttpOutcome> {
+  if (!tracingOn()) return send(agent, url, ex, opts);
+  // A CLIENT span by the HTTP conventions, its context sent as `traceparent`: the URL without its query, the
+  // method, the status or the transport's code; never a header or the body.
+  const span = startSpan(`${ex.method} ${opts.spanName ?? 'request'}`, SpanKind.CLIENT, () =>
+    clientAttributes(url, ex),
+  );
+  const headers: Record<string, string> = { ...opts.headers };
+  return withSpan(span, () => {
+    injectContext(headers);
+    return send(agent, url, ex, { ...opts, headers });
+  }).then((outcome) => {
+    if (span !== undefined) {
+      if (outcome.kind === 'response') span.setAttribute('http.response.status_code', outcome.status);
+      else {
+        if (outcome.kind === 'unknown' && outcome.status !== undefined)
+          span.setAttribute('http.response.status_code', outcome.status);
+        failSpan(span, outcome.code);
+      }
+      if (outcome.kind === 'response' && outcome.status >= 400) failSpan(span, String(outcome.status));
+      span.end();
+    }
+    return outcome;
+  });
+}
+
+function clientAttributes(url: string, ex: Exchange): Attributes {
+  try {
+    const u = new URL(url);
+    return {
+      'http.request.method': ex.method,
+      'server.address': u.hostname,
+      'server.port': u.port === '' ? 443 : Number(u.port),
+      'url.full': `${u.protocol}//${u.host}${u.pathname}`,
+    };
+  } catch {
+    return { 'http.request.method': ex.method };
+  }
+}
+
+async function send(agent: Agent, url: string, ex: Exchange, opts: RequestOptions): Promise<HttpOutcome> {
   let target: URL;
   try {
     target = new URL(url);

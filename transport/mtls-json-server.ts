@@ -12,6 +12,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import { Service } from '../core/service.js';
+import { extractContext, failSpan, SpanKind, startSpan, tracingOn, withSpan } from '../core/tracing.js';
 
 /** The server's own certificate and key, and the CA(s) whose client certificates it accepts. */
 export interface ServerTls {
@@ -110,7 +111,31 @@ export abstract class MtlsJsonServer extends Service {
   }
 
   #dispatch(req: IncomingMessage, res: ServerResponse): void {
-    this.handle(req, res).catch((err: unknown) => this.answerFailure(err, res));
+    if (!tracingOn()) {
+      this.handle(req, res).catch((err: unknown) => this.answerFailure(err, res));
+      return;
+    }
+    // A SERVER span continuing the caller's `traceparent` (the dispatcher's authorization or provider request).
+    // Named by the method and the server's kind, never the path: a readback path carries an effect key.
+    const server = this.constructor.name;
+    const parent = extractContext(req.headers);
+    const span = startSpan(
+      `${req.method ?? 'GET'} ${server}`,
+      SpanKind.SERVER,
+      () => ({
+        'http.request.method': req.method ?? 'GET',
+        'url.scheme': 'https',
+        'server.port': this.#port ?? 0,
+        'actionledger.server': server,
+      }),
+      { parent },
+    );
+    res.once('close', () => {
+      span?.setAttribute('http.response.status_code', res.statusCode);
+      if (res.statusCode >= 500) failSpan(span, String(res.statusCode));
+      span?.end();
+    });
+    withSpan(span, () => this.handle(req, res), parent).catch((err: unknown) => this.answerFailure(err, res));
   }
 }
 

@@ -23,6 +23,8 @@ import Fastify, { type FastifyError, type FastifyInstance, type FastifyReply, ty
 import { ActionLedgerError } from '../../core/errors.js';
 import { parseStrictJson } from '../../core/json.js';
 import { authenticateHook } from './auth.js';
+import { registerTracing } from './tracing.js';
+import { tracingOn } from '../../core/tracing.js';
 import { DEFAULT_RETRY_AFTER_S, httpStatus, type ErrorBody } from './errors.js';
 import { frameworkError } from './framework-errors.js';
 import { OpenApiCollector } from './openapi.js';
@@ -90,6 +92,8 @@ export async function buildApi(deps: ApiDeps, options: { https?: Record<string, 
   app.addHook('onRoute', openapi.onRoute);
   setValidation(app);
   setBodyParsing(app, deps);
+  // Only while tracing is on: off, no hook is registered and a request costs nothing more (server/api/tracing.ts).
+  if (tracingOn()) registerTracing(app, options.https !== undefined && options.https !== null);
   app.addHook('onRequest', wellFormedHook);
   app.addHook('preParsing', bodyEncodingHook);
   app.addHook('onRequest', authenticateHook(deps));

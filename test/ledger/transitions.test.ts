@@ -216,10 +216,12 @@ t.test('migrating an existing ledger records provider contact conservatively', a
   try {
     await migrate(client, config.schema, config.schemaQuoted, all.slice(0, 6));
     // Today's ledger reserves on the identity with the tenant (a later migration); an index like it lets it
-    // write into the old schema, and goes before the migrations run.
+    // write into the old schema, and goes before the migrations run. So does the trace context column, which a
+    // later migration adds too (sql/0020_operation_trace_context.sql).
     await client.query(
       'CREATE UNIQUE INDEX test_identity ON actionledger.operations (tenant_id, principal_id, task_id, workflow_step_id)',
     );
+    await client.query('ALTER TABLE actionledger.operations ADD COLUMN trace_context text');
     const rows: [string, OperationStatus, string | null][] = [
       ['pending', 'pending', null],
       ['executing', 'executing', null],
@@ -240,6 +242,7 @@ t.test('migrating an existing ledger records provider contact conservatively', a
       );
     }
     await client.query('DROP INDEX actionledger.test_identity');
+    await client.query('ALTER TABLE actionledger.operations DROP COLUMN trace_context');
     await migrate(client, config.schema, config.schemaQuoted, all);
     const { rows: after } = await client.query<{ workflow_step_id: string; provider_contact: string }>(
       `SELECT workflow_step_id, provider_contact FROM actionledger.operations ORDER BY workflow_step_id`,
