@@ -14,6 +14,8 @@
  *     and `JSON.parse`, bench/transport.ts) at each level, alone (the table part runs both too),
  *   - isolation: a healthy provider's latency alone and beside a hanging one, one dispatcher (bench/isolation.ts),
  *   - rss: one `actionledger dispatcher` process's resident set idle and with 32 in flight (bench/rss.ts),
+ *   - tracing: OpenTelemetry off and on, alternating cells of one workload, and the off hooks' own cost
+ *     (bench/tracing.ts),
  *   - statements: the top statements by execution time, per operation, of one end-to-end run and one library
  *     gate-call run at N = 8 (`--levels` picks another), from pg_stat_statements preloaded in the embedded
  *     cluster (skipped, saying so, on a DATABASE_URL server that does not preload it; bench/statements.ts).
@@ -104,6 +106,7 @@ import { runFleetBench } from './fleet.js';
 import { runIsolationBench } from './isolation.js';
 import { runRssBench } from './rss.js';
 import { runStatementsBench } from './statements.js';
+import { runTracingBench } from './tracing.js';
 import { medianWork, tableLine, workJson, workRow, WORK_HEADER, type PgWork } from './pg-work.js';
 import { transportCell, type TransportResult } from './transport.js';
 import {
@@ -142,6 +145,7 @@ const PARTS = [
   'isolation',
   'rss',
   'statements',
+  'tracing',
 ] as const;
 /** The parts whose tables make up bench/results.md's last run. */
 const MAIN_PARTS = ['table', 'scaling', 'backlog'] as const;
@@ -298,6 +302,15 @@ async function main(): Promise<void> {
       levels: LEVELS,
       hanging: 8,
       limits: LIFECYCLE,
+      rounds: ROUNDS,
+      quietMaxSeconds: QUIET_MAX_MS / 1000,
+      save: SAVE,
+    });
+  if (ONLY.has('tracing'))
+    await runTracingBench({
+      levels: flags.levels === undefined ? (QUICK ? [8] : [1, 8]) : LEVELS,
+      // Enough operations for two identical cells to agree closely: the spread they show is the yardstick.
+      limits: QUICK ? { ops: 400, minMs: 2000, capMs: 4000 } : { ops: 2000, minMs: 5000, capMs: 12_000 },
       rounds: ROUNDS,
       quietMaxSeconds: QUIET_MAX_MS / 1000,
       save: SAVE,

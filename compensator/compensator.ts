@@ -23,6 +23,7 @@ import type { Logger } from '../core/log.js';
 import type { Ledger } from '../ledger/index.js';
 import { compensationArguments } from './mapping.js';
 import { compensatorQueries } from './queries.js';
+import { linkedSpan, SpanKind, withSpan } from '../core/tracing.js';
 
 export interface CompensationSummary {
   minted: number;
@@ -42,6 +43,8 @@ export interface CompensatorOptions {
 
 type OriginalRow = {
   operation_id: string;
+  /** The trace the original was reserved under: the compensation's span links to it. */
+  trace_context?: string | null;
   effect_key: string;
   status: string;
   principal_id: string;
@@ -187,7 +190,17 @@ export class Compensator {
         return 'unchanged' as const;
       }
       check?.(op);
-      return this.#mint(c, op, actor, reason);
+      // The compensation's own span (its reservation, and so its dispatch, continue it), linked to the original's.
+      const span = linkedSpan('compensate', SpanKind.INTERNAL, [op.trace_context], () => ({
+        'actionledger.operation_id': op.operation_id,
+        'actionledger.tool': op.tool_name,
+        'actionledger.tenant': op.tenant_id,
+      }));
+      try {
+        return await withSpan(span, () => this.#mint(c, op, actor, reason));
+      } finally {
+        span?.end();
+      }
     });
     this.#emit(outcome === 'minted' ? 'minted' : outcome === 'escalated' ? 'escalated' : undefined);
     return outcome;

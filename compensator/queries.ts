@@ -78,7 +78,7 @@ export const compensatorQueries = {
 
   lockOriginal: `
     SELECT operation_id, effect_key, status, principal_id, task_id, workflow_step_id, tool_name, tenant_id,
-           provider_receipt, arguments_json, current_policy_version, attempt, review_reason
+           provider_receipt, arguments_json, current_policy_version, attempt, review_reason, trace_context
     FROM @schema.operations WHERE operation_id = $1 FOR UPDATE`,
 
   compensationOf: `SELECT compensation_operation_id FROM @schema.compensations WHERE original_operation_id = $1`,

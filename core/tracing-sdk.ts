@@ -44,7 +44,9 @@ export function samplerFromEnv(env: NodeJS.ProcessEnv): Sampler {
 }
 
 export function startSdk(env: NodeJS.ProcessEnv, part: string): TracingSdk {
-  // The SDK's own complaints (an exporter that cannot reach its collector) as single lines on stderr, warnings up.
+  // The SDK's own complaints (an exporter that cannot reach its collector) as single lines on stderr, warnings up;
+  // one logger, also when the SDK is started again in one process (the benchmark's alternating cells).
+  diag.disable();
   diag.setLogger(
     {
       error: (m) => process.stderr.write(`opentelemetry: ${m}\n`),

@@ -89,6 +89,12 @@ export function enableTracing(): void {
   tracer = trace.getTracer('actionledger');
 }
 
+/** Stops recording spans in this process (the benchmark's alternating cells); what is registered stays. */
+export function disableTracing(): void {
+  on = false;
+  tracer = undefined;
+}
+
 const headerGetter: TextMapGetter<Record<string, string | string[] | undefined>> = {
   keys: (carrier) => Object.keys(carrier),
   get: (carrier, key) => carrier[key],
@@ -251,6 +257,13 @@ export function linkedSpan(
   if (!on) return undefined;
   const links = stored.map(parseTraceContext).filter((c): c is SpanContext => c !== null);
   return startSpan(name, kind, attributes, { links });
+}
+
+/** Links the active span to an operation's stored trace (a review action, once it has read the operation). */
+export function linkActiveSpan(stored: string | null | undefined): void {
+  if (!on) return;
+  const sc = parseTraceContext(stored);
+  if (sc !== null) trace.getActiveSpan()?.addLink({ context: sc });
 }
 
 /** The active span's ids for a log line (pino's mixin); empty when none records. */

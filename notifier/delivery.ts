@@ -314,6 +314,7 @@ export class NotificationDelivery extends Service {
     const headers = standardWebhookHeaders(e.event_id, Math.floor(Date.now() / 1000), body, client.webhookSecrets);
     const out = await postJson(client.agent, d.url, {
       body,
+      spanName: 'notification',
       headers: { ...headers, 'content-type': 'application/json' },
       timeoutMs: limits.timeoutMs,
       maxBytes: limits.maxResponseBytes,

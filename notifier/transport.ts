@@ -162,6 +162,7 @@ export async function slackCall(
   if (d.type !== 'slack' || client.slack === null) return { ok: false, retry: false, error: 'not_slack' };
   const out: HttpOutcome = await postJson(client.agent, `${d.apiBaseUrl}/${method}`, {
     body: JSON.stringify(body),
+    spanName: 'slack',
     headers: {
       'content-type': 'application/json; charset=utf-8',
       authorization: `Bearer ${client.slack.botToken.reveal().toString('utf8')}`,

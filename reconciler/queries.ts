@@ -79,7 +79,7 @@ export const reconcilerQueries = {
   lockCandidate: `
     SELECT l.operation_id, l.status, l.claim_token, l.claimed_by, l.attempt, l.effect_key, l.tool_name,
            l.provider_id, l.tenant_id, l.canonical_args_sha256, l.reconcile_attempts, l.result_json,
-           l.dispatch_releases
+           l.dispatch_releases, l.trace_context
     FROM @schema.operations l
     LEFT JOIN @schema.workers w ON w.worker_id = l.claimed_by
     WHERE l.operation_id = $2 AND l.status = $3 AND l.claim_token IS NOT DISTINCT FROM $4::uuid
@@ -205,7 +205,7 @@ export const reviewQueries = {
 
   lock: `
     SELECT operation_id, status, review_reason, provider_contact, attempt, tool_name, tenant_id, principal_id, task_id,
-           workflow_step_id, provider_receipt
+           workflow_step_id, provider_receipt, trace_context
     FROM @schema.operations WHERE operation_id = $1 FOR UPDATE`,
 
   /**

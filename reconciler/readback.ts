@@ -59,6 +59,7 @@ export async function readback(
   if (credential !== null) headers.authorization = `Bearer ${credential.reveal().toString('utf8')}`;
   const http = await gatedGetJson(agent, url, {
     headers,
+    spanName: 'readback',
     timeoutMs: profile.providerHttpTimeoutMs,
     maxBytes: profile.providerResponseMaxBytes,
   });

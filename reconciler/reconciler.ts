@@ -32,6 +32,7 @@ import type { DispatchProfile } from '../protocol/index.js';
 import type { ReconcileMetrics } from './metrics.js';
 import { reconcilerQueries } from './queries.js';
 import { readback, readbackUrl, type Readback } from './readback.js';
+import { errorType, failSpan, linkedSpan, SpanKind, withSpan, type Span } from '../core/tracing.js';
 import { backoffMs, releaseDelayMs } from '../core/retry.js';
 
 /** Added to twice the provider timeout when waiting out a request that may still be inside the provider. */
@@ -83,6 +84,7 @@ type Locked = Candidate & {
   canonical_args_sha256: string;
   reconcile_attempts: number;
   dispatch_releases: number;
+  trace_context: string | null;
 };
 
 export class Reconciler {
@@ -176,6 +178,7 @@ export class Reconciler {
   async #one(c: Candidate, summary: ReconcileSummary): Promise<void> {
     const client = await this.#o.pool.connect();
     let broken: Error | undefined;
+    let span: Span | undefined;
     try {
       await client.query('BEGIN');
       const { rows } = await client.query<Locked>(this.#q.lockCandidate, [
@@ -191,6 +194,14 @@ export class Reconciler {
         return;
       }
       summary.examined++;
+      // Its own trace (a pass is no part of the call's), linked to the operation's: the readback request is
+      // this span's child.
+      span = linkedSpan('reconcile operation', SpanKind.INTERNAL, [op.trace_context], () => ({
+        'actionledger.operation_id': op.operation_id,
+        'actionledger.tool': op.tool_name,
+        'actionledger.tenant': op.tenant_id,
+        'actionledger.from_status': op.status,
+      }));
       if (op.status === 'executing' && op.claim_token !== null) {
         const released = await this.#releaseUnsent(client, op);
         if (released !== null) {
@@ -206,7 +217,7 @@ export class Reconciler {
           return;
         }
       }
-      const result = await this.#readback(op);
+      const result = await withSpan(span, () => this.#readback(op));
       this.#o.metrics.checks.inc({
         provider: op.provider_id,
         outcome: result.contract === undefined ? result.outcome : 'no_contract',
@@ -214,6 +225,7 @@ export class Reconciler {
       this.#o.crash?.reach('reconcile_after_readback');
       const to = await this.#apply(client, op, result);
       await client.query('COMMIT');
+      span?.setAttributes({ 'actionledger.to_status': to, 'actionledger.readback': result.outcome });
       this.#o.crash?.reach('reconcile_after_commit');
       if (to !== op.status) this.#o.metrics.transitions.inc({ from: op.status, to });
       if (to === 'succeeded') summary.succeeded++;
@@ -233,9 +245,11 @@ export class Reconciler {
       );
     } catch (err) {
       broken = err as Error;
+      failSpan(span, errorType(err));
       await client.query('ROLLBACK').catch(() => undefined);
       throw err;
     } finally {
+      span?.end();
       client.release(broken);
     }
   }

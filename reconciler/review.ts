@@ -19,6 +19,7 @@ import { outboxChannel } from '../ledger/index.js';
 import { providerHasNoEffect, type ProviderContact } from '../ledger/index.js';
 import { AuditWriter } from '../gate/index.js';
 import { reviewQueries } from './queries.js';
+import { inSpan, linkActiveSpan, SpanKind } from '../core/tracing.js';
 
 export interface ReviewInput {
   /** Who: a person or system identity, recorded in the history. */
@@ -90,6 +91,8 @@ export type LockedOperation = {
   provider_contact: ProviderContact;
   attempt: number;
   tool_name: string;
+  /** The trace it was reserved under (sql/0020_operation_trace_context.sql), linked from the action's span. */
+  trace_context?: string | null;
 };
 type Locked = LockedOperation;
 
@@ -241,7 +244,13 @@ export class Review {
         foreign = true;
         throw new ActionLedgerError('not_found', 'no such operation');
       }
-      const r = await run();
+      // The action's span (a child of the request that asked for it), linked to the operation's trace by #lock.
+      const r = await inSpan(
+        `review ${action}`,
+        SpanKind.INTERNAL,
+        () => ({ 'actionledger.operation_id': operationId, 'actionledger.review_action': action }),
+        () => run(),
+      );
       await write('ok', {
         why: printable(input?.reason),
         from: r.from,
@@ -375,6 +384,7 @@ export class Review {
     const { rows } = await c.query<Locked>(this.#q.lock, [operationId]);
     const op = rows[0];
     if (op === undefined) throw new ActionLedgerError('not_found', 'no such operation');
+    linkActiveSpan(op.trace_context);
     return op;
   }
 
