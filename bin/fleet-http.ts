@@ -19,6 +19,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ActionLedgerError } from '../core/errors.js';
 import type { Logger } from '../core/log.js';
+import { OPENMETRICS_CONTENT_TYPE } from '../core/metrics.js';
 import type { Runtime } from '../runtime/index.js';
 import { FleetMetrics } from './fleet-metrics.js';
 import {
@@ -85,7 +86,7 @@ export class FleetHttp {
     const m = toParent(raw);
     if (m === null) return;
     if (m.type === HEALTH_ASK) this.#tell(worker, this.#options.health());
-    else if (m.type === METRICS_ASK) void this.#answerMetrics(worker, m.id);
+    else if (m.type === METRICS_ASK) void this.#answerMetrics(worker, m.id, m.openMetrics === true);
     else if (m.type === SERVING) {
       this.#served.add(slot);
       this.#address ??= { address: m.address, port: m.port };
@@ -140,15 +141,16 @@ export class FleetHttp {
     }
   }
 
-  async #answerMetrics(worker: Worker, id: number): Promise<void> {
+  async #answerMetrics(worker: Worker, id: number, openMetrics: boolean): Promise<void> {
     const rt = this.#options.runtime;
     let answer: MetricsAnswer;
     try {
       await this.#options
         .beforeScrape()
         .catch((err: unknown) => this.#options.log.warn({ err }, 'scrape-time gauges failed'));
-      const body = await this.#metrics.exposition(() => rt.metrics.asJson());
-      answer = { type: METRICS_ANSWER, id, contentType: rt.metrics.registry.contentType, body };
+      const body = await this.#metrics.exposition(() => rt.metrics.asJson(), openMetrics);
+      const contentType = openMetrics ? OPENMETRICS_CONTENT_TYPE : rt.metrics.registry.contentType;
+      answer = { type: METRICS_ANSWER, id, contentType, body };
     } catch (err) {
       this.#options.log.error({ err }, 'the fleet exposition failed');
       answer = { type: METRICS_ANSWER, id, contentType: '', body: '', error: (err as Error).message };

@@ -44,6 +44,8 @@ export interface HealthAsk {
 export interface MetricsAsk {
   type: typeof METRICS_ASK;
   id: number;
+  /** The OpenMetrics exposition (with exemplars) instead of the text format. */
+  openMetrics?: boolean;
 }
 
 export interface MetricsAnswer {
@@ -135,7 +137,7 @@ export class ParentChannel {
   }
 
   /** The fleet's exposition, from the parent. Rejects when the parent does not answer in time or failed. */
-  metrics(): Promise<{ contentType: string; body: string }> {
+  metrics(o: { openMetrics: boolean } = { openMetrics: false }): Promise<{ contentType: string; body: string }> {
     const id = this.#next++;
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => finish(null), METRICS_ASK_WAIT_MS);
@@ -147,7 +149,7 @@ export class ParentChannel {
         else resolve({ contentType: answer.contentType, body: answer.body });
       };
       this.#waiting.set(id, finish);
-      if (!this.send({ type: METRICS_ASK, id })) finish(null);
+      if (!this.send({ type: METRICS_ASK, id, openMetrics: o.openMetrics })) finish(null);
     });
   }
 

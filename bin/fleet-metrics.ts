@@ -16,6 +16,7 @@
  * its constructor installs a listener that would take these answers for requests of its own.
  */
 import cluster, { type Worker } from 'node:cluster';
+import { openMetricsText } from '../core/metrics.js';
 import { AggregatorRegistry, Gauge, type MetricObjectWithValues, type MetricValue, type Registry } from 'prom-client';
 
 const GET_METRICS_REQ = 'prom-client:getMetricsReq';
@@ -63,16 +64,19 @@ export class FleetMetrics {
    * cannot be merged (a metric of one name with two types) are left out, all of them. Never rejects for the
    * workers; rejects only when `own()` does.
    */
-  async exposition(own: () => Promise<WorkerMetrics>): Promise<string> {
+  async exposition(own: () => Promise<WorkerMetrics>, openMetrics = false): Promise<string> {
     const workers = Object.values(cluster.workers ?? {}).filter((w): w is Worker => w !== undefined && w.isConnected());
     const answers = workers.length === 0 ? [] : await this.#ask(workers);
     this.#missing.set(workers.length - answers.length);
     const mine = await own();
     try {
+      // OpenMetrics (asked for by the scraper): the same merge, with the histograms' exemplars put back.
+      if (openMetrics) return await openMetricsText([mine, ...answers]);
       return await AggregatorRegistry.aggregate([mine, ...answers]).metrics();
     } catch {
       // Better the parent's alone than a failed scrape.
       this.#missing.set(workers.length);
+      if (openMetrics) return await openMetricsText([await own()]);
       return await AggregatorRegistry.aggregate([await own()]).metrics();
     }
   }

@@ -70,7 +70,7 @@ export async function serveHttp(
         const parent = channel.health;
         return { error: parent.error, stopping: parent.stopping || stopping };
       },
-      metrics: () => channel.metrics(),
+      metrics: (o) => channel.metrics(o),
       ...(w.peerDir === undefined ? {} : { mcpPeers: peersIn(w.peerDir, w.slot) }),
     });
     await http.start();

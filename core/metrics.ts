@@ -3,6 +3,7 @@
  * One registry per process; the fleet's parent aggregates its workers' registries.
  */
 import {
+  AggregatorRegistry,
   Counter,
   Gauge,
   Histogram,
@@ -13,6 +14,9 @@ import {
 } from 'prom-client';
 
 export type CollectFn = () => Promise<void>;
+
+/** The OpenMetrics exposition's content type (what `/metrics` answers a scraper that asks for it). */
+export const OPENMETRICS_CONTENT_TYPE: string = Registry.OPENMETRICS_CONTENT_TYPE;
 
 /** What the ledger-wide gauges are set from at scrape time (the ledger's status). */
 export interface LedgerReading {
@@ -43,8 +47,18 @@ export interface FleetReading {
   workers: readonly { worker: string; heartbeat_age_s: number }[];
 }
 
+/**
+ * The process registry: its JSON (what a fleet worker answers its parent, what {@link Metrics.asJson} reads) carries
+ * the histograms' exemplars recorded beside it (recordExemplar); its text exposition is prom-client's own.
+ */
+class ExemplarRegistry extends Registry {
+  override async getMetricsAsJSON(): Promise<MetricObjectWithValues<MetricValue<string>>[]> {
+    return withExemplars(this, await super.getMetricsAsJSON());
+  }
+}
+
 export class Metrics {
-  readonly registry = new Registry();
+  readonly registry: Registry = new ExemplarRegistry();
   /**
    * The gauges read from the database at scrape time, exposed only while that read answers: during an outage
    * they are absent, never a stale or zero reading (an empty outbox would look healthy and resolve the alerts
@@ -175,10 +189,18 @@ export class Metrics {
     return this.#ledgerRead ? `${own}\n${await this.ledgerGauges.metrics()}` : own;
   }
 
-  /** What {@link exposition} shows, as prom-client's JSON (for merging with other processes' metrics). */
+  /**
+   * What {@link exposition} shows, as prom-client's JSON (for merging with other processes' metrics), with the
+   * histograms' exemplars (recordExemplar) on their buckets.
+   */
   async asJson(): Promise<MetricObjectWithValues<MetricValue<string>>[]> {
     const own = await this.registry.getMetricsAsJSON();
     return this.#ledgerRead ? [...own, ...(await this.ledgerGauges.getMetricsAsJSON())] : own;
+  }
+
+  /** The OpenMetrics exposition of {@link exposition}'s metrics, with exemplars. */
+  async openMetrics(): Promise<string> {
+    return openMetricsText([await this.asJson()]);
   }
 }
 
@@ -217,4 +239,89 @@ function fleetGauges(registers: Registry[]): Metrics['fleetGauges'] {
       registers,
     }),
   };
+}
+
+/**
+ * Histogram exemplars: the trace id of a sampled operation beside the bucket its observation fell in, shown only in
+ * the OpenMetrics exposition (`Accept: application/openmetrics-text`); the default text format is unchanged.
+ * prom-client's own exemplars need an OpenMetrics registry (which changes the text format), so this records them
+ * beside the registry instead: one, the latest, per series and bucket, and only while tracing is on.
+ */
+interface StoredExemplar {
+  metricName: string;
+  labels: Record<string, string>;
+  exemplar: { labelSet: Record<string, string>; value: number; timestamp: number };
+}
+
+const exemplarStores = new WeakMap<Registry, Map<string, StoredExemplar>>();
+
+/** Records `traceId` as the exemplar of the bucket `value` falls in, for histogram `name` of `registry`. */
+export function recordExemplar(
+  registry: Registry,
+  name: string,
+  buckets: readonly number[],
+  labels: Record<string, string>,
+  value: number,
+  traceId: string,
+): void {
+  let store = exemplarStores.get(registry);
+  if (store === undefined) {
+    store = new Map();
+    exemplarStores.set(registry, store);
+  }
+  const bound = buckets.find((b) => value <= b);
+  const le = bound === undefined ? '+Inf' : String(bound);
+  const key = `${name}\u0000${JSON.stringify(labels)}\u0000${le}`;
+  store.set(key, {
+    metricName: `${name}_bucket`,
+    labels: { ...labels, le },
+    exemplar: { labelSet: { trace_id: traceId }, value, timestamp: Date.now() / 1000 },
+  });
+}
+
+type JsonValue = MetricValue<string> & { metricName?: string; exemplar?: StoredExemplar['exemplar'] };
+
+const sameLabels = (want: Record<string, string>, have: Record<string, unknown>): boolean =>
+  Object.entries(want).every(([k, v]) => String(have[k]) === v);
+
+/** Puts the registry's recorded exemplars on its JSON (what a fleet worker sends its parent). */
+function withExemplars(
+  registry: Registry,
+  json: MetricObjectWithValues<MetricValue<string>>[],
+): MetricObjectWithValues<MetricValue<string>>[] {
+  const store = exemplarStores.get(registry);
+  if (store === undefined || store.size === 0) return json;
+  for (const ex of store.values())
+    for (const metric of json)
+      for (const v of metric.values as JsonValue[])
+        if (v.metricName === ex.metricName && sameLabels(ex.labels, v.labels)) v.exemplar = ex.exemplar;
+  return json;
+}
+
+/**
+ * The OpenMetrics exposition of processes' metrics (`inputs`, each one process's JSON): merged as the text one is
+ * (prom-client's aggregation), with each series' exemplar, which that aggregation drops, put back.
+ */
+export async function openMetricsText(inputs: MetricObjectWithValues<MetricValue<string>>[][]): Promise<string> {
+  // prom-client takes the registry's content type as a second argument its types leave out.
+  const aggregate = AggregatorRegistry as unknown as { aggregate(m: typeof inputs, type: string): Registry };
+  const merged = aggregate.aggregate(inputs, Registry.OPENMETRICS_CONTENT_TYPE);
+  const found = new Map<string, JsonValue['exemplar']>();
+  const key = (v: JsonValue): string => `${v.metricName ?? ''}\u0000${JSON.stringify(v.labels)}`;
+  for (const metrics of inputs)
+    for (const metric of metrics)
+      for (const v of metric.values as JsonValue[]) {
+        if (v.exemplar === undefined || v.exemplar === null) continue;
+        const had = found.get(key(v));
+        if (had === undefined || had.timestamp < v.exemplar.timestamp) found.set(key(v), v.exemplar);
+      }
+  if (found.size > 0)
+    for (const metric of merged.getMetricsAsArray()) {
+      const got = (await (metric as unknown as { get(): unknown }).get()) as { values: JsonValue[] };
+      for (const v of got.values) {
+        const ex = found.get(key(v));
+        if (ex !== undefined) v.exemplar = ex;
+      }
+    }
+  return merged.metrics();
 }

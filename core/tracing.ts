@@ -275,6 +275,13 @@ export function traceLogFields(): { trace_id?: string; span_id?: string } {
   return { trace_id: sc.traceId, span_id: sc.spanId };
 }
 
+/** `span`'s trace id when it is sampled (a histogram exemplar's label), or undefined (no span: tracing off). */
+export function sampledTraceIdOf(span: Span | undefined): string | undefined {
+  if (span === undefined) return undefined;
+  const sc = span.spanContext();
+  return (sc.traceFlags & TraceFlags.SAMPLED) !== 0 ? sc.traceId : undefined;
+}
+
 /** The active span's trace id when it is sampled (a histogram exemplar's label), or undefined. */
 export function sampledTraceId(): string | undefined {
   if (!on) return undefined;

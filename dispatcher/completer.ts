@@ -25,6 +25,7 @@ import type { Outcome } from './executor.js';
 import { untilWritten, WorkerHalted } from './persist.js';
 import { releaseDelayMs } from '../core/retry.js';
 import type { ClaimedOperation, DispatchItem, DispatchStage, FinalCheck } from './types.js';
+import { sampledTraceIdOf } from '../core/tracing.js';
 
 /** Past the backoff, the wake-up that claims a released operation again waits this much more (the clocks differ). */
 const RELEASE_WAKE_MARGIN_MS = 50;
@@ -293,7 +294,11 @@ export class Completer {
   /** The attempt's enqueue-to-outcome time: its queue wait (database clock) plus this worker's time since the claim. */
   #observeOutcome(op: ClaimedOperation, outcome: string): void {
     const since = op.claimed_at_ms === undefined ? 0 : (performance.now() - op.claimed_at_ms) / 1000;
-    this.#ctx.o.metrics.enqueueToOutcome.observe({ provider: op.provider_id, outcome }, op.queued_s + since);
+    this.#ctx.o.metrics.observeEnqueueToOutcome(
+      { provider: op.provider_id, outcome },
+      op.queued_s + since,
+      sampledTraceIdOf(op.span),
+    );
   }
 
   lost(op: ClaimedOperation, stage: DispatchStage): void {

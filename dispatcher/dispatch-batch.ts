@@ -40,6 +40,7 @@ import { callProvider, classify, type Outcome } from './executor.js';
 import { guardExternalWrite, withExternalWrites } from '../transport/index.js';
 import { evidenceValues, evidenceVerdict, type EvidenceRow, type EvidenceVerdict } from './evidence.js';
 import type { DispatchItem, FinalCheck } from './types.js';
+import { sampledTraceIdOf } from '../core/tracing.js';
 
 /** One outcome written on its own under the batch's locks: 40 ms, doubling to 320 ms, five tries in all. */
 const OUTCOME_RETRY_POLICY: RetryPolicy = {
@@ -355,7 +356,9 @@ export class DispatchBatch {
         op.operation_id,
       );
     } finally {
-      endProvider();
+      const seconds = endProvider();
+      if (op.span !== undefined)
+        o.metrics.providerExemplar({ provider: op.provider_id }, seconds, sampledTraceIdOf(op.span));
     }
     o.crash.reach('after_response_before_outcome');
     return classify(http, route);

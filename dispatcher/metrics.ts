@@ -1,5 +1,9 @@
 /** The dispatcher's Prometheus metrics, registered on the process registry. */
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import { recordExemplar } from '../core/metrics.js';
+
+const PROVIDER_BUCKETS = [0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+const ENQUEUE_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900];
 
 const byRegistry = new WeakMap<Registry, DispatchMetrics>();
 
@@ -70,7 +74,7 @@ export class DispatchMetrics {
       name: 'actionledger_provider_request_duration_seconds',
       help: 'Provider request time, from send to classified outcome.',
       labelNames: ['provider'],
-      buckets: [0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+      buckets: PROVIDER_BUCKETS,
       registers,
     });
     this.inFlight = new Gauge({
@@ -94,8 +98,38 @@ export class DispatchMetrics {
       name: 'actionledger_dispatch_enqueue_to_outcome_seconds',
       help: "From an attempt's entry into the outbox to the outcome this worker wrote (the queue wait by the database's clock, then the dispatch by the worker's), by provider and outcome.",
       labelNames: ['provider', 'outcome'],
-      buckets: [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900],
+      buckets: ENQUEUE_BUCKETS,
       registers,
     });
+    this.#registry = registry;
+  }
+
+  readonly #registry: Registry;
+
+  /** Observes a dispatch's enqueue-to-outcome time; with a sampled trace id, that trace is its bucket's exemplar. */
+  observeEnqueueToOutcome(labels: { provider: string; outcome: string }, seconds: number, traceId?: string): void {
+    this.enqueueToOutcome.observe(labels, seconds);
+    if (traceId !== undefined)
+      recordExemplar(
+        this.#registry,
+        'actionledger_dispatch_enqueue_to_outcome_seconds',
+        ENQUEUE_BUCKETS,
+        labels,
+        seconds,
+        traceId,
+      );
+  }
+
+  /** Records a provider request's time (observed by its timer) as its trace's exemplar. */
+  providerExemplar(labels: { provider: string }, seconds: number, traceId: string | undefined): void {
+    if (traceId !== undefined)
+      recordExemplar(
+        this.#registry,
+        'actionledger_provider_request_duration_seconds',
+        PROVIDER_BUCKETS,
+        labels,
+        seconds,
+        traceId,
+      );
   }
 }

@@ -43,7 +43,7 @@ export interface HttpServerOptions {
    */
   gate?: Gate;
   /** Collects the metrics to expose (the fleet aggregates its workers'); defaults to this process's registry. */
-  metrics?: () => Promise<{ contentType: string; body: string }>;
+  metrics?: (o: { openMetrics: boolean }) => Promise<{ contentType: string; body: string }>;
   /** Refreshes the gauges read at scrape time. */
   beforeScrape?: () => Promise<void>;
   /** See {@link ApiDeps.health}. */

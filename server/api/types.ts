@@ -37,7 +37,7 @@ export interface ApiDeps {
   /** This process's metrics (the audit-lost counter; the API's request counters). */
   metrics?: Metrics;
   /** The exposition `/metrics` serves (the fleet aggregates its workers'); defaults to `metrics`'. */
-  exposition?: () => Promise<{ contentType: string; body: string }>;
+  exposition?: (o: { openMetrics: boolean }) => Promise<{ contentType: string; body: string }>;
   /** Refreshes the gauges read at scrape time. */
   beforeScrape?: () => Promise<void>;
   /**

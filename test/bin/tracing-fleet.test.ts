@@ -193,8 +193,8 @@ t.test('start --workers 2 with OTLP export: one trace from the call to the provi
 
   const shown = await runCli(['show', operationId, '--json'], env);
   t.equal((lastJson(shown.stdout).operation as Record<string, unknown>).trace_id, traceId, 'show: the trace id');
-  const text = await runCli(['show', operationId], env);
-  t.match(text.stdout, new RegExp(`trace_id\\s+"?${traceId}`), 'show prints it');
+  const shownText = await runCli(['show', operationId], env);
+  t.match(shownText.stdout, new RegExp(`trace_id\\s+"?${traceId}`), 'show prints it');
 
   // Not sampled by the caller: the parentbased sampler records nothing of it, in any process. A sampled call
   // made after it, once its spans have all arrived, shows that the exports after the unsampled one came in.
@@ -214,6 +214,24 @@ t.test('start --workers 2 with OTLP export: one trace from the call to the provi
     quiet,
     'its context is still stored (the dispatcher follows the caller’s decision)',
   );
+
+  // Exemplars: the dispatch latency histograms name sampled traces, in the OpenMetrics exposition only.
+  const open = await call(http, 'GET', '/metrics', { accept: 'application/openmetrics-text; version=1.0.0' });
+  t.match(open.body, /# EOF\n$/, 'OpenMetrics when asked for');
+  const exemplars = [
+    ...open.body.matchAll(
+      /^actionledger_dispatch_enqueue_to_outcome_seconds_bucket\{[^}]*\} \d+ # \{trace_id="([0-9a-f]{32})"\}/gm,
+    ),
+  ].map((m) => m[1]);
+  t.ok(exemplars.length > 0, 'the enqueue-to-outcome buckets carry exemplars');
+  t.ok(
+    exemplars.every((id) => id === traceId || id === after),
+    'each the trace id of a sampled call, never the unsampled one',
+  );
+  t.match(open.body, /^actionledger_provider_request_duration_seconds_bucket\{[^}]*\} \d+ # \{trace_id="/m);
+  const text = await call(http, 'GET', '/metrics', {});
+  t.notMatch(text.body, /# \{trace_id=|# EOF/, 'the default text format is unchanged: no exemplars');
+  t.match(text.body, /^actionledger_dispatch_enqueue_to_outcome_seconds_bucket\{/m);
 
   process.kill(service.pid, 'SIGTERM');
   t.match(await service.exited, { code: 0 }, 'SIGTERM: exit 0');

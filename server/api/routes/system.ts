@@ -11,6 +11,7 @@
 import type { FastifyInstance } from 'fastify';
 import { API_CAPABILITIES } from '../../../config/index.js';
 import { asActionLedgerError } from '../../../core/errors.js';
+import { OPENMETRICS_CONTENT_TYPE } from '../../../core/metrics.js';
 import { checkMigrated, readMigrations } from '../../../db/index.js';
 import { callerOf, holds } from '../auth.js';
 import type { ApiDeps } from '../types.js';
@@ -93,23 +94,40 @@ function registerMetrics(app: FastifyInstance, deps: ApiDeps): void {
       config: { public: true, operationId: 'getMetrics', errors: [] },
       schema: { summary: 'Prometheus exposition', tags: ['system'] },
     },
-    async (_request, reply) => {
+    async (request, reply) => {
       await (deps.beforeScrape ?? (() => Promise.resolve()))().catch((err: unknown) =>
         deps.log.warn({ err }, 'scrape-time gauges failed'),
       );
+      // The text format unless the scraper asks for OpenMetrics (Prometheus does when exemplars are on): only
+      // that one carries the histograms' exemplars (trace ids).
+      const openMetrics = acceptsOpenMetrics(request.headers.accept);
       const exposition =
         deps.exposition ??
-        (async () => ({
-          contentType: deps.metrics?.registry.contentType ?? 'text/plain',
-          body: (await deps.metrics?.exposition()) ?? '',
-        }));
-      const { contentType, body } = await exposition();
+        (async ({ openMetrics }: { openMetrics: boolean }) =>
+          openMetrics && deps.metrics !== undefined
+            ? { contentType: OPENMETRICS_CONTENT_TYPE, body: await deps.metrics.openMetrics() }
+            : {
+                contentType: deps.metrics?.registry.contentType ?? 'text/plain',
+                body: (await deps.metrics?.exposition()) ?? '',
+              });
+      const { contentType, body } = await exposition({ openMetrics });
       return reply
         .type(contentType)
         .serializer((s: unknown) => String(s))
         .send(body);
     },
   );
+}
+
+/** Whether an Accept header lists OpenMetrics text with a quality above 0 (its parameters otherwise ignored). */
+export function acceptsOpenMetrics(accept: string | undefined): boolean {
+  if (accept === undefined) return false;
+  return accept.split(',').some((range) => {
+    const [type, ...params] = range.split(';').map((p) => p.trim().toLowerCase());
+    if (type !== 'application/openmetrics-text') return false;
+    const q = params.find((p) => p.startsWith('q='));
+    return q === undefined || Number(q.slice(2)) > 0;
+  });
 }
 
 const statusResponse = {
