@@ -14,6 +14,7 @@ import { ReconcileMetrics } from '../../reconciler/metrics.js';
 import type { Pool } from '../../db/db.js';
 import { createLogger } from '../../core/log.js';
 import { WriteProbe } from '../../server/write-probe.js';
+import { parse } from 'yaml';
 
 const root = join(import.meta.dirname, '..', '..', '..');
 
@@ -178,4 +179,30 @@ t.test('every metric a panel names is exposed by the service or recorded by a ru
   const alerts = readFileSync(join(root, 'deploy', 'prometheus', 'alerts.yml'), 'utf8');
   for (const m of new Set([...alerts.matchAll(/\bactionledger_[a-z_]+/g)].map((x) => x[0])))
     t.ok(used.has(m), `${m} (alerted on) has a panel`);
+});
+
+t.test('a latency panel shows exemplars, and the provisioned Prometheus links their trace_id to the traces', (t) => {
+  const exemplarPanels = queries.filter((p) => (p.targets ?? []).some((q) => (q as { exemplar?: boolean }).exemplar));
+  t.ok(exemplarPanels.length >= 1, 'a panel asks for exemplars');
+  for (const p of exemplarPanels)
+    for (const q of p.targets ?? [])
+      t.match(q.expr, /actionledger_(provider_request_duration|dispatch_enqueue_to_outcome)_seconds_bucket/, p.title);
+  const sources = parse(readFileSync(join(root, 'deploy', 'grafana', 'datasources.yaml'), 'utf8')) as {
+    datasources: { uid: string; type: string; jsonData?: { exemplarTraceIdDestinations?: unknown[] } }[];
+  };
+  const prometheus = sources.datasources.find((d) => d.type === 'prometheus');
+  const destinations = (prometheus?.jsonData?.exemplarTraceIdDestinations ?? []) as {
+    name: string;
+    datasourceUid: string;
+  }[];
+  t.same(
+    destinations.map((d) => d.name),
+    ['trace_id'],
+    'the exemplar label the service writes (core/metrics.ts recordExemplar)',
+  );
+  t.ok(
+    sources.datasources.some((d) => d.uid === destinations[0]?.datasourceUid && d.type === 'tempo'),
+    'it opens in the provisioned Tempo',
+  );
+  t.end();
 });
