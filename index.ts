@@ -11,6 +11,8 @@ export { loadConfig, compileConfig, type Config, type ToolRoute } from './config
 export { openRuntime, type Runtime } from './runtime/index.js';
 export { migrate, readMigrations } from './db/index.js';
 export { OPERATION_STATUSES, type OperationStatus, type TrustedContext } from './core/types.js';
+// Tracing (docs/observability.md): started from the OTEL_* environment, or enabled over a caller's own SDK.
+export { enableTracing, flushTracing, startTracing, tracingOn } from './core/tracing.js';
 export {
   EffectKeyer,
   Ledger,
