@@ -8,7 +8,7 @@ import { bindQueries, prepared, SQLSTATE, sqlState, type Pool, type Queryable } 
 import { ActionLedgerError, asActionLedgerError } from '../core/errors.js';
 import { canonicalArguments, sha256Hex } from '../core/json.js';
 import { identifierProblem } from '../core/identifier.js';
-import { activeTraceContext, inSpan, SpanKind, type Attributes } from '../core/tracing.js';
+import { activeTraceContext, inSpan, SpanKind, tracingOn, type Attributes } from '../core/tracing.js';
 import { TRUSTED_CONTEXT_FIELDS, type OperationStatus, type TrustedContext } from '../core/types.js';
 import type { EffectKeyer } from './effect-key.js';
 import { ledgerStatus, showOperation, type HistoryRow, type LedgerStatus } from './inspect.js';
@@ -168,28 +168,29 @@ export class Ledger {
    * caller's transaction is failed anyway, and the caller decides (retry a serialization failure, roll back
    * to a savepoint) from the SQLSTATE.
    */
-  async reserve(
-    context: TrustedContext,
-    tool: string,
-    args: unknown,
-    options: ReserveOptions = {},
-  ): Promise<Reservation> {
+  reserve(context: TrustedContext, tool: string, args: unknown, options: ReserveOptions = {}): Promise<Reservation> {
+    // Off, the reservation itself and nothing more (no span, no closure).
+    if (!tracingOn()) return this.#reserve(context, tool, args, options);
     return inSpan(
       'reserve',
       SpanKind.CLIENT,
       () => reserveAttributes(tool),
       async (span) => {
-        const attempt = this.#prepare(context, tool, args, options);
-        try {
-          const r = (await this.#insert(attempt, options)) ?? (await this.#replay(attempt));
-          span?.setAttributes({ 'actionledger.operation_id': r.operation_id, 'actionledger.created': r.created });
-          return r;
-        } catch (err) {
-          if (err instanceof ActionLedgerError || options.client !== undefined) throw err;
-          throw asActionLedgerError(err);
-        }
+        const r = await this.#reserve(context, tool, args, options);
+        span?.setAttributes({ 'actionledger.operation_id': r.operation_id, 'actionledger.created': r.created });
+        return r;
       },
     );
+  }
+
+  async #reserve(context: TrustedContext, tool: string, args: unknown, options: ReserveOptions): Promise<Reservation> {
+    const attempt = this.#prepare(context, tool, args, options);
+    try {
+      return (await this.#insert(attempt, options)) ?? (await this.#replay(attempt));
+    } catch (err) {
+      if (err instanceof ActionLedgerError || options.client !== undefined) throw err;
+      throw asActionLedgerError(err);
+    }
   }
 
   /**
@@ -198,28 +199,38 @@ export class Ledger {
    * nothing, when the step exists: the caller then decides how to replay it (with {@link reserve} in its own
    * transaction). Throws what {@link reserve} throws, a database failure as its coded error.
    */
-  async reserveIfNew(
+  reserveIfNew(
     context: TrustedContext,
     tool: string,
     args: unknown,
     options: { actor?: string } = {},
   ): Promise<Reservation | null> {
+    if (!tracingOn()) return this.#reserveIfNew(context, tool, args, options);
     return inSpan(
       'reserve',
       SpanKind.CLIENT,
       () => reserveAttributes(tool),
       async (span) => {
-        const attempt = this.#prepare(context, tool, args, options);
-        try {
-          const r = await this.#insert(attempt, options);
-          if (r !== null)
-            span?.setAttributes({ 'actionledger.operation_id': r.operation_id, 'actionledger.created': true });
-          return r;
-        } catch (err) {
-          throw asActionLedgerError(err);
-        }
+        const r = await this.#reserveIfNew(context, tool, args, options);
+        if (r !== null)
+          span?.setAttributes({ 'actionledger.operation_id': r.operation_id, 'actionledger.created': true });
+        return r;
       },
     );
+  }
+
+  async #reserveIfNew(
+    context: TrustedContext,
+    tool: string,
+    args: unknown,
+    options: { actor?: string },
+  ): Promise<Reservation | null> {
+    const attempt = this.#prepare(context, tool, args, options);
+    try {
+      return await this.#insert(attempt, options);
+    } catch (err) {
+      throw asActionLedgerError(err);
+    }
   }
 
   /** Everything a reservation needs before its statement: checks, route, canonical form, ids and key. */

@@ -32,7 +32,16 @@ import { Agent, buildConnector, errors } from 'undici';
 import { ActionLedgerError, isActionLedgerError } from '../core/errors.js';
 import { parseStrictJson, type JsonObject } from '../core/json.js';
 import { Secret } from '../core/secret.js';
-import { failSpan, injectContext, SpanKind, startSpan, tracingOn, withSpan, type Attributes } from '../core/tracing.js';
+import {
+  errorType,
+  failSpan,
+  injectContext,
+  SpanKind,
+  startSpan,
+  tracingOn,
+  withSpan,
+  type Attributes,
+} from '../core/tracing.js';
 
 export interface MtlsAgentOptions {
   /** PEM trust anchors for the server certificate. Omitted: Node's bundled public roots. */
@@ -296,7 +305,8 @@ async function readCapped(body: UndiciResponse['body'], maxBytes: number): Promi
   return Buffer.concat(chunks, total);
 }
 
-async function exchange(agent: Agent, url: string, ex: Exchange, opts: RequestOptions): Promise<HttpOutcome> {
+function exchange(agent: Agent, url: string, ex: Exchange, opts: RequestOptions): Promise<HttpOutcome> {
+  // Off: the request itself, no span and no extra promise.
   if (!tracingOn()) return send(agent, url, ex, opts);
   // A CLIENT span by the HTTP conventions, its context sent as `traceparent`: the URL without its query, the
   // method, the status or the transport's code; never a header or the body.
@@ -307,19 +317,26 @@ async function exchange(agent: Agent, url: string, ex: Exchange, opts: RequestOp
   return withSpan(span, () => {
     injectContext(headers);
     return send(agent, url, ex, { ...opts, headers });
-  }).then((outcome) => {
-    if (span !== undefined) {
-      if (outcome.kind === 'response') span.setAttribute('http.response.status_code', outcome.status);
-      else {
-        if (outcome.kind === 'unknown' && outcome.status !== undefined)
-          span.setAttribute('http.response.status_code', outcome.status);
-        failSpan(span, outcome.code);
+  }).then(
+    (outcome) => {
+      if (span !== undefined) {
+        if (outcome.kind === 'response') span.setAttribute('http.response.status_code', outcome.status);
+        else {
+          if (outcome.kind === 'unknown' && outcome.status !== undefined)
+            span.setAttribute('http.response.status_code', outcome.status);
+          failSpan(span, outcome.code);
+        }
+        if (outcome.kind === 'response' && outcome.status >= 400) failSpan(span, String(outcome.status));
+        span.end();
       }
-      if (outcome.kind === 'response' && outcome.status >= 400) failSpan(span, String(outcome.status));
-      span.end();
-    }
-    return outcome;
-  });
+      return outcome;
+    },
+    (err: unknown) => {
+      failSpan(span, errorType(err));
+      span?.end();
+      throw err;
+    },
+  );
 }
 
 function clientAttributes(url: string, ex: Exchange): Attributes {
