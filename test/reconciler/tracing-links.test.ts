@@ -2,8 +2,9 @@
  * With tracing on, the work done about an operation after its dispatch links to the trace it was reserved under:
  * a provider answers 500 (outcome unknown), the reconciler's readback span and a review action's span each carry a
  * link to the stored context (the reservation's span), while being traces of their own; the readback request is
- * the reconcile span's child and carries its `traceparent`. Spans are recorded in this process by the SDK's
- * in-memory exporter.
+ * the reconcile span's child and carries its `traceparent`. A compensation of a succeeded operation links to that
+ * operation's trace, and the operation it mints is reserved and dispatched in the compensation's trace. Spans are
+ * recorded in this process by the SDK's in-memory exporter.
  */
 import t from 'tap';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
@@ -15,6 +16,14 @@ import {
 } from '@opentelemetry/sdk-trace-node';
 import { disableTracing, enableTracing, inSpan, SpanKind } from '../../core/tracing.js';
 import { ctx, dispatchEnv, passUntilResolved, patchProvider, statusOf } from '../helpers/fleet.js';
+
+async function until(e: Awaited<ReturnType<typeof dispatchEnv>>, id: string, status: string): Promise<void> {
+  const deadline = Date.now() + 15_000;
+  while ((await statusOf(e.pool, id)) !== status) {
+    if (Date.now() > deadline) throw new Error(`operation ${id} never became ${status}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
 
 t.test('reconciliation and review actions link to the operation’s trace', async (t) => {
   const exporter = new InMemorySpanExporter();
@@ -28,8 +37,9 @@ t.test('reconciliation and review actions link to the operation’s trace', asyn
 
   const e = await dispatchEnv(t);
   const readbackParents: (string | undefined)[] = [];
+  let failKey = '';
   patchProvider(e.provider, (orig) => async (req, res) => {
-    if (req.method === 'POST') {
+    if (req.method === 'POST' && req.headers['idempotency-key'] === failKey) {
       // Not applied, and an answer that proves nothing: the outcome is unknown, for the reconciler.
       for await (const _ of req as AsyncIterable<Buffer>) void _;
       res.writeHead(500, { 'content-type': 'application/json' }).end('{}');
@@ -41,6 +51,7 @@ t.test('reconciliation and review actions link to the operation’s trace', asyn
   const r = await inSpan('caller', SpanKind.SERVER, undefined, () =>
     e.ledger.reserve(ctx('traced-unknown'), 'issue_refund', { order_id: 'o-9', amount: 100, currency: 'EUR' }),
   );
+  failKey = r.effect_key;
   await e.dispatcher();
   const deadline = Date.now() + 15_000;
   while ((await statusOf(e.pool, r.operation_id)) !== 'unknown') {
@@ -82,6 +93,36 @@ t.test('reconciliation and review actions link to the operation’s trace', asyn
     ),
     'the provider received its traceparent',
   );
+
+  // A compensation: its span links to the original's trace, and the operation it mints is reserved and
+  // dispatched in the compensation's own trace.
+  const original = await inSpan('caller', SpanKind.SERVER, undefined, () =>
+    e.ledger.reserve(ctx('traced-compensated'), 'issue_refund', { order_id: 'o-10', amount: 100, currency: 'EUR' }),
+  );
+  await until(e, original.operation_id, 'succeeded');
+  await kit.review.compensate(original.operation_id, { actor: 'operator-1', reason: 'refunded twice' });
+  const { rows } = await e.pool.query<{ compensation_operation_id: string }>(
+    'SELECT compensation_operation_id FROM actionledger.compensations WHERE original_operation_id = $1',
+    [original.operation_id],
+  );
+  const minted = rows[0]?.compensation_operation_id ?? '';
+  await until(e, minted, 'succeeded');
+  const later = exporter.getFinishedSpans();
+  const originalReserve = later.find(
+    (s) => s.name === 'reserve' && s.attributes['actionledger.operation_id'] === original.operation_id,
+  );
+  const compensate = later.find((s) => s.name === 'compensate');
+  t.same(
+    compensate?.links.map((l) => l.context.spanId),
+    [originalReserve?.spanContext().spanId],
+    'the compensation links to the original’s trace',
+  );
+  const mintedReserve = later.find((s) => s.name === 'reserve' && s.attributes['actionledger.operation_id'] === minted);
+  t.equal(mintedReserve?.parentSpanContext?.spanId, compensate?.spanContext().spanId, 'minted in its span');
+  const mintedDispatch = later.find(
+    (s) => s.name === 'process outbox' && s.attributes['actionledger.operation_id'] === minted,
+  );
+  t.equal(mintedDispatch?.spanContext().traceId, compensate?.spanContext().traceId, 'and dispatched in its trace');
 
   const review = named('review resolve_failed');
   t.equal(review.length, 1, 'the review action’s span');
