@@ -1,0 +1,52 @@
+/**
+ * With tracing on, an MCP tool call over Streamable HTTP continues the request's `traceparent`: the `POST /mcp`
+ * server span is the caller's span's child, and the gate's decision and the reservation of the call are in that
+ * request's span. Spans are recorded in this process by the SDK's in-memory exporter; the API is built after
+ * tracing is enabled, as the service builds it.
+ */
+import t from 'tap';
+import { randomBytes } from 'node:crypto';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { W3CTraceContextPropagator } from '@opentelemetry/core';
+import { InMemorySpanExporter, NodeTracerProvider, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-node';
+import { disableTracing, enableTracing } from '../../core/tracing.js';
+import { apiFixture } from '../helpers/api.js';
+import { call, meta } from '../helpers/mcp.js';
+
+t.test('an MCP tool call over HTTP is in the caller’s trace', async (t) => {
+  const exporter = new InMemorySpanExporter();
+  const provider = new NodeTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
+  provider.register({ propagator: new W3CTraceContextPropagator() });
+  enableTracing();
+  t.teardown(async () => {
+    disableTracing();
+    await provider.shutdown();
+  });
+  const f = await apiFixture(t);
+  const token = await f.token('agent-1', ['agent']);
+  const traceId = randomBytes(16).toString('hex');
+  const callerSpan = randomBytes(8).toString('hex');
+  const client = new Client({ name: 'actionledger-test-host', version: '1.0.0' }, { capabilities: {} });
+  const transport = new StreamableHTTPClientTransport(new URL(`${f.base}/mcp`), {
+    requestInit: { headers: { authorization: `Bearer ${token}`, traceparent: `00-${traceId}-${callerSpan}-01` } },
+  });
+  await client.connect(transport);
+  t.teardown(() => client.close());
+
+  const r = await call(client, 'transfer_funds', { to_account: 'ACC0000000001', amount: 5 }, meta('traced'));
+  t.match(r, { isError: false, body: { ok: true, status: 'reserved' } });
+
+  const spans = exporter.getFinishedSpans().filter((s) => s.spanContext().traceId === traceId);
+  const requests = spans.filter((s) => s.name === 'POST /mcp');
+  t.ok(requests.length >= 1, 'the MCP requests’ server spans');
+  for (const s of requests) t.equal(s.parentSpanContext?.spanId, callerSpan, 'each the caller’s span’s child');
+  const gate = spans.find((s) => s.name === 'gate transfer_funds');
+  t.ok(
+    requests.some((s) => s.spanContext().spanId === gate?.parentSpanContext?.spanId),
+    'the gate’s decision is the tool call request’s child',
+  );
+  t.match(gate?.attributes, { 'actionledger.decision': 'allowed' });
+  const reserve = spans.find((s) => s.name === 'reserve');
+  t.equal(reserve?.parentSpanContext?.spanId, gate?.spanContext().spanId, 'the reservation is the decision’s child');
+});
