@@ -68,6 +68,8 @@ t.test('reconciliation and review actions link to the operation’s trace', asyn
   const reserve = named('reserve').find((s) => s.attributes['actionledger.operation_id'] === r.operation_id);
   if (reserve === undefined) throw new Error('no reservation span');
   const traceId = reserve.spanContext().traceId;
+  const caller = named('caller').find((s) => s.spanContext().traceId === traceId);
+  t.equal(reserve.parentSpanContext?.spanId, caller?.spanContext().spanId, 'reserved under the caller’s span');
   const dispatch = named('process outbox').find((s) => s.attributes['actionledger.operation_id'] === r.operation_id);
   t.equal(dispatch?.spanContext().traceId, traceId, 'the dispatch continues the reservation’s trace');
 
