@@ -86,7 +86,7 @@ table.audit summary { cursor: pointer; color: var(--muted); overflow: hidden; te
   dl { grid-template-columns: 1fr; }
   .columns { grid-template-columns: 1fr; }
   table.counts tr { display: flex; justify-content: space-between; border-bottom: 1px solid var(--line); }
-  table.counts th { display: block; }
+  table.counts th, table.counts td { display: block; border: 0; }
   table.audit td { white-space: normal; }
 }
 `;

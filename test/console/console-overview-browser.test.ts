@@ -166,9 +166,10 @@ t.test('the overview and the console in a browser', async (t) => {
     await putOut(c.g, r.operation_id);
     const held = await c.g.gate.call(gctx({ workflow_step_id: 'tf-2' }), 'transfer_funds', {
       to_account: 'ACC0000000002',
-      amount: 125000,
+      amount: 12500,
       memo: 'invoice 2026-114',
     });
+    t.match(held, { ok: false, error: 'approval_required' }, 'an approval to show');
     for (const [suffix, viewport] of [
       ['', DESKTOP],
       ['-phone', PHONE],
