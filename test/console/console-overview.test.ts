@@ -12,7 +12,7 @@ import { readFleetHealth } from '../../reconciler/health.js';
 import { overviewStatements, type Overview } from '../../server/console/overview-data.js';
 import { apiFixture, type ApiFixture } from '../helpers/api.js';
 import { gctx } from '../helpers/gate.js';
-import { get, person, signIn } from '../helpers/console-http.js';
+import { get, person, post, signIn } from '../helpers/console-http.js';
 import { putOut } from '../helpers/review-state.js';
 
 /** The value of one series in a Prometheus exposition (labels as written, in order), or undefined. */
@@ -216,4 +216,36 @@ t.test('the overview reads indexes over a large ledger, never the whole operatio
   t.ok(inWindow > 0 && inWindow < 100, 'the window holds the last 15 minutes only', { inWindow });
   t.equal(o.open.needs_review, 200, "the tenant's operations in review, whatever their age");
   t.ok(o.latency.p50_s !== null && Math.abs(o.latency.p50_s - 2) < 0.01, 'p50 from reservation to success');
+});
+
+t.test('after a decision the approval page shows its outcome alone', async (t) => {
+  const f = await apiFixture(t);
+  await person(f, 'sup-1', ['supervisor']);
+  await person(f, 'sup-2', ['supervisor']);
+  const notices = (page: string) => [...page.matchAll(/<div class="notice (ok|bad|warn)"/g)].map((m) => m[1]);
+  const held = await f.gate.call(
+    gctx({ principal_id: 'admin-1', role: 'admin', workflow_step_id: 'del-1' }),
+    'delete_customer',
+    { customer_id: 'C-1' },
+  );
+  if (held.ok || held.request_id === undefined) throw new Error(JSON.stringify(held));
+  const path = `/console/approvals/tenant-a/${held.request_id}`;
+  const decide = async (who: string) => {
+    const s = await signIn(f, who);
+    const page = await (await get(f, path, s.cookie)).text();
+    const hash = /name="envelope_sha256" value="([0-9a-f]{64})"/.exec(page)?.[1] ?? '';
+    const res = await post(f, `${path}/approve`, s, { csrf: s.csrf, envelope_sha256: hash });
+    t.equal(res.status, 303, `${who} approves`);
+    return (await get(f, res.headers.get('location') ?? '', s.cookie)).text();
+  };
+  const first = await decide('sup-1');
+  t.match(first, /id="done">Your approval is recorded; more approvers are needed\./);
+  t.same(notices(first), ['ok'], 'one notice: the vote is recorded (no "you approved this already" beside it)');
+  t.notMatch(first, /id="approve"/, 'and no second vote is offered');
+  const again = await get(f, path, (await signIn(f, 'sup-1')).cookie);
+  t.match(await again.text(), /you approved this already/, 'opened again later, the page says why it waits');
+  const second = await decide('sup-2');
+  t.match(second, /id="done">Approved: the operation is reserved and will be dispatched\./);
+  t.same(notices(second), ['ok'], 'one notice: approved (no invalid_state_transition: it is executed)');
+  t.match(second, /<dd id="status">executed<\/dd>/);
 });
