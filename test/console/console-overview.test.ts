@@ -118,9 +118,10 @@ t.test('overview.json says what /metrics says, for the same state', async (t) =>
 });
 
 t.test('the landing page, the menu by role, and the favicon without a session', async (t) => {
-  const f = await apiFixture(t);
+  const f = await apiFixture(t, { gate: { tools: { issue_refund: { approver_roles: ['supervisor', 'approver'] } } } });
   await person(f, 'op-1', ['operator']);
   await person(f, 'sup-1', ['supervisor']);
+  await person(f, 'ap-1', ['approver']);
   const op = await signIn(f, 'op-1');
   const sup = await signIn(f, 'sup-1');
   const landing = await get(f, '/console/', op.cookie);
@@ -144,6 +145,16 @@ t.test('the landing page, the menu by role, and the favicon without a session', 
     ['overview', 'approvals', 'operations', 'review', 'kill-switches', 'audit'],
     'an operator: every page',
   );
+  const ap = await signIn(f, 'ap-1');
+  const apLanding = await get(f, '/console/', ap.cookie);
+  t.equal(apLanding.headers.get('location'), '/console/approvals', 'an approver who may not read lands on Approvals');
+  const apNav = [
+    ...(await (await get(f, '/console/approvals', ap.cookie)).text()).matchAll(/<nav[^>]*>([\s\S]*?)<\/nav>/g),
+  ]
+    .map((m) => [...(m[1] ?? '').matchAll(/href="\/console\/([a-z-]+)"/g)].map((x) => x[1]))
+    .flat();
+  t.same(apNav, ['approvals'], 'and is offered Approvals only');
+  t.equal((await get(f, '/console/overview', ap.cookie)).status, 403, 'the overview needs read');
   for (const path of ['/console/kill-switches', '/console/audit'])
     t.equal((await get(f, path, sup.cookie)).status, 403, `${path}: still refused to a supervisor`);
 
