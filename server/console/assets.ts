@@ -55,6 +55,27 @@ button { cursor: pointer; }
 dl { display: grid; grid-template-columns: max-content 1fr; gap: .25rem 1rem; }
 dt { color: var(--muted); } dd { margin: 0; overflow-wrap: anywhere; }
 ol.timeline li { margin-bottom: .4rem; }
+button.primary { background: #1f883d; color: #fff; border: 1px solid #1a7f37; border-radius: 6px; font-weight: 600;
+  padding: .45rem .9rem; }
+button.primary:hover { background: #1a7f37; }
+button.danger { background: #fff; color: var(--bad); border: 1px solid var(--bad); border-radius: 6px; }
+button.danger:hover { background: #ffebe9; }
+section.decide { display: flex; flex-wrap: wrap; gap: 1rem 2rem; align-items: flex-start; }
+section.decide h2 { flex-basis: 100%; margin-bottom: 0; }
+section.decide form { display: flex; flex-direction: column; gap: .5rem; }
+.muted { color: var(--muted); } .bad { color: var(--bad); }
+.money small { color: var(--muted); }
+.tiles { display: grid; grid-template-columns: repeat(auto-fit, minmax(10.5rem, 1fr)); gap: .75rem; margin: 1rem 0; }
+.tile { border: 1px solid var(--line); border-radius: 6px; padding: .6rem .8rem; display: flex; flex-direction: column; }
+.tile .label, .tile .note { color: var(--muted); font-size: .85rem; }
+.tile strong { font-size: 1.6rem; line-height: 1.2; }
+.chart { min-height: 200px; border: 1px solid var(--line); border-radius: 6px; padding: .5rem; }
+.columns { display: grid; grid-template-columns: minmax(12rem, 1fr) 2fr; gap: 0 2rem; }
+table.counts { width: auto; } table.counts th { font-weight: normal; color: var(--muted); padding-right: 2rem; }
+table.audit td { white-space: nowrap; } table.audit td.detail { white-space: normal; max-width: 28rem; }
+table.audit details pre { margin: .3rem 0 0; max-height: 24rem; overflow: auto; }
+table.audit summary { cursor: pointer; color: var(--muted); overflow: hidden; text-overflow: ellipsis; }
+.confirm { border: 2px solid var(--bad); border-radius: 6px; padding: .5rem 1rem; }
 @media (max-width: 40rem) {
   header, td, th, dd, li, p { overflow-wrap: anywhere; }
   table, thead, tbody, tr, th, td { display: block; }
@@ -63,5 +84,9 @@ ol.timeline li { margin-bottom: .4rem; }
   td { border: 0; padding: .15rem 0; }
   td[data-label]::before { content: attr(data-label) ": "; color: var(--muted); }
   dl { grid-template-columns: 1fr; }
+  .columns { grid-template-columns: 1fr; }
+  table.counts tr { display: flex; justify-content: space-between; border-bottom: 1px solid var(--line); }
+  table.counts th, table.counts td { display: block; border: 0; }
+  table.audit td { white-space: normal; }
 }
 `;

@@ -323,7 +323,12 @@ t.test('kill switches: configured tools only, engaged and lifted with reasons', 
   const f = await setup(t);
   const op = await signIn(f, 'op-1');
   const page = await (await get(f, '/console/kill-switches', op.cookie)).text();
-  t.match(page, /<select name="tool">/, 'the tool is picked from a list');
+  t.match(page, /<select name="tool" required>/, 'the tool is picked from a list');
+  t.match(
+    page,
+    /<option value="" selected disabled>Choose the tool to stop<\/option>/,
+    'no tool is picked by default (not every tool)',
+  );
   const typo = await post(f, '/console/kill-switches/engage', op, {
     csrf: op.csrf,
     tenant: 'tenant-a',
@@ -352,11 +357,23 @@ t.test('kill switches: configured tools only, engaged and lifted with reasons', 
     currency: 'GBP',
   });
   t.match(small, { ok: true }, 'a pending operation the switch will hold');
+  const asked = await post(f, '/console/kill-switches/engage', op, {
+    csrf: op.csrf,
+    tenant: 'tenant-a',
+    tool: 'issue_refund',
+    reason: 'refund provider incident',
+  });
+  t.equal(asked.status, 200, 'the first post only asks for a confirmation');
+  const confirmation = (await asked.text()).replace(/\s+/g, ' ');
+  t.match(confirmation, /stops the tool <strong>issue_refund<\/strong> in the tenant <strong>tenant-a<\/strong>/);
+  t.match(confirmation, /<strong id="confirm-held">1 pending<\/strong>/, 'how many pending operations it will hold');
+  t.same(await f.gate.killSwitches(), [], 'nothing is engaged before the confirmation');
   const engaged = await post(f, '/console/kill-switches/engage', op, {
     csrf: op.csrf,
     tenant: 'tenant-a',
     tool: 'issue_refund',
     reason: 'refund provider incident',
+    confirm: 'yes',
   });
   t.equal(engaged.status, 303);
   t.match(await f.gate.killSwitches(), [{ tenant_id: 'tenant-a', tool_name: 'issue_refund', engaged_by: 'op-1' }]);
