@@ -52,9 +52,7 @@ function amountOf(deps: ApiDeps, tool: string, envelope: JsonObject): Money | nu
 
 function moneyCell(m: Money | null): SafeHtml {
   if (m === null) return html``;
-  return html`<span class="money"
-    >${visible(m.major)}${m.minor === null ? '' : html` <small>(${m.minor})</small>`}</span
-  >`;
+  return html`<span class="money">${visible(m.major)} <small>(${m.minor})</small></span>`;
 }
 
 function timeLeft(expires: string | Date): string {
@@ -203,21 +201,23 @@ async function decided(deps: ApiDeps, request: FastifyRequest<{ Params: Params }
   return send(
     reply,
     status,
-    await approvalPage(
-      deps,
-      request,
-      request.params,
-      undefined,
-      explain({ code: r.error, message: r.message, details: r.details }),
-    ),
+    await approvalPage(deps, request, request.params, undefined, {
+      html: explain({ code: r.error, message: r.message, details: r.details }),
+      code: r.error,
+    }),
   );
 }
 
-const DONE: Record<string, string> = {
-  reserved: 'Approved: the operation is reserved and will be dispatched.',
-  pending_approvals: 'Your approval is recorded; more approvers are needed.',
-  approved: 'Approved.',
-  rejected: 'Rejected.',
+/**
+ * The notice after one's own decision (the redirect's `done`), and the status the approval must have now for it
+ * to be shown: a `done` the approval's state does not bear out (a link edited by hand, or a state that moved on
+ * since) is not shown, so the page never says more than the status does.
+ */
+const DONE: Record<string, { text: string; status: string }> = {
+  reserved: { text: 'Approved: the operation is reserved and will be dispatched.', status: 'executed' },
+  pending_approvals: { text: 'Your approval is recorded; more approvers are needed.', status: 'pending' },
+  approved: { text: 'Approved.', status: 'approved' },
+  rejected: { text: 'Rejected.', status: 'rejected' },
 };
 
 async function approvalPage(
@@ -225,7 +225,7 @@ async function approvalPage(
   request: FastifyRequest,
   p: Params,
   done?: string,
-  refusal?: SafeHtml,
+  refusal?: { html: SafeHtml; code: string },
 ): Promise<SafeHtml> {
   const caller = callerIn(request, p.tenant);
   const view = await deps.gate.approvals.show(p.id, caller);
@@ -239,8 +239,8 @@ async function approvalPage(
   const tools = visibleTools(deps, caller);
   if (tools !== null && !tools.includes(env.tool)) throw new ActionLedgerError('not_found', 'no such approval');
   const displayedHash = sha256Hex(canonicalJson(view.envelope));
-  const blockers = await blockersOf(deps, caller, p, view.status, env.tool);
-  const doneShown = done !== undefined && DONE[done] !== undefined;
+  const blockers = await blockersOf(deps, caller, p.id, view.status);
+  const said = notices(view.status, done, refusal, blockers, p.tenant, env.tool);
   // The gate's own check (gate/approvals.ts), on the envelope itself: the box is shown exactly when approving
   // without it would be refused (JSON text would hide a control character behind its escape).
   const hidden = hiddenInJson(view.envelope).length > 0;
@@ -248,8 +248,7 @@ async function approvalPage(
     blockers.length > 0 || view.status !== 'pending' ? html`` : decideForms(request, p, displayedHash, hidden);
   const op = view.operation_id === null ? null : await operationStatus(deps, caller, view.operation_id);
   const amount = amountOf(deps, env.tool, view.envelope);
-  const body = html` ${doneShown ? notice('ok', html`<p id="done">${DONE[done ?? '']}</p>`) : ''} ${refusal ?? ''}
-    ${hidden ? hiddenWarning() : ''}
+  const body = html` ${said.top} ${hidden ? hiddenWarning() : ''}
     <dl>
       <dt>Status</dt>
       <dd id="status">${view.status}${view.reason === null ? '' : html` (${visible(view.reason)})`}</dd>
@@ -295,7 +294,7 @@ async function approvalPage(
     </dl>
     <h2>Arguments, exactly as stored</h2>
     <pre id="arguments">${visible(JSON.stringify(env.arguments, null, 2))}</pre>
-    ${doneShown ? '' : blockers} ${decide}
+    ${said.blockers} ${decide}
     <details>
       <summary>The whole envelope (what the hash covers)</summary>
       <pre id="envelope">${visible(JSON.stringify(view.envelope, null, 2))}</pre>
@@ -304,13 +303,41 @@ async function approvalPage(
 }
 
 /**
- * Why the person cannot decide now, asked only while the approval waits: once it is decided (approved,
- * executed, rejected, expired) the status says so, and "you approved this already" or "this approval is
- * executed" beside the notice of one's own decision would only contradict it.
+ * What the gate says stands in the way, by the approval's status: while it waits for votes, every reason the
+ * person cannot decide it; once approved and not yet executed, only why it has not run (a kill switch, its time,
+ * what it binds), since nobody votes on it any more; once final (executed, rejected, expired, invalidated) none:
+ * the status says it, and "this approval is executed" beside it would only repeat it.
  */
-async function blockersOf(deps: ApiDeps, caller: Caller, p: Params, status: string, tool: string): Promise<SafeHtml[]> {
-  if (status !== 'pending') return [];
-  return (await deps.gate.approvals.blockers(p.id, caller)).map((b) => blockerNotice(b, p.tenant, tool));
+/**
+ * What the page says above the approval (the notice of one's own decision, when the status bears it out, or the
+ * refusal of it) and the gate's blockers below it, none of them twice: not the refusal just shown again as a
+ * blocker, nor "you approved this already" under the notice of that vote.
+ */
+function notices(
+  status: string,
+  done: string | undefined,
+  refusal: { html: SafeHtml; code: string } | undefined,
+  blockers: ApprovalBlocker[],
+  tenant: string,
+  tool: string,
+): { top: SafeHtml; blockers: SafeHtml[] } {
+  const shownDone = done === undefined ? undefined : DONE[done];
+  const doneShown = shownDone !== undefined && shownDone.status === status;
+  return {
+    top: html`${doneShown ? notice('ok', html`<p id="done">${shownDone.text}</p>`) : ''} ${refusal?.html ?? ''}`,
+    blockers: blockers
+      .filter((b) => b.code !== refusal?.code && !(doneShown && b.details.reason === 'already_approved'))
+      .map((b) => blockerNotice(b, tenant, tool)),
+  };
+}
+
+/** Blockers about the person (who asked, who voted, which roles): moot once nobody votes on the approval. */
+const PERSONAL: ReadonlySet<string> = new Set(['self_approval_forbidden', 'permission_denied']);
+
+async function blockersOf(deps: ApiDeps, caller: Caller, id: string, status: string): Promise<ApprovalBlocker[]> {
+  if (status !== 'pending' && status !== 'approved') return [];
+  const all = await deps.gate.approvals.blockers(id, caller);
+  return status === 'pending' ? all : all.filter((b) => !PERSONAL.has(b.code));
 }
 
 /** A warning when what is to be approved holds characters a browser would hide or reorder (see visible()). */
