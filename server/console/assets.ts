@@ -1,14 +1,21 @@
 /**
  * The console's two static files, served from memory under /console/static/ (so a packaged install needs no
  * extra files): the stylesheet and one small ES module. The pages work without the module; with it, every
- * element marked `data-live` is refreshed in place every few seconds from the same URL the page came from
- * (the server renders and escapes it; the module only moves parsed nodes, it never builds markup from data).
+ * element marked `data-live` is refreshed in place from the same URL the page came from, 4 s after the last
+ * refresh finished and not while the page is hidden (the server renders and escapes it; the module only moves
+ * parsed nodes, it never builds markup from data).
  */
 export const CONSOLE_JS = `// actionledger console: live regions (no inline script: the page's CSP is default-src 'self').
 const regions = [...document.querySelectorAll('[data-live]')];
 async function refresh() {
+  const abort = new AbortController();
+  const limit = setTimeout(() => abort.abort(), 20000);
   try {
-    const res = await fetch(location.href, { credentials: 'same-origin', headers: { 'x-console-live': '1' } });
+    const res = await fetch(location.href, {
+      credentials: 'same-origin',
+      headers: { 'x-console-live': '1' },
+      signal: abort.signal,
+    });
     if (res.status === 401 || res.redirected) { location.reload(); return; }
     if (!res.ok) return;
     const doc = new DOMParser().parseFromString(await res.text(), 'text/html');
@@ -20,10 +27,36 @@ async function refresh() {
       region.replaceChildren(...[...fresh.childNodes].map((n) => document.importNode(n, true)));
     }
   } catch {
-    // offline for a moment: the next tick tries again
+    // offline for a moment, or no answer within 20 s: the next refresh tries again
+  } finally {
+    clearTimeout(limit);
   }
 }
-if (regions.length > 0) setInterval(refresh, 4000);
+// One request at a time: the next refresh is set 4 s after the last one finished, and none while the page is
+// hidden (a background tab); shown again, it refreshes at once.
+let timer = null;
+let busy = false;
+function later() {
+  clearTimeout(timer);
+  timer = null;
+  if (!busy && !document.hidden) timer = setTimeout(poll, 4000);
+}
+async function poll() {
+  clearTimeout(timer);
+  timer = null;
+  if (busy || document.hidden) return;
+  busy = true;
+  try {
+    await refresh();
+  } finally {
+    busy = false;
+    later();
+  }
+}
+if (regions.length > 0) {
+  document.addEventListener('visibilitychange', () => (document.hidden ? later() : void poll()));
+  later();
+}
 `;
 
 export const CONSOLE_CSS = `

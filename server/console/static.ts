@@ -7,7 +7,7 @@
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply } from 'fastify';
 import { OUTCOMES } from './overview-data.js';
 
 interface UPlotFiles {
@@ -50,7 +50,8 @@ const COLOURS: Record<(typeof OUTCOMES)[number], string> = {
 };
 
 /**
- * The overview's module: polls the JSON endpoint the chart names (`data-src`) every few seconds and draws the
+ * The overview's module: polls the JSON endpoint the chart names (`data-src`), one request at a time, 3 s after
+ * the last answer and not while the page is hidden, and draws the
  * operations per minute by state with uPlot. Numbers only come from the JSON; no markup is built from it (uPlot
  * writes its legend as text). The counters and tables around the chart are the server's, refreshed by the
  * live-region module (assets.ts). After each draw the chart's element says how many operations it drew
@@ -76,8 +77,14 @@ function options() {
   };
 }
 async function tick() {
+  const abort = new AbortController();
+  const limit = setTimeout(() => abort.abort(), 20000);
   try {
-    const res = await fetch(box.dataset.src, { credentials: 'same-origin', headers: { accept: 'application/json' } });
+    const res = await fetch(box.dataset.src, {
+      credentials: 'same-origin',
+      headers: { accept: 'application/json' },
+      signal: abort.signal,
+    });
     if (res.status === 401) { location.reload(); return; }
     if (!res.ok) return;
     const o = await res.json();
@@ -90,11 +97,37 @@ async function tick() {
     box.dataset.drawn = String(data.slice(1).flat().reduce((a, b) => a + b, 0));
     box.dataset.at = o.at;
   } catch {
-    // offline for a moment: the next tick tries again
+    // offline for a moment, or no answer within 20 s: the next poll tries again
+  } finally {
+    clearTimeout(limit);
+  }
+}
+// One request at a time: the next poll is set 3 s after the last one finished, and none while the page is hidden
+// (a background tab); shown again, the chart is read at once.
+let timer = null;
+let busy = false;
+function later() {
+  clearTimeout(timer);
+  timer = null;
+  if (!busy && !document.hidden) timer = setTimeout(poll, 3000);
+}
+async function poll() {
+  clearTimeout(timer);
+  timer = null;
+  if (busy || document.hidden) return;
+  busy = true;
+  try {
+    await tick();
+  } finally {
+    busy = false;
+    later();
   }
 }
 window.addEventListener('resize', () => { if (chart !== null) chart.setSize(size()); });
-if (box !== null) { void tick(); setInterval(tick, 3000); }
+if (box !== null) {
+  document.addEventListener('visibilitychange', () => (document.hidden ? later() : void poll()));
+  void poll();
+}
 `;
 }
 
@@ -153,15 +186,20 @@ export function registerFavicon(app: FastifyInstance): void {
 /** The overview's module and uPlot's files, under /console/static/ (a route of the console's own plugin). */
 export function registerStatic(app: FastifyInstance): void {
   const files = uplot();
-  const js = overviewJs();
   const forever = 'public, max-age=31536000, immutable';
-  app.get('/static/overview.js', { config: { console: 'public' } }, (_request, reply) =>
-    reply.header('content-type', 'text/javascript; charset=utf-8').header('cache-control', 'no-cache').send(js),
-  );
-  app.get(`/static/uplot-${files.version}/uPlot.esm.js`, { config: { console: 'public' } }, (_request, reply) =>
-    reply.header('content-type', 'text/javascript; charset=utf-8').header('cache-control', forever).send(files.js),
-  );
-  app.get(`/static/uplot-${files.version}/uPlot.min.css`, { config: { console: 'public' } }, (_request, reply) =>
-    reply.header('content-type', 'text/css; charset=utf-8').header('cache-control', forever).send(files.css),
+  const serve = (type: string, cache: string, body: string) => (_request: unknown, reply: FastifyReply) =>
+    reply
+      .header('content-type', type)
+      .header('cache-control', cache)
+      .header('x-content-type-options', 'nosniff')
+      .send(body);
+  const js = 'text/javascript; charset=utf-8';
+  app.get('/static/overview.js', { config: { console: 'public' } }, serve(js, 'no-cache', overviewJs()));
+  const base = `/static/uplot-${files.version}`;
+  app.get(`${base}/uPlot.esm.js`, { config: { console: 'public' } }, serve(js, forever, files.js));
+  app.get(
+    `${base}/uPlot.min.css`,
+    { config: { console: 'public' } },
+    serve('text/css; charset=utf-8', forever, files.css),
   );
 }

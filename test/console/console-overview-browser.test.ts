@@ -1,10 +1,11 @@
 /**
  * The overview and the console's rough edges in Debian's chromium (playwright-core), against a real PostgreSQL,
  * a real dispatcher and the sandbox provider over mTLS: the console opens on the overview, whose chart and
- * counters move when an operation is dispatched while it is open (polled with a deadline); after Approve the
- * page says only what happened; money reads in major units with its minor units beside; Approve and Reject look
- * different; the menu offers only what the roles open; a kill switch is chosen, never defaulted, and confirmed
- * with what it stops; the audit log is a table with its JSON on demand, filtered on the server; no request of a
+ * counters move when an operation is dispatched while it is open (polled with a deadline); its polls (the chart's
+ * and the live regions') wait for the last answer and stop while the page is hidden (on the page's fake clock);
+ * after Approve the page says only what happened; money reads in major units with its minor units beside; Approve
+ * and Reject look different; the menu offers only what the roles open; a kill switch is chosen, never defaulted,
+ * and confirmed with what it stops; the audit log is a table with its JSON on demand, filtered on the server; no request of a
  * page answers 401 (the favicon); the CSP is never violated.
  *
  * With CONSOLE_SCREENSHOTS set (`npm run screenshots` sets docs/img) it saves the pictures of docs/console.md
@@ -13,7 +14,7 @@
 import t from 'tap';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import type { Page } from 'playwright-core';
+import type { Page, Route } from 'playwright-core';
 import { consoleEnv } from '../helpers/console.js';
 import { gctx } from '../helpers/gate.js';
 import { putOut } from '../helpers/review-state.js';
@@ -82,6 +83,68 @@ t.test('the overview and the console in a browser', async (t) => {
     t.not(await page.locator('#latency-p50').innerText(), 'none', 'a dispatch latency');
     t.same(seen.csp, [], 'no CSP violation (uPlot included)');
     t.same(seen.unauthorized, [], 'nothing on the page answered 401 (the favicon neither)');
+  });
+
+  await t.test('the overview polls one request at a time, and not while hidden', async (t) => {
+    const page = await c.signIn('op-1', '/console/approvals', DESKTOP);
+    // The page's timers run on a fake clock moved by the test; the chart's JSON and the live regions' refreshes
+    // are counted, and held unanswered while `hold` is set.
+    const asked = { json: 0, live: 0 };
+    const held: Route[] = [];
+    let hold = true;
+    /** The count of `kind` once it reached `n` (or the deadline passed). */
+    const reached = (kind: 'json' | 'live', n: number) =>
+      until(
+        () => Promise.resolve(asked[kind]),
+        (v) => v >= n,
+      );
+    const keep = async (route: Route, kind: 'json' | 'live') => {
+      asked[kind] += 1;
+      if (hold) held.push(route);
+      else await route.continue();
+    };
+    await page.route(
+      (u) => u.pathname === '/console/overview.json',
+      (route) => keep(route, 'json'),
+    );
+    await page.route(
+      (u) => u.pathname === '/console/overview',
+      async (route, request) =>
+        (await request.allHeaders())['x-console-live'] === '1' ? keep(route, 'live') : route.continue(),
+    );
+    await page.clock.install();
+    await page.goto(`${c.base}/console/overview`);
+    t.equal(await reached('json', 1), 1, 'the chart asks for its data at once');
+    await page.clock.runFor(15_000);
+    t.equal(await reached('live', 1), 1, 'the live regions refresh after 4 s');
+    await new Promise((r) => setTimeout(r, 500)); // a request the timers started reaches the route by then
+    t.same(asked, { json: 1, live: 1 }, '15 s later, while both answers are held: no second request of either');
+
+    hold = false;
+    for (const r of held.splice(0)) await r.continue();
+    const drawn = await until(
+      async () => page.locator('#chart').getAttribute('data-drawn'),
+      (v) => v !== null,
+    );
+    t.not(drawn, null, 'the held answer is drawn');
+    await page.clock.runFor(3_100);
+    t.equal(await reached('json', 2), 2, 'and the next poll follows it');
+
+    const setHidden = (hidden: boolean) =>
+      page.evaluate(`(() => {
+        Object.defineProperty(document, 'hidden', { configurable: true, get: () => ${hidden} });
+        Object.defineProperty(document, 'visibilityState', { configurable: true, get: () => '${hidden ? 'hidden' : 'visible'}' });
+        document.dispatchEvent(new Event('visibilitychange'));
+      })()`);
+    await setHidden(true);
+    const before = { ...asked };
+    await page.clock.runFor(60_000);
+    await new Promise((r) => setTimeout(r, 500));
+    t.same(asked, before, 'a minute hidden: no request');
+    await setHidden(false);
+    t.equal(await reached('json', before.json + 1), before.json + 1, 'shown again: the chart reads at once');
+    t.equal(await reached('live', before.live + 1), before.live + 1, 'and the live regions too');
+    await page.context().close();
   });
 
   await t.test('after Approve the page says only what happened, money in major units', async (t) => {

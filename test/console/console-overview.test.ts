@@ -2,14 +2,16 @@
  * The overview's numbers over real HTTP and a real PostgreSQL, without a browser: `/console/overview.json` says
  * what `/metrics` says for the same state (read at scrape time as the service reads it), per tenant and only in
  * the tenants the person may read; the favicon answers without a session; the menu offers only the pages the
- * person's roles open; and the overview's statements walk indexes over a ledger of realistic size, never the
- * whole operations table.
+ * person's roles open; concurrent requests share one reading, read on one connection at a time; the window is
+ * exactly the chart's minutes; and the overview's statements walk indexes over a ledger of realistic size (a busy
+ * tenant's hour included), never the whole operations table.
  */
 import t from 'tap';
+import type pg from 'pg';
 import { readGateStatus } from '../../gate/index.js';
 import { LedgerView } from '../../ledger/index.js';
 import { readFleetHealth } from '../../reconciler/health.js';
-import { overviewStatements, type Overview } from '../../server/console/overview-data.js';
+import { overviewReader, overviewStatements, type Overview } from '../../server/console/overview-data.js';
 import { apiFixture, type ApiFixture } from '../helpers/api.js';
 import { gctx } from '../helpers/gate.js';
 import { get, person, post, signIn } from '../helpers/console-http.js';
@@ -71,6 +73,7 @@ t.test('overview.json says what /metrics says, for the same state', async (t) =>
   t.equal(res.status, 200);
   t.match(res.headers.get('content-type'), /^application\/json/);
   t.equal(res.headers.get('cache-control'), 'no-store');
+  t.equal(res.headers.get('x-content-type-options'), 'nosniff');
   const o = (await res.json()) as Overview;
   const m = await (await fetch(`${f.base}/metrics`)).text();
 
@@ -115,6 +118,116 @@ t.test('overview.json says what /metrics says, for the same state', async (t) =>
   t.equal((await get(f, '/console/overview.json?minutes=7', op.cookie)).status, 422, 'a window not offered');
   t.equal((await get(f, '/console/overview.json')).status, 401, 'no session');
   t.same(f.undeclared, []);
+});
+
+/**
+ * Watches the pool's clients: how many hold one of the overview's statements at once (from the first such statement
+ * until the client goes back to the pool), the most at any time, and how many times each statement ran.
+ */
+function watchOverview(f: ApiFixture): { most: () => number; runs: (sql: string) => number } {
+  const texts = new Set(Object.values(overviewStatements(f.config.schemaQuoted)));
+  const runs = new Map<string, number>();
+  const patched = new WeakSet<pg.PoolClient>();
+  const holding = new Set<pg.PoolClient>();
+  let most = 0;
+  f.pool.on('acquire', (client: pg.PoolClient) => {
+    if (patched.has(client)) return;
+    patched.add(client);
+    const query = client.query.bind(client) as (...a: unknown[]) => unknown;
+    (client as { query: unknown }).query = (...a: unknown[]) => {
+      const first = a[0];
+      const text = typeof first === 'string' ? first : (first as { text?: string } | undefined)?.text;
+      if (text !== undefined && texts.has(text)) {
+        runs.set(text, (runs.get(text) ?? 0) + 1);
+        holding.add(client);
+        most = Math.max(most, holding.size);
+      }
+      return query(...a);
+    };
+  });
+  f.pool.on('release', (_err: unknown, client: pg.PoolClient) => holding.delete(client));
+  return { most: () => most, runs: (sql) => runs.get(sql) ?? 0 };
+}
+
+t.test('concurrent overview requests share one reading, on one connection at a time', async (t) => {
+  const f = await apiFixture(t, { gate: refundCap });
+  await person(f, 'op-1', ['operator']);
+  await person(f, 'aud-b', ['auditor'], 'tenant-b');
+  for (const step of ['o-1', 'o-2', 'o-3']) t.ok((await refund(f, step, 10)).ok);
+  const op = await signIn(f, 'op-1');
+  const b = await signIn(f, 'aud-b');
+  const watch = watchOverview(f);
+  const perMinute = overviewStatements(f.config.schemaQuoted).perMinute ?? '';
+
+  const [page, other, ...answers] = await Promise.all([
+    get(f, '/console/overview', op.cookie),
+    get(f, '/console/overview.json?tenant=tenant-b', b.cookie),
+    ...Array.from({ length: 8 }, () => get(f, '/console/overview.json', op.cookie)),
+  ]);
+  const bodies = await Promise.all(answers.map(async (r) => (await r.json()) as Overview));
+  t.equal(watch.most(), 1, "the overview's statements never held more than one connection at a time");
+  t.equal(watch.runs(perMinute), 2, 'one reading per tenant and window (tenant-a, tenant-b)');
+  t.ok(
+    bodies.every((o) => JSON.stringify(o) === JSON.stringify(bodies[0])),
+    'the eight answers for tenant-a are the same reading',
+  );
+  t.equal(bodies[0]?.queue.depth, 3);
+  const html = await page?.text();
+  t.match(html, new RegExp(`id="queue-depth">${bodies[0]?.queue.depth}<`), 'the page shows that reading too');
+  t.equal(((await other?.json()) as Overview).queue.depth, 0, "tenant-b's own reading");
+
+  // A reading is kept for a moment, then read again; another window is another reading.
+  await get(f, '/console/overview.json', op.cookie);
+  t.equal(watch.runs(perMinute), 2, 'asked again at once: the same reading');
+  await get(f, '/console/overview.json?minutes=60', op.cookie);
+  t.equal(watch.runs(perMinute), 3, 'another window: another reading');
+
+  let clock = 1_000_000;
+  const reader = overviewReader(f.pool, f.config, { now: () => clock });
+  const first = await reader.read('tenant-a', 15);
+  t.equal((await reader.read('tenant-a', 15)).at, first.at, 'within the time a reading is kept: that reading');
+  t.equal(watch.runs(perMinute), 4);
+  clock += 2_001;
+  await reader.read('tenant-a', 15);
+  t.equal(watch.runs(perMinute), 5, 'past it: read again');
+  t.equal(watch.most(), 1);
+});
+
+t.test('the window is the chart: nothing counted before its first minute', async (t) => {
+  const f = await apiFixture(t);
+  const s = f.config.schemaQuoted;
+  const c = await f.pool.connect();
+  t.teardown(() => c.release());
+  // In one transaction now() stands still: a row a moment before the first whole minute of a 60-minute window
+  // (and within 60 minutes of now) is outside the chart, so outside the counts.
+  await c.query('BEGIN');
+  await c.query(
+    `INSERT INTO ${s}.operations (operation_id, effect_key, effect_key_id, principal_id, task_id, workflow_step_id,
+       tool_name, tenant_id, provider_id, provider_endpoint, idempotency_header, canonical_args_sha256,
+       arguments_json, current_approval_id, current_policy_version, status, created_at, updated_at)
+     SELECT gen_random_uuid(), 'k-' || i, 'key-1', 'p-1', 't-' || i, '1', 'issue_refund', 'tenant-a', 'sandbox',
+       'https://localhost/v1', 'Idempotency-Key', repeat('a', 64), '{}', 'auto', 'gate-policy-1', 'succeeded', at, at
+     FROM (VALUES (1, date_trunc('minute', now()) - interval '59 min' - interval '1 ms'),
+                  (2, date_trunc('minute', now()) - interval '59 min'),
+                  (3, now())) AS v (i, at)`,
+  );
+  const { perMinute, latency } = overviewStatements(s);
+  const minutes = await c.query<{ minute: Date; n: number }>(perMinute ?? '', ['tenant-a', 60]);
+  const { rows: clock } = await c.query<{ first: Date; last: Date }>(
+    `SELECT date_trunc('minute', now()) - interval '59 min' AS first, date_trunc('minute', now()) AS last`,
+  );
+  t.same(
+    minutes.rows.map((r) => r.minute.getTime()).sort(),
+    [clock[0]?.first.getTime(), clock[0]?.last.getTime()].sort(),
+    'the first minute of the window and the current one; the row before the first minute is left out',
+  );
+  t.equal(
+    minutes.rows.reduce((a, r) => a + r.n, 0),
+    2,
+  );
+  const l = await c.query<{ n: number }>(latency ?? '', ['tenant-a', 60]);
+  t.equal(l.rows[0]?.n, 2, 'the latency over the same rows');
+  await c.query('ROLLBACK');
 });
 
 t.test('the landing page, the menu by role, and the favicon without a session', async (t) => {
@@ -167,13 +280,16 @@ t.test('the landing page, the menu by role, and the favicon without a session', 
 
   const js = await fetch(`${f.base}/console/static/overview.js`);
   t.equal(js.headers.get('content-type'), 'text/javascript; charset=utf-8');
+  t.equal(js.headers.get('x-content-type-options'), 'nosniff');
   const uplotPath = /from '([^']+uPlot\.esm\.js)'/.exec(await js.text())?.[1] ?? '';
   const lib = await fetch(`${f.base}${uplotPath}`);
   t.equal(lib.status, 200, 'uPlot from the package, not a CDN');
   t.equal(lib.headers.get('content-type'), 'text/javascript; charset=utf-8');
   t.match(lib.headers.get('cache-control'), /immutable/, 'its versioned path may be cached for good');
+  t.equal(lib.headers.get('x-content-type-options'), 'nosniff');
   const css = await fetch(`${f.base}${uplotPath.replace('uPlot.esm.js', 'uPlot.min.css')}`);
   t.equal(css.headers.get('content-type'), 'text/css; charset=utf-8');
+  t.equal(css.headers.get('x-content-type-options'), 'nosniff');
   t.match(await css.text(), /\.uplot/);
 });
 
@@ -208,7 +324,7 @@ t.test('the overview reads indexes over a large ledger, never the whole operatio
   await f.pool.query(`ANALYZE ${s}.outbox`);
   await f.pool.query(`ANALYZE ${s}.gate_approvals`);
   for (const [name, sql] of Object.entries(overviewStatements(s))) {
-    const params = sql.includes('$2') ? ['tenant-1', 15] : ['tenant-1'];
+    const params = name === 'workers' ? [3600] : sql.includes('$2') ? ['tenant-1', 15] : ['tenant-1'];
     const { rows } = await f.pool.query<{ 'QUERY PLAN': unknown }>(`EXPLAIN (FORMAT JSON) ${sql}`, params);
     const plan = JSON.stringify(rows[0]?.['QUERY PLAN']);
     const seqOnOperations = /"Node Type":"Seq Scan"[^}]*"Relation Name":"operations"/.test(plan);
@@ -226,7 +342,45 @@ t.test('the overview reads indexes over a large ledger, never the whole operatio
   const inWindow = Object.values(o.window_totals).reduce((a, b) => a + b, 0);
   t.ok(inWindow > 0 && inWindow < 100, 'the window holds the last 15 minutes only', { inWindow });
   t.equal(o.open.needs_review, 200, "the tenant's operations in review, whatever their age");
+  t.notOk('failed' in o.open, 'failed is an end: not counted whole (rows in it accumulate for good)');
+  t.equal(o.window_totals.failed, 0, "but in the window, where the tenant's failed operations of days ago are not");
   t.ok(o.latency.p50_s !== null && Math.abs(o.latency.p50_s - 2) < 0.01, 'p50 from reservation to success');
+
+  // A busy tenant whose 60-minute window is most of its rows: 36,000 operations in the last hour (10 a second),
+  // 4,000 before. Its window's statements still walk the tenant's index over the window, not the table.
+  await f.pool.query(
+    `INSERT INTO ${s}.operations (operation_id, effect_key, effect_key_id, principal_id, task_id, workflow_step_id,
+       tool_name, tenant_id, provider_id, provider_endpoint, idempotency_header, canonical_args_sha256,
+       arguments_json, current_approval_id, current_policy_version, status, created_at, updated_at)
+     SELECT gen_random_uuid(), 'busy-' || i, 'key-1', 'p-' || (i % 50), 'tb-' || i, '1', 'issue_refund',
+       'tenant-busy', 'sandbox', 'https://localhost/v1', 'Idempotency-Key', repeat('a', 64), '{}', 'auto',
+       'gate-policy-1', CASE WHEN i % 100 = 0 THEN 'pending' ELSE 'succeeded' END,
+       now() - make_interval(secs => i * 0.1), now() - make_interval(secs => i * 0.1 - 1)
+     FROM generate_series(1, 40000) AS i`,
+  );
+  await f.pool.query(`ANALYZE ${s}.operations`);
+  const statements = overviewStatements(s);
+  for (const name of ['perMinute', 'latency'] as const) {
+    const { rows } = await f.pool.query<{ 'QUERY PLAN': unknown }>(`EXPLAIN (FORMAT JSON) ${statements[name]}`, [
+      'tenant-busy',
+      60,
+    ]);
+    const plan = JSON.stringify(rows[0]?.['QUERY PLAN']);
+    t.notMatch(plan, /"Seq Scan"/, `${name}, a busy tenant's 60 minutes: no sequential scan`, { plan });
+    t.match(plan, /operations_tenant_created_idx/, `${name}: the tenant's index over the window`, { plan });
+  }
+  await person(f, 'op-busy', ['operator'], 'tenant-busy');
+  const busy = await signIn(f, 'op-busy');
+  const hour = (await (
+    await get(f, '/console/overview.json?tenant=tenant-busy&minutes=60', busy.cookie)
+  ).json()) as Overview;
+  const drawn = hour.per_minute.reduce((a, p) => a + Object.values(p.by_outcome).reduce((x, y) => x + y, 0), 0);
+  t.equal(
+    Object.values(hour.window_totals).reduce((a, b) => a + b, 0),
+    drawn,
+    'the totals are what the chart draws',
+  );
+  t.ok(drawn > 35_000 && drawn <= 36_000, 'the last hour of the busy tenant', { drawn });
 });
 
 t.test('after a decision the approval page shows its outcome alone', async (t) => {

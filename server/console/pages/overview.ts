@@ -11,7 +11,7 @@ import { holds } from '../../api/auth.js';
 import type { ApiDeps, Caller } from '../../api/types.js';
 import { href, html, visible, type SafeHtml } from '../html.js';
 import { ago, page, send, tenantPicker } from '../layout.js';
-import { WINDOWS, readOverview, type Overview } from '../overview-data.js';
+import { WINDOWS, overviewReader, type Overview } from '../overview-data.js';
 import { uplotBase } from '../static.js';
 import { tenantsOf, callerIn } from '../session.js';
 import { pickTenant } from './operations.js';
@@ -43,15 +43,21 @@ export function duration(s: number | null): string {
 }
 
 export function registerOverviewPages(app: FastifyInstance, deps: ApiDeps): void {
+  // One reading per tenant and window shared by the page, its JSON and every tab, one at a time on one connection.
+  const overview = overviewReader(deps.pool, deps.config);
   app.get<{ Querystring: Query }>('/overview.json', { config: { console: 'session' } }, async (request, reply) => {
     const caller = reader(deps, request, request.query);
-    const o = await readOverview(deps.pool, deps.config, caller.tenant_id, minutesOf(request.query));
-    return reply.header('cache-control', 'no-store').type('application/json; charset=utf-8').send(o);
+    const o = await overview.read(caller.tenant_id, minutesOf(request.query));
+    return reply
+      .header('cache-control', 'no-store')
+      .header('x-content-type-options', 'nosniff')
+      .type('application/json; charset=utf-8')
+      .send(o);
   });
   app.get<{ Querystring: Query }>('/overview', { config: { console: 'session' } }, async (request, reply) => {
     const caller = reader(deps, request, request.query);
     const minutes = minutesOf(request.query);
-    const o = await readOverview(deps.pool, deps.config, caller.tenant_id, minutes);
+    const o = await overview.read(caller.tenant_id, minutes);
     const readable = tenantsOf(request).filter((t) => holds(deps, callerIn(request, t), 'read'));
     const body = html`${tenantPicker(readable, caller.tenant_id, 'overview')}
       <p class="windows">
@@ -65,8 +71,8 @@ export function registerOverviewPages(app: FastifyInstance, deps: ApiDeps): void
       <section id="tiles" class="tiles" data-live aria-live="polite">${tiles(o)}</section>
       <h2>Operations per minute, by state</h2>
       <p class="muted">
-        Operations reserved in each minute of the last ${minutes} minutes, by the state they are in now; redrawn every
-        few seconds.
+        Operations reserved in each minute of the last ${minutes} minutes (this one so far), by the state they are in
+        now; redrawn every few seconds while the page is shown.
       </p>
       <div
         id="chart"
