@@ -21,6 +21,7 @@ import { registerReviewPages } from './pages/review.js';
 import { form, parseForm, type Form } from './form.js';
 import { checkSameSite, clearSessionCookie, cookieOf, sessionHook, setSessionCookie } from './session.js';
 import { explain } from './explain.js';
+import { oidcButton, registerOidc } from './oidc.js';
 
 /**
  * The command an operator runs to make a person's one-time sign-in link, as it runs without a token: the
@@ -57,6 +58,7 @@ export function registerConsole(app: FastifyInstance, deps: ApiDeps): void {
         send(reply, 404, page(request, 'Not found', notice('bad', 'There is no such console page.'))),
       );
       registerEntry(child, deps, sessions);
+      registerOidc(child, deps, sessions);
       registerApprovalPages(child, deps);
       registerOperationPages(child, deps);
       registerReviewPages(child, deps);
@@ -81,7 +83,8 @@ function registerEntry(app: FastifyInstance, deps: ApiDeps, sessions: ConsoleSes
     const link = typeof request.query.link === 'string' ? request.query.link : '';
     const body =
       link === ''
-        ? html`<p>Ask an operator for a sign-in link. ${LOGIN_LINK_HOW}</p>`
+        ? html`${oidcButton(deps)}
+            <p>Ask an operator for a sign-in link. ${LOGIN_LINK_HOW}</p>`
         : html`<form method="post" action="/console/login">
             <input type="hidden" name="link" value="${link}" />
             <p>This link signs you in once.</p>
