@@ -126,6 +126,7 @@ function errorPage(deps: ApiDeps, request: FastifyRequest, reply: FastifyReply, 
   if (status >= 500) deps.log.error({ err: raw, code: err.code, request_id: request.id }, 'console request failed');
   if (err.code === 'unauthenticated') {
     const body = html`${notice('bad', html`<span class="code">unauthenticated</span>: ${err.message}`)}
+      ${oidcButton(deps)}
       <p>Sign in with a one-time link from an operator. ${LOGIN_LINK_HOW}</p>`;
     request.signedIn = undefined;
     return send(reply, 401, page(request, 'Sign in', body));

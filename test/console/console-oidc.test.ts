@@ -226,6 +226,11 @@ t.test('console single sign-on through a real OpenID Connect provider', async (t
     t.equal(switches.status, 403, 'auditor: no kill switches');
     t.match(await switches.text(), /permission_denied/);
     t.match(await env.store.list(), [{ principal_id: 'alice' }, { principal_id: 'bob', kind: 'person' }]);
+    const added = await auditRows(env.g.pool, `action = 'principal' AND outcome = 'added'`);
+    t.match(added, [
+      { principal_id: 'alice', detail: { by: 'oidc' } },
+      { principal_id: 'bob', detail: { by: 'oidc' } },
+    ]);
     await context.close();
   });
 
@@ -237,6 +242,7 @@ t.test('console single sign-on through a real OpenID Connect provider', async (t
     t.equal(await sessionCookie(context), '', 'no session cookie');
     const after = await get(env.base, '/console/approvals', await sessionCookie(context));
     t.equal(after.status, 401);
+    t.match(await after.text(), /Sign in with Test IdP/, 'the signed-out page offers the provider too');
     t.equal((await env.store.list()).length, before, 'no principal was added for them');
     await context.close();
   });
