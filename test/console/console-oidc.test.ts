@@ -42,7 +42,7 @@ interface Env {
   browser: Browser;
   store: PrincipalStore;
   /** The console's configuration with another mapping (the same provider and database). */
-  configWith(tenants: Record<string, unknown>): Config;
+  configWith(tenants: Record<string, unknown>, over?: Record<string, unknown>): Config;
   /** Serves the console with this configuration on a port of its own; its base URL. */
   serve(config: Config, port?: number): Promise<string>;
   /**
@@ -67,7 +67,11 @@ async function oidcEnv(t: Test): Promise<Env> {
   const idp = await oidcProvider(t, [`${base}/console/oidc/callback`, catcherUrl]);
   const secretFile = join(mkdtempSync(join(tmpdir(), 'al-oidc-')), 'client-secret');
   writeFileSync(secretFile, `${CLIENT_SECRET}\n`);
-  const extra = (tenants: Record<string, unknown>, redirect = `${base}/console/oidc/callback`) => ({
+  const extra = (
+    tenants: Record<string, unknown>,
+    redirect = `${base}/console/oidc/callback`,
+    over: Record<string, unknown> = {},
+  ) => ({
     api: {
       permissions: API_PERMISSIONS,
       console: {
@@ -79,6 +83,7 @@ async function oidcEnv(t: Test): Promise<Env> {
           redirect_url: redirect,
           scopes: ['openid', 'email', 'profile', 'groups'],
           tenants,
+          ...over,
         },
       },
     },
@@ -120,7 +125,7 @@ async function oidcEnv(t: Test): Promise<Env> {
     base,
     browser,
     store,
-    configWith: (tenants) => gateConfig(g.url, { extra: extra(tenants) }),
+    configWith: (tenants, over) => gateConfig(g.url, { extra: extra(tenants, undefined, over) }),
     serve,
     caught: { base: caughtBase, last: () => last },
   };
@@ -308,7 +313,22 @@ t.test('console single sign-on through a real OpenID Connect provider', async (t
     t.equal(nonce.status, 401, 'an ID token for another nonce');
     t.match(await nonce.text(), /oidc_sign_in_failed.*OAUTH_JWT_CLAIM_COMPARISON_FAILED/s, 'refused for its nonce');
     t.notMatch(nonce.headers.get('set-cookie') ?? '', /al_console=[A-Za-z0-9_-]/);
+    t.match(nonce.headers.get('set-cookie') ?? '', /al_oidc=; Path=\/console\/oidc;.*Max-Age=0/, 'state cleared');
   });
+
+  await t.test(
+    'a provider that cannot be read is refused oidc_sign_in_failed at the start, with no state cookie',
+    async (t) => {
+      const nobody = `http://127.0.0.1:${await freePort()}`;
+      const down = await env.serve(env.configWith(MAPPING, { issuer: nobody }));
+      const res = await fetch(`${down}/console/oidc/start`, { redirect: 'manual' });
+      t.equal(res.status, 401);
+      t.match(await res.text(), /oidc_sign_in_failed.*could not be read/s);
+      t.equal(res.headers.get('set-cookie'), null, 'no state cookie');
+      const up = await fetch(`${env.base}/console/oidc/start`, { redirect: 'manual' });
+      t.equal(up.status, 303, 'the configured provider still starts sign-ins');
+    },
+  );
 
   await t.test('the new routes keep the console’s CSRF and CSP rules', async (t) => {
     const cross = await fetch(`${env.base}/console/oidc/start`, {
