@@ -86,7 +86,7 @@ export function oidcButton(deps: ApiDeps): SafeHtml | '' {
 }
 
 /** The console's OpenID Connect client: the provider's metadata, read at the first sign-in and kept. */
-class OidcClient {
+export class OidcClient {
   readonly #oidc: ConsoleOidcConfig;
   readonly #secret: string;
   readonly #stateKey: Buffer;
@@ -176,11 +176,24 @@ function principalOf(oidc: ConsoleOidcConfig, named: string | null, claims: Reco
   return value;
 }
 
-/** Registers `/oidc/start` and `/oidc/callback` (under /console) when `api.console.oidc` is set. */
-export function registerOidc(app: FastifyInstance, deps: ApiDeps, sessions: ConsoleSessions): void {
+/**
+ * The console's OpenID Connect client when `api.console.oidc` is set, else null. Reads the client secret now,
+ * while the API is built: throws `secret_missing`, so a service without it does not start.
+ */
+export function consoleOidcClient(deps: ApiDeps): OidcClient | null {
   const oidc = deps.config.api.console.oidc;
-  if (oidc === null) return;
-  const oidcClient = new OidcClient(oidc, oidcClientSecret(oidc, deps.env ?? {}));
+  return oidc === null ? null : new OidcClient(oidc, oidcClientSecret(oidc, deps.env ?? {}));
+}
+
+/** Registers `/oidc/start` and `/oidc/callback` (under /console) for the client, if there is one. */
+export function registerOidc(
+  app: FastifyInstance,
+  deps: ApiDeps,
+  sessions: ConsoleSessions,
+  oidcClient: OidcClient | null,
+): void {
+  const oidc = deps.config.api.console.oidc;
+  if (oidc === null || oidcClient === null) return;
   app.get('/oidc/start', { config: { console: 'public' } }, async (request, reply) => {
     // A sign-in begins on the console's own page: another site cannot start one in this browser.
     checkSameSite(request);

@@ -21,7 +21,7 @@ import { registerReviewPages } from './pages/review.js';
 import { form, parseForm, type Form } from './form.js';
 import { checkSameSite, clearSessionCookie, cookieOf, sessionHook, setSessionCookie } from './session.js';
 import { explain } from './explain.js';
-import { oidcButton, registerOidc } from './oidc.js';
+import { consoleOidcClient, oidcButton, registerOidc } from './oidc.js';
 
 /**
  * The command an operator runs to make a person's one-time sign-in link, as it runs without a token: the
@@ -36,6 +36,8 @@ const LOGIN_LINK_HOW = html`They run <code>${LOGIN_LINK_COMMAND}</code> with you
 /** Registers the console on the API's app (before it is ready). */
 export function registerConsole(app: FastifyInstance, deps: ApiDeps): void {
   const sessions = new ConsoleSessions(deps.config, deps.pool, deps.audit);
+  // Read here, not in the plugin: a missing client secret must refuse the build (`secret_missing`).
+  const oidc = consoleOidcClient(deps);
   // `/` is the address a person types: it leads to the console, which asks for a sign-in when there is none.
   // It needs no session and answers nothing but the redirect; every other path is the API's, as before.
   app.get('/', { config: { console: 'public' } }, (_request, reply) => reply.redirect('/console', 302));
@@ -58,7 +60,7 @@ export function registerConsole(app: FastifyInstance, deps: ApiDeps): void {
         send(reply, 404, page(request, 'Not found', notice('bad', 'There is no such console page.'))),
       );
       registerEntry(child, deps, sessions);
-      registerOidc(child, deps, sessions);
+      registerOidc(child, deps, sessions, oidc);
       registerApprovalPages(child, deps);
       registerOperationPages(child, deps);
       registerReviewPages(child, deps);

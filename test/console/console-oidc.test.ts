@@ -44,7 +44,7 @@ interface Env {
   /** The console's configuration with another mapping (the same provider and database). */
   configWith(tenants: Record<string, unknown>, over?: Record<string, unknown>): Config;
   /** Serves the console with this configuration on a port of its own; its base URL. */
-  serve(config: Config, port?: number): Promise<string>;
+  serve(config: Config, port?: number, secrets?: NodeJS.ProcessEnv): Promise<string>;
   /**
    * A console whose redirect URL is a catcher's, not its own: the provider sends the browser there, and the
    * catcher only records the URL (so a test can bring the provider's answer to the console changed or not).
@@ -79,7 +79,7 @@ async function oidcEnv(t: Test): Promise<Env> {
           display_name: 'Test IdP',
           issuer: idp.issuer,
           client_id: CLIENT_ID,
-          client_secret_file: secretFile,
+          ...(over.client_secret_env === undefined ? { client_secret_file: secretFile } : {}),
           redirect_url: redirect,
           scopes: ['openid', 'email', 'profile', 'groups'],
           tenants,
@@ -93,8 +93,9 @@ async function oidcEnv(t: Test): Promise<Env> {
   const metrics = new Metrics({ defaultMetrics: false });
   const audit = new AuditWriter({ config: g.config, pool: g.pool, log, metrics });
   const store = new PrincipalStore(g.config, g.pool, audit);
-  const serve = async (config: Config, at?: number): Promise<string> => {
+  const serve = async (config: Config, at?: number, secrets?: NodeJS.ProcessEnv): Promise<string> => {
     const api = await buildApi({
+      ...(secrets === undefined ? {} : { env: secrets }),
       declaredErrors: 'enforce',
       config,
       pool: g.pool,
@@ -314,6 +315,17 @@ t.test('console single sign-on through a real OpenID Connect provider', async (t
     t.match(await nonce.text(), /oidc_sign_in_failed.*OAUTH_JWT_CLAIM_COMPARISON_FAILED/s, 'refused for its nonce');
     t.notMatch(nonce.headers.get('set-cookie') ?? '', /al_console=[A-Za-z0-9_-]/);
     t.match(nonce.headers.get('set-cookie') ?? '', /al_oidc=; Path=\/console\/oidc;.*Max-Age=0/, 'state cleared');
+  });
+
+  await t.test('the client secret from the environment: read at start, its absence refuses start', async (t) => {
+    const fromEnv = env.configWith(MAPPING, { client_secret_env: 'OIDC_TEST_CLIENT_SECRET' });
+    await t.rejects(env.serve(fromEnv, undefined, {}), {
+      code: 'secret_missing',
+      message: /OIDC_TEST_CLIENT_SECRET is not set/,
+    });
+    const served = await env.serve(fromEnv, undefined, { OIDC_TEST_CLIENT_SECRET: CLIENT_SECRET });
+    const start = await fetch(`${served}/console/oidc/start`, { redirect: 'manual' });
+    t.equal(start.status, 303, 'starts a sign-in');
   });
 
   await t.test(
