@@ -58,7 +58,7 @@ export interface ClaimStatement {
 export const SHIPPED: ClaimStatement = { text: q.outboxClaimBatch, named: true };
 
 /** A connection for `statement`'s claims: a named one gets a claim connection of its own, as a dispatcher does. */
-async function claimClient(pool: Pool, statement: ClaimStatement): Promise<pg.ClientBase> {
+export async function claimClient(pool: Pool, statement: ClaimStatement): Promise<pg.ClientBase> {
   if (!statement.named) return pool.connect();
   const { client, pinned } = await openClaimConnection(pool);
   if (!pinned) {
@@ -69,7 +69,7 @@ async function claimClient(pool: Pool, statement: ClaimStatement): Promise<pg.Cl
 }
 
 /** Gives a pool connection back, or closes a claim connection. */
-async function releaseClaimClient(client: pg.ClientBase, statement: ClaimStatement): Promise<void> {
+export async function releaseClaimClient(client: pg.ClientBase, statement: ClaimStatement): Promise<void> {
   if (statement.named) await (client as pg.Client).end();
   else (client as PoolClient).release();
 }
@@ -195,7 +195,7 @@ export async function loadOperations(
 }
 
 /** One claim in a transaction that is rolled back; its time in ms. */
-async function claimOnce(client: pg.ClientBase, statement: ClaimStatement): Promise<number> {
+export async function claimOnce(client: pg.ClientBase, statement: ClaimStatement): Promise<number> {
   await client.query('BEGIN');
   const t0 = process.hrtime.bigint();
   const { rowCount } = await sendClaim(client, statement, BATCH);

@@ -16,7 +16,9 @@
  *   - rss: one `actionledger dispatcher` process's resident set idle and with 32 in flight (bench/rss.ts),
  *   - statements: the top statements by execution time, per operation, of one end-to-end run and one library
  *     gate-call run at N = 8 (`--levels` picks another), from pg_stat_statements preloaded in the embedded
- *     cluster (skipped, saying so, on a DATABASE_URL server that does not preload it; bench/statements.ts).
+ *     cluster (skipped, saying so, on a DATABASE_URL server that does not preload it; bench/statements.ts),
+ *   - claim-plan: the claim connection's planner settings against an unnamed claim and a named claim on an
+ *     ordinary session, over a queue analyzed at 200, grown without ANALYZE, then analyzed (bench/claim-plan.ts).
  * The table part, the dispatch part and the http part's library cells also print "PostgreSQL work per
  * operation": PostgreSQL CPU, WAL bytes, heap rows written per table, derived index entries and the HOT share of
  * each cell's measured run (bench/pg-work.ts; docs/scaling.md sizes a server from them).
@@ -104,6 +106,7 @@ import { runFleetBench } from './fleet.js';
 import { runIsolationBench } from './isolation.js';
 import { runRssBench } from './rss.js';
 import { runStatementsBench } from './statements.js';
+import { runClaimPlanBench } from './claim-plan.js';
 import { medianWork, tableLine, workJson, workRow, WORK_HEADER, type PgWork } from './pg-work.js';
 import { transportCell, type TransportResult } from './transport.js';
 import {
@@ -142,6 +145,7 @@ const PARTS = [
   'isolation',
   'rss',
   'statements',
+  'claim-plan',
 ] as const;
 /** The parts whose tables make up bench/results.md's last run. */
 const MAIN_PARTS = ['table', 'scaling', 'backlog'] as const;
@@ -318,6 +322,21 @@ async function main(): Promise<void> {
       top: 12,
       save: SAVE,
     });
+  if (ONLY.has('claim-plan')) {
+    const db = await openBenchDatabase();
+    stopOnSignal(db);
+    try {
+      await runClaimPlanBench({
+        adminUrl: db.adminUrl,
+        postgres: db.version,
+        grownTo: QUICK ? 20_000 : 200_000,
+        rounds: QUICK ? 30 : 200,
+        save: SAVE,
+      });
+    } finally {
+      await db.close();
+    }
+  }
   if (MAIN_PARTS.some((p) => ONLY.has(p))) await mainParts();
 }
 

@@ -16,6 +16,14 @@ import { RECONCILE_QUEUE } from './schedule.js';
  */
 export const SILENT_WORKER_WINDOW_S = 3600;
 
+/** The workers not stopped that heartbeated within `$1` seconds, with that heartbeat's age. */
+export function workersSql(schemaQuoted: string): string {
+  return `SELECT worker_id, greatest(extract(epoch FROM now() - heartbeat_at), 0)::float8 AS age_s
+       FROM ${schemaQuoted}.workers
+       WHERE stopped_at IS NULL AND heartbeat_at > now() - make_interval(secs => $1)
+       ORDER BY worker_id`;
+}
+
 export async function readFleetHealth(db: Queryable, schema: string, schemaQuoted: string): Promise<FleetReading> {
   const boss = quoteSchemaName(`${schema}_pgboss`);
   const [schedule, workers] = await Promise.all([
@@ -38,13 +46,7 @@ export async function readFleetHealth(db: Queryable, schema: string, schemaQuote
       const at = r.rows[0]?.at_s ?? null;
       return at === null ? null : { queue: RECONCILE_QUEUE, last_completed_at_s: at };
     })(),
-    db.query<{ worker_id: string; age_s: number }>(
-      `SELECT worker_id, greatest(extract(epoch FROM now() - heartbeat_at), 0)::float8 AS age_s
-       FROM ${schemaQuoted}.workers
-       WHERE stopped_at IS NULL AND heartbeat_at > now() - make_interval(secs => $1)
-       ORDER BY worker_id`,
-      [SILENT_WORKER_WINDOW_S],
-    ),
+    db.query<{ worker_id: string; age_s: number }>(workersSql(schemaQuoted), [SILENT_WORKER_WINDOW_S]),
   ]);
   return {
     schedule,

@@ -29,4 +29,4 @@ export { openReconciler, openReview, type PassSummary, type ReconcileKit, type R
 export { ReconcileMetrics } from './metrics.js';
 export { ReviewPolicyRunner, policyStates, type PolicyRunSummary, type PolicyState } from './review-policy.js';
 export { OrphanWatch, type OrphanWatchOptions } from './orphan-watch.js';
-export { readFleetHealth, SILENT_WORKER_WINDOW_S } from './health.js';
+export { readFleetHealth, SILENT_WORKER_WINDOW_S, workersSql } from './health.js';

@@ -19,7 +19,11 @@ const chromium = process.env.AL_PREREQUISITES_CHROMIUM || '/usr/bin/chromium';
 /** Each program: how it is found (a name on PATH, or an absolute path), its Debian package, the tests that run it. */
 const PREREQUISITES = [
   // Debian's chromium: the console's browser tests drive it through playwright-core (test/helpers/console.ts).
-  { command: chromium, package: 'chromium', tests: ['test/console/console-browser.test.ts'] },
+  {
+    command: chromium,
+    package: 'chromium',
+    tests: ['test/console/console-browser.test.ts', 'test/console/console-overview-browser.test.ts'],
+  },
   // Prometheus's rule checker.
   {
     command: 'promtool',

@@ -1,13 +1,15 @@
 /** The page shell every console page shares: the navigation, the person, sign-out, the stylesheet and module. */
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { html, type SafeHtml } from './html.js';
+import type { ConsolePage } from './nav.js';
 
 /** No inline script or style anywhere: everything comes from this origin, nothing may frame the console. */
 export const CSP =
   "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; " +
   "form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'";
 
-const NAV: readonly [string, string][] = [
+const NAV: readonly [ConsolePage, string][] = [
+  ['overview', 'Overview'],
   ['approvals', 'Approvals'],
   ['operations', 'Operations'],
   ['review', 'Review'],
@@ -15,7 +17,13 @@ const NAV: readonly [string, string][] = [
   ['audit', 'Audit'],
 ];
 
-export function page(request: FastifyRequest, title: string, body: SafeHtml): SafeHtml {
+/** A page's own files beyond the console's stylesheet and module (served from this origin, as the CSP wants). */
+export interface PageFiles {
+  scripts?: readonly string[];
+  styles?: readonly string[];
+}
+
+export function page(request: FastifyRequest, title: string, body: SafeHtml, files: PageFiles = {}): SafeHtml {
   const signed = request.signedIn;
   const who =
     signed === undefined
@@ -29,15 +37,20 @@ export function page(request: FastifyRequest, title: string, body: SafeHtml): Sa
   const nav =
     signed === undefined
       ? html``
-      : html`<nav aria-label="Console">${NAV.map(([p, label]) => html`<a href="/console/${p}">${label}</a>`)}</nav>`;
+      : html`<nav aria-label="Console">
+          ${NAV.filter(([p]) => request.consolePages?.includes(p) ?? false).map(([p, label]) => html`<a href="/console/${p}">${label}</a>`)}
+        </nav>`;
   return html`<!doctype html>
     <html lang="en">
       <head>
         <meta charset="utf-8" />
         <meta name="viewport" content="width=device-width, initial-scale=1" />
         <title>${title} · actionledger</title>
+        <link rel="icon" href="/favicon.ico" />
         <link rel="stylesheet" href="/console/static/console.css" />
+        ${(files.styles ?? []).map((h) => html`<link rel="stylesheet" href="${h}" />`)}
         <script type="module" src="/console/static/console.js"></script>
+        ${(files.scripts ?? []).map((h) => html`<script type="module" src="${h}"></script>`)}
       </head>
       <body>
         <header><strong>actionledger</strong>${nav}${who}</header>

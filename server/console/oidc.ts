@@ -270,7 +270,8 @@ async function callback(
   });
   // fastify adds a second set-cookie header beside the cleared state's.
   setSessionCookie(request, reply, started.token, deps.config.api.console.sessionTtlS);
-  const body = html`<meta http-equiv="refresh" content="0;url=/console/approvals" />
-    <p>You are signed in. <a id="continue" href="/console/approvals">Continue to the console</a>.</p>`;
+  // To the landing page, as a link sign-in goes: the first page the person's roles open.
+  const body = html`<meta http-equiv="refresh" content="0;url=/console/" />
+    <p>You are signed in. <a id="continue" href="/console/">Continue to the console</a>.</p>`;
   return send(reply, 200, page(request, 'Signed in', body));
 }

@@ -16,6 +16,9 @@ import { notice, page, send } from './layout.js';
 import { registerApprovalPages } from './pages/approvals.js';
 import { registerAuditPages } from './pages/audit.js';
 import { registerKillSwitchPages } from './pages/kill-switches.js';
+import { registerOverviewPages } from './pages/overview.js';
+import { navHook } from './nav.js';
+import { registerFavicon, registerStatic } from './static.js';
 import { registerOperationPages } from './pages/operations.js';
 import { registerReviewPages } from './pages/review.js';
 import { form, parseForm, type Form } from './form.js';
@@ -41,6 +44,7 @@ export function registerConsole(app: FastifyInstance, deps: ApiDeps): void {
   // `/` is the address a person types: it leads to the console, which asks for a sign-in when there is none.
   // It needs no session and answers nothing but the redirect; every other path is the API's, as before.
   app.get('/', { config: { console: 'public' } }, (_request, reply) => reply.redirect('/console', 302));
+  registerFavicon(app);
   void app.register(
     (child, _opts, done) => {
       child.addContentTypeParser(
@@ -55,12 +59,15 @@ export function registerConsole(app: FastifyInstance, deps: ApiDeps): void {
         },
       );
       child.addHook('onRequest', sessionHook(deps, sessions));
+      child.addHook('preHandler', navHook(deps));
       child.setErrorHandler((err: FastifyError, request, reply) => errorPage(deps, request, reply, err));
       child.setNotFoundHandler((request, reply) =>
         send(reply, 404, page(request, 'Not found', notice('bad', 'There is no such console page.'))),
       );
       registerEntry(child, deps, sessions);
       registerOidc(child, deps, sessions, oidc);
+      registerStatic(child);
+      registerOverviewPages(child, deps);
       registerApprovalPages(child, deps);
       registerOperationPages(child, deps);
       registerReviewPages(child, deps);
@@ -79,7 +86,10 @@ function registerEntry(app: FastifyInstance, deps: ApiDeps, sessions: ConsoleSes
   app.get('/static/console.css', { config: { console: 'public' } }, (_request, reply) =>
     reply.header('content-type', 'text/css; charset=utf-8').header('cache-control', 'no-cache').send(CONSOLE_CSS),
   );
-  app.get('/', { config: { console: 'session' } }, (_request, reply) => reply.redirect('/console/approvals', 303));
+  // The landing page: the first the person's roles open (the overview, for anyone who may read).
+  app.get('/', { config: { console: 'session' } }, (request, reply) =>
+    reply.redirect(`/console/${request.consolePages?.[0] ?? 'approvals'}`, 303),
+  );
   // Opening the link shows a button; only the POST uses it, so a link preview or prefetch cannot spend it.
   app.get<{ Querystring: { link?: string } }>('/login', { config: { console: 'public' } }, (request, reply) => {
     const link = typeof request.query.link === 'string' ? request.query.link : '';
@@ -110,7 +120,7 @@ function registerEntry(app: FastifyInstance, deps: ApiDeps, sessions: ConsoleSes
       if (old !== undefined) await sessions.end(old.session_id, 'replaced');
     }
     setSessionCookie(request, reply, started.token, deps.config.api.console.sessionTtlS);
-    return reply.redirect('/console/approvals', 303);
+    return reply.redirect('/console/', 303);
   });
   app.post('/logout', { config: { console: 'session' } }, async (request, reply) => {
     form(request);

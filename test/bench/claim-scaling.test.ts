@@ -7,6 +7,7 @@ import t from 'tap';
 import { bindQueries, createPool } from '../../db/db.js';
 import { dispatcherQueries } from '../../dispatcher/queries.js';
 import { explainClaim, loadOperations, previousClaim, SHIPPED, summarizePlan } from '../../bench/claim-scaling.js';
+import { ruledOutNodes } from '../../bench/claim-plan.js';
 import { createTestDatabase } from '../helpers/db.js';
 
 const q = bindQueries(dispatcherQueries, '"actionledger"');
@@ -28,6 +29,29 @@ t.test("summarizePlan: the pick's scans, the rows they read and the statement's 
   t.equal(s.rowsRead, 64);
   t.equal(s.buffers, 1234);
   t.equal(s.executionMs, 2.195);
+  t.end();
+});
+
+t.test('ruledOutNodes: the nodes the claim connection rules out, once each, index scans not among them', (t) => {
+  const plan = [
+    'CTE Scan on claimed  (cost=1.00..2.00 rows=32 width=452) (actual time=0.1..0.2 rows=32.00 loops=1)',
+    '  ->  Hash Join  (cost=10.00..20.00 rows=32 width=44)',
+    '        ->  Seq Scan on outbox o  (cost=0.00..5.00 rows=200 width=34)',
+    '        ->  Hash  (cost=5.00..5.00 rows=200 width=16)',
+    '              ->  Seq Scan on operations l  (cost=0.00..5.00 rows=200 width=16)',
+    '  ->  Hash Join  (cost=10.00..20.00 rows=32 width=44)',
+    '  ->  Index Scan using operations_pkey on operations l_1  (cost=0.29..0.50 rows=1 width=44)',
+    '  ->  Bitmap Heap Scan on gate_kill_switches k  (cost=4.00..8.00 rows=1 width=0)',
+    '  ->  Sort  (cost=1.00..1.10 rows=32 width=8)',
+  ].join('\n');
+  t.same(ruledOutNodes(plan), [
+    'Hash Join',
+    'Seq Scan on outbox',
+    'Seq Scan on operations',
+    'Bitmap Heap Scan on gate_kill_switches',
+    'Sort',
+  ]);
+  t.same(ruledOutNodes('Index Scan using outbox_available_idx on outbox o'), []);
   t.end();
 });
 

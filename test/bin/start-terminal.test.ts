@@ -103,7 +103,7 @@ t.test('start at a terminal says where to go; elsewhere it writes JSON alone', a
       body: `link=${encodeURIComponent(new URL(link).searchParams.get('link') ?? '')}`,
     });
     t.equal(signIn.status, 303, 'signed in');
-    t.equal(signIn.headers.get('location'), '/console/approvals');
+    t.equal(signIn.headers.get('location'), '/console/', 'to the console, which opens on the page the roles allow');
 
     await stop(s);
     t.match(s.stdout(), /\n\d\d:\d\d:\d\d\.\d{3} INFO {2}service: actionledger stopped: /, 'the last line too');

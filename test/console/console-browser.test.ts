@@ -15,7 +15,7 @@ import { putOut } from '../helpers/review-state.js';
 
 /**
  * Where the screenshots go: `.actionledger/screenshots/` (ignored by git) unless CONSOLE_SCREENSHOTS names a
- * folder; `CONSOLE_SCREENSHOTS=docs/img` refreshes the pictures in docs/operations.md.
+ * folder. The pictures in docs/ come from `npm run screenshots` (console-overview-browser.test.ts).
  */
 const SHOTS = process.env.CONSOLE_SCREENSHOTS ?? join('.actionledger', 'screenshots');
 

@@ -319,11 +319,46 @@ t.test('an approval page shows the gate’s blockers, each as its code and text,
   );
 });
 
+t.test(
+  'an approved approval a kill switch holds says why it has not run; a done= its state does not bear out is not shown',
+  async (t) => {
+    const f = await setup(t);
+    const id = await waitingRefund(f, 'held-1');
+    const path = `/console/approvals/tenant-a/${id}`;
+    const sup = await signIn(f, 'sup-1');
+    const page = async (query = '') =>
+      (await (await get(f, `${path}${query}`, sup.cookie)).text()).replace(/\s+/g, ' ');
+    const hash = /name="envelope_sha256" value="([0-9a-f]{64})"/.exec(await page())?.[1] ?? '';
+    const pending = await page('?done=reserved');
+    t.notMatch(pending, /id="done"/, 'a pending approval shows no "Approved" notice, whatever the link says');
+    t.notMatch(await page('?done=rejected'), /id="done"/);
+    await f.gate.engageKillSwitch('tenant-a', 'issue_refund', 'op-1', 'incident 9');
+    // The vote the page no longer offers, sent anyway (an old tab): counted, and the execution refused.
+    const res = await post(f, `${path}/approve`, sup, { csrf: sup.csrf, envelope_sha256: hash });
+    const refused = (await res.text()).replace(/\s+/g, ' ');
+    t.equal(res.status, 422);
+    t.equal(refused.match(/tool_disabled/g)?.length, 1, 'the refusal is said once, not again as a blocker');
+    const later = await page();
+    t.match(later, /<dd id="status">approved<\/dd>/);
+    t.match(later, /tool_disabled<\/span>: a kill switch holds issue_refund \(incident 9\)/, 'and why it has not run');
+    t.notMatch(later, /self_approval_forbidden|permission_denied/, 'nothing about votes: nobody votes on it any more');
+    t.notMatch(await page('?done=reserved'), /id="done"/, 'an approved, unexecuted approval is not "reserved"');
+    t.notMatch(later, /id="approve"/);
+    await f.gate.liftKillSwitch('tenant-a', 'issue_refund', 'op-1');
+    t.match(await page(), /this approval is approved already; it waits to be executed/);
+  },
+);
+
 t.test('kill switches: configured tools only, engaged and lifted with reasons', async (t) => {
   const f = await setup(t);
   const op = await signIn(f, 'op-1');
   const page = await (await get(f, '/console/kill-switches', op.cookie)).text();
-  t.match(page, /<select name="tool">/, 'the tool is picked from a list');
+  t.match(page, /<select name="tool" required>/, 'the tool is picked from a list');
+  t.match(
+    page,
+    /<option value="" selected disabled>Choose the tool to stop<\/option>/,
+    'no tool is picked by default (not every tool)',
+  );
   const typo = await post(f, '/console/kill-switches/engage', op, {
     csrf: op.csrf,
     tenant: 'tenant-a',
@@ -352,11 +387,23 @@ t.test('kill switches: configured tools only, engaged and lifted with reasons', 
     currency: 'GBP',
   });
   t.match(small, { ok: true }, 'a pending operation the switch will hold');
+  const asked = await post(f, '/console/kill-switches/engage', op, {
+    csrf: op.csrf,
+    tenant: 'tenant-a',
+    tool: 'issue_refund',
+    reason: 'refund provider incident',
+  });
+  t.equal(asked.status, 200, 'the first post only asks for a confirmation');
+  const confirmation = (await asked.text()).replace(/\s+/g, ' ');
+  t.match(confirmation, /stops the tool <strong>issue_refund<\/strong> in the tenant <strong>tenant-a<\/strong>/);
+  t.match(confirmation, /<strong id="confirm-held">1 pending<\/strong>/, 'how many pending operations it will hold');
+  t.same(await f.gate.killSwitches(), [], 'nothing is engaged before the confirmation');
   const engaged = await post(f, '/console/kill-switches/engage', op, {
     csrf: op.csrf,
     tenant: 'tenant-a',
     tool: 'issue_refund',
     reason: 'refund provider incident',
+    confirm: 'yes',
   });
   t.equal(engaged.status, 303);
   t.match(await f.gate.killSwitches(), [{ tenant_id: 'tenant-a', tool_name: 'issue_refund', engaged_by: 'op-1' }]);

@@ -142,10 +142,11 @@ async function startSignIn(env: Env, login: string): Promise<{ context: BrowserC
   return { context, page };
 }
 
-/** Signs in through the provider as `login` and waits for the console's approvals page. */
+/** Signs in through the provider as `login` and waits for the console's landing page, signed in. */
 async function signIn(env: Env, login: string): Promise<{ context: BrowserContext; page: Page }> {
   const s = await startSignIn(env, login);
-  await s.page.waitForURL(`${env.base}/console/approvals`);
+  await s.page.waitForURL((u) => u.origin === env.base && !u.pathname.startsWith('/console/oidc/'));
+  await s.page.waitForSelector('.who');
   return s;
 }
 

@@ -27,8 +27,11 @@ export interface ConsoleEnv {
   browser: Browser;
   /** Adds a person with these roles in tenant-a. */
   person(id: string, roles: string[]): Promise<void>;
-  /** A new browser context signed in as the person through a one-time link. */
-  signIn(id: string): Promise<Page>;
+  /**
+   * A new browser context signed in as the person through a one-time link, then at `path` (the pending
+   * approvals unless named; null: where the sign-in leads).
+   */
+  signIn(id: string, path?: string | null, viewport?: { width: number; height: number }): Promise<Page>;
   /** Runs a dispatcher until the operation settles. */
   dispatch(operationId: string): Promise<Awaited<ReturnType<typeof settled>>>;
 }
@@ -91,13 +94,14 @@ export async function consoleEnv(t: Test, gate: Record<string, unknown> = {}): P
       await store.add(id, 'person', id, 'test');
       for (const r of roles) await store.grant(id, 'tenant-a', r, 'test');
     },
-    async signIn(id) {
+    async signIn(id, path = '/console/approvals', viewport = { width: 1100, height: 900 }) {
       const link = await sessions.createLoginLink(id, 'test');
-      const context = await browser.newContext({ viewport: { width: 1100, height: 900 } });
+      const context = await browser.newContext({ viewport });
       const p = await context.newPage();
       await p.goto(`${base}/console/login?link=${link.secret}`);
       await p.click('button[type=submit]');
-      await p.waitForURL(`${base}/console/approvals`);
+      await p.waitForURL((u) => !u.pathname.startsWith('/console/login') && u.pathname !== '/console/');
+      if (path !== null) await p.goto(`${base}${path}`);
       return p;
     },
     async dispatch(operationId) {

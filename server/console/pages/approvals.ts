@@ -17,6 +17,7 @@ import type { ApiDeps, Caller } from '../../api/types.js';
 import { explain } from '../explain.js';
 import { href, html, text, visible, type SafeHtml } from '../html.js';
 import { ago, csrfField, notice, page, send } from '../layout.js';
+import { money, type Money } from '../money.js';
 import { form } from '../form.js';
 import { callerIn, tenantsOf } from '../session.js';
 
@@ -40,6 +41,20 @@ function approverRole(deps: ApiDeps, caller: Caller, tool: string): string | und
   return t === undefined ? undefined : caller.roles.find((r) => t.approverRoles.has(r));
 }
 
+/** The amount of the tool's value argument (minor units) in its currency, or null for a tool without one. */
+function amountOf(deps: ApiDeps, tool: string, envelope: JsonObject): Money | null {
+  const value = deps.config.gate.tools.get(tool)?.value;
+  if (value == null) return null;
+  const args = (envelope.arguments ?? {}) as JsonObject;
+  const currency = value.currencyArgument === null ? (value.currency ?? '') : text(args[value.currencyArgument] ?? '');
+  return money(args[value.argument], currency);
+}
+
+function moneyCell(m: Money | null): SafeHtml {
+  if (m === null) return html``;
+  return html`<span class="money">${visible(m.major)} <small>(${m.minor})</small></span>`;
+}
+
 function timeLeft(expires: string | Date): string {
   const s = Math.round((new Date(expires).getTime() - Date.now()) / 1000);
   if (s <= 0) return 'expired';
@@ -57,7 +72,7 @@ export function registerApprovalPages(app: FastifyInstance, deps: ApiDeps): void
 
 function registerPendingList(app: FastifyInstance, deps: ApiDeps): void {
   app.get('/approvals', { config: { console: 'session' } }, async (request, reply) => {
-    const rows: (ApprovalSummary & { tenant: string; amount: string })[] = [];
+    const rows: (ApprovalSummary & { tenant: string; amount: Money | null })[] = [];
     for (const tenant of tenantsOf(request)) {
       const caller = callerIn(request, tenant);
       const tools = visibleTools(deps, caller);
@@ -70,13 +85,7 @@ function registerPendingList(app: FastifyInstance, deps: ApiDeps): void {
       });
       for (const a of listed.approvals) {
         const view = await deps.gate.approvals.show(a.approval_id, caller);
-        const value = deps.config.gate.tools.get(a.tool_name)?.value;
-        const args = (view.envelope.arguments ?? {}) as JsonObject;
-        const amount =
-          value == null
-            ? ''
-            : `${text(args[value.argument] ?? '')} ${value.currencyArgument === null ? (value.currency ?? '') : text(args[value.currencyArgument] ?? '')}`.trim();
-        rows.push({ ...a, tenant, amount });
+        rows.push({ ...a, tenant, amount: amountOf(deps, a.tool_name, view.envelope) });
       }
     }
     rows.sort((a, b) => b.created_at.localeCompare(a.created_at));
@@ -106,7 +115,7 @@ function registerPendingList(app: FastifyInstance, deps: ApiDeps): void {
                     <td data-label="Who asked">${a.requester_id} (${a.requester_role})</td>
                     <td data-label="Tool">${a.tool_name}</td>
                     <td data-label="Effect">${visible(text(a.effect))}</td>
-                    <td data-label="Amount">${visible(a.amount)}</td>
+                    <td data-label="Amount">${moneyCell(a.amount)}</td>
                     <td data-label="Time left">${a.past_ttl ? 'expired' : timeLeft(a.expires_at)}</td>
                   </tr>`,
               )}
@@ -192,21 +201,23 @@ async function decided(deps: ApiDeps, request: FastifyRequest<{ Params: Params }
   return send(
     reply,
     status,
-    await approvalPage(
-      deps,
-      request,
-      request.params,
-      undefined,
-      explain({ code: r.error, message: r.message, details: r.details }),
-    ),
+    await approvalPage(deps, request, request.params, undefined, {
+      html: explain({ code: r.error, message: r.message, details: r.details }),
+      code: r.error,
+    }),
   );
 }
 
-const DONE: Record<string, string> = {
-  reserved: 'Approved: the operation is reserved and will be dispatched.',
-  pending_approvals: 'Your approval is recorded; more approvers are needed.',
-  approved: 'Approved.',
-  rejected: 'Rejected.',
+/**
+ * The notice after one's own decision (the redirect's `done`), and the status the approval must have now for it
+ * to be shown: a `done` the approval's state does not bear out (a link edited by hand, or a state that moved on
+ * since) is not shown, so the page never says more than the status does.
+ */
+const DONE: Record<string, { text: string; status: string }> = {
+  reserved: { text: 'Approved: the operation is reserved and will be dispatched.', status: 'executed' },
+  pending_approvals: { text: 'Your approval is recorded; more approvers are needed.', status: 'pending' },
+  approved: { text: 'Approved.', status: 'approved' },
+  rejected: { text: 'Rejected.', status: 'rejected' },
 };
 
 async function approvalPage(
@@ -214,7 +225,7 @@ async function approvalPage(
   request: FastifyRequest,
   p: Params,
   done?: string,
-  refusal?: SafeHtml,
+  refusal?: { html: SafeHtml; code: string },
 ): Promise<SafeHtml> {
   const caller = callerIn(request, p.tenant);
   const view = await deps.gate.approvals.show(p.id, caller);
@@ -228,15 +239,16 @@ async function approvalPage(
   const tools = visibleTools(deps, caller);
   if (tools !== null && !tools.includes(env.tool)) throw new ActionLedgerError('not_found', 'no such approval');
   const displayedHash = sha256Hex(canonicalJson(view.envelope));
-  const blockers = (await deps.gate.approvals.blockers(p.id, caller)).map((b) => blockerNotice(b, p.tenant, env.tool));
+  const blockers = await blockersOf(deps, caller, p.id, view.status);
+  const said = notices(view.status, done, refusal, blockers, p.tenant, env.tool);
   // The gate's own check (gate/approvals.ts), on the envelope itself: the box is shown exactly when approving
   // without it would be refused (JSON text would hide a control character behind its escape).
   const hidden = hiddenInJson(view.envelope).length > 0;
   const decide =
     blockers.length > 0 || view.status !== 'pending' ? html`` : decideForms(request, p, displayedHash, hidden);
   const op = view.operation_id === null ? null : await operationStatus(deps, caller, view.operation_id);
-  const body = html` ${done !== undefined && DONE[done] !== undefined ? notice('ok', html`<p id="done">${DONE[done]}</p>`) : ''}
-    ${refusal ?? ''} ${hidden ? hiddenWarning() : ''}
+  const amount = amountOf(deps, env.tool, view.envelope);
+  const body = html` ${said.top} ${hidden ? hiddenWarning() : ''}
     <dl>
       <dt>Status</dt>
       <dd id="status">${view.status}${view.reason === null ? '' : html` (${visible(view.reason)})`}</dd>
@@ -244,6 +256,12 @@ async function approvalPage(
       <dd>${visible(env.tool)}</dd>
       <dt>Effect</dt>
       <dd>${visible(text(env.effect ?? ''))}</dd>
+      ${
+        amount === null
+          ? ''
+          : html`<dt>Amount</dt>
+              <dd id="amount">${moneyCell(amount)}</dd>`
+      }
       <dt>Who asked</dt>
       <dd>${visible(env.requester.principal_id)} as ${visible(env.requester.role)}</dd>
       <dt>Conversation</dt>
@@ -276,12 +294,50 @@ async function approvalPage(
     </dl>
     <h2>Arguments, exactly as stored</h2>
     <pre id="arguments">${visible(JSON.stringify(env.arguments, null, 2))}</pre>
-    ${blockers} ${decide}
+    ${said.blockers} ${decide}
     <details>
       <summary>The whole envelope (what the hash covers)</summary>
       <pre id="envelope">${visible(JSON.stringify(view.envelope, null, 2))}</pre>
     </details>`;
   return page(request, `Approval ${p.id}`, html`<section id="approval" data-live>${body}</section>`);
+}
+
+/**
+ * What the gate says stands in the way, by the approval's status: while it waits for votes, every reason the
+ * person cannot decide it; once approved and not yet executed, only why it has not run (a kill switch, its time,
+ * what it binds), since nobody votes on it any more; once final (executed, rejected, expired, invalidated) none:
+ * the status says it, and "this approval is executed" beside it would only repeat it.
+ */
+/**
+ * What the page says above the approval (the notice of one's own decision, when the status bears it out, or the
+ * refusal of it) and the gate's blockers below it, none of them twice: not the refusal just shown again as a
+ * blocker, nor "you approved this already" under the notice of that vote.
+ */
+function notices(
+  status: string,
+  done: string | undefined,
+  refusal: { html: SafeHtml; code: string } | undefined,
+  blockers: ApprovalBlocker[],
+  tenant: string,
+  tool: string,
+): { top: SafeHtml; blockers: SafeHtml[] } {
+  const shownDone = done === undefined ? undefined : DONE[done];
+  const doneShown = shownDone !== undefined && shownDone.status === status;
+  return {
+    top: html`${doneShown ? notice('ok', html`<p id="done">${shownDone.text}</p>`) : ''} ${refusal?.html ?? ''}`,
+    blockers: blockers
+      .filter((b) => b.code !== refusal?.code && !(doneShown && b.details.reason === 'already_approved'))
+      .map((b) => blockerNotice(b, tenant, tool)),
+  };
+}
+
+/** Blockers about the person (who asked, who voted, which roles): moot once nobody votes on the approval. */
+const PERSONAL: ReadonlySet<string> = new Set(['self_approval_forbidden', 'permission_denied']);
+
+async function blockersOf(deps: ApiDeps, caller: Caller, id: string, status: string): Promise<ApprovalBlocker[]> {
+  if (status !== 'pending' && status !== 'approved') return [];
+  const all = await deps.gate.approvals.blockers(id, caller);
+  return status === 'pending' ? all : all.filter((b) => !PERSONAL.has(b.code));
 }
 
 /** A warning when what is to be approved holds characters a browser would hide or reorder (see visible()). */
@@ -371,7 +427,7 @@ function blockerNotice(b: ApprovalBlocker, tenant: string, tool: string): SafeHt
  * says the person read them by their codes) and the reject form (a reason required).
  */
 function decideForms(request: FastifyRequest, p: Params, displayedHash: string, hidden: boolean): SafeHtml {
-  return html`<section aria-label="Decide">
+  return html`<section aria-label="Decide" class="decide">
     <h2>Decide</h2>
     <form method="post" action="${href(['approvals', p.tenant, p.id, 'approve'])}">
       ${csrfField(request)}
@@ -390,12 +446,14 @@ function decideForms(request: FastifyRequest, p: Params, displayedHash: string, 
             >`
           : ''
       }
-      <button type="submit" id="approve">Approve exactly this (sha256 ${displayedHash.slice(0, 12)}…)</button>
+      <button type="submit" id="approve" class="primary">
+        Approve exactly this (sha256 ${displayedHash.slice(0, 12)}…)
+      </button>
     </form>
     <form method="post" action="${href(['approvals', p.tenant, p.id, 'reject'])}">
       ${csrfField(request)}
       <label>Reason for rejecting <textarea name="reason" required maxlength="1000" rows="2"></textarea></label>
-      <button type="submit" id="reject">Reject</button>
+      <button type="submit" id="reject" class="danger">Reject</button>
     </form>
   </section>`;
 }

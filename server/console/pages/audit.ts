@@ -1,10 +1,14 @@
-/** The audit log of one tenant (capability `audit`), newest first, filtered and paged; refusals included. */
+/**
+ * The audit log of one tenant (capability `audit`), newest first, filtered (by the query string, on the server)
+ * and paged; refusals included. One line a row: the JSON detail is folded into a `<details>`, its first
+ * characters in the summary, the whole of it, indented, on demand.
+ */
 import type { FastifyInstance } from 'fastify';
 import { ISO_TIME_PATTERN, listAudit } from '../../../gate/index.js';
 import { ActionLedgerError } from '../../../core/errors.js';
 import { holds } from '../../api/auth.js';
 import type { ApiDeps } from '../../api/types.js';
-import { href, html, visible } from '../html.js';
+import { href, html, visible, type SafeHtml } from '../html.js';
 import { ago, page, send, tenantPicker } from '../layout.js';
 import { tenantsOf } from '../session.js';
 import { pickTenant } from './operations.js';
@@ -48,7 +52,7 @@ export function registerAuditPages(app: FastifyInstance, deps: ApiDeps): void {
           <td data-label="Who">${r.principal_id ?? ''}${r.role === null ? '' : ` (${r.role})`}</td>
           <td data-label="Tool">${r.tool_name ?? ''}</td>
           <td data-label="Subject">${r.subject_id ?? ''}</td>
-          <td data-label="Detail"><pre>${visible(JSON.stringify(r.detail))}</pre></td>
+          <td data-label="Detail" class="detail">${detailCell(r.detail)}</td>
         </tr>`,
     );
     const next =
@@ -64,7 +68,7 @@ export function registerAuditPages(app: FastifyInstance, deps: ApiDeps): void {
         ${
           rows.length === 0
             ? html`<p>No row matches.</p>`
-            : html`<table>
+            : html`<table class="audit">
                 <thead>
                   <tr>
                     <th>At</th>
@@ -84,4 +88,16 @@ export function registerAuditPages(app: FastifyInstance, deps: ApiDeps): void {
       </section>`;
     return send(reply, 200, page(request, 'Audit log', body));
   });
+}
+
+/** A row's detail: a one-line preview that opens onto the whole JSON. */
+function detailCell(detail: unknown): SafeHtml {
+  if (detail === null || detail === undefined) return html``;
+  const flat = JSON.stringify(detail);
+  if (flat === '{}') return html`<span class="muted">{}</span>`;
+  const preview = flat.length > 60 ? `${flat.slice(0, 60)}…` : flat;
+  return html`<details>
+    <summary>${visible(preview)}</summary>
+    <pre>${visible(JSON.stringify(detail, null, 2))}</pre>
+  </details>`;
 }

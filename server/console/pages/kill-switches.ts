@@ -4,7 +4,7 @@
  * target no route declares anyway) and lift, each with a reason. Engaging and lifting are the gate's calls,
  * audited there; the reason of a lift is recorded in this request's audit row.
  */
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { KillSwitchRow } from '../../../gate/index.js';
 import { ActionLedgerError } from '../../../core/errors.js';
 import { TenantLedgerView } from '../../../ledger/index.js';
@@ -12,7 +12,7 @@ import { listInReview } from '../../../reconciler/index.js';
 import { holds } from '../../api/auth.js';
 import type { ApiDeps } from '../../api/types.js';
 import { href, html, type SafeHtml } from '../html.js';
-import { ago, csrfField, doneNotice, page, send } from '../layout.js';
+import { ago, csrfField, doneNotice, notice, page, send } from '../layout.js';
 import { form } from '../form.js';
 import { callerIn, tenantsOf } from '../session.js';
 
@@ -84,19 +84,22 @@ function registerSwitchList(app: FastifyInstance, deps: ApiDeps): void {
           ${csrfField(request)}
           <label
             >Tenant
-            <select name="tenant">
+            <select name="tenant" required>
+              ${tenants.length > 1 ? html`<option value="" selected disabled>Choose the tenant</option>` : ''}
               ${tenants.map((t) => html`<option>${t}</option>`)}
             </select></label
           >
           <label
             >Tool
-            <select name="tool">
-              <option value="*">* (every tool)</option>
+            <select name="tool" required>
+              <option value="" selected disabled>Choose the tool to stop</option>
               ${[...new Set(tenants.flatMap((t) => targets(deps, t)))].map((t) => html`<option>${t}</option>`)}
+              <option value="*">* (every tool of the tenant)</option>
             </select></label
           >
           <label>Reason <input name="reason" required maxlength="1000" /></label>
-          <button type="submit">Engage</button>
+          <p class="muted">The next page says what it stops and asks you to confirm; nothing is engaged before.</p>
+          <button type="submit" class="danger">Engage…</button>
         </form>`;
       return send(reply, 200, page(request, 'Kill switches', body));
     },
@@ -122,6 +125,8 @@ function registerSwitchChanges(app: FastifyInstance, deps: ApiDeps): void {
       throw new ActionLedgerError('invalid_request', 'give a reason (no control characters)', {
         details: { field: 'reason' },
       });
+    if (verb === 'engage' && f.confirm !== 'yes')
+      return confirmEngage(deps, request, reply, caller.tenant_id, tool, reason);
     let done: keyof typeof DONE;
     if (verb === 'engage') {
       await deps.gate.engageKillSwitch(caller.tenant_id, tool, caller.principal_id, reason);
@@ -139,6 +144,46 @@ function registerSwitchChanges(app: FastifyInstance, deps: ApiDeps): void {
     }
     return reply.redirect(href(['kill-switches'], { done }), 303);
   });
+}
+
+/**
+ * The step between choosing and engaging: what the switch would stop (the tool, or every tool, in the tenant)
+ * and how many pending operations it would hold now, with the same fields and `confirm=yes` to engage it.
+ */
+async function confirmEngage(
+  deps: ApiDeps,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  tenant: string,
+  tool: string,
+  reason: string,
+): Promise<FastifyReply> {
+  const [held] = await holdings(deps, [{ tenant_id: tenant, tool_name: tool } as KillSwitchRow], [tenant]);
+  const what = tool === '*' ? html`<strong>every tool</strong>` : html`the tool <strong>${tool}</strong>`;
+  const body = html`<section class="confirm" id="confirm">
+    <p>
+      Engaging stops ${what} in the tenant <strong>${tenant}</strong>: its calls are refused at once, and the
+      <strong id="confirm-held">${held ?? '0 pending'}</strong> operation(s) waiting to be dispatched are held (put in
+      review as final_check:tool_disabled when a dispatcher reaches them) until the switch is lifted.
+    </p>
+    <p>Reason: ${reason}</p>
+    <form method="post" action="/console/kill-switches/engage">
+      ${csrfField(request)}<input type="hidden" name="tenant" value="${tenant}" /><input
+        type="hidden"
+        name="tool"
+        value="${tool}"
+      /><input type="hidden" name="reason" value="${reason}" /><input type="hidden" name="confirm" value="yes" />
+      <button type="submit" id="confirm-engage" class="danger">
+        Engage: stop ${tool === '*' ? 'every tool' : tool} in ${tenant}
+      </button>
+      <a href="/console/kill-switches">Cancel</a>
+    </form>
+  </section>`;
+  return send(
+    reply,
+    200,
+    page(request, 'Engage a kill switch?', html`${notice('warn', 'Nothing is engaged yet.')}${body}`),
+  );
 }
 
 /**
