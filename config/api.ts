@@ -4,6 +4,7 @@
  */
 import { resolve } from 'node:path';
 import type { ConfigProblems } from '../core/config-problems.js';
+import { compileConsoleOidc, consoleOidcSchema, type ConsoleOidcConfig, type RawConsoleOidc } from './console-oidc.js';
 
 /** What a principal's role may do through the API, apart from gate calls and approvals (the tools' roles decide those). */
 export const API_CAPABILITIES = ['reserve', 'act_for_users', 'read', 'review', 'kill_switch', 'audit'] as const;
@@ -103,6 +104,8 @@ export const apiSchema = {
             proxies: { type: 'array', minItems: 1, uniqueItems: true, items: { type: 'string', minLength: 1 } },
           },
         },
+        /** Sign-in through an OpenID Connect provider, its claims mapped to principals and roles per tenant. */
+        oidc: consoleOidcSchema,
       },
     },
   },
@@ -130,6 +133,8 @@ export interface ConsoleConfig {
   readonly loginLinkTtlS: number;
   /** The proxy's header (lower case) and the peer addresses it is believed from; null: the mode is off. */
   readonly trustedHeader: { readonly name: string; readonly proxies: ReadonlySet<string> } | null;
+  /** Single sign-on through an OpenID Connect provider (config/console-oidc.ts); null: off. */
+  readonly oidc: ConsoleOidcConfig | null;
 }
 
 interface RawHttp {
@@ -149,6 +154,7 @@ interface RawApi {
     session_ttl_s: number;
     login_link_ttl_s: number;
     trusted_header?: { name: string; proxies: string[] };
+    oidc?: RawConsoleOidc;
   };
 }
 
@@ -218,5 +224,6 @@ function compileConsole(raw: RawApi['console']): ConsoleConfig {
     loginLinkTtlS: raw.login_link_ttl_s,
     trustedHeader:
       header === undefined ? null : Object.freeze({ name: header.name.toLowerCase(), proxies: Object.freeze(proxies) }),
+    oidc: compileConsoleOidc(raw.oidc),
   });
 }

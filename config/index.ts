@@ -1,5 +1,6 @@
 export * from './api.js';
 export * from './cluster.js';
+export * from './console-oidc.js';
 export * from './gate.js';
 export * from './keys.js';
 export * from './load.js';

@@ -12,6 +12,7 @@ import { ActionLedgerError } from '../core/errors.js';
 import { parseStrictJson } from '../core/json.js';
 import { configSchema, type RawConfig } from './schema.js';
 import { compileApi, compileHttp } from './api.js';
+import { consoleOidcProblems } from './console-oidc.js';
 import { compileRoutes } from './routes.js';
 import { sandboxRouting } from './sandbox-urls.js';
 import { compileGate } from './gate.js';
@@ -98,6 +99,7 @@ export function compileConfig(
   const notifications = compileNotifications(cfg.notifications, toolNames, cwd, problems);
   const cluster = compileCluster(cfg, env, problems);
   const reviewPolicies = compileReviewPolicies(cfg.review_policies, toolNames, problems);
+  if (!problems.malformed('/api/console/oidc')) consoleOidcProblems(cfg.api.console.oidc, problems);
   if (problems.length > 0 || gate === null) throw problems.error(file);
   const dataDir = resolve(cwd, env.ACTIONLEDGER_DATA_DIR ?? '.actionledger');
   const d = cfg.dispatcher;

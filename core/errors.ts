@@ -36,6 +36,8 @@ export const ERROR_CODES = {
   invalid_json: 'refused',
   unauthenticated: 'refused',
   csrf_token_invalid: 'refused',
+  oidc_sign_in_failed: 'refused',
+  oidc_not_mapped: 'refused',
   body_too_large: 'refused',
   unsupported_media_type: 'refused',
   expectation_failed: 'refused',

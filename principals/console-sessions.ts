@@ -5,17 +5,20 @@
  *
  *   link: created --redeem (once, before expires_at)--> used
  *   session: active --expires_at passed | sign-out | a role of its principal revoked after it began--> ended
+ *   OIDC session: also --the mapping (api.console.oidc) gives its claims no role, or another principal--> ended
  *
  * A link is redeemed by one conditional UPDATE (`used_at IS NULL AND expires_at > now()`), so two browsers
  * racing with the same link start one session. A session is read again on every request together with the
  * principal's current grants (revoked roles left out); a revocation recorded after the session began ends it
- * there and then, so the next request of that browser is signed out.
+ * there and then, so the next request of that browser is signed out. A session started through an OpenID
+ * Connect provider holds no grants of its own: its roles are what the running configuration's mapping gives the
+ * claims it keeps (subject, groups), less the principal's revoked roles, worked out on every request.
  */
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
-import { bindQueries, type Pool } from '../db/index.js';
+import { bindQueries, type Pool, type Queryable } from '../db/index.js';
 import { ActionLedgerError, asActionLedgerError } from '../core/errors.js';
-import { identifier } from '../core/identifier.js';
-import type { Config } from '../config/index.js';
+import { identifier, identifierProblem } from '../core/identifier.js';
+import { oidcMapping, type Config, type OidcClaims } from '../config/index.js';
 import type { AuditWriter } from '../gate/index.js';
 import { audited, mustExist } from './audited.js';
 import { principalQueries } from './queries.js';
@@ -37,12 +40,20 @@ export const consoleSessionQueries = {
     SELECT used_at IS NOT NULL AS used, expires_at <= now() AS expired
     FROM @schema.console_login_links WHERE link_sha256 = $1`,
   sessionInsert: `
-    INSERT INTO @schema.console_sessions (session_id, principal_id, session_sha256, method, expires_at)
-    VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5)) RETURNING expires_at`,
+    INSERT INTO @schema.console_sessions (session_id, principal_id, session_sha256, method, expires_at,
+                                          oidc_subject, oidc_groups)
+    VALUES ($1, $2, $3, $4, now() + make_interval(secs => $5), $6, $7) RETURNING expires_at`,
+  /** The roles revoked from a principal, as `tenant_id`/`role` pairs (an OIDC session's roles leave them out). */
+  revokedSelect: `
+    SELECT tenant_id, role FROM @schema.gate_role_revocations WHERE principal_id = $1`,
   /** The session with its principal's grants now, and whether a role was revoked since it began. */
   sessionSelect: `
     SELECT s.session_id, s.principal_id, s.method, s.expires_at, s.ended_at IS NOT NULL AS ended,
-           s.expires_at <= now() AS expired, p.kind, p.display_name,
+           s.expires_at <= now() AS expired, p.kind, p.display_name, s.oidc_subject, s.oidc_groups,
+           CASE WHEN s.method = 'oidc' THEN
+             COALESCE((SELECT jsonb_agg(jsonb_build_object('tenant_id', v.tenant_id, 'role', v.role))
+                       FROM @schema.gate_role_revocations v WHERE v.principal_id = s.principal_id), '[]'::jsonb)
+           END AS revoked,
            EXISTS (SELECT 1 FROM @schema.gate_role_revocations v
                    WHERE v.principal_id = s.principal_id AND v.revoked_at >= s.created_at) AS role_revoked,
            COALESCE((SELECT jsonb_agg(jsonb_build_object('tenant_id', r.tenant_id, 'role', r.role)
@@ -75,7 +86,7 @@ export interface ConsoleSession {
   principal_id: string;
   display_name: string;
   kind: PrincipalKind;
-  method: 'link' | 'trusted_header';
+  method: 'link' | 'trusted_header' | 'oidc';
   expires_at: Date;
   /** Tenant -> the roles held there (revoked ones left out), tenants in order. */
   grants: ReadonlyMap<string, readonly string[]>;
@@ -88,6 +99,8 @@ export interface CreatedLoginLink {
   principal_id: string;
   expires_at: string;
 }
+
+type Revoked = { tenant_id: string; role: string };
 
 const SECRET = /^[A-Za-z0-9_-]{43}$/;
 const sha = (s: string) => createHash('sha256').update(s, 'utf8').digest('hex');
@@ -211,10 +224,59 @@ export class ConsoleSessions {
     return this.#start(id, 'trusted_header', null);
   }
 
+  /**
+   * A session for a person an OpenID Connect provider vouched for (server/console/oidc.ts checked the provider's
+   * answer): the principal is added as a person when it is not known yet (audited, by `oidc`), and the session
+   * keeps the claims the mapping reads on every request. Throws `oidc_not_mapped` (details.reason
+   * `not_a_person` when the principal is a service, `roles_revoked` when every role the mapping gives was
+   * revoked), `invalid_context` for a principal id that is no identifier, and the database's coded errors.
+   */
+  async startOidc(
+    principalId: string,
+    displayName: string,
+    claims: OidcClaims,
+  ): Promise<{ token: string; session_id: string }> {
+    const id = identifier('principal_id', principalId);
+    const name = identifierProblem(displayName) === null ? displayName.normalize('NFC') : id;
+    return this.#start(id, 'oidc', null, {
+      claims,
+      before: async (c) => {
+        if ((await c.query(this.#pq.principalInsert, [id, 'person', name, 'oidc'])).rowCount === 1)
+          await this.#audit.decision(c, {
+            action: 'principal',
+            outcome: 'added',
+            context: { principal_id: id },
+            detail: { by: 'oidc', kind: 'person' },
+          });
+        const kind = (await c.query<{ kind: string }>(this.#pq.principalSelect, [id])).rows[0]?.kind;
+        if (kind !== 'person')
+          throw new ActionLedgerError('oidc_not_mapped', `${id} is a ${kind ?? 'service'} principal, not a person`, {
+            details: { principal_id: id, reason: 'not_a_person' },
+          });
+        const revoked = (await c.query<Revoked>(this.#q.revokedSelect, [id])).rows;
+        if (this.#oidcGrants(claims, revoked).size === 0)
+          throw new ActionLedgerError('oidc_not_mapped', `every role the mapping gives ${id} is revoked`, {
+            details: { principal_id: id, reason: 'roles_revoked' },
+          });
+      },
+    });
+  }
+
+  /** The roles the mapping gives these claims now, less the revoked ones; tenants with none left out. */
+  #oidcGrants(claims: OidcClaims, revoked: readonly Revoked[]): Map<string, string[]> {
+    const out = new Map<string, string[]>();
+    for (const [tenant, roles] of oidcMapping(this.#config.api.console.oidc, claims).grants) {
+      const kept = roles.filter((r) => !revoked.some((v) => v.tenant_id === tenant && v.role === r));
+      if (kept.length > 0) out.set(tenant, kept);
+    }
+    return out;
+  }
+
   async #start(
     principalId: string,
-    method: 'link' | 'trusted_header',
+    method: ConsoleSession['method'],
     linkId: string | null,
+    oidc?: { claims: OidcClaims; before: (c: Queryable) => Promise<void> },
   ): Promise<{ token: string; session_id: string }> {
     const token = randomBytes(32).toString('base64url');
     const sessionId = randomUUID();
@@ -226,16 +288,19 @@ export class ConsoleSessions {
         outcome: 'console_signed_in',
         context: { principal_id: principalId },
         subjectId: sessionId,
-        detail: { method, link_id: linkId },
+        detail: { method, link_id: linkId, ...(oidc === undefined ? {} : { oidc_subject: oidc.claims.subject }) },
       },
       principalId,
       async (c) => {
+        await oidc?.before(c);
         await c.query(this.#q.sessionInsert, [
           sessionId,
           principalId,
           sha(token),
           method,
           this.#config.api.console.sessionTtlS,
+          oidc?.claims.subject ?? null,
+          oidc === undefined ? null : [...oidc.claims.groups],
         ]);
       },
     );
@@ -243,9 +308,11 @@ export class ConsoleSessions {
   }
 
   /**
-   * The session a cookie stands for, with the principal's grants read now. A session past its time, or one
-   * whose principal lost a role after it began, is ended here. Throws `unauthenticated` (details.reason
-   * `malformed`, `unknown`, `ended`, `expired`, `role_revoked`).
+   * The session a cookie stands for, with the principal's grants read now (for an OIDC session, what the
+   * mapping gives its claims now, less revoked roles). A session past its time, one whose principal lost a role
+   * after it began, or an OIDC session the mapping no longer gives a role (or maps to another principal), is
+   * ended here. Throws `unauthenticated` (details.reason `malformed`, `unknown`, `ended`, `expired`,
+   * `role_revoked`, `not_mapped`).
    */
   async authenticate(token: string): Promise<ConsoleSession> {
     if (!SECRET.test(token)) throw signedOut('malformed', 'you are not signed in');
@@ -254,21 +321,32 @@ export class ConsoleSessions {
       expired: boolean;
       role_revoked: boolean;
       grants: { tenant_id: string; role: string }[];
+      oidc_subject: string | null;
+      oidc_groups: string[] | null;
+      revoked: Revoked[] | null;
     };
     const row = (await this.#pool.query<Row>(this.#q.sessionSelect, [sha(token)])).rows[0];
     if (row === undefined) throw signedOut('unknown', 'you are not signed in');
     if (row.ended) throw signedOut('ended', 'this session has ended: sign in again');
+    let grants = new Map<string, string[]>();
+    if (row.method === 'oidc') {
+      const claims = { subject: row.oidc_subject ?? '', groups: row.oidc_groups ?? [] };
+      const named = oidcMapping(this.#config.api.console.oidc, claims).principal;
+      grants = this.#oidcGrants(claims, row.revoked ?? []);
+      if (grants.size === 0 || (named !== null && named !== row.principal_id)) row.ended = true;
+    } else {
+      for (const g of row.grants) grants.set(g.tenant_id, [...(grants.get(g.tenant_id) ?? []), g.role]);
+    }
     for (const [cause, message] of [
       ['expired', 'your session has expired: sign in again'],
       ['role_revoked', 'a role of yours was revoked, which ends your session: sign in again'],
+      ['not_mapped', 'the identity provider mapping gives you no role here any more, which ends your session'],
     ] as const) {
-      if (cause === 'expired' ? row.expired : row.role_revoked) {
+      if (cause === 'expired' ? row.expired : cause === 'role_revoked' ? row.role_revoked : row.ended) {
         await this.#pool.query(this.#q.sessionEnd, [row.session_id, cause]);
         throw signedOut(cause, message);
       }
     }
-    const grants = new Map<string, string[]>();
-    for (const g of row.grants) grants.set(g.tenant_id, [...(grants.get(g.tenant_id) ?? []), g.role]);
     return {
       session_id: row.session_id,
       principal_id: row.principal_id,

@@ -48,7 +48,7 @@ export interface HttpServerOptions {
   beforeScrape?: () => Promise<void>;
   /** See {@link ApiDeps.health}. */
   health?: () => { error: string | null; stopping: boolean };
-  /** Where the Slack destinations' secrets are read (their variable names are in the configuration). */
+  /** Where the Slack destinations' and the console OIDC client's secrets are read (their names are configured). */
   env?: NodeJS.ProcessEnv;
   /**
    * In a fleet worker: this process's place among its peers, so MCP sessions work whichever worker a
@@ -136,6 +136,7 @@ export class HttpServer extends Service<[drainMs?: number]> {
           }
         : {}),
       audit,
+      ...(this.#options.env === undefined ? {} : { env: this.#options.env }),
       review: new Review(rt.config, rt.pool, compensator),
       metrics: rt.metrics,
       ...(this.#options.metrics === undefined ? {} : { exposition: this.#options.metrics }),

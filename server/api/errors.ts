@@ -12,6 +12,9 @@ const STATUS: Partial<Record<ErrorCode, number>> = {
   permission_denied: 403,
   self_approval_forbidden: 403,
   csrf_token_invalid: 403,
+  // Console single sign-on: the provider's answer did not hold (401), or it holds and maps to no role (403).
+  oidc_sign_in_failed: 401,
+  oidc_not_mapped: 403,
   not_found: 404,
   // Misdirected Request: the tenant's calls belong to another cluster's service.
   tenant_wrong_cluster: 421,

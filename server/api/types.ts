@@ -34,6 +34,8 @@ export interface ApiDeps {
   review?: Review;
   /** Slack's button clicks (notifier); without it the interactivity route answers `not_found`. */
   slack?: SlackInteractions;
+  /** Where the secrets the configuration names by variable are read (the console's OIDC client secret). */
+  env?: NodeJS.ProcessEnv;
   /** This process's metrics (the audit-lost counter; the API's request counters). */
   metrics?: Metrics;
   /** The exposition `/metrics` serves (the fleet aggregates its workers'); defaults to `metrics`'. */

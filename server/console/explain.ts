@@ -15,6 +15,10 @@ const MEANING: Partial<Record<string, string>> = {
   approval_expired: 'The approval passed its time to live; the requester must ask again.',
   invalid_state_transition: 'It is no longer in a state that allows this; reload to see where it is now.',
   csrf_token_invalid: 'The form did not carry your session’s token. Reload the page and act from it.',
+  oidc_sign_in_failed:
+    'The identity provider’s answer did not hold up, so nobody was signed in. Start again from the sign-in page.',
+  oidc_not_mapped:
+    'The identity provider knows you, but the console’s mapping gives you no role. An operator adds a rule to api.console.oidc.',
   retry_not_safe:
     'The provider may have received the request: a retry could apply it twice. Find out what the provider did, then resolve it.',
   tool_disabled: 'A kill switch holds this tool; lift it first (Kill switches).',

@@ -24,6 +24,7 @@ import { registerReviewPages } from './pages/review.js';
 import { form, parseForm, type Form } from './form.js';
 import { checkSameSite, clearSessionCookie, cookieOf, sessionHook, setSessionCookie } from './session.js';
 import { explain } from './explain.js';
+import { consoleOidcClient, oidcButton, registerOidc } from './oidc.js';
 
 /**
  * The command an operator runs to make a person's one-time sign-in link, as it runs without a token: the
@@ -38,6 +39,8 @@ const LOGIN_LINK_HOW = html`They run <code>${LOGIN_LINK_COMMAND}</code> with you
 /** Registers the console on the API's app (before it is ready). */
 export function registerConsole(app: FastifyInstance, deps: ApiDeps): void {
   const sessions = new ConsoleSessions(deps.config, deps.pool, deps.audit);
+  // Read here, not in the plugin: a missing client secret must refuse the build (`secret_missing`).
+  const oidc = consoleOidcClient(deps);
   // `/` is the address a person types: it leads to the console, which asks for a sign-in when there is none.
   // It needs no session and answers nothing but the redirect; every other path is the API's, as before.
   app.get('/', { config: { console: 'public' } }, (_request, reply) => reply.redirect('/console', 302));
@@ -62,6 +65,7 @@ export function registerConsole(app: FastifyInstance, deps: ApiDeps): void {
         send(reply, 404, page(request, 'Not found', notice('bad', 'There is no such console page.'))),
       );
       registerEntry(child, deps, sessions);
+      registerOidc(child, deps, sessions, oidc);
       registerStatic(child);
       registerOverviewPages(child, deps);
       registerApprovalPages(child, deps);
@@ -91,7 +95,8 @@ function registerEntry(app: FastifyInstance, deps: ApiDeps, sessions: ConsoleSes
     const link = typeof request.query.link === 'string' ? request.query.link : '';
     const body =
       link === ''
-        ? html`<p>Ask an operator for a sign-in link. ${LOGIN_LINK_HOW}</p>`
+        ? html`${oidcButton(deps)}
+            <p>Ask an operator for a sign-in link. ${LOGIN_LINK_HOW}</p>`
         : html`<form method="post" action="/console/login">
             <input type="hidden" name="link" value="${link}" />
             <p>This link signs you in once.</p>
@@ -133,6 +138,7 @@ function errorPage(deps: ApiDeps, request: FastifyRequest, reply: FastifyReply, 
   if (status >= 500) deps.log.error({ err: raw, code: err.code, request_id: request.id }, 'console request failed');
   if (err.code === 'unauthenticated') {
     const body = html`${notice('bad', html`<span class="code">unauthenticated</span>: ${err.message}`)}
+      ${oidcButton(deps)}
       <p>Sign in with a one-time link from an operator. ${LOGIN_LINK_HOW}</p>`;
     request.signedIn = undefined;
     return send(reply, 401, page(request, 'Sign in', body));

@@ -51,6 +51,8 @@ const STATUS: Record<ErrorCode, number> = {
   invalid_json: 400,
   unauthenticated: 401,
   csrf_token_invalid: 403,
+  oidc_sign_in_failed: 401,
+  oidc_not_mapped: 403,
   body_too_large: 413,
   unsupported_media_type: 415,
   expectation_failed: 417,

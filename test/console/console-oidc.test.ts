@@ -1,0 +1,379 @@
+/**
+ * Console single sign-on through OpenID Connect, end to end: a real provider (`oidc-provider`, on loopback),
+ * the console on a real database, and Debian's chromium going through the provider's login and consent pages.
+ * A mapped person gets the roles of the rules that match them (and sees what those roles allow), an unmapped
+ * one gets no session, a revoked role or a role taken out of the mapping is gone at the next request, a
+ * tampered state, state cookie or nonce is refused, and the new routes keep the console's CSRF and CSP rules.
+ */
+import { createHmac } from 'node:crypto';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import t, { type Test } from 'tap';
+import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
+import { Compensator } from '../../compensator/index.js';
+import type { Config } from '../../config/index.js';
+import { createLogger } from '../../core/log.js';
+import { Metrics } from '../../core/metrics.js';
+import { AuditWriter } from '../../gate/index.js';
+import { PrincipalStore } from '../../principals/index.js';
+import { Review } from '../../reconciler/index.js';
+import { buildApi } from '../../server/api/app.js';
+import { CSP } from '../../server/console/layout.js';
+import { API_PERMISSIONS } from '../helpers/api.js';
+import { auditRows, gateConfig, gateFixture, type GateFixture } from '../helpers/gate.js';
+import { freePort } from '../helpers/net.js';
+import { CLIENT_ID, CLIENT_SECRET, oidcProvider, providerLogin, type TestIdp } from '../helpers/oidc-provider.js';
+
+/** alice by her subject (principal `alice`, operator); anyone in the `auditors` group (principal: their sub). */
+const MAPPING = {
+  'tenant-a': [
+    { subject: 'alice-sub', principal: 'alice', roles: ['operator'] },
+    { group: 'auditors', roles: ['auditor'] },
+  ],
+};
+
+interface Env {
+  g: GateFixture;
+  idp: TestIdp;
+  base: string;
+  browser: Browser;
+  store: PrincipalStore;
+  /** The console's configuration with another mapping (the same provider and database). */
+  configWith(tenants: Record<string, unknown>, over?: Record<string, unknown>): Config;
+  /** Serves the console with this configuration on a port of its own; its base URL. */
+  serve(config: Config, port?: number, secrets?: NodeJS.ProcessEnv): Promise<string>;
+  /**
+   * A console whose redirect URL is a catcher's, not its own: the provider sends the browser there, and the
+   * catcher only records the URL (so a test can bring the provider's answer to the console changed or not).
+   */
+  caught: { base: string; last: () => string | undefined };
+}
+
+async function oidcEnv(t: Test): Promise<Env> {
+  const port = await freePort();
+  const base = `http://127.0.0.1:${port}`;
+  let last: string | undefined;
+  const catcher = createServer((req, res) => {
+    // Only the provider's answer: the browser asks for /favicon.ico besides.
+    if (req.url?.startsWith('/console/oidc/callback?') === true) last = req.url;
+    res.end('caught');
+  });
+  await new Promise<void>((resolve) => catcher.listen(0, '127.0.0.1', resolve));
+  t.teardown(() => new Promise<void>((resolve) => catcher.close(() => resolve())));
+  const catcherUrl = `http://127.0.0.1:${(catcher.address() as AddressInfo).port}/console/oidc/callback`;
+  const idp = await oidcProvider(t, [`${base}/console/oidc/callback`, catcherUrl]);
+  const secretFile = join(mkdtempSync(join(tmpdir(), 'al-oidc-')), 'client-secret');
+  writeFileSync(secretFile, `${CLIENT_SECRET}\n`);
+  const extra = (
+    tenants: Record<string, unknown>,
+    redirect = `${base}/console/oidc/callback`,
+    over: Record<string, unknown> = {},
+  ) => ({
+    api: {
+      permissions: API_PERMISSIONS,
+      console: {
+        oidc: {
+          display_name: 'Test IdP',
+          issuer: idp.issuer,
+          client_id: CLIENT_ID,
+          ...(over.client_secret_env === undefined ? { client_secret_file: secretFile } : {}),
+          redirect_url: redirect,
+          scopes: ['openid', 'email', 'profile', 'groups'],
+          tenants,
+          ...over,
+        },
+      },
+    },
+  });
+  const g = await gateFixture(t, { extra: extra(MAPPING) });
+  const log = createLogger({ level: 'error', name: 'console-oidc-test', destination: process.stderr });
+  const metrics = new Metrics({ defaultMetrics: false });
+  const audit = new AuditWriter({ config: g.config, pool: g.pool, log, metrics });
+  const store = new PrincipalStore(g.config, g.pool, audit);
+  const serve = async (config: Config, at?: number, secrets?: NodeJS.ProcessEnv): Promise<string> => {
+    const api = await buildApi({
+      ...(secrets === undefined ? {} : { env: secrets }),
+      declaredErrors: 'enforce',
+      config,
+      pool: g.pool,
+      log,
+      gate: g.gate,
+      ledger: g.ledger,
+      principals: store,
+      audit,
+      metrics,
+      review: new Review(
+        config,
+        g.pool,
+        new Compensator({ config, pool: g.pool, ledger: g.ledger, log, actor: 'console-oidc-test' }),
+      ),
+    });
+    const listenOn = at ?? (await freePort());
+    await api.app.listen({ host: '127.0.0.1', port: listenOn });
+    t.teardown(() => api.app.close());
+    return `http://127.0.0.1:${listenOn}`;
+  };
+  await serve(g.config, port);
+  const caughtBase = await serve(gateConfig(g.url, { extra: extra(MAPPING, catcherUrl) }));
+  const browser = await chromium.launch({ executablePath: '/usr/bin/chromium', args: ['--no-sandbox'] });
+  t.teardown(() => browser.close());
+  return {
+    g,
+    idp,
+    base,
+    browser,
+    store,
+    configWith: (tenants, over) => gateConfig(g.url, { extra: extra(tenants, undefined, over) }),
+    serve,
+    caught: { base: caughtBase, last: () => last },
+  };
+}
+
+/** A fresh browser that goes from the sign-in page's button to the provider and signs in there as `login`. */
+async function startSignIn(env: Env, login: string): Promise<{ context: BrowserContext; page: Page }> {
+  const context = await env.browser.newContext();
+  const page = await context.newPage();
+  await page.goto(`${env.base}/console/login`);
+  await page.click('#oidc-sign-in');
+  await providerLogin(page, login);
+  return { context, page };
+}
+
+/** Signs in through the provider as `login` and waits for the console's landing page, signed in. */
+async function signIn(env: Env, login: string): Promise<{ context: BrowserContext; page: Page }> {
+  const s = await startSignIn(env, login);
+  await s.page.waitForURL((u) => u.origin === env.base && !u.pathname.startsWith('/console/oidc/'));
+  await s.page.waitForSelector('.who');
+  return s;
+}
+
+/** The console session cookie of a browser, as a Cookie header. */
+async function sessionCookie(context: BrowserContext): Promise<string> {
+  const c = (await context.cookies()).find((x) => x.name === 'al_console');
+  return c === undefined ? '' : `al_console=${c.value}`;
+}
+
+async function get(base: string, path: string, cookie: string): Promise<Response> {
+  return fetch(`${base}${path}`, { headers: { cookie }, redirect: 'manual' });
+}
+
+/**
+ * Goes through the provider as `login` from the console whose redirect URL is the catcher's: the provider's
+ * answer (the callback URL, on the catching console), and the state cookie the console set at the start.
+ */
+async function stopAtCallback(env: Env, login: string): Promise<{ url: URL; state: string }> {
+  const context = await env.browser.newContext();
+  const page = await context.newPage();
+  await page.goto(`${env.caught.base}/console/login`);
+  await page.click('#oidc-sign-in');
+  await providerLogin(page, login);
+  await page.getByText('caught', { exact: true }).waitFor();
+  const url = new URL(env.caught.last() ?? '', env.caught.base);
+  const state = (await context.cookies()).find((c) => c.name === 'al_oidc')?.value ?? '';
+  await context.close();
+  return { url, state };
+}
+
+function callbackWith(url: URL, state: string, change: (q: URLSearchParams) => void = () => undefined) {
+  const u = new URL(url);
+  change(u.searchParams);
+  return fetch(u, { headers: { cookie: `al_oidc=${state}` }, redirect: 'manual' });
+}
+
+/** Re-signs a state cookie's payload as the console would (the key is derived from the client secret). */
+function resigned(cookie: string, change: (p: Record<string, unknown>) => void): string {
+  const p = JSON.parse(Buffer.from(cookie.split('.')[0] ?? '', 'base64url').toString('utf8')) as Record<
+    string,
+    unknown
+  >;
+  change(p);
+  const body = Buffer.from(JSON.stringify(p), 'utf8').toString('base64url');
+  const key = createHmac('sha256', CLIENT_SECRET).update('actionledger-console-oidc-state').digest();
+  return `${body}.${createHmac('sha256', key).update(body).digest('base64url')}`;
+}
+
+t.test('console single sign-on through a real OpenID Connect provider', async (t) => {
+  const env = await oidcEnv(t);
+  env.idp.accounts.set('alice-sub', { name: 'Alice Example', groups: [] });
+  env.idp.accounts.set('bob', { name: 'Bob', groups: ['auditors', 'unrelated'] });
+  env.idp.accounts.set('mallory', { name: 'Mallory', groups: ['contractors'] });
+
+  await t.test('the sign-in page offers the provider, under the console CSP', async (t) => {
+    const res = await fetch(`${env.base}/console/login`);
+    t.equal(res.headers.get('content-security-policy'), CSP);
+    t.match(await res.text(), /id="oidc-sign-in" href="\/console\/oidc\/start">Sign in with Test IdP</);
+  });
+
+  await t.test('a person mapped by subject gets their role and sees the pages it allows', async (t) => {
+    const { context, page } = await signIn(env, 'alice-sub');
+    t.match(await page.textContent('.who'), /Signed in as\s+alice/);
+    const cookie = await sessionCookie(context);
+    t.equal((await get(env.base, '/console/review', cookie)).status, 200, 'operator: review');
+    t.equal((await get(env.base, '/console/kill-switches', cookie)).status, 200, 'operator: kill switches');
+    const signedIn = await auditRows(env.g.pool, `action = 'token' AND outcome = 'console_signed_in'`);
+    t.match(signedIn.at(-1), { principal_id: 'alice', detail: { method: 'oidc', oidc_subject: 'alice-sub' } });
+    const raw = (await context.cookies()).find((c) => c.name === 'al_console');
+    t.match(raw, { httpOnly: true, sameSite: 'Strict', path: '/console' }, 'the usual session cookie');
+    t.notOk(
+      (await context.cookies()).some((c) => c.name === 'al_oidc'),
+      'the state cookie is gone after the callback',
+    );
+    await context.close();
+  });
+
+  await t.test('a person mapped by group is added as a person and holds only that group’s role', async (t) => {
+    const { context, page } = await signIn(env, 'bob');
+    t.match(await page.textContent('.who'), /Signed in as\s+bob/);
+    const cookie = await sessionCookie(context);
+    t.equal((await get(env.base, '/console/audit', cookie)).status, 200, 'auditor: audit');
+    const switches = await get(env.base, '/console/kill-switches', cookie);
+    t.equal(switches.status, 403, 'auditor: no kill switches');
+    t.match(await switches.text(), /permission_denied/);
+    t.match(await env.store.list(), [{ principal_id: 'alice' }, { principal_id: 'bob', kind: 'person' }]);
+    const added = await auditRows(env.g.pool, `action = 'principal' AND outcome = 'added'`);
+    t.match(added, [
+      { principal_id: 'alice', detail: { by: 'oidc' } },
+      { principal_id: 'bob', detail: { by: 'oidc' } },
+    ]);
+    await context.close();
+  });
+
+  await t.test('an unmapped person is refused oidc_not_mapped and gets no session', async (t) => {
+    const before = (await env.store.list()).length;
+    const { context, page } = await startSignIn(env, 'mallory');
+    await page.waitForSelector('.code');
+    t.match(await page.textContent('main'), /oidc_not_mapped \(HTTP 403\)/);
+    t.equal(await sessionCookie(context), '', 'no session cookie');
+    const after = await get(env.base, '/console/approvals', await sessionCookie(context));
+    t.equal(after.status, 401);
+    t.match(await after.text(), /Sign in with Test IdP/, 'the signed-out page offers the provider too');
+    t.equal((await env.store.list()).length, before, 'no principal was added for them');
+    await context.close();
+  });
+
+  await t.test('a revoked role is gone at the next request, and at the next sign-in', async (t) => {
+    const { context } = await signIn(env, 'alice-sub');
+    const cookie = await sessionCookie(context);
+    t.equal((await get(env.base, '/console/review', cookie)).status, 200);
+    await env.store.revoke('alice', 'tenant-a', 'operator', 'test');
+    const next = await get(env.base, '/console/review', cookie);
+    t.equal(next.status, 401, 'signed out at the next request');
+    t.match(await next.text(), /revoked/);
+    await context.close();
+    const again = await startSignIn(env, 'alice-sub');
+    await again.page.waitForSelector('.code');
+    t.match(await again.page.textContent('main'), /oidc_not_mapped/, 'the mapping cannot give a revoked role back');
+    t.equal(await sessionCookie(again.context), '');
+    await again.context.close();
+    await env.store.grant('alice', 'tenant-a', 'operator', 'test');
+    const restored = await signIn(env, 'alice-sub');
+    t.equal((await get(env.base, '/console/review', await sessionCookie(restored.context))).status, 200);
+    await restored.context.close();
+  });
+
+  await t.test('a mapping changed in the configuration holds at the next request of a live session', async (t) => {
+    const { context } = await signIn(env, 'bob');
+    const cookie = await sessionCookie(context);
+    t.equal((await get(env.base, '/console/audit', cookie)).status, 200, 'auditor by the first mapping');
+    const supervisors = await env.serve(env.configWith({ 'tenant-a': [{ group: 'auditors', roles: ['supervisor'] }] }));
+    t.equal((await get(supervisors, '/console/audit', cookie)).status, 403, 'the role the mapping took away');
+    t.equal((await get(supervisors, '/console/operations', cookie)).status, 200, 'the role it gives now');
+    const none = await env.serve(env.configWith({ 'tenant-a': [{ group: 'someone-else', roles: ['auditor'] }] }));
+    const out = await get(none, '/console/operations', cookie);
+    t.equal(out.status, 401, 'no rule left: signed out');
+    t.match(await out.text(), /mapping gives you no role/);
+    t.equal((await get(env.base, '/console/audit', cookie)).status, 401, 'and the session has ended');
+    await context.close();
+  });
+
+  await t.test('a tampered state, state cookie or nonce is refused, and nobody is signed in', async (t) => {
+    const first = await stopAtCallback(env, 'alice-sub');
+    const tampered = await callbackWith(first.url, first.state, (q) => q.set('state', `${q.get('state')}x`));
+    t.equal(tampered.status, 401);
+    const body = await tampered.text();
+    t.match(body, /oidc_sign_in_failed/);
+    t.match(body, /does not belong to this browser’s sign-in/, 'refused for its state');
+    t.equal(tampered.headers.get('content-security-policy'), CSP);
+    t.notMatch(tampered.headers.get('set-cookie') ?? '', /al_console=[A-Za-z0-9_-]/, 'no session cookie');
+    const noCookie = await fetch(first.url, { redirect: 'manual' });
+    t.equal(noCookie.status, 401, 'without the state cookie (another browser)');
+    const forged = first.state.replace(/^./, (c) => (c === 'e' ? 'f' : 'e'));
+    const forgedAnswer = await callbackWith(first.url, forged);
+    t.equal(forgedAnswer.status, 401, 'a state cookie changed without the key');
+    t.match(await forgedAnswer.text(), /not made by this console/);
+    // The untouched answer signs in: the refusals above were about what was changed.
+    const genuine = await callbackWith(first.url, first.state);
+    t.equal(genuine.status, 200);
+    t.match(genuine.headers.get('set-cookie') ?? '', /al_console=[A-Za-z0-9_-]{43}; Path=\/console; HttpOnly/);
+
+    const second = await stopAtCallback(env, 'alice-sub');
+    const otherNonce = resigned(second.state, (p) => (p.n = 'a-nonce-the-provider-never-saw'));
+    const nonce = await callbackWith(second.url, otherNonce);
+    t.equal(nonce.status, 401, 'an ID token for another nonce');
+    t.match(await nonce.text(), /oidc_sign_in_failed.*OAUTH_JWT_CLAIM_COMPARISON_FAILED/s, 'refused for its nonce');
+    t.notMatch(nonce.headers.get('set-cookie') ?? '', /al_console=[A-Za-z0-9_-]/);
+    t.match(nonce.headers.get('set-cookie') ?? '', /al_oidc=; Path=\/console\/oidc;.*Max-Age=0/, 'state cleared');
+  });
+
+  await t.test('the client secret from the environment: read at start, its absence refuses start', async (t) => {
+    const fromEnv = env.configWith(MAPPING, { client_secret_env: 'OIDC_TEST_CLIENT_SECRET' });
+    await t.rejects(env.serve(fromEnv, undefined, {}), {
+      code: 'secret_missing',
+      message: /OIDC_TEST_CLIENT_SECRET is not set/,
+    });
+    const served = await env.serve(fromEnv, undefined, { OIDC_TEST_CLIENT_SECRET: CLIENT_SECRET });
+    const start = await fetch(`${served}/console/oidc/start`, { redirect: 'manual' });
+    t.equal(start.status, 303, 'starts a sign-in');
+  });
+
+  await t.test(
+    'a provider that cannot be read is refused oidc_sign_in_failed at the start, with no state cookie',
+    async (t) => {
+      const nobody = `http://127.0.0.1:${await freePort()}`;
+      const down = await env.serve(env.configWith(MAPPING, { issuer: nobody }));
+      const res = await fetch(`${down}/console/oidc/start`, { redirect: 'manual' });
+      t.equal(res.status, 401);
+      t.match(await res.text(), /oidc_sign_in_failed.*could not be read/s);
+      t.equal(res.headers.get('set-cookie'), null, 'no state cookie');
+      const up = await fetch(`${env.base}/console/oidc/start`, { redirect: 'manual' });
+      t.equal(up.status, 303, 'the configured provider still starts sign-ins');
+    },
+  );
+
+  await t.test('the new routes keep the console’s CSRF and CSP rules', async (t) => {
+    const cross = await fetch(`${env.base}/console/oidc/start`, {
+      headers: { 'sec-fetch-site': 'cross-site' },
+      redirect: 'manual',
+    });
+    t.equal(cross.status, 403, 'a sign-in started from another site');
+    t.match(await cross.text(), /csrf_token_invalid/);
+    t.equal(cross.headers.get('set-cookie'), null, 'no state cookie');
+    t.equal(cross.headers.get('content-security-policy'), CSP);
+    const own = await fetch(`${env.base}/console/oidc/start`, {
+      headers: { 'sec-fetch-site': 'same-origin' },
+      redirect: 'manual',
+    });
+    t.equal(own.status, 303);
+    t.ok(own.headers.get('location')?.startsWith(`${env.idp.issuer}/`), 'to the provider');
+    const location = new URL(own.headers.get('location') ?? '');
+    t.equal(location.searchParams.get('code_challenge_method'), 'S256', 'PKCE');
+    t.ok(location.searchParams.get('state') !== null && location.searchParams.get('nonce') !== null);
+    t.match(own.headers.get('set-cookie') ?? '', /^al_oidc=[^;]+; Path=\/console\/oidc; HttpOnly; SameSite=Lax/);
+    const posted = await fetch(`${env.base}/console/oidc/start`, { method: 'POST', redirect: 'manual' });
+    t.ok(posted.status >= 400 && posted.headers.get('set-cookie') === null, 'GET only: a POST starts nothing');
+    // A state change after an OIDC sign-in still needs the page's CSRF token.
+    const { context } = await signIn(env, 'bob');
+    const logout = await fetch(`${env.base}/console/logout`, {
+      method: 'POST',
+      headers: { cookie: await sessionCookie(context), 'content-type': 'application/x-www-form-urlencoded' },
+      body: 'csrf=wrong',
+      redirect: 'manual',
+    });
+    t.equal(logout.status, 403);
+    t.match(await logout.text(), /csrf_token_invalid/);
+    await context.close();
+  });
+});
