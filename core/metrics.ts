@@ -200,7 +200,7 @@ export class Metrics {
 
   /** The OpenMetrics exposition of {@link exposition}'s metrics, with exemplars. */
   async openMetrics(): Promise<string> {
-    return openMetricsText([await this.asJson()]);
+    return openMetricsText([await this.asJson()], { oneProcess: true });
   }
 }
 
@@ -302,10 +302,24 @@ function withExemplars(
  * The OpenMetrics exposition of processes' metrics (`inputs`, each one process's JSON): merged as the text one is
  * (prom-client's aggregation), with each series' exemplar, which that aggregation drops, put back.
  */
-export async function openMetricsText(inputs: MetricObjectWithValues<MetricValue<string>>[][]): Promise<string> {
+export async function openMetricsText(
+  inputs: MetricObjectWithValues<MetricValue<string>>[][],
+  options: { oneProcess?: boolean } = {},
+): Promise<string> {
   // prom-client takes the registry's content type as a second argument its types leave out.
   const aggregate = AggregatorRegistry as unknown as { aggregate(m: typeof inputs, type: string): Registry };
-  const merged = aggregate.aggregate(inputs, Registry.OPENMETRICS_CONTENT_TYPE);
+  // prom-client 15 renders an aggregated counter from its own name and appends `_total` in OpenMetrics, so a
+  // counter named `…_total` would be exposed as `…_total_total` (and no counter alert would match): the merge is
+  // given the counters' names without the suffix, which it then puts back once. A single process's metrics keep
+  // the series its text exposition shows, those the fleet's merge omits included (the process start time).
+  const renamed = inputs.map((metrics) =>
+    metrics.map((metric) => ({
+      ...metric,
+      name: String(metric.type) === 'counter' ? metric.name.replace(/_total$/, '') : metric.name,
+      aggregator: options.oneProcess === true && metric.aggregator === 'omit' ? 'first' : metric.aggregator,
+    })),
+  );
+  const merged = aggregate.aggregate(renamed, Registry.OPENMETRICS_CONTENT_TYPE);
   const found = new Map<string, JsonValue['exemplar']>();
   const key = (v: JsonValue): string => `${v.metricName ?? ''}\u0000${JSON.stringify(v.labels)}`;
   for (const metrics of inputs)

@@ -98,8 +98,8 @@ function registerMetrics(app: FastifyInstance, deps: ApiDeps): void {
       await (deps.beforeScrape ?? (() => Promise.resolve()))().catch((err: unknown) =>
         deps.log.warn({ err }, 'scrape-time gauges failed'),
       );
-      // The text format unless the scraper asks for OpenMetrics (Prometheus does when exemplars are on): only
-      // that one carries the histograms' exemplars (trace ids).
+      // OpenMetrics when the scraper prefers it (Prometheus lists it first by default, exemplars on or off), else
+      // the text format; the same samples either way, only OpenMetrics carrying the histograms' exemplars (trace ids).
       const openMetrics = acceptsOpenMetrics(request.headers.accept);
       const exposition =
         deps.exposition ??
@@ -119,15 +119,24 @@ function registerMetrics(app: FastifyInstance, deps: ApiDeps): void {
   );
 }
 
-/** Whether an Accept header lists OpenMetrics text with a quality above 0 (its parameters otherwise ignored). */
+/**
+ * Whether an Accept header prefers OpenMetrics text: listed with a quality above 0 and no lower than the text
+ * format's (`text/plain`, `text/*` or any type, whichever is listed with the highest quality); a tie goes to
+ * OpenMetrics, asked for by name. Other parameters (the version) are ignored.
+ */
 export function acceptsOpenMetrics(accept: string | undefined): boolean {
   if (accept === undefined) return false;
-  return accept.split(',').some((range) => {
+  let open = -1;
+  let text = -1;
+  for (const range of accept.split(',')) {
     const [type, ...params] = range.split(';').map((p) => p.trim().toLowerCase());
-    if (type !== 'application/openmetrics-text') return false;
     const q = params.find((p) => p.startsWith('q='));
-    return q === undefined || Number(q.slice(2)) > 0;
-  });
+    const quality = q === undefined ? 1 : Number(q.slice(2).trim());
+    if (!Number.isFinite(quality)) continue;
+    if (type === 'application/openmetrics-text') open = Math.max(open, quality);
+    else if (type === 'text/plain' || type === 'text/*' || type === '*/*') text = Math.max(text, quality);
+  }
+  return open > 0 && open >= text;
 }
 
 const statusResponse = {
