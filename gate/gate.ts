@@ -84,15 +84,25 @@ export class Gate {
   }
 
   /** Runs the pipeline for one tool call. Never throws; see the module comment for the order. */
-  call(context: GateContext, tool: string, args: unknown, options: CallOptions = {}): Promise<GateResult> {
+  async call(context: GateContext, tool: string, args: unknown, options: CallOptions = {}): Promise<GateResult> {
     if (!tracingOn()) return this.#call(context, tool, args, options);
     // The gate's decision as a span (the reservation's is its child), its outcome an attribute: allowed, or
-    // the refusal's code. The tool is named only when it is configured, so a hostile name is never recorded.
+    // the refusal's code. The tool is named only when it is configured, so a hostile name is never recorded, and
+    // the tenant only from a context that passes the gate's own check (else the call's refusal says why).
     const known = typeof tool === 'string' && this.#core.tool(tool) !== undefined;
+    let tenant: string | undefined;
+    try {
+      tenant = checkGateContext(context).tenant_id;
+    } catch {
+      tenant = undefined;
+    }
     return inSpan(
       `gate ${known ? tool : 'call'}`,
       SpanKind.INTERNAL,
-      () => ({ 'actionledger.tool': known ? tool : 'unknown', 'actionledger.tenant': String(context.tenant_id) }),
+      () => ({
+        'actionledger.tool': known ? tool : 'unknown',
+        ...(tenant === undefined ? {} : { 'actionledger.tenant': tenant }),
+      }),
       async (span) => {
         const r = await this.#call(context, tool, args, options);
         span?.setAttribute('actionledger.decision', r.ok ? 'allowed' : r.error);
