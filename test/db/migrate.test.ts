@@ -130,3 +130,20 @@ t.test('a migration renamed with its content unchanged is accepted under its old
     'the old name under another version',
   );
 });
+
+t.test('the trace context bound is added without scanning the operations table (NOT VALID)', async (t) => {
+  const url = await createTestDatabase(t, { empty: true });
+  const c = new pg.Client({ connectionString: url });
+  c.on('error', () => undefined);
+  await c.connect();
+  t.teardown(() => c.end());
+  await migrate(c, 'bound', '"bound"', readMigrations());
+  const { rows } = await c.query<{ validated: boolean; def: string }>(
+    `SELECT convalidated AS validated, pg_get_constraintdef(oid) AS def FROM pg_constraint
+      WHERE conname = 'operations_trace_context_bounded' AND conrelid = 'bound.operations'::regclass`,
+  );
+  t.equal(rows.length, 1, 'the bound exists');
+  t.equal(rows[0]?.validated, false, 'added NOT VALID: existing rows (all NULL) are not scanned');
+  t.match(rows[0]?.def, /octet_length\(trace_context\) <= 1024/);
+  t.match(rows[0]?.def, /NOT VALID/);
+});
