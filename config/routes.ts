@@ -30,6 +30,7 @@ export function compileRoutes(
     if (!isObject(t)) continue;
     const urls = toolUrls(name, t, sandbox, problems);
     const compensation = isObject(t.compensation) ? compensationMapping(name, t.compensation, raw, problems) : null;
+    reservedHeaderProblem(name, t, problems);
     if (problems.malformed(pointer('tools', name))) continue;
     routes.set(
       name,
@@ -49,6 +50,30 @@ export function compileRoutes(
     );
   }
   return routes;
+}
+
+/**
+ * Header names the transport sets itself (the trace context while tracing is on, the body's framing, the
+ * credential): an idempotency header of one of these names would be replaced or sent twice, and the provider
+ * would lose the effect key it deduplicates on. Compared in any case, as HTTP does.
+ */
+export const RESERVED_IDEMPOTENCY_HEADERS: ReadonlySet<string> = new Set([
+  'traceparent',
+  'tracestate',
+  'authorization',
+  'content-type',
+  'content-length',
+  'host',
+  'transfer-encoding',
+]);
+
+function reservedHeaderProblem(name: string, t: RawTool, problems: ConfigProblems): void {
+  const header: unknown = isObject(t.idempotency) ? t.idempotency.name : undefined;
+  if (typeof header !== 'string' || !RESERVED_IDEMPOTENCY_HEADERS.has(header.toLowerCase())) return;
+  problems.add(
+    pointer('tools', name, 'idempotency', 'name'),
+    `${JSON.stringify(header)} is a header the transport sets itself; name the provider's idempotency header`,
+  );
 }
 
 /**
