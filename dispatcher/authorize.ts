@@ -31,6 +31,7 @@ export async function fetchAuthorization(
   const outcome = await postJson(agent, profile.authorizationUrl, {
     body: JSON.stringify(request),
     spanName: 'authorize',
+    urlTemplate: profile.authorizationUrl,
     timeoutMs: profile.authorizationHttpTimeoutMs,
     maxBytes: profile.authorizationResponseMaxBytes,
     ...(signal === undefined ? {} : { signal }),

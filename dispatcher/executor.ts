@@ -44,6 +44,7 @@ export async function callProvider(
       postJson(agent, op.provider_endpoint, {
         headers,
         spanName: 'provider',
+        urlTemplate: op.provider_endpoint,
         // The stored arguments, in the canonical form their hash was taken of: never re-supplied ones.
         body: canonicalJson(op.arguments_json as JsonValue),
         timeoutMs: profile.providerHttpTimeoutMs,

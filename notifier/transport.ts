@@ -163,6 +163,7 @@ export async function slackCall(
   const out: HttpOutcome = await postJson(client.agent, `${d.apiBaseUrl}/${method}`, {
     body: JSON.stringify(body),
     spanName: 'slack',
+    urlTemplate: `${d.apiBaseUrl}/${method}`,
     headers: {
       'content-type': 'application/json; charset=utf-8',
       authorization: `Bearer ${client.slack.botToken.reveal().toString('utf8')}`,

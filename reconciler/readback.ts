@@ -54,12 +54,15 @@ export async function readback(
   url: string,
   op: ReadbackTarget,
   credential: Secret | null,
+  urlTemplate?: string,
 ): Promise<Readback> {
   const headers: Record<string, string> = {};
   if (credential !== null) headers.authorization = `Bearer ${credential.reveal().toString('utf8')}`;
   const http = await gatedGetJson(agent, url, {
     headers,
     spanName: 'readback',
+    // The span records the template (`{effect_key}` unexpanded), never the key in the URL.
+    ...(urlTemplate === undefined ? {} : { urlTemplate }),
     timeoutMs: profile.providerHttpTimeoutMs,
     maxBytes: profile.providerResponseMaxBytes,
   });

@@ -328,7 +328,10 @@ export class Reconciler {
     const credential = route.credentialEnv === null ? null : (this.#o.credentials.get(route.tool) ?? null);
     if (route.credentialEnv !== null && credential === null)
       return { outcome: 'failing', receipt: null, detail: { problem: 'credential_missing' } };
-    return withExternalWrites(() => readback(this.#o.agent, this.#o.profile, url, op, credential), op.operation_id);
+    return withExternalWrites(
+      () => readback(this.#o.agent, this.#o.profile, url, op, credential, route.readback?.urlTemplate),
+      op.operation_id,
+    );
   }
 
   /** Writes the check and the transition; returns the state the operation is in afterwards. */

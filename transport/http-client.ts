@@ -66,6 +66,12 @@ export interface RequestOptions {
   headers?: Record<string, string>;
   /** What the request is, for its span's name (`POST authorize`) while tracing is on. */
   spanName?: string;
+  /**
+   * The URL as configured, placeholders unexpanded (`https://p.example/v1/refunds/by-key/{effect_key}`), that
+   * the span records as `url.template` while tracing is on. Without it the span records the scheme, host and port
+   * only: a path may carry an effect key or a webhook's capability token, and is never recorded.
+   */
+  urlTemplate?: string;
   /** Whole-request bound: connect, send, headers and body. */
   timeoutMs: number;
   /** Largest response body read; more is `unknown` / `oversized`. */
@@ -311,13 +317,9 @@ function exchange(agent: Agent, url: string, ex: Exchange, opts: RequestOptions)
   // A CLIENT span by the HTTP conventions, its context sent as `traceparent`: the URL without its query, the
   // method, the status or the transport's code; never a header or the body.
   const span = startSpan(`${ex.method} ${opts.spanName ?? 'request'}`, SpanKind.CLIENT, () =>
-    clientAttributes(url, ex),
+    clientAttributes(url, ex, opts.urlTemplate),
   );
-  const headers: Record<string, string> = { ...opts.headers };
-  return withSpan(span, () => {
-    injectContext(headers);
-    return send(agent, url, ex, { ...opts, headers });
-  }).then(
+  return withSpan(span, () => send(agent, url, ex, { ...opts, headers: withTraceHeaders(opts.headers) })).then(
     (outcome) => {
       if (span !== undefined) {
         if (outcome.kind === 'response') span.setAttribute('http.response.status_code', outcome.status);
@@ -339,18 +341,44 @@ function exchange(agent: Agent, url: string, ex: Exchange, opts: RequestOptions)
   );
 }
 
-function clientAttributes(url: string, ex: Exchange): Attributes {
+/**
+ * The request's headers with the active span's `traceparent` (and `tracestate`) added, each only where the
+ * caller's headers have no header of that name in any case: a provider's idempotency header is never replaced
+ * (config/ refuses those names for it too), and no header is sent twice.
+ */
+function withTraceHeaders(headers: Record<string, string> | undefined): Record<string, string> {
+  const trace: Record<string, string> = {};
+  injectContext(trace);
+  const taken = new Set(Object.keys(headers ?? {}).map((n) => n.toLowerCase()));
+  const out: Record<string, string> = { ...headers };
+  for (const [name, value] of Object.entries(trace)) if (!taken.has(name.toLowerCase())) out[name] = value;
+  return out;
+}
+
+/** The span's URL attributes: scheme, host and port, and the configured template's path when there is one. */
+function clientAttributes(url: string, ex: Exchange, template: string | undefined): Attributes {
   try {
     const u = new URL(url);
-    return {
+    const port = u.port === '' ? 443 : Number(u.port);
+    const attributes: Attributes = {
       'http.request.method': ex.method,
       'server.address': u.hostname,
-      'server.port': u.port === '' ? 443 : Number(u.port),
-      'url.full': `${u.protocol}//${u.host}${u.pathname}`,
+      'server.port': port,
+      'url.scheme': u.protocol.replace(/:$/, ''),
+      'url.full': `${u.protocol}//${u.host}`,
     };
+    const path = template === undefined ? null : templatePath(template);
+    if (path !== null) attributes['url.template'] = path;
+    return attributes;
   } catch {
     return { 'http.request.method': ex.method };
   }
+}
+
+/** The path of a configured URL template, without its query or fragment; null when it has none. */
+function templatePath(template: string): string | null {
+  const m = /^[a-z][a-z0-9+.-]*:\/\/[^/?#]*(\/[^?#]*)/i.exec(template);
+  return m?.[1] ?? null;
 }
 
 async function send(agent: Agent, url: string, ex: Exchange, opts: RequestOptions): Promise<HttpOutcome> {

@@ -95,6 +95,16 @@ t.test('reconciliation and review actions link to the operation’s trace', asyn
     ),
     'the provider received its traceparent',
   );
+  // The readback URL holds the effect key in its path: the span records the configured template instead.
+  for (const s of readback) {
+    t.match(s.attributes['url.template'], /\{effect_key\}/, 'the readback span records the template');
+    t.notMatch(String(s.attributes['url.full']), /\/v1\//, 'and its URL without a path');
+  }
+  const everything = JSON.stringify(
+    spans.map((s) => ({ name: s.name, attributes: s.attributes, events: s.events, links: s.links })),
+  );
+  t.notOk(everything.includes(r.effect_key), 'no span, attribute, event or link carries the effect key');
+  t.notOk(everything.includes(encodeURIComponent(r.effect_key)), 'nor its URL-encoded form');
 
   // A compensation: its span links to the original's trace, and the operation it mints is reserved and
   // dispatched in the compensation's own trace.

@@ -288,3 +288,27 @@ t.test('NODE_TLS_REJECT_UNAUTHORIZED=0 is refused at start-up', (t) => {
   t.doesNotThrow(() => assertTlsVerificationEnabled({ NODE_TLS_REJECT_UNAUTHORIZED: '1' }));
   t.end();
 });
+
+t.test('tracing on: the trace context never replaces a header the caller set, in any case', async (t) => {
+  const { W3CTraceContextPropagator } = await import('@opentelemetry/core');
+  const { InMemorySpanExporter, NodeTracerProvider, SimpleSpanProcessor } =
+    await import('@opentelemetry/sdk-trace-node');
+  const { disableTracing, enableTracing, inSpan, SpanKind } = await import('../../core/tracing.js');
+  const exporter = new InMemorySpanExporter();
+  const tracer = new NodeTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
+  tracer.register({ propagator: new W3CTraceContextPropagator() });
+  enableTracing();
+  t.teardown(async () => {
+    disableTracing();
+    await tracer.shutdown();
+  });
+  const provider = await startProvider(t, { token: TOKEN });
+  const agent = await testAgent(t);
+  await inSpan('caller', SpanKind.SERVER, undefined, async () => {
+    expectKind(t, await postJson(agent, provider.endpoint, call('key-t1', { Traceparent: 'key-t1' })), 'response');
+    expectKind(t, await postJson(agent, provider.endpoint, call('key-t2')), 'response');
+  });
+  const [kept, injected] = provider.requests();
+  t.equal(kept?.headers.traceparent, 'key-t1', "the caller's header, sent once and unchanged");
+  t.match(injected?.headers.traceparent, /^00-[0-9a-f]{32}-[0-9a-f]{16}-01$/, 'else the span’s context');
+});
