@@ -74,10 +74,28 @@ export function startTracing(env: NodeJS.ProcessEnv, name: string): Promise<Trac
   return sdk;
 }
 
-/** Exports what is buffered (a process about to exit, a runtime closing); nothing when tracing is off. */
-export async function flushTracing(): Promise<void> {
+/** How long {@link flushTracing} waits for the collector before giving up on what is buffered. */
+export const FLUSH_WAIT_MS = 2_000;
+
+/**
+ * Exports what is buffered (a process about to exit, a runtime closing); nothing when tracing is off. Waits at most
+ * `waitMs` (default {@link FLUSH_WAIT_MS}): a collector that accepts the connection and never answers does not hold
+ * up a worker's, the service's or the CLI's exit (the exporter's own timeout is 10 s); what it had not taken is
+ * lost.
+ */
+export async function flushTracing(waitMs: number = FLUSH_WAIT_MS): Promise<void> {
   const started = await sdk;
-  await started?.flush().catch(() => undefined);
+  if (started === null || started === undefined) return;
+  let timer: NodeJS.Timeout | undefined;
+  const bound = new Promise<void>((resolve) => {
+    timer = setTimeout(resolve, waitMs);
+    timer.unref();
+  });
+  try {
+    await Promise.race([started.flush().catch(() => undefined), bound]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /**
@@ -103,6 +121,15 @@ const headerGetter: TextMapGetter<Record<string, string | string[] | undefined>>
 /** The context an incoming request's `traceparent` / `tracestate` name (the active one when it names none). */
 export function extractContext(headers: Record<string, string | string[] | undefined>): Context {
   return propagation.extract(context.active(), headers, headerGetter);
+}
+
+/**
+ * The context an untrusted caller's request names (the API's and MCP's callers): its `traceparent` only. A
+ * caller's `tracestate` is vendor data it controls; it is dropped here, so it is never stored with an
+ * operation nor sent on to the authorization service or a provider.
+ */
+export function extractCallerContext(headers: Record<string, string | string[] | undefined>): Context {
+  return extractContext({ traceparent: headers.traceparent });
 }
 
 /** Adds `traceparent` (and `tracestate`) for the active span to outgoing `headers`; nothing when tracing is off. */
@@ -195,10 +222,21 @@ export function activeTraceContext(): string | null {
   return formatTraceContext(sc);
 }
 
+/** The most bytes a stored trace context may have (the CHECK on `operations.trace_context`, sql/0020). */
+export const TRACE_CONTEXT_MAX_BYTES = 1024;
+
+/**
+ * A span context as stored: its `traceparent`, and `\n` + its `tracestate` only when the whole fits
+ * {@link TRACE_CONTEXT_MAX_BYTES} (a longer, non-standard `tracestate` is dropped rather than fail the
+ * reservation's INSERT at the column's CHECK).
+ */
 export function formatTraceContext(sc: SpanContext): string {
   const flags = (sc.traceFlags & 0xff).toString(16).padStart(2, '0');
+  const parent = `00-${sc.traceId}-${sc.spanId}-${flags}`;
   const state = sc.traceState?.serialize() ?? '';
-  return `00-${sc.traceId}-${sc.spanId}-${flags}${state === '' ? '' : `\n${state}`}`;
+  if (state === '') return parent;
+  const stored = `${parent}\n${state}`;
+  return Buffer.byteLength(stored, 'utf8') <= TRACE_CONTEXT_MAX_BYTES ? stored : parent;
 }
 
 /** A stored trace context as a remote span context; null when it is absent or not a valid `traceparent`. */

@@ -1,20 +1,20 @@
 /**
  * The API's server spans, registered only while tracing is on (core/tracing.ts): each request continues the
- * trace its `traceparent` / `tracestate` name (a new one without them), as a SERVER span named by the HTTP
+ * trace its `traceparent` names (a new one without it; a caller's `tracestate` is dropped), as a SERVER span named by the HTTP
  * conventions (`POST /v1/calls`: the route pattern, never the raw path), active for the route's handler so the
  * gate's decision and the reservation are its children. Its attributes are the method, route, scheme and status;
  * never a header, the query string or the body.
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { context, trace } from '@opentelemetry/api';
-import { extractContext, failSpan, SpanKind, startSpan, type Context, type Span } from '../../core/tracing.js';
+import { extractCallerContext, failSpan, SpanKind, startSpan, type Context, type Span } from '../../core/tracing.js';
 
 const spans = new WeakMap<FastifyRequest, { span: Span; parent: Context }>();
 
 export function registerTracing(app: FastifyInstance, https: boolean): void {
   app.addHook('onRequest', (request: FastifyRequest, _reply: FastifyReply, done: () => void) => {
     const route = request.routeOptions.url;
-    const parent = extractContext(request.headers);
+    const parent = extractCallerContext(request.headers);
     const span = startSpan(
       route === undefined ? request.method : `${request.method} ${route}`,
       SpanKind.SERVER,

@@ -215,3 +215,84 @@ t.test('on: spans, the stored context, the resumed span and the log mixin', asyn
   );
   t.equal(quiet?.isRecording(), false, 'a stored context not sampled is not recorded');
 });
+
+t.test('a stored context never exceeds its column’s bound: a long tracestate is dropped', async (t) => {
+  const { createTraceState, TraceFlags } = await import('@opentelemetry/api');
+  const { TRACE_CONTEXT_MAX_BYTES } = await import('../../core/tracing.js');
+  const sc = { traceId: 'a'.repeat(32), spanId: 'b'.repeat(16), traceFlags: TraceFlags.SAMPLED, isRemote: true };
+  const short = formatTraceContext({ ...sc, traceState: createTraceState('vendor=x') });
+  t.equal(short, `00-${'a'.repeat(32)}-${'b'.repeat(16)}-01\nvendor=x`, 'a short one is kept');
+  // The API's own TraceState caps what it parses; a propagator or library caller of another kind need not.
+  const long = Array.from({ length: 10 }, (_, i) => `v${i}=${'z'.repeat(200)}`).join(',');
+  const foreign = { ...createTraceState(), serialize: () => long };
+  const stored = formatTraceContext({ ...sc, traceState: foreign });
+  t.equal(stored, `00-${'a'.repeat(32)}-${'b'.repeat(16)}-01`, 'the traceparent alone');
+  t.ok(Buffer.byteLength(stored) <= TRACE_CONTEXT_MAX_BYTES);
+  t.equal(parseTraceContext(stored)?.traceId, 'a'.repeat(32), 'and it still parses');
+});
+
+t.test('flushTracing gives up on a collector that accepts and never answers', async (t) => {
+  const { createServer } = await import('node:net');
+  const held: import('node:net').Socket[] = [];
+  const server = createServer((socket) => {
+    held.push(socket);
+    socket.resume();
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  t.teardown(() => {
+    for (const s of held) s.destroy();
+    server.close();
+  });
+  const port = (server.address() as import('node:net').AddressInfo).port;
+  const script = `
+    const tracing = await import(${JSON.stringify(join(DIST, 'core', 'tracing.js'))});
+    await tracing.startTracing(process.env, 'probe');
+    await tracing.inSpan('probe', tracing.SpanKind.INTERNAL, undefined, async () => undefined);
+    await tracing.flushTracing();
+    process.stdout.write('flushed');
+    process.exit(0);`;
+  const [cmd, args] = nodeCommand(['--input-type=module', '-e', script]);
+  const child = spawn(cmd, args, {
+    env: {
+      PATH: process.env.PATH,
+      OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${port}`,
+      // The exporter alone would wait a minute for this collector.
+      OTEL_EXPORTER_OTLP_TIMEOUT: '60000',
+      OTEL_BSP_EXPORT_TIMEOUT: '60000',
+    },
+    stdio: ['ignore', 'pipe', 'ignore'],
+  });
+  let out = '';
+  child.stdout.on('data', (c: Buffer) => (out += c.toString()));
+  const exited = await new Promise<boolean>((resolve) => {
+    const timer = setTimeout(() => resolve(false), 20_000);
+    child.on('close', () => {
+      clearTimeout(timer);
+      resolve(true);
+    });
+  });
+  if (!exited) child.kill('SIGKILL');
+  t.ok(held.length >= 1, 'the exporter reached the collector');
+  t.ok(exited, 'the process exited while the collector still had not answered');
+  t.equal(out, 'flushed', 'after its flush returned');
+});
+
+t.test('OTEL_TRACES_SAMPLER=traceidratio ignores a remote parent’s sampled flag', async (t) => {
+  const { samplerFromEnv } = await import('../../core/tracing-sdk.js');
+  const { ROOT_CONTEXT, SamplingDecision, trace, TraceFlags } = await import('@opentelemetry/api');
+  const remote = (flags: number) =>
+    trace.setSpanContext(ROOT_CONTEXT, {
+      traceId: 'c'.repeat(32),
+      spanId: 'd'.repeat(16),
+      traceFlags: flags,
+      isRemote: true,
+    });
+  const decide = (env: Record<string, string>, flags: number) =>
+    samplerFromEnv(env).shouldSample(remote(flags), 'c'.repeat(32), 'POST /v1/calls', SpanKind.SERVER, {}, []).decision;
+  const never = { OTEL_TRACES_SAMPLER: 'traceidratio', OTEL_TRACES_SAMPLER_ARG: '0' };
+  t.equal(decide(never, TraceFlags.SAMPLED), SamplingDecision.NOT_RECORD, 'a caller cannot force sampling');
+  const always = { OTEL_TRACES_SAMPLER: 'traceidratio', OTEL_TRACES_SAMPLER_ARG: '1' };
+  t.equal(decide(always, TraceFlags.NONE), SamplingDecision.RECORD_AND_SAMPLED, 'nor suppress it');
+  t.equal(decide({}, TraceFlags.SAMPLED), SamplingDecision.RECORD_AND_SAMPLED, 'the default follows the parent');
+  t.equal(decide({}, TraceFlags.NONE), SamplingDecision.NOT_RECORD);
+});

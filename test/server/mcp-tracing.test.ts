@@ -29,7 +29,13 @@ t.test('an MCP tool call over HTTP is in the caller’s trace', async (t) => {
   const callerSpan = randomBytes(8).toString('hex');
   const client = new Client({ name: 'actionledger-test-host', version: '1.0.0' }, { capabilities: {} });
   const transport = new StreamableHTTPClientTransport(new URL(`${f.base}/mcp`), {
-    requestInit: { headers: { authorization: `Bearer ${token}`, traceparent: `00-${traceId}-${callerSpan}-01` } },
+    requestInit: {
+      headers: {
+        authorization: `Bearer ${token}`,
+        traceparent: `00-${traceId}-${callerSpan}-01`,
+        tracestate: 'caller=controlled',
+      },
+    },
   });
   await client.connect(transport);
   t.teardown(() => client.close());
@@ -49,4 +55,14 @@ t.test('an MCP tool call over HTTP is in the caller’s trace', async (t) => {
   t.match(gate?.attributes, { 'actionledger.decision': 'allowed' });
   const reserve = spans.find((s) => s.name === 'reserve');
   t.equal(reserve?.parentSpanContext?.spanId, gate?.spanContext().spanId, 'the reservation is the decision’s child');
+  // The caller's tracestate is dropped at the edge: in no span, and not stored to be sent on.
+  t.ok(
+    spans.every((s) => s.spanContext().traceState === undefined || s.spanContext().traceState?.serialize() === ''),
+    'no span carries the caller’s tracestate',
+  );
+  const { rows } = await f.pool.query<{ trace_context: string | null }>(
+    'SELECT trace_context FROM actionledger.operations',
+  );
+  t.equal(rows.length, 1);
+  t.match(rows[0]?.trace_context, new RegExp(`^00-${traceId}-[0-9a-f]{16}-01$`), 'the traceparent alone is stored');
 });
