@@ -9,7 +9,10 @@
  *     children, and the authorization service's and the provider's server spans, children of those requests
  *     (so both received the `traceparent`), from at least two processes;
  *   - `actionledger show` prints the operation's trace id;
- *   - a call whose `traceparent` says not sampled (flags 00) under the default parentbased sampler leaves no span.
+ *   - a call whose `traceparent` says not sampled (flags 00) under the default parentbased sampler leaves no span,
+ *     in its trace or any other;
+ *   - no span carries the caller's `tracestate` (dropped at the API), an effect key, or the arguments;
+ *   - `/metrics` shows the same series in OpenMetrics as in the text format, counters with one `_total`.
  */
 import t from 'tap';
 import { randomBytes } from 'node:crypto';
@@ -102,6 +105,7 @@ t.test('start --workers 2 with OTLP export: one trace from the call to the provi
   const token = String(lastJson(created.stdout).token);
   const auth = { authorization: `Bearer ${token}`, 'content-type': 'application/json' };
 
+  const effectKeys: string[] = [];
   const refund = async (step: string, traceparent: string): Promise<string> => {
     const r = await call(
       http,
@@ -116,8 +120,9 @@ t.test('start --workers 2 with OTLP export: one trace from the call to the provi
       }),
     );
     t.equal(r.status, 200, r.body);
-    const answer = JSON.parse(r.body) as { ok: boolean; operation_id: string };
+    const answer = JSON.parse(r.body) as { ok: boolean; operation_id: string; effect_key: string };
     t.equal(answer.ok, true, r.body);
+    effectKeys.push(answer.effect_key);
     await until(`operation ${answer.operation_id} succeeded`, async () => {
       const s = await call(http, 'GET', `/v1/operations/${answer.operation_id}`, auth);
       return (JSON.parse(s.body) as { operation?: { status?: string } }).operation?.status === 'succeeded'
@@ -208,6 +213,24 @@ t.test('start --workers 2 with OTLP export: one trace from the call to the provi
       : undefined,
   );
   t.same(receiver.trace(quiet), [], 'a call sampled out leaves no span');
+  t.same(
+    receiver.spans.filter(
+      (s) => s.attributes['messaging.message.id'] === quietOp || s.attributes['actionledger.operation_id'] === quietOp,
+    ),
+    [],
+    '… in any trace: its dispatch started no trace of its own',
+  );
+  // What the spans say, names and links included: never an effect key (a readback URL holds one in its path),
+  // never the caller's tracestate (dropped at the API, so neither stored nor sent to the provider).
+  const exported = JSON.stringify(
+    receiver.spans.map((s) => ({ name: s.name, attributes: s.attributes, links: s.links, traceState: s.traceState })),
+  );
+  t.equal(effectKeys.length, 3);
+  for (const key of effectKeys) {
+    t.notOk(exported.includes(key), 'no span carries an effect key');
+    t.notOk(exported.includes(encodeURIComponent(key)), '… nor its URL-encoded form');
+  }
+  t.notOk(exported.includes('vendor=opaque'), 'no span carries the caller’s tracestate');
   const quietShown = await runCli(['show', quietOp, '--json'], env);
   t.equal(
     (lastJson(quietShown.stdout).operation as Record<string, unknown>).trace_id,
@@ -218,6 +241,8 @@ t.test('start --workers 2 with OTLP export: one trace from the call to the provi
   // Exemplars: the dispatch latency histograms name sampled traces, in the OpenMetrics exposition only.
   const open = await call(http, 'GET', '/metrics', { accept: 'application/openmetrics-text; version=1.0.0' });
   t.match(open.body, /# EOF\n$/, 'OpenMetrics when asked for');
+  t.notMatch(open.body, /_total_total/, 'no counter renamed');
+  t.match(open.body, /^actionledger_dispatch_outcomes_total\{[^}]*\} \d/m, 'counters keep their one _total');
   const exemplars = [
     ...open.body.matchAll(
       /^actionledger_dispatch_enqueue_to_outcome_seconds_bucket\{[^}]*\} \d+ # \{trace_id="([0-9a-f]{32})"\}/gm,
@@ -232,6 +257,11 @@ t.test('start --workers 2 with OTLP export: one trace from the call to the provi
   const text = await call(http, 'GET', '/metrics', {});
   t.notMatch(text.body, /# \{trace_id=|# EOF/, 'the default text format is unchanged: no exemplars');
   t.match(text.body, /^actionledger_dispatch_enqueue_to_outcome_seconds_bucket\{/m);
+  const names = (body: string) =>
+    [...new Set([...body.matchAll(/^([a-zA-Z_:][a-zA-Z0-9_:]*)[{ ]/gm)].map((m) => m[1]))]
+      .filter((n) => !n?.endsWith('_created'))
+      .sort();
+  t.same(names(open.body), names(text.body), 'the same series names in both formats');
 
   process.kill(service.pid, 'SIGTERM');
   t.match(await service.exited, { code: 0 }, 'SIGTERM: exit 0');

@@ -12,6 +12,8 @@ export interface ReceivedSpan {
   kind: number;
   attributes: Record<string, unknown>;
   links: { traceId: string; spanId: string }[];
+  /** The span's `tracestate` as exported ('' when none). */
+  traceState: string;
   resource: Record<string, unknown>;
 }
 
@@ -94,6 +96,7 @@ export class OtlpReceiver {
             kind: number;
             attributes?: OtlpAttribute[];
             links?: { traceId: string; spanId: string }[];
+            traceState?: string;
           }[];
         }[];
       }[];
@@ -110,6 +113,7 @@ export class OtlpReceiver {
             kind: s.kind,
             attributes: attributes(s.attributes),
             links: (s.links ?? []).map((l) => ({ traceId: hexId(l.traceId), spanId: hexId(l.spanId) })),
+            traceState: s.traceState ?? '',
             resource,
           });
     }
