@@ -311,4 +311,26 @@ t.test('tracing on: the trace context never replaces a header the caller set, in
   const [kept, injected] = provider.requests();
   t.equal(kept?.headers.traceparent, 'key-t1', "the caller's header, sent once and unchanged");
   t.match(injected?.headers.traceparent, /^00-[0-9a-f]{32}-[0-9a-f]{16}-01$/, 'else the span’s context');
+
+  // The span records the scheme, host and port, and the path only from a configured template: a webhook's or a
+  // readback's path may hold a capability token or an effect key.
+  exporter.reset();
+  const endpoint = new URL(provider.endpoint);
+  const secretPath = `${endpoint.origin}/hooks/T0123/capability-token-xyz`;
+  await inSpan('caller', SpanKind.SERVER, undefined, async () => {
+    await postJson(agent, secretPath, { ...call('key-t3'), spanName: 'notification' });
+    await postJson(agent, provider.endpoint, {
+      ...call('key-t4'),
+      spanName: 'provider',
+      urlTemplate: `${endpoint.origin}/v1/refunds/{effect_key}?q=1`,
+    });
+  });
+  const client = (name: string) => exporter.getFinishedSpans().find((s) => s.name === name);
+  const notification = client('POST notification');
+  t.equal(notification?.attributes['url.full'], endpoint.origin, 'no path without a template');
+  t.equal(notification?.attributes['url.template'], undefined);
+  t.notMatch(JSON.stringify(notification?.attributes), /capability-token|hooks/, 'the token is not recorded');
+  const templated = client('POST provider');
+  t.equal(templated?.attributes['url.template'], '/v1/refunds/{effect_key}', 'the template’s path, no query');
+  t.notMatch(JSON.stringify(templated?.attributes), /key-t4/);
 });
