@@ -49,7 +49,7 @@ interface Env {
    * A console whose redirect URL is a catcher's, not its own: the provider sends the browser there, and the
    * catcher only records the URL (so a test can bring the provider's answer to the console changed or not).
    */
-  caught: { base: string; last: () => string | undefined };
+  caught: { base: string; redirect: string; last: () => string | undefined };
 }
 
 async function oidcEnv(t: Test): Promise<Env> {
@@ -128,7 +128,7 @@ async function oidcEnv(t: Test): Promise<Env> {
     store,
     configWith: (tenants, over) => gateConfig(g.url, { extra: extra(tenants, undefined, over) }),
     serve,
-    caught: { base: caughtBase, last: () => last },
+    caught: { base: caughtBase, redirect: catcherUrl, last: () => last },
   };
 }
 
@@ -183,15 +183,18 @@ function callbackWith(url: URL, state: string, change: (q: URLSearchParams) => v
   return fetch(u, { headers: { cookie: `al_oidc=${state}` }, redirect: 'manual' });
 }
 
-/** Re-signs a state cookie's payload as the console would (the key is derived from the client secret). */
-function resigned(cookie: string, change: (p: Record<string, unknown>) => void): string {
+/**
+ * Re-signs a state cookie's payload as the console whose redirect URL is `redirect` would (the key is derived
+ * from the client secret and the redirect URL).
+ */
+function resigned(cookie: string, redirect: string, change: (p: Record<string, unknown>) => void): string {
   const p = JSON.parse(Buffer.from(cookie.split('.')[0] ?? '', 'base64url').toString('utf8')) as Record<
     string,
     unknown
   >;
   change(p);
   const body = Buffer.from(JSON.stringify(p), 'utf8').toString('base64url');
-  const key = createHmac('sha256', CLIENT_SECRET).update('actionledger-console-oidc-state').digest();
+  const key = createHmac('sha256', CLIENT_SECRET).update(`actionledger-console-oidc-state\n${redirect}`).digest();
   return `${body}.${createHmac('sha256', key).update(body).digest('base64url')}`;
 }
 
@@ -305,18 +308,57 @@ t.test('console single sign-on through a real OpenID Connect provider', async (t
     t.equal(forgedAnswer.status, 401, 'a state cookie changed without the key');
     t.match(await forgedAnswer.text(), /not made by this console/);
     // The untouched answer signs in: the refusals above were about what was changed.
+    const otherConsole = new URL(first.url.pathname + first.url.search, env.base);
+    const staging = await callbackWith(otherConsole, first.state);
+    t.equal(staging.status, 401, 'a state cookie another console made with the same client secret');
+    t.match(await staging.text(), /not made by this console/);
+    const providerRefusal = await callbackWith(first.url, first.state, (q) => {
+      q.set('error', 'access_denied');
+      q.set('state', 'not-this-browsers-state');
+    });
+    t.equal(providerRefusal.status, 401);
+    t.match(
+      await providerRefusal.text(),
+      /does not belong to this browser’s sign-in/,
+      'an error answer for another state is refused for its state, before its error is read',
+    );
     const genuine = await callbackWith(first.url, first.state);
     t.equal(genuine.status, 200);
     t.match(genuine.headers.get('set-cookie') ?? '', /al_console=[A-Za-z0-9_-]{43}; Path=\/console; HttpOnly/);
 
     const second = await stopAtCallback(env, 'alice-sub');
-    const otherNonce = resigned(second.state, (p) => (p.n = 'a-nonce-the-provider-never-saw'));
+    const otherNonce = resigned(second.state, env.caught.redirect, (p) => (p.n = 'a-nonce-the-provider-never-saw'));
     const nonce = await callbackWith(second.url, otherNonce);
     t.equal(nonce.status, 401, 'an ID token for another nonce');
     t.match(await nonce.text(), /oidc_sign_in_failed.*OAUTH_JWT_CLAIM_COMPARISON_FAILED/s, 'refused for its nonce');
     t.notMatch(nonce.headers.get('set-cookie') ?? '', /al_console=[A-Za-z0-9_-]/);
     t.match(nonce.headers.get('set-cookie') ?? '', /al_oidc=; Path=\/console\/oidc;.*Max-Age=0/, 'state cleared');
   });
+
+  await t.test(
+    'behind a proxy ending TLS (an https redirect URL, a plain-HTTP listener) the state cookie is __Host- and Secure',
+    async (t) => {
+      const proxied = await env.serve(
+        env.configWith(MAPPING, { redirect_url: 'https://console.example.test/console/oidc/callback' }),
+      );
+      const start = await fetch(`${proxied}/console/oidc/start`, { redirect: 'manual' });
+      t.equal(start.status, 303);
+      const set = start.headers.get('set-cookie') ?? '';
+      t.match(set, /^__Host-al_oidc=[^;]+; Path=\/; Secure; HttpOnly; SameSite=Lax; Max-Age=600$/);
+      const value = /^__Host-al_oidc=([^;]+)/.exec(set)?.[1] ?? '';
+      const state = new URL(start.headers.get('location') ?? '').searchParams.get('state') ?? '';
+      const answer = `${proxied}/console/oidc/callback?error=access_denied&state=${encodeURIComponent(state)}`;
+      // A cookie planted under the plain name (from a sibling subdomain, or a plain-HTTP answer) is not read.
+      const planted = await fetch(answer, { headers: { cookie: `al_oidc=${value}` }, redirect: 'manual' });
+      t.equal(planted.status, 401);
+      t.match(await planted.text(), /oidc_sign_in_failed.*no sign-in in progress/s, 'no sign-in in progress');
+      t.match(planted.headers.get('set-cookie') ?? '', /^__Host-al_oidc=; Path=\/; Secure;.*Max-Age=0$/, 'cleared');
+      // The same value under the __Host- name is this browser's sign-in (here, refused by the provider).
+      const own = await fetch(answer, { headers: { cookie: `__Host-al_oidc=${value}` }, redirect: 'manual' });
+      t.equal(own.status, 401);
+      t.match(await own.text(), /the identity provider refused the sign-in/);
+    },
+  );
 
   await t.test('the client secret from the environment: read at start, its absence refuses start', async (t) => {
     const fromEnv = env.configWith(MAPPING, { client_secret_env: 'OIDC_TEST_CLIENT_SECRET' });
