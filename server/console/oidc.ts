@@ -183,7 +183,8 @@ function principalOf(oidc: ConsoleOidcConfig, named: string | null, claims: Reco
     throw notMapped('no_principal_claim', `the identity provider did not give a usable ${oidc.principalClaim} claim`, {
       claim: oidc.principalClaim,
     });
-  return value;
+  // Email addresses are compared without case (Bob@x is bob@x): one address, one principal.
+  return oidc.principalClaim === 'email' ? value.toLowerCase() : value;
 }
 
 /**
@@ -274,7 +275,8 @@ async function callback(
     });
   const principal = principalOf(oidc, mapping.principal, claims);
   const name = typeof claims.name === 'string' ? claims.name : principal;
-  const started = await sessions.startOidc(principal, name, { subject, groups }).catch((err: unknown) => {
+  const who = { issuer: oidc.issuer, claims: { subject, groups }, named: mapping.principal !== null };
+  const started = await sessions.startOidc(principal, name, who).catch((err: unknown) => {
     if ((err as ActionLedgerError).code === 'invalid_context')
       throw notMapped('principal_invalid', 'the identity provider’s claim is not a usable principal id', { subject });
     throw err;

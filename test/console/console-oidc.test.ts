@@ -35,8 +35,21 @@ const MAPPING = {
   ],
 };
 
+/**
+ * For the console whose principal claim is `email`: anyone in `staff` (principal: their verified email), and
+ * `gina-sub` as the existing, operator-added principal `gina` (a subject rule naming it).
+ */
+const EMAIL_MAPPING = {
+  'tenant-a': [
+    { group: 'staff', roles: ['auditor'] },
+    { subject: 'gina-sub', principal: 'gina', roles: ['auditor'] },
+  ],
+};
+
 interface Env {
   g: GateFixture;
+  /** A console whose principal claim is `email` (EMAIL_MAPPING), on the same provider and database. */
+  emailBase: string;
   idp: TestIdp;
   base: string;
   browser: Browser;
@@ -64,7 +77,13 @@ async function oidcEnv(t: Test): Promise<Env> {
   await new Promise<void>((resolve) => catcher.listen(0, '127.0.0.1', resolve));
   t.teardown(() => new Promise<void>((resolve) => catcher.close(() => resolve())));
   const catcherUrl = `http://127.0.0.1:${(catcher.address() as AddressInfo).port}/console/oidc/callback`;
-  const idp = await oidcProvider(t, [`${base}/console/oidc/callback`, catcherUrl]);
+  const emailPort = await freePort();
+  const emailBase = `http://127.0.0.1:${emailPort}`;
+  const idp = await oidcProvider(t, [
+    `${base}/console/oidc/callback`,
+    catcherUrl,
+    `${emailBase}/console/oidc/callback`,
+  ]);
   const secretFile = join(mkdtempSync(join(tmpdir(), 'al-oidc-')), 'client-secret');
   writeFileSync(secretFile, `${CLIENT_SECRET}\n`);
   const extra = (
@@ -117,11 +136,18 @@ async function oidcEnv(t: Test): Promise<Env> {
     return `http://127.0.0.1:${listenOn}`;
   };
   await serve(g.config, port);
+  await serve(
+    gateConfig(g.url, {
+      extra: extra(EMAIL_MAPPING, `${emailBase}/console/oidc/callback`, { principal_claim: 'email' }),
+    }),
+    emailPort,
+  );
   const caughtBase = await serve(gateConfig(g.url, { extra: extra(MAPPING, catcherUrl) }));
   const browser = await chromium.launch({ executablePath: '/usr/bin/chromium', args: ['--no-sandbox'] });
   t.teardown(() => browser.close());
   return {
     g,
+    emailBase,
     idp,
     base,
     browser,
@@ -133,19 +159,19 @@ async function oidcEnv(t: Test): Promise<Env> {
 }
 
 /** A fresh browser that goes from the sign-in page's button to the provider and signs in there as `login`. */
-async function startSignIn(env: Env, login: string): Promise<{ context: BrowserContext; page: Page }> {
+async function startSignIn(env: Env, login: string, base = env.base): Promise<{ context: BrowserContext; page: Page }> {
   const context = await env.browser.newContext();
   const page = await context.newPage();
-  await page.goto(`${env.base}/console/login`);
+  await page.goto(`${base}/console/login`);
   await page.click('#oidc-sign-in');
   await providerLogin(page, login);
   return { context, page };
 }
 
 /** Signs in through the provider as `login` and waits for the console's landing page, signed in. */
-async function signIn(env: Env, login: string): Promise<{ context: BrowserContext; page: Page }> {
-  const s = await startSignIn(env, login);
-  await s.page.waitForURL((u) => u.origin === env.base && !u.pathname.startsWith('/console/oidc/'));
+async function signIn(env: Env, login: string, base = env.base): Promise<{ context: BrowserContext; page: Page }> {
+  const s = await startSignIn(env, login, base);
+  await s.page.waitForURL((u) => u.origin === base && !u.pathname.startsWith('/console/oidc/'));
   await s.page.waitForSelector('.who');
   return s;
 }
@@ -417,5 +443,62 @@ t.test('console single sign-on through a real OpenID Connect provider', async (t
     t.equal(logout.status, 403);
     t.match(await logout.text(), /csrf_token_invalid/);
     await context.close();
+  });
+
+  /** Signs in as `login` at the email console and expects a refusal: the page's text. */
+  const refusedAt = async (t: Test, login: string): Promise<string> => {
+    const { context, page } = await startSignIn(env, login, env.emailBase);
+    await page.waitForSelector('.code');
+    const text = (await page.textContent('main')) ?? '';
+    t.equal(await sessionCookie(context), '', `no session for ${login}`);
+    await context.close();
+    return text;
+  };
+  const staff = (email: string) => ({ name: email, email, email_verified: true, groups: ['staff'] });
+
+  await t.test('one person is one principal: a subject and a principal are bound at the first sign-in', async (t) => {
+    env.idp.accounts.set('dana-sub', staff('Dana@Example.com'));
+    const first = await signIn(env, 'dana-sub', env.emailBase);
+    t.match(await first.page.textContent('.who'), /Signed in as\s+dana@example\.com/, 'the email, lower-cased');
+    await first.context.close();
+    const bound = await env.g.pool.query(
+      `SELECT issuer, subject, principal_id FROM actionledger.console_oidc_subjects WHERE subject = 'dana-sub'`,
+    );
+    t.match(bound.rows, [{ issuer: env.idp.issuer, subject: 'dana-sub', principal_id: 'dana@example.com' }]);
+
+    // Someone else whose provider account has the same (verified) email does not become dana.
+    env.idp.accounts.set('erin-sub', staff('dana@example.com'));
+    t.match(await refusedAt(t, 'erin-sub'), /oidc_not_mapped.*belongs to another person/s, 'principal bound elsewhere');
+
+    // Dana with another email is still dana: not a second principal (a second vote).
+    env.idp.accounts.set('dana-sub', staff('dana.x@example.com'));
+    t.match(await refusedAt(t, 'dana-sub'), /oidc_not_mapped.*signed in before as dana@example\.com/s, 'subject bound');
+
+    // A revoked role does not come back under another spelling of the same email.
+    await env.store.revoke('dana@example.com', 'tenant-a', 'auditor', 'test');
+    env.idp.accounts.set('dana-sub', staff('DANA@example.com'));
+    t.match(await refusedAt(t, 'dana-sub'), /oidc_not_mapped.*is revoked/s, 'the revocation holds');
+    const principals = (await env.store.list()).map((p) => p.principal_id);
+    t.notOk(
+      principals.some((p) => p !== 'dana@example.com' && p.toLowerCase().startsWith('dana')),
+      'no second principal for dana',
+    );
+  });
+
+  await t.test('a claim cannot sign in as an existing principal the provider did not add', async (t) => {
+    await env.store.add('frank@example.com', 'person', 'Frank', 'test');
+    await env.store.grant('frank@example.com', 'tenant-a', 'operator', 'test');
+    env.idp.accounts.set('frank-impostor', staff('frank@example.com'));
+    t.match(await refusedAt(t, 'frank-impostor'), /oidc_not_mapped.*did not add/s);
+    const bound = await env.g.pool.query(
+      `SELECT 1 FROM actionledger.console_oidc_subjects WHERE principal_id = 'frank@example.com'`,
+    );
+    t.equal(bound.rowCount, 0, 'and it is not bound to the impostor');
+    // A subject rule naming an existing principal is the operator saying who that subject is.
+    await env.store.add('gina', 'person', 'Gina', 'test');
+    env.idp.accounts.set('gina-sub', { name: 'Gina', groups: [] });
+    const gina = await signIn(env, 'gina-sub', env.emailBase);
+    t.match(await gina.page.textContent('.who'), /Signed in as\s+gina/);
+    await gina.context.close();
   });
 });
