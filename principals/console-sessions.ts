@@ -125,6 +125,13 @@ function notMapped(id: string, reason: string, message: string): ActionLedgerErr
   return new ActionLedgerError('oidc_not_mapped', message, { details: { principal_id: id, reason } });
 }
 
+/**
+ * A principal id made from a provider's claim (not named by a subject rule): a narrow ASCII set, so it cannot
+ * look like another (`alice` spelled with a Cyrillic a, U+0430) nor like a break-glass actor (`break-glass:NAME`, as the CLI
+ * records one, bin/commands/acting.ts: its `:` is outside the set).
+ */
+export const CLAIMED_PRINCIPAL = /^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$/;
+
 /** Who an OpenID Connect provider vouched for, and how the mapping picked the principal. */
 export interface OidcSignIn {
   /** The provider's issuer and `sub`: the person. */
@@ -248,7 +255,8 @@ export class ConsoleSessions {
    * A session for a person an OpenID Connect provider vouched for (server/console/oidc.ts checked the provider's
    * answer): the principal is added as a person when it is not known yet (audited, by `oidc`), the subject
    * (issuer and sub) is bound to it at its first sign-in, and the session keeps the claims the mapping reads on
-   * every request. Throws `oidc_not_mapped` with details.reason `not_a_person` (the principal is a service), `subject_bound_elsewhere` (this
+   * every request. Throws `oidc_not_mapped` with details.reason `principal_invalid` (a claimed id outside
+   * {@link CLAIMED_PRINCIPAL}), `not_a_person` (the principal is a service), `subject_bound_elsewhere` (this
    * subject signed in before as another principal), `principal_bound_elsewhere` (another subject signed in before
    * as this principal), `principal_not_oidc` (a claim names an existing principal the provider did not add, which
    * only a subject rule naming it may sign in as), `roles_revoked` (every role the mapping gives was revoked);
@@ -260,6 +268,12 @@ export class ConsoleSessions {
     who: OidcSignIn,
   ): Promise<{ token: string; session_id: string }> {
     const id = identifier('principal_id', principalId);
+    if (!who.named && !CLAIMED_PRINCIPAL.test(id))
+      throw notMapped(
+        id,
+        'principal_invalid',
+        'the identity provider’s claim is not a usable principal id (letters, digits and . _ @ + - only)',
+      );
     const name = identifierProblem(displayName) === null ? displayName.normalize('NFC') : id;
     const { claims } = who;
     return this.#start(id, 'oidc', null, {

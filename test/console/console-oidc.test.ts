@@ -501,4 +501,13 @@ t.test('console single sign-on through a real OpenID Connect provider', async (t
     t.match(await gina.page.textContent('.who'), /Signed in as\s+gina/);
     await gina.context.close();
   });
+
+  await t.test('a principal id from a claim is plain ASCII and never a break-glass actor', async (t) => {
+    const before = (await env.store.list()).length;
+    env.idp.accounts.set('cyrillic-sub', staff('\u0430lice@example.com'));
+    t.match(await refusedAt(t, 'cyrillic-sub'), /oidc_not_mapped.*not a usable principal id/s, 'a Cyrillic а');
+    env.idp.accounts.set('glass-sub', staff('break-glass:admin'));
+    t.match(await refusedAt(t, 'glass-sub'), /oidc_not_mapped.*not a usable principal id/s, 'break-glass:');
+    t.equal((await env.store.list()).length, before, 'no principal was added');
+  });
 });
