@@ -18,6 +18,7 @@ import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { bindQueries, type Pool, type Queryable } from '../db/index.js';
 import { ActionLedgerError, asActionLedgerError } from '../core/errors.js';
 import { identifier, identifierProblem } from '../core/identifier.js';
+import { SQLSTATE, sqlState } from '../core/sqlstate.js';
 import { oidcMapping, type Config, type OidcClaims } from '../config/index.js';
 import type { AuditWriter } from '../gate/index.js';
 import { audited, mustExist } from './audited.js';
@@ -311,7 +312,12 @@ export class ConsoleSessions {
             'principal_not_oidc',
             `${id} is an existing principal the identity provider did not add: only a subject rule naming it signs in as it`,
           );
-        if (mine === undefined) await c.query(this.#q.subjectBind, [who.issuer, claims.subject, id]);
+        if (mine === undefined)
+          await c.query(this.#q.subjectBind, [who.issuer, claims.subject, id]).catch((err: unknown) => {
+            // Two first sign-ins at once binding one subject (or one principal): the later one loses.
+            if (sqlState(err) !== SQLSTATE.uniqueViolation) throw err;
+            throw notMapped(id, 'subject_bound_elsewhere', 'another sign-in bound you (or this principal) just now');
+          });
         const revoked = (await c.query<Revoked>(this.#q.revokedSelect, [id])).rows;
         if (this.#oidcGrants(claims, revoked).size === 0)
           throw notMapped(id, 'roles_revoked', `every role the mapping gives ${id} is revoked`);

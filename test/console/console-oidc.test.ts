@@ -18,7 +18,7 @@ import type { Config } from '../../config/index.js';
 import { createLogger } from '../../core/log.js';
 import { Metrics } from '../../core/metrics.js';
 import { AuditWriter } from '../../gate/index.js';
-import { PrincipalStore } from '../../principals/index.js';
+import { ConsoleSessions, PrincipalStore } from '../../principals/index.js';
 import { Review } from '../../reconciler/index.js';
 import { buildApi } from '../../server/api/app.js';
 import { CSP } from '../../server/console/layout.js';
@@ -509,5 +509,45 @@ t.test('console single sign-on through a real OpenID Connect provider', async (t
     env.idp.accounts.set('glass-sub', staff('break-glass:admin'));
     t.match(await refusedAt(t, 'glass-sub'), /oidc_not_mapped.*not a usable principal id/s, 'break-glass:');
     t.equal((await env.store.list()).length, before, 'no principal was added');
+  });
+
+  await t.test('two first sign-ins at once bind one subject to one principal', async (t) => {
+    const log = createLogger({ level: 'error', name: 'console-oidc-race', destination: process.stderr });
+    const audit = new AuditWriter({
+      config: env.g.config,
+      pool: env.g.pool,
+      log,
+      metrics: new Metrics({ defaultMetrics: false }),
+    });
+    const sessions = new ConsoleSessions(env.g.config, env.g.pool, audit);
+    const signIn = (principal: string, subject: string) =>
+      sessions.startOidc(principal, principal, {
+        issuer: env.idp.issuer,
+        claims: { subject, groups: ['auditors'] },
+        named: false,
+      });
+    // One subject as two principals (an email changed between two tabs), then two subjects as one principal.
+    for (const pair of [
+      [
+        ['ivy-1', 'ivy-sub'],
+        ['ivy-2', 'ivy-sub'],
+      ],
+      [
+        ['jon', 'jon-sub-1'],
+        ['jon', 'jon-sub-2'],
+      ],
+    ] as const) {
+      const settled = await Promise.allSettled(pair.map(([principal, subject]) => signIn(principal, subject)));
+      t.equal(settled.filter((r) => r.status === 'fulfilled').length, 1, 'one sign-in');
+      t.match(
+        settled.filter((r) => r.status === 'rejected'),
+        [{ reason: { code: 'oidc_not_mapped' } }],
+        'the other refused oidc_not_mapped',
+      );
+    }
+    const bound = await env.g.pool.query(
+      `SELECT principal_id FROM actionledger.console_oidc_subjects WHERE subject IN ('ivy-sub', 'jon-sub-1', 'jon-sub-2')`,
+    );
+    t.equal(bound.rowCount, 2, 'one binding each');
   });
 });
