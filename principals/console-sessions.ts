@@ -18,6 +18,7 @@ import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { bindQueries, type Pool, type Queryable } from '../db/index.js';
 import { ActionLedgerError, asActionLedgerError } from '../core/errors.js';
 import { identifier, identifierProblem } from '../core/identifier.js';
+import { SQLSTATE, sqlState } from '../core/sqlstate.js';
 import { oidcMapping, type Config, type OidcClaims } from '../config/index.js';
 import type { AuditWriter } from '../gate/index.js';
 import { audited, mustExist } from './audited.js';
@@ -75,6 +76,13 @@ export const consoleSessionQueries = {
                         WHERE v.principal_id = x.principal_id AND v.revoked_at >= x.created_at)
       ORDER BY x.created_at DESC LIMIT 1 FOR UPDATE)
     RETURNING s.session_id`,
+  /** The principal an OIDC subject is bound to, and the subject bound to a principal (sql/0021). */
+  subjectBinding: `
+    SELECT issuer, subject, principal_id FROM @schema.console_oidc_subjects
+    WHERE (issuer = $1 AND subject = $2) OR principal_id = $3`,
+  /** No ON CONFLICT: a race between two sign-ins binding the same subject or principal fails one of them. */
+  subjectBind: `
+    INSERT INTO @schema.console_oidc_subjects (issuer, subject, principal_id) VALUES ($1, $2, $3)`,
   sessionEnd: `
     UPDATE @schema.console_sessions SET ended_at = now(), ended_reason = $2
     WHERE session_id = $1 AND ended_at IS NULL RETURNING session_id`,
@@ -112,6 +120,26 @@ function notAPerson(id: string, kind: string | undefined): ActionLedgerError {
     `${id} is a ${kind ?? 'principal'} principal, not a person: sign-in links are for people only`,
     { details: { principal_id: id, reason: 'not_a_person', kind } },
   );
+}
+
+function notMapped(id: string, reason: string, message: string): ActionLedgerError {
+  return new ActionLedgerError('oidc_not_mapped', message, { details: { principal_id: id, reason } });
+}
+
+/**
+ * A principal id made from a provider's claim (not named by a subject rule): a narrow ASCII set, so it cannot
+ * look like another (`alice` spelled with a Cyrillic a, U+0430) nor like a break-glass actor (`break-glass:NAME`, as the CLI
+ * records one, bin/commands/acting.ts: its `:` is outside the set).
+ */
+export const CLAIMED_PRINCIPAL = /^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$/;
+
+/** Who an OpenID Connect provider vouched for, and how the mapping picked the principal. */
+export interface OidcSignIn {
+  /** The provider's issuer and `sub`: the person. */
+  issuer: string;
+  claims: OidcClaims;
+  /** True when a subject rule names the principal, false when it is the principal claim's value. */
+  named: boolean;
 }
 
 function signedOut(reason: string, message: string): ActionLedgerError {
@@ -226,22 +254,34 @@ export class ConsoleSessions {
 
   /**
    * A session for a person an OpenID Connect provider vouched for (server/console/oidc.ts checked the provider's
-   * answer): the principal is added as a person when it is not known yet (audited, by `oidc`), and the session
-   * keeps the claims the mapping reads on every request. Throws `oidc_not_mapped` (details.reason
-   * `not_a_person` when the principal is a service, `roles_revoked` when every role the mapping gives was
-   * revoked), `invalid_context` for a principal id that is no identifier, and the database's coded errors.
+   * answer): the principal is added as a person when it is not known yet (audited, by `oidc`), the subject
+   * (issuer and sub) is bound to it at its first sign-in, and the session keeps the claims the mapping reads on
+   * every request. Throws `oidc_not_mapped` with details.reason `principal_invalid` (a claimed id outside
+   * {@link CLAIMED_PRINCIPAL}), `not_a_person` (the principal is a service), `subject_bound_elsewhere` (this
+   * subject signed in before as another principal), `principal_bound_elsewhere` (another subject signed in before
+   * as this principal), `principal_not_oidc` (a claim names an existing principal the provider did not add, which
+   * only a subject rule naming it may sign in as), `roles_revoked` (every role the mapping gives was revoked);
+   * `invalid_context` for a principal id that is no identifier, and the database's coded errors.
    */
   async startOidc(
     principalId: string,
     displayName: string,
-    claims: OidcClaims,
+    who: OidcSignIn,
   ): Promise<{ token: string; session_id: string }> {
     const id = identifier('principal_id', principalId);
+    if (!who.named && !CLAIMED_PRINCIPAL.test(id))
+      throw notMapped(
+        id,
+        'principal_invalid',
+        'the identity provider’s claim is not a usable principal id (letters, digits and . _ @ + - only)',
+      );
     const name = identifierProblem(displayName) === null ? displayName.normalize('NFC') : id;
+    const { claims } = who;
     return this.#start(id, 'oidc', null, {
       claims,
       before: async (c) => {
-        if ((await c.query(this.#pq.principalInsert, [id, 'person', name, 'oidc'])).rowCount === 1)
+        const added = (await c.query(this.#pq.principalInsert, [id, 'person', name, 'oidc'])).rowCount === 1;
+        if (added)
           await this.#audit.decision(c, {
             action: 'principal',
             outcome: 'added',
@@ -250,14 +290,37 @@ export class ConsoleSessions {
           });
         const kind = (await c.query<{ kind: string }>(this.#pq.principalSelect, [id])).rows[0]?.kind;
         if (kind !== 'person')
-          throw new ActionLedgerError('oidc_not_mapped', `${id} is a ${kind ?? 'service'} principal, not a person`, {
-            details: { principal_id: id, reason: 'not_a_person' },
+          throw notMapped(id, 'not_a_person', `${id} is a ${kind ?? 'service'} principal, not a person`);
+        type Binding = { issuer: string; subject: string; principal_id: string };
+        const bindings = (await c.query<Binding>(this.#q.subjectBinding, [who.issuer, claims.subject, id])).rows;
+        const mine = bindings.find((b) => b.issuer === who.issuer && b.subject === claims.subject);
+        if (mine !== undefined && mine.principal_id !== id)
+          throw notMapped(
+            id,
+            'subject_bound_elsewhere',
+            `you signed in before as ${mine.principal_id}: one person is one principal, so you cannot sign in as ${id}`,
+          );
+        if (mine === undefined && bindings.length > 0)
+          throw notMapped(
+            id,
+            'principal_bound_elsewhere',
+            `${id} belongs to another person of the identity provider: you cannot sign in as it`,
+          );
+        if (mine === undefined && !added && !who.named)
+          throw notMapped(
+            id,
+            'principal_not_oidc',
+            `${id} is an existing principal the identity provider did not add: only a subject rule naming it signs in as it`,
+          );
+        if (mine === undefined)
+          await c.query(this.#q.subjectBind, [who.issuer, claims.subject, id]).catch((err: unknown) => {
+            // Two first sign-ins at once binding one subject (or one principal): the later one loses.
+            if (sqlState(err) !== SQLSTATE.uniqueViolation) throw err;
+            throw notMapped(id, 'subject_bound_elsewhere', 'another sign-in bound you (or this principal) just now');
           });
         const revoked = (await c.query<Revoked>(this.#q.revokedSelect, [id])).rows;
         if (this.#oidcGrants(claims, revoked).size === 0)
-          throw new ActionLedgerError('oidc_not_mapped', `every role the mapping gives ${id} is revoked`, {
-            details: { principal_id: id, reason: 'roles_revoked' },
-          });
+          throw notMapped(id, 'roles_revoked', `every role the mapping gives ${id} is revoked`);
       },
     });
   }

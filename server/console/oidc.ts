@@ -8,15 +8,18 @@
  *   GET /console/oidc/callback  checks the cookie and the provider's answer, maps the claims (config/console-
  *                               oidc.ts) to a principal and roles, starts a console session
  *
- * The state cookie is signed with a key derived from the client secret, so every process of a fleet (and the
- * one the callback reaches) can check it without shared storage, and nobody without the secret can make one.
- * It is SameSite=Lax: the callback is a navigation from the provider's site, which a Strict cookie would miss.
+ * The state cookie is signed with a key derived from the client secret and the redirect URL, so every process
+ * of a fleet (and the one the callback reaches) can check it without shared storage, nobody without the secret
+ * can make one, and another console sharing the client secret (a staging one, at another redirect URL) cannot
+ * make one this console accepts. Whether it is a `__Host-` cookie (Secure, Path=/) is decided by the configured
+ * redirect URL, not by the connection: behind a proxy that ends TLS the connection is plain HTTP, but the
+ * browser is on https, and a cookie without the prefix could be planted by a sibling subdomain or a plain-HTTP
+ * answer (login CSRF: the victim's browser finishing the attacker's sign-in). It is SameSite=Lax: the callback is a navigation from the provider's site, which a Strict cookie would miss.
  * For the same reason the callback answers a page that moves on by itself rather than a redirect: the Strict
  * session cookie is not sent along a redirect chain that began on another site.
  */
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import type { TLSSocket } from 'node:tls';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import * as client from 'openid-client';
 import { ActionLedgerError } from '../../core/errors.js';
@@ -95,7 +98,9 @@ export class OidcClient {
   constructor(oidc: ConsoleOidcConfig, secret: string) {
     this.#oidc = oidc;
     this.#secret = secret;
-    this.#stateKey = createHmac('sha256', secret).update('actionledger-console-oidc-state').digest();
+    this.#stateKey = createHmac('sha256', secret)
+      .update(`actionledger-console-oidc-state\n${oidc.redirectUrl}`)
+      .digest();
   }
 
   /** The provider's configuration; a failed discovery is tried again at the next sign-in. */
@@ -138,19 +143,24 @@ export class OidcClient {
   }
 }
 
-function overTls(request: FastifyRequest): boolean {
-  return (request.raw.socket as Partial<TLSSocket>).encrypted === true;
+/**
+ * Whether the browser reaches the console over https, by the configured redirect URL (config/console-oidc.ts
+ * allows http only to a loopback host): not by the connection, which is plain HTTP behind a proxy ending TLS.
+ */
+function httpsConsole(oidc: ConsoleOidcConfig): boolean {
+  return new URL(oidc.redirectUrl).protocol === 'https:';
 }
 
-/** The state cookie: `__Host-` rules under TLS (Secure, Path=/), Path=/console/oidc over plain HTTP. */
-function stateCookie(request: FastifyRequest, value: string, maxAgeS: number): string {
-  const tls = overTls(request);
+/** The state cookie: `__Host-` rules for an https console (Secure, Path=/), Path=/console/oidc on loopback http. */
+function stateCookie(oidc: ConsoleOidcConfig, value: string, maxAgeS: number): string {
+  const tls = httpsConsole(oidc);
   const where = tls ? 'Path=/; Secure' : 'Path=/console/oidc';
   return `${tls ? '__Host-' : ''}${STATE_COOKIE}=${value}; ${where}; HttpOnly; SameSite=Lax; Max-Age=${maxAgeS}`;
 }
 
-function stateCookieOf(request: FastifyRequest): string | undefined {
-  const name = `${overTls(request) ? '__Host-' : ''}${STATE_COOKIE}`;
+/** The state cookie's value, under its one name (a cookie under the other name is not looked at). */
+function stateCookieOf(request: FastifyRequest, oidc: ConsoleOidcConfig): string | undefined {
+  const name = `${httpsConsole(oidc) ? '__Host-' : ''}${STATE_COOKIE}`;
   const found = (request.headers.cookie ?? '')
     .split(';')
     .map((part) => part.trim())
@@ -173,7 +183,8 @@ function principalOf(oidc: ConsoleOidcConfig, named: string | null, claims: Reco
     throw notMapped('no_principal_claim', `the identity provider did not give a usable ${oidc.principalClaim} claim`, {
       claim: oidc.principalClaim,
     });
-  return value;
+  // Email addresses are compared without case (Bob@x is bob@x): one address, one principal.
+  return oidc.principalClaim === 'email' ? value.toLowerCase() : value;
 }
 
 /**
@@ -208,7 +219,7 @@ export function registerOidc(
       state: pending.s,
       nonce: pending.n,
     });
-    reply.header('set-cookie', stateCookie(request, oidcClient.sign(pending), STATE_TTL_MS / 1000));
+    reply.header('set-cookie', stateCookie(oidc, oidcClient.sign(pending), STATE_TTL_MS / 1000));
     return reply.redirect(url.href, 303);
   });
   app.get('/oidc/callback', { config: { console: 'public' } }, async (request, reply) =>
@@ -225,16 +236,17 @@ async function callback(
   sessions: ConsoleSessions,
 ): Promise<FastifyReply> {
   // Whatever happens next, this sign-in attempt is over: its state goes.
-  reply.header('set-cookie', stateCookie(request, '', 0));
-  const pending = oidcClient.verify(stateCookieOf(request));
+  reply.header('set-cookie', stateCookie(oidc, '', 0));
+  const pending = oidcClient.verify(stateCookieOf(request, oidc));
   const query = new URL(request.url, 'http://callback.invalid').searchParams;
+  // The answer must be this browser's before anything in it is believed, the provider's refusal included.
+  if (query.get('state') !== pending.s)
+    throw failed('state_mismatch', 'the identity provider’s answer does not belong to this browser’s sign-in');
   const providerError = query.get('error');
   if (providerError !== null)
     throw failed('provider_error', 'the identity provider refused the sign-in', {
       error: /^[\x20-\x7E]{1,64}$/.test(providerError) ? providerError : 'invalid',
     });
-  if (query.get('state') !== pending.s)
-    throw failed('state_mismatch', 'the identity provider’s answer does not belong to this browser’s sign-in');
   const config = await oidcClient.configuration();
   const current = new URL(oidc.redirectUrl);
   current.search = query.toString();
@@ -263,7 +275,8 @@ async function callback(
     });
   const principal = principalOf(oidc, mapping.principal, claims);
   const name = typeof claims.name === 'string' ? claims.name : principal;
-  const started = await sessions.startOidc(principal, name, { subject, groups }).catch((err: unknown) => {
+  const who = { issuer: oidc.issuer, claims: { subject, groups }, named: mapping.principal !== null };
+  const started = await sessions.startOidc(principal, name, who).catch((err: unknown) => {
     if ((err as ActionLedgerError).code === 'invalid_context')
       throw notMapped('principal_invalid', 'the identity provider’s claim is not a usable principal id', { subject });
     throw err;

@@ -18,7 +18,7 @@ import type { Config } from '../../config/index.js';
 import { createLogger } from '../../core/log.js';
 import { Metrics } from '../../core/metrics.js';
 import { AuditWriter } from '../../gate/index.js';
-import { PrincipalStore } from '../../principals/index.js';
+import { ConsoleSessions, PrincipalStore } from '../../principals/index.js';
 import { Review } from '../../reconciler/index.js';
 import { buildApi } from '../../server/api/app.js';
 import { CSP } from '../../server/console/layout.js';
@@ -35,8 +35,21 @@ const MAPPING = {
   ],
 };
 
+/**
+ * For the console whose principal claim is `email`: anyone in `staff` (principal: their verified email), and
+ * `gina-sub` as the existing, operator-added principal `gina` (a subject rule naming it).
+ */
+const EMAIL_MAPPING = {
+  'tenant-a': [
+    { group: 'staff', roles: ['auditor'] },
+    { subject: 'gina-sub', principal: 'gina', roles: ['auditor'] },
+  ],
+};
+
 interface Env {
   g: GateFixture;
+  /** A console whose principal claim is `email` (EMAIL_MAPPING), on the same provider and database. */
+  emailBase: string;
   idp: TestIdp;
   base: string;
   browser: Browser;
@@ -49,7 +62,7 @@ interface Env {
    * A console whose redirect URL is a catcher's, not its own: the provider sends the browser there, and the
    * catcher only records the URL (so a test can bring the provider's answer to the console changed or not).
    */
-  caught: { base: string; last: () => string | undefined };
+  caught: { base: string; redirect: string; last: () => string | undefined };
 }
 
 async function oidcEnv(t: Test): Promise<Env> {
@@ -64,7 +77,13 @@ async function oidcEnv(t: Test): Promise<Env> {
   await new Promise<void>((resolve) => catcher.listen(0, '127.0.0.1', resolve));
   t.teardown(() => new Promise<void>((resolve) => catcher.close(() => resolve())));
   const catcherUrl = `http://127.0.0.1:${(catcher.address() as AddressInfo).port}/console/oidc/callback`;
-  const idp = await oidcProvider(t, [`${base}/console/oidc/callback`, catcherUrl]);
+  const emailPort = await freePort();
+  const emailBase = `http://127.0.0.1:${emailPort}`;
+  const idp = await oidcProvider(t, [
+    `${base}/console/oidc/callback`,
+    catcherUrl,
+    `${emailBase}/console/oidc/callback`,
+  ]);
   const secretFile = join(mkdtempSync(join(tmpdir(), 'al-oidc-')), 'client-secret');
   writeFileSync(secretFile, `${CLIENT_SECRET}\n`);
   const extra = (
@@ -117,35 +136,42 @@ async function oidcEnv(t: Test): Promise<Env> {
     return `http://127.0.0.1:${listenOn}`;
   };
   await serve(g.config, port);
+  await serve(
+    gateConfig(g.url, {
+      extra: extra(EMAIL_MAPPING, `${emailBase}/console/oidc/callback`, { principal_claim: 'email' }),
+    }),
+    emailPort,
+  );
   const caughtBase = await serve(gateConfig(g.url, { extra: extra(MAPPING, catcherUrl) }));
   const browser = await chromium.launch({ executablePath: '/usr/bin/chromium', args: ['--no-sandbox'] });
   t.teardown(() => browser.close());
   return {
     g,
+    emailBase,
     idp,
     base,
     browser,
     store,
     configWith: (tenants, over) => gateConfig(g.url, { extra: extra(tenants, undefined, over) }),
     serve,
-    caught: { base: caughtBase, last: () => last },
+    caught: { base: caughtBase, redirect: catcherUrl, last: () => last },
   };
 }
 
 /** A fresh browser that goes from the sign-in page's button to the provider and signs in there as `login`. */
-async function startSignIn(env: Env, login: string): Promise<{ context: BrowserContext; page: Page }> {
+async function startSignIn(env: Env, login: string, base = env.base): Promise<{ context: BrowserContext; page: Page }> {
   const context = await env.browser.newContext();
   const page = await context.newPage();
-  await page.goto(`${env.base}/console/login`);
+  await page.goto(`${base}/console/login`);
   await page.click('#oidc-sign-in');
   await providerLogin(page, login);
   return { context, page };
 }
 
 /** Signs in through the provider as `login` and waits for the console's landing page, signed in. */
-async function signIn(env: Env, login: string): Promise<{ context: BrowserContext; page: Page }> {
-  const s = await startSignIn(env, login);
-  await s.page.waitForURL((u) => u.origin === env.base && !u.pathname.startsWith('/console/oidc/'));
+async function signIn(env: Env, login: string, base = env.base): Promise<{ context: BrowserContext; page: Page }> {
+  const s = await startSignIn(env, login, base);
+  await s.page.waitForURL((u) => u.origin === base && !u.pathname.startsWith('/console/oidc/'));
   await s.page.waitForSelector('.who');
   return s;
 }
@@ -183,15 +209,18 @@ function callbackWith(url: URL, state: string, change: (q: URLSearchParams) => v
   return fetch(u, { headers: { cookie: `al_oidc=${state}` }, redirect: 'manual' });
 }
 
-/** Re-signs a state cookie's payload as the console would (the key is derived from the client secret). */
-function resigned(cookie: string, change: (p: Record<string, unknown>) => void): string {
+/**
+ * Re-signs a state cookie's payload as the console whose redirect URL is `redirect` would (the key is derived
+ * from the client secret and the redirect URL).
+ */
+function resigned(cookie: string, redirect: string, change: (p: Record<string, unknown>) => void): string {
   const p = JSON.parse(Buffer.from(cookie.split('.')[0] ?? '', 'base64url').toString('utf8')) as Record<
     string,
     unknown
   >;
   change(p);
   const body = Buffer.from(JSON.stringify(p), 'utf8').toString('base64url');
-  const key = createHmac('sha256', CLIENT_SECRET).update('actionledger-console-oidc-state').digest();
+  const key = createHmac('sha256', CLIENT_SECRET).update(`actionledger-console-oidc-state\n${redirect}`).digest();
   return `${body}.${createHmac('sha256', key).update(body).digest('base64url')}`;
 }
 
@@ -305,18 +334,57 @@ t.test('console single sign-on through a real OpenID Connect provider', async (t
     t.equal(forgedAnswer.status, 401, 'a state cookie changed without the key');
     t.match(await forgedAnswer.text(), /not made by this console/);
     // The untouched answer signs in: the refusals above were about what was changed.
+    const otherConsole = new URL(first.url.pathname + first.url.search, env.base);
+    const staging = await callbackWith(otherConsole, first.state);
+    t.equal(staging.status, 401, 'a state cookie another console made with the same client secret');
+    t.match(await staging.text(), /not made by this console/);
+    const providerRefusal = await callbackWith(first.url, first.state, (q) => {
+      q.set('error', 'access_denied');
+      q.set('state', 'not-this-browsers-state');
+    });
+    t.equal(providerRefusal.status, 401);
+    t.match(
+      await providerRefusal.text(),
+      /does not belong to this browser’s sign-in/,
+      'an error answer for another state is refused for its state, before its error is read',
+    );
     const genuine = await callbackWith(first.url, first.state);
     t.equal(genuine.status, 200);
     t.match(genuine.headers.get('set-cookie') ?? '', /al_console=[A-Za-z0-9_-]{43}; Path=\/console; HttpOnly/);
 
     const second = await stopAtCallback(env, 'alice-sub');
-    const otherNonce = resigned(second.state, (p) => (p.n = 'a-nonce-the-provider-never-saw'));
+    const otherNonce = resigned(second.state, env.caught.redirect, (p) => (p.n = 'a-nonce-the-provider-never-saw'));
     const nonce = await callbackWith(second.url, otherNonce);
     t.equal(nonce.status, 401, 'an ID token for another nonce');
     t.match(await nonce.text(), /oidc_sign_in_failed.*OAUTH_JWT_CLAIM_COMPARISON_FAILED/s, 'refused for its nonce');
     t.notMatch(nonce.headers.get('set-cookie') ?? '', /al_console=[A-Za-z0-9_-]/);
     t.match(nonce.headers.get('set-cookie') ?? '', /al_oidc=; Path=\/console\/oidc;.*Max-Age=0/, 'state cleared');
   });
+
+  await t.test(
+    'behind a proxy ending TLS (an https redirect URL, a plain-HTTP listener) the state cookie is __Host- and Secure',
+    async (t) => {
+      const proxied = await env.serve(
+        env.configWith(MAPPING, { redirect_url: 'https://console.example.test/console/oidc/callback' }),
+      );
+      const start = await fetch(`${proxied}/console/oidc/start`, { redirect: 'manual' });
+      t.equal(start.status, 303);
+      const set = start.headers.get('set-cookie') ?? '';
+      t.match(set, /^__Host-al_oidc=[^;]+; Path=\/; Secure; HttpOnly; SameSite=Lax; Max-Age=600$/);
+      const value = /^__Host-al_oidc=([^;]+)/.exec(set)?.[1] ?? '';
+      const state = new URL(start.headers.get('location') ?? '').searchParams.get('state') ?? '';
+      const answer = `${proxied}/console/oidc/callback?error=access_denied&state=${encodeURIComponent(state)}`;
+      // A cookie planted under the plain name (from a sibling subdomain, or a plain-HTTP answer) is not read.
+      const planted = await fetch(answer, { headers: { cookie: `al_oidc=${value}` }, redirect: 'manual' });
+      t.equal(planted.status, 401);
+      t.match(await planted.text(), /oidc_sign_in_failed.*no sign-in in progress/s, 'no sign-in in progress');
+      t.match(planted.headers.get('set-cookie') ?? '', /^__Host-al_oidc=; Path=\/; Secure;.*Max-Age=0$/, 'cleared');
+      // The same value under the __Host- name is this browser's sign-in (here, refused by the provider).
+      const own = await fetch(answer, { headers: { cookie: `__Host-al_oidc=${value}` }, redirect: 'manual' });
+      t.equal(own.status, 401);
+      t.match(await own.text(), /the identity provider refused the sign-in/);
+    },
+  );
 
   await t.test('the client secret from the environment: read at start, its absence refuses start', async (t) => {
     const fromEnv = env.configWith(MAPPING, { client_secret_env: 'OIDC_TEST_CLIENT_SECRET' });
@@ -375,5 +443,111 @@ t.test('console single sign-on through a real OpenID Connect provider', async (t
     t.equal(logout.status, 403);
     t.match(await logout.text(), /csrf_token_invalid/);
     await context.close();
+  });
+
+  /** Signs in as `login` at the email console and expects a refusal: the page's text. */
+  const refusedAt = async (t: Test, login: string): Promise<string> => {
+    const { context, page } = await startSignIn(env, login, env.emailBase);
+    await page.waitForSelector('.code');
+    const text = (await page.textContent('main')) ?? '';
+    t.equal(await sessionCookie(context), '', `no session for ${login}`);
+    await context.close();
+    return text;
+  };
+  const staff = (email: string) => ({ name: email, email, email_verified: true, groups: ['staff'] });
+
+  await t.test('one person is one principal: a subject and a principal are bound at the first sign-in', async (t) => {
+    env.idp.accounts.set('dana-sub', staff('Dana@Example.com'));
+    const first = await signIn(env, 'dana-sub', env.emailBase);
+    t.match(await first.page.textContent('.who'), /Signed in as\s+dana@example\.com/, 'the email, lower-cased');
+    await first.context.close();
+    const bound = await env.g.pool.query(
+      `SELECT issuer, subject, principal_id FROM actionledger.console_oidc_subjects WHERE subject = 'dana-sub'`,
+    );
+    t.match(bound.rows, [{ issuer: env.idp.issuer, subject: 'dana-sub', principal_id: 'dana@example.com' }]);
+
+    // Someone else whose provider account has the same (verified) email does not become dana.
+    env.idp.accounts.set('erin-sub', staff('dana@example.com'));
+    t.match(await refusedAt(t, 'erin-sub'), /oidc_not_mapped.*belongs to another person/s, 'principal bound elsewhere');
+
+    // Dana with another email is still dana: not a second principal (a second vote).
+    env.idp.accounts.set('dana-sub', staff('dana.x@example.com'));
+    t.match(await refusedAt(t, 'dana-sub'), /oidc_not_mapped.*signed in before as dana@example\.com/s, 'subject bound');
+
+    // A revoked role does not come back under another spelling of the same email.
+    await env.store.revoke('dana@example.com', 'tenant-a', 'auditor', 'test');
+    env.idp.accounts.set('dana-sub', staff('DANA@example.com'));
+    t.match(await refusedAt(t, 'dana-sub'), /oidc_not_mapped.*is revoked/s, 'the revocation holds');
+    const principals = (await env.store.list()).map((p) => p.principal_id);
+    t.notOk(
+      principals.some((p) => p !== 'dana@example.com' && p.toLowerCase().startsWith('dana')),
+      'no second principal for dana',
+    );
+  });
+
+  await t.test('a claim cannot sign in as an existing principal the provider did not add', async (t) => {
+    await env.store.add('frank@example.com', 'person', 'Frank', 'test');
+    await env.store.grant('frank@example.com', 'tenant-a', 'operator', 'test');
+    env.idp.accounts.set('frank-impostor', staff('frank@example.com'));
+    t.match(await refusedAt(t, 'frank-impostor'), /oidc_not_mapped.*did not add/s);
+    const bound = await env.g.pool.query(
+      `SELECT 1 FROM actionledger.console_oidc_subjects WHERE principal_id = 'frank@example.com'`,
+    );
+    t.equal(bound.rowCount, 0, 'and it is not bound to the impostor');
+    // A subject rule naming an existing principal is the operator saying who that subject is.
+    await env.store.add('gina', 'person', 'Gina', 'test');
+    env.idp.accounts.set('gina-sub', { name: 'Gina', groups: [] });
+    const gina = await signIn(env, 'gina-sub', env.emailBase);
+    t.match(await gina.page.textContent('.who'), /Signed in as\s+gina/);
+    await gina.context.close();
+  });
+
+  await t.test('a principal id from a claim is plain ASCII and never a break-glass actor', async (t) => {
+    const before = (await env.store.list()).length;
+    env.idp.accounts.set('cyrillic-sub', staff('\u0430lice@example.com'));
+    t.match(await refusedAt(t, 'cyrillic-sub'), /oidc_not_mapped.*not a usable principal id/s, 'a Cyrillic а');
+    env.idp.accounts.set('glass-sub', staff('break-glass:admin'));
+    t.match(await refusedAt(t, 'glass-sub'), /oidc_not_mapped.*not a usable principal id/s, 'break-glass:');
+    t.equal((await env.store.list()).length, before, 'no principal was added');
+  });
+
+  await t.test('two first sign-ins at once bind one subject to one principal', async (t) => {
+    const log = createLogger({ level: 'error', name: 'console-oidc-race', destination: process.stderr });
+    const audit = new AuditWriter({
+      config: env.g.config,
+      pool: env.g.pool,
+      log,
+      metrics: new Metrics({ defaultMetrics: false }),
+    });
+    const sessions = new ConsoleSessions(env.g.config, env.g.pool, audit);
+    const signIn = (principal: string, subject: string) =>
+      sessions.startOidc(principal, principal, {
+        issuer: env.idp.issuer,
+        claims: { subject, groups: ['auditors'] },
+        named: false,
+      });
+    // One subject as two principals (an email changed between two tabs), then two subjects as one principal.
+    for (const pair of [
+      [
+        ['ivy-1', 'ivy-sub'],
+        ['ivy-2', 'ivy-sub'],
+      ],
+      [
+        ['jon', 'jon-sub-1'],
+        ['jon', 'jon-sub-2'],
+      ],
+    ] as const) {
+      const settled = await Promise.allSettled(pair.map(([principal, subject]) => signIn(principal, subject)));
+      t.equal(settled.filter((r) => r.status === 'fulfilled').length, 1, 'one sign-in');
+      t.match(
+        settled.filter((r) => r.status === 'rejected'),
+        [{ reason: { code: 'oidc_not_mapped' } }],
+        'the other refused oidc_not_mapped',
+      );
+    }
+    const bound = await env.g.pool.query(
+      `SELECT principal_id FROM actionledger.console_oidc_subjects WHERE subject IN ('ivy-sub', 'jon-sub-1', 'jon-sub-2')`,
+    );
+    t.equal(bound.rowCount, 2, 'one binding each');
   });
 });
