@@ -17,21 +17,13 @@
  * `_overdue`, `kill_switches` is `actionledger_gate_kill_switches_engaged` (a switch on every tenant, `*`,
  * included), `workers` is `actionledger_worker_heartbeat_age_seconds` (the fleet's, not a tenant's).
  */
+import { OPERATION_STATUSES, type OperationStatus } from '../../core/types.js';
 import type { Pool, PoolClient } from '../../db/index.js';
 import { SILENT_WORKER_WINDOW_S, workersSql } from '../../reconciler/index.js';
 
-/** The states an operation may be in, in the order the overview draws them. */
-export const OUTCOMES = [
-  'pending',
-  'executing',
-  'succeeded',
-  'unknown',
-  'needs_review',
-  'compensating',
-  'compensated',
-  'failed',
-] as const;
-export type Outcome = (typeof OUTCOMES)[number];
+/** The states an operation may be in, in the order the overview draws them (the ledger's own order). */
+export const OUTCOMES = OPERATION_STATUSES;
+export type Outcome = OperationStatus;
 
 /**
  * The states that are not at an end: counted whole, never by window. `failed` is an end (rows in it accumulate for
