@@ -71,7 +71,7 @@ export class FleetHttp {
     this.#metrics = new FleetMetrics({ registry: options.runtime.metrics.registry });
     this.peerDir = mkdtempSync(join(peerParent(), 'actionledger-peers-'));
     this.#last = JSON.stringify(options.health());
-    this.#timer = setInterval(() => this.#checkHealth(), HEALTH_CHECK_MS);
+    this.#timer = setInterval(() => this.checkHealth(), HEALTH_CHECK_MS);
     this.#timer.unref();
   }
 
@@ -124,7 +124,11 @@ export class FleetHttp {
     rmSync(this.peerDir, { recursive: true, force: true });
   }
 
-  #checkHealth(): void {
+  /**
+   * Tells every worker the service's view for the probes if it changed since they were last told. Runs every
+   * HEALTH_CHECK_MS, and at once when the service knows the view changed (the embedded cluster died or is back).
+   */
+  checkHealth(): void {
     const now = this.#options.health();
     const text = JSON.stringify(now);
     if (text === this.#last) return;

@@ -37,6 +37,7 @@ import { printRefusal } from './cli-util.js';
 import { SERVICE_QUERIES } from './queries.js';
 import { WorkerSet, type StopResult } from './workers.js';
 import { FleetHttp } from './fleet-http.js';
+import { supervisionLog } from './supervision-log.js';
 import { readyBanner } from './ready-banner.js';
 import { checkDestinations } from '../notifier/index.js';
 
@@ -109,6 +110,8 @@ class Service {
   readonly #q: Readonly<typeof SERVICE_QUERIES>;
   readonly #fleet = {
     workers: undefined as WorkerSet | undefined,
+    /** Tells the workers what to answer for the fleet (probes, /metrics). */
+    http: undefined as FleetHttp | undefined,
     inFlightAtStop: null as number | null,
     result: null as StopResult | null,
     left: null as number | null,
@@ -267,34 +270,11 @@ class Service {
       defaultMetrics: false,
       logDestination: this.#destination,
       embedded: {
-        supervise: {
-          onDied: (info) =>
-            log.error(
-              {
-                code: 'embedded_database_failed',
-                postmaster_pid: info.pid,
-                exit_code: info.code,
-                signal: info.signal,
-                last_lines: info.tail.slice(-5),
-              },
-              'embedded PostgreSQL died; restarting it',
-            ),
-          // No try is the last: the service stays up (probes 503, API database_unavailable) and keeps trying.
-          onRestartScheduled: (info) =>
-            log.warn(
-              { attempt: info.attempt, delay_ms: info.delayMs },
-              `embedded PostgreSQL restart attempt ${info.attempt} in ${info.delayMs} ms`,
-            ),
-          onRestartFailed: (info) =>
-            log.warn({ attempt: info.attempt, reason: info.message }, 'embedded PostgreSQL restart attempt failed'),
-          onRestarted: (info) => {
-            log.warn(
-              { postmaster_pid: info.pid, watchdog_pid: info.watchdogPid, attempt: info.attempt },
-              'embedded PostgreSQL restarted',
-            );
-            this.#repeated.ok();
-          },
-        },
+        supervise: supervisionLog(
+          log,
+          () => this.#fleet.http?.checkHealth(),
+          () => this.#repeated.ok(),
+        ),
       },
     });
     this.#runtime = rt;
@@ -392,6 +372,7 @@ class Service {
             beforeScrape: this.#beforeScrape(rt, ledger),
             log: this.#log,
           });
+    this.#fleet.http = fleetHttp ?? undefined;
     // After the workers' stop (pushed below): the peer sockets' folder outlives them.
     if (fleetHttp !== null) this.#stops.push({ name: 'http', run: () => Promise.resolve(fleetHttp.close()) });
     const set = new WorkerSet({
