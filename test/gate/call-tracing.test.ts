@@ -4,23 +4,14 @@
  * context that passed the gate's check. Real PostgreSQL, the example gate configuration.
  */
 import t from 'tap';
-import { W3CTraceContextPropagator } from '@opentelemetry/core';
-import { InMemorySpanExporter, NodeTracerProvider, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-node';
-import { disableTracing, enableTracing } from '../../core/tracing.js';
 import type { GateContext } from '../../gate/index.js';
 import { gateFixture, gctx } from '../helpers/gate.js';
+import { traceInMemory } from '../helpers/tracing.js';
 
 const transfer = { to_account: 'ACC0000000002', amount: 10 };
 
 t.test('tracing on: a malformed context is refused, never thrown, and its tenant never recorded', async (t) => {
-  const exporter = new InMemorySpanExporter();
-  const provider = new NodeTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
-  provider.register({ propagator: new W3CTraceContextPropagator() });
-  enableTracing();
-  t.teardown(async () => {
-    disableTracing();
-    await provider.shutdown();
-  });
+  const exporter = traceInMemory(t);
   const { gate } = await gateFixture(t);
 
   for (const [name, context] of [

@@ -7,15 +7,10 @@
  * recorded in this process by the SDK's in-memory exporter.
  */
 import t from 'tap';
-import { W3CTraceContextPropagator } from '@opentelemetry/core';
-import {
-  InMemorySpanExporter,
-  NodeTracerProvider,
-  SimpleSpanProcessor,
-  type ReadableSpan,
-} from '@opentelemetry/sdk-trace-node';
-import { disableTracing, enableTracing, inSpan, SpanKind } from '../../core/tracing.js';
+import type { ReadableSpan } from '@opentelemetry/sdk-trace-node';
+import { inSpan, SpanKind } from '../../core/tracing.js';
 import { ctx, dispatchEnv, passUntilResolved, patchProvider, statusOf } from '../helpers/fleet.js';
+import { traceInMemory } from '../helpers/tracing.js';
 
 async function until(e: Awaited<ReturnType<typeof dispatchEnv>>, id: string, status: string): Promise<void> {
   const deadline = Date.now() + 15_000;
@@ -26,14 +21,7 @@ async function until(e: Awaited<ReturnType<typeof dispatchEnv>>, id: string, sta
 }
 
 t.test('reconciliation and review actions link to the operation’s trace', async (t) => {
-  const exporter = new InMemorySpanExporter();
-  const provider = new NodeTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
-  provider.register({ propagator: new W3CTraceContextPropagator() });
-  enableTracing();
-  t.teardown(async () => {
-    disableTracing();
-    await provider.shutdown();
-  });
+  const exporter = traceInMemory(t);
 
   const e = await dispatchEnv(t);
   const readbackParents: (string | undefined)[] = [];

@@ -8,21 +8,12 @@ import t from 'tap';
 import { randomBytes } from 'node:crypto';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { W3CTraceContextPropagator } from '@opentelemetry/core';
-import { InMemorySpanExporter, NodeTracerProvider, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-node';
-import { disableTracing, enableTracing } from '../../core/tracing.js';
 import { apiFixture } from '../helpers/api.js';
 import { call, meta } from '../helpers/mcp.js';
+import { traceInMemory } from '../helpers/tracing.js';
 
 t.test('an MCP tool call over HTTP is in the caller’s trace', async (t) => {
-  const exporter = new InMemorySpanExporter();
-  const provider = new NodeTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
-  provider.register({ propagator: new W3CTraceContextPropagator() });
-  enableTracing();
-  t.teardown(async () => {
-    disableTracing();
-    await provider.shutdown();
-  });
+  const exporter = traceInMemory(t);
   const f = await apiFixture(t);
   const token = await f.token('agent-1', ['agent']);
   const traceId = randomBytes(16).toString('hex');
