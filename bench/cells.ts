@@ -254,9 +254,20 @@ export async function actionledgerCell(
   pki: BenchPki,
   n: number,
   limits: CellLimits,
+  /** SQL run on the migrated database before the dispatcher starts (bench/bookkeeping.ts strips bookkeeping). */
+  schemaChange?: string,
 ): Promise<AlResult> {
   const name = `al_bench_dispatch_al_${n}`;
   const url = await migratedDatabase(adminUrl, name);
+  if (schemaChange !== undefined) {
+    const c = new pg.Client({ connectionString: url });
+    await c.connect();
+    try {
+      await c.query(schemaChange);
+    } finally {
+      await c.end();
+    }
+  }
   // LISTEN + one connection per operation in flight (evidence or the locked dispatch) + heartbeat; the claim
   // connection is outside the pool (dispatcher/claim-session.ts).
   const env = await openDispatchBench(pki, url, n, n + 4);

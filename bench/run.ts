@@ -21,6 +21,8 @@
  *     cluster (skipped, saying so, on a DATABASE_URL server that does not preload it; bench/statements.ts),
  *   - claim-plan: the claim connection's planner settings against an unnamed claim and a named claim on an
  *     ordinary session, over a queue analyzed at 200, grown without ANALYZE, then analyzed (bench/claim-plan.ts).
+ *   - bookkeeping: end to end's PostgreSQL CPU per operation as shipped, without its foreign-key checks, and
+ *     without its bookkeeping rows (history, claim listing), beside the peer in each round (bench/bookkeeping.ts).
  * The table part, the dispatch part and the http part's library cells also print "PostgreSQL work per
  * operation": PostgreSQL CPU, WAL bytes, heap rows written per table, derived index entries and the HOT share of
  * each cell's measured run (bench/pg-work.ts; docs/scaling.md sizes a server from them).
@@ -110,6 +112,7 @@ import { runRssBench } from './rss.js';
 import { runStatementsBench } from './statements.js';
 import { runTracingBench } from './tracing.js';
 import { runClaimPlanBench } from './claim-plan.js';
+import { runBookkeepingBench } from './bookkeeping.js';
 import { medianWork, tableLine, workJson, workRow, WORK_HEADER, type PgWork } from './pg-work.js';
 import { transportCell, type TransportResult } from './transport.js';
 import {
@@ -150,6 +153,7 @@ const PARTS = [
   'statements',
   'tracing',
   'claim-plan',
+  'bookkeeping',
 ] as const;
 /** The parts whose tables make up bench/results.md's last run. */
 const MAIN_PARTS = ['table', 'scaling', 'backlog'] as const;
@@ -350,6 +354,14 @@ async function main(): Promise<void> {
       await db.close();
     }
   }
+  if (ONLY.has('bookkeeping'))
+    await runBookkeepingBench({
+      levels: flags.levels === undefined ? (QUICK ? [8] : [8, 32]) : LEVELS,
+      rounds: ROUNDS,
+      limits: LIFECYCLE,
+      quietMaxSeconds: QUIET_MAX_MS / 1000,
+      save: SAVE,
+    });
   if (MAIN_PARTS.some((p) => ONLY.has(p))) await mainParts();
 }
 
