@@ -34,14 +34,28 @@ async function open(dataDir: string, port: number): Promise<Cluster> {
   return { db, pool: createPool(db.url, { max: 4, statementTimeoutMs: 30_000, applicationName: 'test' }) };
 }
 
-/** Stops the WAL writer: from now on a commit's WAL is written only by a synchronous commit. */
+/**
+ * Stops the WAL writer: from now on a commit's WAL is written only by a synchronous commit. It is stopped only
+ * while it sleeps between rounds (its wait event `WalWriterMain`): stopped in the middle of a round, it could
+ * hold the lock every WAL write takes, and the synchronous commit below would wait for it forever.
+ */
 async function holdWalWriter(pool: Pool): Promise<number> {
   const { rows } = await pool.query<{ pid: number }>(
     "SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'",
   );
   const pid = rows[0]!.pid;
-  process.kill(pid, 'SIGSTOP');
-  return pid;
+  for (let i = 0; ; i++) {
+    process.kill(pid, 'SIGSTOP');
+    // A stopped process's wait event is where it stopped: read from shared memory, not from a report it sends.
+    const { rows: now } = await pool.query<{ wait_event: string | null }>(
+      'SELECT wait_event FROM pg_stat_activity WHERE pid = $1',
+      [pid],
+    );
+    if (now[0]?.wait_event === 'WalWriterMain') return pid;
+    process.kill(pid, 'SIGCONT');
+    if (i > 500) throw new Error(`the WAL writer was never caught asleep (last: ${now[0]?.wait_event})`);
+    await new Promise((r) => setTimeout(r, 5 + (i % 7)));
+  }
 }
 
 /** Kills the held WAL writer: PostgreSQL's crash and recovery. Resolves once the server answers again. */
