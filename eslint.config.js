@@ -80,7 +80,7 @@ const componentBoundaries = {
 };
 
 export default tseslint.config(
-  { ignores: ['dist/**', 'node_modules/**', '.actionledger/**', 'coverage/**'] },
+  { ignores: ['dist/**', 'node_modules/**', '.actionledger/**', 'coverage/**', 'config/validator.generated.ts'] },
   ...tseslint.configs.recommendedTypeChecked,
   {
     files: ['**/*.ts'],

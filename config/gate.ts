@@ -3,14 +3,25 @@
  * identity arguments, ajv strict mode) and compiled, its value, approval, limits and resources checked against
  * that schema and its route. Problems are appended to the caller's list; the gate configuration is returned frozen.
  */
-import { Ajv, type ValidateFunction } from 'ajv';
+import { createRequire } from 'node:module';
+import type { Ajv, ValidateFunction } from 'ajv';
 import type { GateCap, GateConfig, GateTool } from './types.js';
 import type { RawCap, RawConfig, RawGate, RawGateTool } from './schema.js';
 import { isObject, nearest, pointer, type ConfigProblems } from '../core/config-problems.js';
 import { IDENTITY_ARGUMENT_NAMES } from '../core/types.js';
 
-/** Tool argument schemas: strict mode (unknown keywords refused), every violation listed. */
-const toolAjv = new Ajv({ allErrors: true, strict: true });
+/**
+ * Tool argument schemas: strict mode (unknown keywords refused), every violation listed. Made by the first tool
+ * schema compiled: loading ajv is a cost a configuration without gated tools need not pay.
+ */
+let ajv: Ajv | undefined;
+function toolAjv(): Ajv {
+  if (ajv === undefined) {
+    const { Ajv: AjvClass } = createRequire(import.meta.url)('ajv') as typeof import('ajv');
+    ajv = new AjvClass({ allErrors: true, strict: true });
+  }
+  return ajv;
+}
 
 /** The gate's configuration; null when the schema found `/gate` itself malformed (the problems say why). */
 export function compileGate(raw: RawGate, routes: RawConfig['tools'], problems: ConfigProblems): GateConfig | null {
@@ -52,7 +63,7 @@ function compileArgumentSchema(
   schemaProblems(schema, `${where}/schema`, problems);
   if (problems.length === before) {
     try {
-      return toolAjv.compile(schema);
+      return toolAjv().compile(schema);
     } catch (err) {
       problems.add(`${where}/schema`, `does not compile in ajv strict mode: ${(err as Error).message}`);
     }

@@ -6,11 +6,12 @@
  */
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
-import { Ajv } from 'ajv';
+import type { ValidateFunction } from 'ajv';
 import { escapeIdentifier } from 'pg';
 import { ActionLedgerError } from '../core/errors.js';
 import { parseStrictJson } from '../core/json.js';
-import { configSchema, type RawConfig } from './schema.js';
+import type { RawConfig } from './schema.js';
+import { validate as generatedValidate } from './validator.generated.js';
 import { compileApi, compileHttp } from './api.js';
 import { consoleOidcProblems } from './console-oidc.js';
 import { compileRoutes } from './routes.js';
@@ -24,10 +25,8 @@ import type { Config, DispatcherConfig } from './types.js';
 
 const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
 
-// verbose: each error carries the offending value and its schema (for the allowed keys of an unknown one).
-// No code optimization: the validator runs once per process, and optimizing it was a tenth of a CLI call.
-const ajv = new Ajv({ allErrors: true, strict: true, useDefaults: true, verbose: true, code: { optimize: false } });
-const validate = ajv.compile<RawConfig>(configSchema);
+// The schema compiled ahead of time (validator-source.ts says with which options, and why).
+const validate = generatedValidate as ValidateFunction<RawConfig>;
 
 /** Validates a schema name and returns it quoted; throws `schema_name_invalid`. */
 export function quoteSchemaName(name: string): string {

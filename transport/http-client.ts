@@ -28,7 +28,8 @@
 import { createHash } from 'node:crypto';
 import type { TLSSocket } from 'node:tls';
 import type { LookupFunction, Socket } from 'node:net';
-import { Agent, buildConnector, errors } from 'undici';
+import { createRequire } from 'node:module';
+import type { Agent, buildConnector } from 'undici';
 import { ActionLedgerError, isActionLedgerError } from '../core/errors.js';
 import { parseStrictJson, type JsonObject } from '../core/json.js';
 import { Secret } from '../core/secret.js';
@@ -230,6 +231,14 @@ function handshakeRejected(): Error {
 }
 
 /**
+ * undici, loaded by the first agent built: it is a tenth of a second of CPU to load, and a process that never
+ * calls a peer (most CLI commands, which load this file through the configuration's URL checks) skips it.
+ */
+let undici: typeof import('undici') | undefined;
+const loadUndici = (): typeof import('undici') =>
+  (undici ??= createRequire(import.meta.url)('undici') as typeof import('undici'));
+
+/**
  * Builds a dedicated undici Agent for one peer: TLS verification always on (`rejectUnauthorized: true`, Node's
  * default host-name check), TLS 1.2 minimum, HTTP/1.1, no proxy, no redirects. Errors raised while connecting
  * are recorded so that {@link postJson} / {@link getJson} report them as `not_sent`. The caller owns the Agent
@@ -242,6 +251,7 @@ export function createMtlsAgent(options: MtlsAgentOptions): Agent {
   const key = options.key instanceof Secret ? options.key.reveal() : options.key;
   const connectTimeoutMs = options.connectTimeoutMs;
   const confirmMs = options.handshakeConfirmMs ?? 200;
+  const { Agent, buildConnector, errors } = loadUndici();
   const base = buildConnector({
     ...(options.ca === undefined ? {} : { ca: options.ca }),
     ...(options.cert === undefined ? {} : { cert: options.cert, key }),
