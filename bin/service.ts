@@ -32,7 +32,6 @@ import { isConnectionError } from '../core/sqlstate.js';
 import { EffectKeyer, Ledger } from '../ledger/index.js';
 import { readGateStatus } from '../gate/index.js';
 import { readFleetHealth } from '../reconciler/index.js';
-import { HttpServer } from '../server/index.js';
 import { printRefusal } from './cli-util.js';
 import { SERVICE_QUERIES } from './queries.js';
 import { WorkerSet, type StopResult } from './workers.js';
@@ -303,8 +302,13 @@ class Service {
       }));
   }
 
-  /** With no workers: the API, `/healthz`, `/readyz` and `/metrics`, served by this process alone. */
+  /**
+   * With no workers: the API, `/healthz`, `/readyz` and `/metrics`, served by this process alone. The server
+   * (fastify, the MCP SDK) is loaded only here: a parent with workers never serves the API itself, and loading it
+   * was half a second of CPU at every start.
+   */
   async #startHttp(rt: Runtime, ledger: Ledger): Promise<{ address: string; port: number }> {
+    const { HttpServer } = await import('../server/index.js');
     const http = new HttpServer({
       runtime: rt,
       ledger,
