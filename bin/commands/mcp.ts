@@ -48,8 +48,9 @@ turn_id, user, ...): see docs/mcp.md. The service itself serves the same tools o
 };
 
 async function serve(token: string): Promise<number> {
-  const [{ openRuntime }, { EffectKeyer, Ledger }, { AuditWriter, Gate }, { PrincipalStore }, { createMcpServer }] =
+  const [{ openRuntime }, { EffectKeyer, Ledger }, { AuditWriter, Gate }, { PrincipalStore }, { loadMcpServer }] =
     await Promise.all([load.runtime(), load.ledger(), load.gate(), load.principals(), load.server()]);
+  const createMcpServer = await loadMcpServer();
   const { StdioServerTransport } = await import('@modelcontextprotocol/sdk/server/stdio.js');
   const rt = await openRuntime({ name: 'mcp', migrate: true, defaultMetrics: false, logDestination: stderrLog() });
   const ledger = new Ledger(rt.config, rt.pool, new EffectKeyer(rt.effectKeys));

@@ -29,8 +29,7 @@
 import type { ServerResponse } from 'node:http';
 import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js';
 import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
-import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
-import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js';
+import type { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { bindQueries } from '../../db/index.js';
 import { ActionLedgerError } from '../../core/errors.js';
@@ -38,7 +37,7 @@ import type { Authenticated } from '../../principals/index.js';
 import { authenticateAgain, callerOf, overWindow } from '../api/auth.js';
 import type { ApiDeps } from '../api/types.js';
 import { newSessionId } from './peers.js';
-import { createMcpServer, type Extra } from './server.js';
+import type { Extra } from './server.js';
 
 /** A session unused this long is closed (its client must initialize again). */
 export const IDLE_MS = 30 * 60_000;
@@ -114,6 +113,11 @@ const noSession = () =>
     details: { field: 'mcp-session-id' },
   });
 
+type Loaded = typeof import('./loaded.js');
+let loaded: Promise<Loaded> | undefined;
+/** The MCP SDK and server, imported by the first session that needs them (loaded.ts says why). */
+const loadSdk = (): Promise<Loaded> => (loaded ??= import('./loaded.js'));
+
 /**
  * The caller's session named by `mcp-session-id` (`not_found` when unknown or another's), or a new one for an
  * `initialize` (`opened`); `invalid_request` otherwise.
@@ -130,11 +134,12 @@ async function sessionOf(
     if (session === undefined || session.owner !== ownerOf(caller)) throw noSession();
     return { session, opened: undefined };
   }
-  if (request.method === 'POST' && isInitializeRequest(request.body)) {
+  const mcp = request.method === 'POST' ? await loadSdk() : undefined;
+  if (mcp !== undefined && mcp.isInitializeRequest(request.body)) {
     // Room is made and the new session registered with no await between, so parallel initializes each see
     // the others and the caps hold.
     const closing = makeRoom(sessions, caller);
-    const session = openSession(deps, sessions, caller);
+    const session = openSession(deps, sessions, caller, mcp);
     await Promise.all([...closing, session.server.connect(session.transport)]);
     return { session, opened: session };
   }
@@ -362,8 +367,8 @@ async function countBatch(
  * A new session of the caller, registered at once under the id its transport will announce (so it counts
  * against every cap before any await); connect it to its server before use.
  */
-function openSession(deps: ApiDeps, sessions: Map<string, Session>, caller: Authenticated): Session {
-  const server = createMcpServer({ ...deps, caller: requestCaller });
+function openSession(deps: ApiDeps, sessions: Map<string, Session>, caller: Authenticated, mcp: Loaded): Session {
+  const server = mcp.createMcpServer({ ...deps, caller: requestCaller });
   const id = newSessionId(deps.mcpSessionTag);
   const session: Session = {
     id,
@@ -372,7 +377,7 @@ function openSession(deps: ApiDeps, sessions: Map<string, Session>, caller: Auth
     owner: ownerOf(caller),
     lastUsed: Date.now(),
     inFlight: new Set(),
-    transport: new StreamableHTTPServerTransport({ sessionIdGenerator: () => id }),
+    transport: new mcp.StreamableHTTPServerTransport({ sessionIdGenerator: () => id }),
   };
   session.transport.onclose = () => {
     if (sessions.get(id) === session) sessions.delete(id);
