@@ -21,7 +21,7 @@
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
-import * as client from 'openid-client';
+import type { Configuration } from 'openid-client';
 import { ActionLedgerError } from '../../core/errors.js';
 import type { ConsoleOidcConfig } from '../../config/index.js';
 import { oidcMapping } from '../../config/index.js';
@@ -89,11 +89,16 @@ export function oidcButton(deps: ApiDeps): SafeHtml | '' {
 }
 
 /** The console's OpenID Connect client: the provider's metadata, read at the first sign-in and kept. */
+type OpenId = typeof import('openid-client');
+let openIdLoaded: Promise<OpenId> | undefined;
+/** openid-client (with jose), loaded by the first sign-in rather than by every worker's start. */
+const openId = (): Promise<OpenId> => (openIdLoaded ??= import('openid-client'));
+
 export class OidcClient {
   readonly #oidc: ConsoleOidcConfig;
   readonly #secret: string;
   readonly #stateKey: Buffer;
-  #discovered: Promise<client.Configuration> | undefined;
+  #discovered: Promise<Configuration> | undefined;
 
   constructor(oidc: ConsoleOidcConfig, secret: string) {
     this.#oidc = oidc;
@@ -104,15 +109,17 @@ export class OidcClient {
   }
 
   /** The provider's configuration; a failed discovery is tried again at the next sign-in. */
-  async configuration(): Promise<client.Configuration> {
-    this.#discovered ??= client
-      .discovery(
-        new URL(this.#oidc.issuer),
-        this.#oidc.clientId,
-        undefined,
-        client.ClientSecretBasic(this.#secret),
-        // config/console-oidc.ts allows http only to a loopback issuer.
-        new URL(this.#oidc.issuer).protocol === 'http:' ? { execute: [client.allowInsecureRequests] } : {},
+  async configuration(): Promise<Configuration> {
+    this.#discovered ??= openId()
+      .then((client) =>
+        client.discovery(
+          new URL(this.#oidc.issuer),
+          this.#oidc.clientId,
+          undefined,
+          client.ClientSecretBasic(this.#secret),
+          // config/console-oidc.ts allows http only to a loopback issuer.
+          new URL(this.#oidc.issuer).protocol === 'http:' ? { execute: [client.allowInsecureRequests] } : {},
+        ),
       )
       .catch((err: unknown) => {
         this.#discovered = undefined;
@@ -209,6 +216,7 @@ export function registerOidc(
     // A sign-in begins on the console's own page: another site cannot start one in this browser.
     checkSameSite(request);
     const config = await oidcClient.configuration();
+    const client = await openId();
     const verifier = client.randomPKCECodeVerifier();
     const pending = { s: client.randomState(), n: client.randomNonce(), v: verifier, e: Date.now() + STATE_TTL_MS };
     const url = client.buildAuthorizationUrl(config, {
@@ -248,6 +256,7 @@ async function callback(
       error: /^[\x20-\x7E]{1,64}$/.test(providerError) ? providerError : 'invalid',
     });
   const config = await oidcClient.configuration();
+  const client = await openId();
   const current = new URL(oidc.redirectUrl);
   current.search = query.toString();
   let claims: Record<string, unknown>;
