@@ -88,12 +88,19 @@ export function oidcButton(deps: ApiDeps): SafeHtml | '' {
   </p>`;
 }
 
-/** The console's OpenID Connect client: the provider's metadata, read at the first sign-in and kept. */
 type OpenId = typeof import('openid-client');
 let openIdLoaded: Promise<OpenId> | undefined;
-/** openid-client (with jose), loaded by the first sign-in rather than by every worker's start. */
-const openId = (): Promise<OpenId> => (openIdLoaded ??= import('openid-client'));
+/**
+ * openid-client (with jose), loaded by the first sign-in rather than by every worker's start. A failed import is
+ * not kept: the next sign-in tries again.
+ */
+const openId = (): Promise<OpenId> =>
+  (openIdLoaded ??= import('openid-client').catch((err: unknown) => {
+    openIdLoaded = undefined;
+    throw err;
+  }));
 
+/** The console's OpenID Connect client: the provider's metadata, read at the first sign-in and kept. */
 export class OidcClient {
   readonly #oidc: ConsoleOidcConfig;
   readonly #secret: string;

@@ -115,8 +115,15 @@ const noSession = () =>
 
 type Loaded = typeof import('./loaded.js');
 let loaded: Promise<Loaded> | undefined;
-/** The MCP SDK and server, imported by the first session that needs them (loaded.ts says why). */
-const loadSdk = (): Promise<Loaded> => (loaded ??= import('./loaded.js'));
+/**
+ * The MCP SDK and server, imported by the first session that needs them (loaded.ts says why). A failed import is
+ * not kept: the next session tries again.
+ */
+const loadSdk = (): Promise<Loaded> =>
+  (loaded ??= import('./loaded.js').catch((err: unknown) => {
+    loaded = undefined;
+    throw err;
+  }));
 
 /**
  * The caller's session named by `mcp-session-id` (`not_found` when unknown or another's), or a new one for an
